@@ -1,0 +1,7 @@
+// The `headroom` command.
+#include <cstdio>
+
+int main() {
+  std::puts("headroom: no commands yet");
+  return 0;
+}
