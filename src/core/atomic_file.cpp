@@ -1,0 +1,113 @@
+// write_file_atomically: temporary file + fsync + rename + directory fsync (POSIX).
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+
+#include "core/error.h"
+
+namespace headroom {
+namespace {
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+[[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
+  throw Error(str_cat("cannot write '", path, "': ", what, errno_text(err)));
+}
+
+// Removes the temporary file unless the rename has consumed it.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(std::string name) : name_(std::move(name)) {}
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+  ~TempFileGuard() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!released_) ::unlink(name_.c_str());
+  }
+  void set_fd(int fd) { fd_ = fd; }
+  // Closes the descriptor and returns close()'s errno (0 on success): on NFS a failed close
+  // can be the first report of a failed write.
+  int close_fd() {
+    int err = 0;
+    if (::close(fd_) != 0) err = errno;
+    fd_ = -1;
+    return err;
+  }
+  void release() { released_ = true; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  bool released_ = false;
+};
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  const std::filesystem::path target(path);
+  if (target.filename().empty()) {
+    throw Error(str_cat("cannot write '", path, "': the path names a directory, not a file"));
+  }
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+
+  // The temporary lives in the target's directory because rename() is atomic only within one
+  // file system. O_EXCL makes a name clash (another writer, a stale leftover) a retry, not a
+  // shared file; the counter and clock keep retries rare.
+  static std::atomic<unsigned> counter{0};
+  int fd = -1;
+  std::string temp_name;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
+    temp_name = (dir / str_cat(".", target.filename().string(), ".tmp-", ::getpid(), "-",
+                               counter.fetch_add(1), "-", ticks % 1000000))
+                    .string();
+    fd = ::open(temp_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
+      fail(path, str_cat("cannot create a temporary file in '", dir.string(), "': "), errno);
+    }
+  }
+  TempFileGuard guard(temp_name);
+  guard.set_fd(fd);
+
+  const char* data = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(path, "writing the temporary file failed: ", errno);
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail(path, "fsync of the temporary file failed: ", errno);
+  if (const int err = guard.close_fd(); err != 0) {
+    fail(path, "closing the temporary file failed: ", err);
+  }
+  if (::rename(temp_name.c_str(), path.c_str()) != 0) fail(path, "rename failed: ", errno);
+  guard.release();
+
+  // Without this the rename may be lost in a crash even though the data blocks were synced.
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    fail(path, str_cat("cannot open directory '", dir.string(), "' to fsync it: "), errno);
+  }
+  const int sync_rc = ::fsync(dir_fd);
+  const int sync_err = errno;
+  ::close(dir_fd);
+  // Some file systems (and /proc-like mounts) cannot fsync a directory; the file is complete
+  // and in place, so that is not worth failing for.
+  if (sync_rc != 0 && sync_err != EINVAL && sync_err != EROFS) {
+    fail(path, str_cat("fsync of directory '", dir.string(), "' failed: "), sync_err);
+  }
+}
+
+}  // namespace headroom
