@@ -9,15 +9,16 @@
 #include "core/error.h"
 
 // Note [Pickle subset for MemoryViz]
-// pytorch.org/memory_viz does not use Python: MemoryViz.js (torch/utils/viz/MemoryViz.js) has its
-// own unpickler. It accepts PROTO 2..4 only (protocol 5, Python 3.14's default, fails with
-// "Unhandled version 5": pytorch#183842) and only these opcodes: MARK, STOP, EMPTY_DICT,
-// EMPTY_LIST, EMPTY_TUPLE, TUPLE1/2/3, TUPLE, LIST, DICT, SETITEM(S), APPEND(S), BININT,
-// BININT1, BININT2, LONG1, BINFLOAT, SHORT_BINUNICODE, BINUNICODE, NONE, NEWTRUE, NEWFALSE,
-// BINPUT, LONG_BINPUT, BINGET, LONG_BINGET, MEMOIZE, FRAME (skipped). Anything else throws
-// "UNKNOWN OPCODE". So we write PROTO 4 without FRAME (framing is optional in protocol 4;
-// Python reads unframed data), integers with the smallest of BININT1 / BININT2 / BININT / LONG1
-// that holds them, as Python's pickler does, and strings as (SHORT_)BINUNICODE.
+// pytorch.org/memory_viz does not use Python: MemoryViz.js (torch/utils/viz/MemoryViz.js, read
+// at pytorch/pytorch 00067369c933) has its own unpickler. It accepts PROTO 2..4 only (protocol
+// 5, Python 3.14's default, fails with "Unhandled version 5": pytorch#183842) and only these
+// opcodes: MARK, STOP, EMPTY_DICT, EMPTY_LIST, EMPTY_TUPLE, TUPLE1/2/3, TUPLE, LIST, DICT,
+// SETITEM(S), APPEND(S), BININT, BININT1, BININT2, LONG1, BINFLOAT, SHORT_BINUNICODE,
+// BINUNICODE, NONE, NEWTRUE, NEWFALSE, BINPUT, LONG_BINPUT, BINGET, LONG_BINGET, MEMOIZE, FRAME
+// (skipped). Anything else throws "UNKNOWN OPCODE". So we write PROTO 4 without FRAME (framing
+// is optional in protocol 4; Python reads unframed data), integers with the smallest of
+// BININT1 / BININT2 / BININT / LONG1 that holds them, as Python's pickler does, and strings as
+// (SHORT_)BINUNICODE.
 //
 // LONG1 is read into a JS Number through a sign-extended BigInt64 when it has at most 8 bytes:
 // exact below 2^53, which device addresses (48-bit virtual) are. A uint64 of 2^63 or more needs a
@@ -26,8 +27,8 @@
 // every case.
 //
 // Lists and dicts are filled in batches of at most 1000 (MARK ... APPENDS / SETITEMS), as
-// Python's pickler does: MemoryViz.js runs `arr.push(...items)`, and a spread of a whole
-// 100k-entry trace would overflow the JS call stack.
+// Python's pickler does: MemoryViz.js runs `arr.push(...items)`, and V8 throws "Maximum call
+// stack size exceeded" for a spread of about 200k items, a modest trace.
 //
 // Strings are memoized (MEMOIZE, then BINGET / LONG_BINGET on repeats) the way Python memoizes
 // each str object: snapshot keys and stack-frame file names repeat in every entry.
