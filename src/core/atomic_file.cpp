@@ -71,7 +71,8 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
                     .string();
     fd = ::open(temp_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
-      fail(path, str_cat("cannot create a temporary file in '", dir.string(), "': "), errno);
+      const int err = errno;  // before str_cat can touch errno
+      fail(path, str_cat("cannot create a temporary file in '", dir.string(), "': "), err);
     }
   }
   TempFileGuard guard(temp_name);
@@ -98,7 +99,8 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   // Without this the rename may be lost in a crash even though the data blocks were synced.
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
-    fail(path, str_cat("cannot open directory '", dir.string(), "' to fsync it: "), errno);
+    const int err = errno;
+    fail(path, str_cat("cannot open directory '", dir.string(), "' to fsync it: "), err);
   }
   const int sync_rc = ::fsync(dir_fd);
   const int sync_err = errno;

@@ -2,6 +2,8 @@
 // files in tests/fixtures come from PyTorch's own function (tools/gen_memory_summary_golden.py).
 #include "memory/memory_summary.h"
 
+#include <algorithm>
+#include <iterator>
 #include <string_view>
 #include <vector>
 
