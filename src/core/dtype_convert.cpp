@@ -42,16 +42,24 @@ void check_isa(CpuIsa isa, const char* function) {
                            " is not a floating dtype (expected one of ", floating, ")"));
 }
 
+// The narrow side is a void* with no alignment promised, hence memcpy (a plain move once compiled).
 template <typename Out, Out (*kEncode)(float, Overflow)>
 void encode_scalar(const float* src, void* dst, size_t n, Overflow overflow) {
-  Out* out = static_cast<Out*>(dst);
-  for (size_t i = 0; i < n; ++i) out[i] = kEncode(src[i], overflow);
+  auto* out = static_cast<unsigned char*>(dst);
+  for (size_t i = 0; i < n; ++i) {
+    const Out code = kEncode(src[i], overflow);
+    std::memcpy(out + i * sizeof(Out), &code, sizeof(Out));
+  }
 }
 
 template <typename In, float (*kDecode)(In)>
 void decode_scalar(const void* src, float* dst, size_t n) {
-  const In* in = static_cast<const In*>(src);
-  for (size_t i = 0; i < n; ++i) dst[i] = kDecode(in[i]);
+  const auto* in = static_cast<const unsigned char*>(src);
+  for (size_t i = 0; i < n; ++i) {
+    In code;
+    std::memcpy(&code, in + i * sizeof(In), sizeof(In));
+    dst[i] = kDecode(code);
+  }
 }
 
 void copy_f32(const float* src, float* dst, size_t n, Overflow overflow) {
@@ -69,11 +77,14 @@ void copy_f32(const float* src, float* dst, size_t n, Overflow overflow) {
 
 template <uint16_t (*kRound)(float, uint32_t)>
 void stochastic_scalar(const float* src, void* dst, size_t n, PhiloxState rng) {
-  uint16_t* out = static_cast<uint16_t*>(dst);
+  auto* out = static_cast<unsigned char*>(dst);
   size_t i = 0;
   for (uint64_t block = 0; i < n; ++block) {
     const Philox4x32Block random = philox_block(rng.seed, rng.offset + block);
-    for (int word = 0; word < 4 && i < n; ++word, ++i) out[i] = kRound(src[i], random.word[word]);
+    for (int word = 0; word < 4 && i < n; ++word, ++i) {
+      const uint16_t code = kRound(src[i], random.word[word]);
+      std::memcpy(out + 2 * i, &code, 2);
+    }
   }
 }
 
@@ -124,14 +135,10 @@ void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n, Ov
 #if HEADROOM_HAVE_AVX512_KERNELS
   if (isa == CpuIsa::avx512) {
     switch (dst_dtype) {
-      case DType::f16:
-        return detail::f32_to_f16_avx512(src, static_cast<uint16_t*>(dst), n, overflow);
-      case DType::bf16:
-        return detail::f32_to_bf16_avx512(src, static_cast<uint16_t*>(dst), n, overflow);
-      case DType::f8_e4m3fn:
-        return detail::f32_to_f8_e4m3fn_avx512(src, static_cast<uint8_t*>(dst), n, overflow);
-      case DType::f8_e5m2:
-        return detail::f32_to_f8_e5m2_avx512(src, static_cast<uint8_t*>(dst), n, overflow);
+      case DType::f16: return detail::f32_to_f16_avx512(src, dst, n, overflow);
+      case DType::bf16: return detail::f32_to_bf16_avx512(src, dst, n, overflow);
+      case DType::f8_e4m3fn: return detail::f32_to_f8_e4m3fn_avx512(src, dst, n, overflow);
+      case DType::f8_e5m2: return detail::f32_to_f8_e5m2_avx512(src, dst, n, overflow);
       default: break;  // f32 is a copy on every ISA; the rest fail below
     }
   }
@@ -152,13 +159,10 @@ void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t n, CpuI
 #if HEADROOM_HAVE_AVX512_KERNELS
   if (isa == CpuIsa::avx512) {
     switch (src_dtype) {
-      case DType::f16: return detail::f16_to_f32_avx512(static_cast<const uint16_t*>(src), dst, n);
-      case DType::bf16:
-        return detail::bf16_to_f32_avx512(static_cast<const uint16_t*>(src), dst, n);
-      case DType::f8_e4m3fn:
-        return detail::f8_e4m3fn_to_f32_avx512(static_cast<const uint8_t*>(src), dst, n);
-      case DType::f8_e5m2:
-        return detail::f8_e5m2_to_f32_avx512(static_cast<const uint8_t*>(src), dst, n);
+      case DType::f16: return detail::f16_to_f32_avx512(src, dst, n);
+      case DType::bf16: return detail::bf16_to_f32_avx512(src, dst, n);
+      case DType::f8_e4m3fn: return detail::f8_e4m3fn_to_f32_avx512(src, dst, n);
+      case DType::f8_e5m2: return detail::f8_e5m2_to_f32_avx512(src, dst, n);
       default: break;
     }
   }
@@ -182,9 +186,8 @@ void convert_from_f32_stochastic(const float* src, void* dst, DType dst_dtype, s
   }
 #if HEADROOM_HAVE_AVX512_KERNELS
   if (isa == CpuIsa::avx512) {
-    uint16_t* out = static_cast<uint16_t*>(dst);
-    if (dst_dtype == DType::bf16) return detail::f32_to_bf16_stochastic_avx512(src, out, n, rng);
-    return detail::f32_to_f16_stochastic_avx512(src, out, n, rng);
+    if (dst_dtype == DType::bf16) return detail::f32_to_bf16_stochastic_avx512(src, dst, n, rng);
+    return detail::f32_to_f16_stochastic_avx512(src, dst, n, rng);
   }
 #endif
   if (dst_dtype == DType::bf16) {

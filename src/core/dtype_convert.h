@@ -28,8 +28,8 @@ const char* cpu_isa_name(CpuIsa isa);
 
 // dst[i] = src[i] rounded to nearest-even into dst_dtype (f32, f16, bf16, f8_e4m3fn or f8_e5m2;
 // ValueError naming any other). Overflow as in Note [Narrow float semantics]; for f32 itself,
-// saturate turns +-inf into +-FLT_MAX. src and dst must not overlap. Throws ValueError when `isa`
-// is not supported here.
+// saturate turns +-inf into +-FLT_MAX. src and dst must not overlap; the void* side needs no
+// alignment. Throws ValueError when `isa` is not supported here.
 void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n,
                       Overflow overflow = Overflow::ieee, CpuIsa isa = cpu_isa_best());
 

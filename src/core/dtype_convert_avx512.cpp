@@ -39,16 +39,16 @@ HEADROOM_AVX512_INLINE __mmask16 tail_mask(size_t remaining) {
   return static_cast<__mmask16>((1u << remaining) - 1u);
 }
 
-HEADROOM_AVX512_INLINE void store_x16(uint16_t* dst, __m256i v) {
+HEADROOM_AVX512_INLINE void store_x16(unsigned char* dst, __m256i v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v);
 }
-HEADROOM_AVX512_INLINE void store_x16(uint16_t* dst, __mmask16 mask, __m256i v) {
+HEADROOM_AVX512_INLINE void store_x16(unsigned char* dst, __mmask16 mask, __m256i v) {
   _mm256_mask_storeu_epi16(dst, mask, v);
 }
-HEADROOM_AVX512_INLINE void store_x16(uint8_t* dst, __m128i v) {
+HEADROOM_AVX512_INLINE void store_x16(unsigned char* dst, __m128i v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), v);
 }
-HEADROOM_AVX512_INLINE void store_x16(uint8_t* dst, __mmask16 mask, __m128i v) {
+HEADROOM_AVX512_INLINE void store_x16(unsigned char* dst, __mmask16 mask, __m128i v) {
   _mm_mask_storeu_epi8(dst, mask, v);
 }
 
@@ -76,6 +76,7 @@ HEADROOM_AVX512_INLINE __m512i round_magnitude_rne_x16(__m512i abs) {
 }
 
 struct EncodeF16 {
+  static constexpr size_t kCodeBytes = 2;
   template <bool kSaturate>
   HEADROOM_AVX512_INLINE static __m256i encode(__m512i bits) {
     __m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(bits), _MM_FROUND_TO_NEAREST_INT);
@@ -98,6 +99,7 @@ struct EncodeF16 {
 };
 
 struct EncodeBF16 {
+  static constexpr size_t kCodeBytes = 2;
   template <bool kSaturate>
   HEADROOM_AVX512_INLINE static __m256i encode(__m512i bits) {
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), splat(1));
@@ -121,6 +123,7 @@ struct EncodeBF16 {
 // kOverflow is the ieee overflow encoding (inf, or NaN in e4m3fn); kNan is the NaN encoding.
 template <int kMantissaBits, int kBias, uint32_t kMax, uint32_t kOverflow, uint32_t kNan>
 struct EncodeF8 {
+  static constexpr size_t kCodeBytes = 1;
   template <bool kSaturate>
   HEADROOM_AVX512_INLINE static __m128i encode(__m512i bits) {
     const __m512i abs = _mm512_and_si512(bits, splat(0x7FFFFFFFu));
@@ -137,28 +140,30 @@ struct EncodeF8 {
 using EncodeF8E4M3 = EncodeF8<3, 7, 0x7Eu, 0x7Fu, 0x7Fu>;
 using EncodeF8E5M2 = EncodeF8<2, 15, 0x7Bu, 0x7Cu, 0x7Eu>;
 
-template <typename Encoder, bool kSaturate, typename Out>
-HEADROOM_AVX512_INLINE void encode_loop(const float* src, Out* dst, size_t n) {
+template <typename Encoder, bool kSaturate>
+HEADROOM_AVX512_INLINE void encode_loop(const float* src, unsigned char* dst, size_t n) {
+  constexpr size_t kBytes = Encoder::kCodeBytes;
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {  // two vectors per trip: independent chains for the scheduler
     const __m512i a = _mm512_loadu_si512(src + i);
     const __m512i b = _mm512_loadu_si512(src + i + 16);
-    store_x16(dst + i, Encoder::template encode<kSaturate>(a));
-    store_x16(dst + i + 16, Encoder::template encode<kSaturate>(b));
+    store_x16(dst + i * kBytes, Encoder::template encode<kSaturate>(a));
+    store_x16(dst + (i + 16) * kBytes, Encoder::template encode<kSaturate>(b));
   }
   for (; i < n; i += 16) {
     const __mmask16 mask = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : tail_mask(n - i);
     const __m512i bits = _mm512_maskz_loadu_epi32(mask, src + i);
-    store_x16(dst + i, mask, Encoder::template encode<kSaturate>(bits));
+    store_x16(dst + i * kBytes, mask, Encoder::template encode<kSaturate>(bits));
   }
 }
 
-template <typename Encoder, typename Out>
-HEADROOM_AVX512_INLINE void encode(const float* src, Out* dst, size_t n, Overflow overflow) {
+template <typename Encoder>
+HEADROOM_AVX512_INLINE void encode(const float* src, void* dst, size_t n, Overflow overflow) {
+  auto* out = static_cast<unsigned char*>(dst);
   if (overflow == Overflow::saturate) {
-    encode_loop<Encoder, true>(src, dst, n);
+    encode_loop<Encoder, true>(src, out, n);
   } else {
-    encode_loop<Encoder, false>(src, dst, n);
+    encode_loop<Encoder, false>(src, out, n);
   }
 }
 
@@ -316,10 +321,11 @@ struct StochasticF16 {
 };
 
 template <typename Rounder>
-HEADROOM_AVX512_INLINE void stochastic_loop(const float* src, uint16_t* dst, size_t n,
+HEADROOM_AVX512_INLINE void stochastic_loop(const float* src, void* dst, size_t n,
                                             PhiloxState rng) {
   constexpr int kBatches = 2;  // 128 elements per trip
   constexpr size_t kStep = 64 * kBatches;
+  auto* out = static_cast<unsigned char*>(dst);
   for (size_t i = 0; i < n; i += kStep) {
     __m512i random[4 * kBatches];
     philox_words<kBatches>(rng.seed, rng.offset + i / 4, random);
@@ -328,18 +334,34 @@ HEADROOM_AVX512_INLINE void stochastic_loop(const float* src, uint16_t* dst, siz
       if (start >= n) break;
       if (n - start >= 16) {
         const __m512i bits = _mm512_loadu_si512(src + start);
-        store_x16(dst + start, Rounder::round(bits, random[q]));
+        store_x16(out + 2 * start, Rounder::round(bits, random[q]));
       } else {
         const __mmask16 mask = tail_mask(n - start);
         const __m512i bits = _mm512_maskz_loadu_epi32(mask, src + start);
-        store_x16(dst + start, mask, Rounder::round(bits, random[q]));
+        store_x16(out + 2 * start, mask, Rounder::round(bits, random[q]));
       }
     }
   }
 }
 
+template <bool kBF16>
+HEADROOM_AVX512_INLINE void decode_16bit(const void* src_bytes, float* dst, size_t n) {
+  const auto* src = static_cast<const unsigned char*>(src_bytes);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * i));
+    _mm512_storeu_ps(dst + i, kBF16 ? decode_bf16_x16(h) : decode_f16_x16(h));
+  }
+  if (i < n) {
+    const __mmask16 mask = tail_mask(n - i);
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, src + 2 * i);
+    _mm512_mask_storeu_ps(dst + i, mask, kBF16 ? decode_bf16_x16(h) : decode_f16_x16(h));
+  }
+}
+
 template <int kMantissaBits, int kBias, bool kE5M2>
-HEADROOM_AVX512_INLINE void decode_f8(const uint8_t* src, float* dst, size_t n) {
+HEADROOM_AVX512_INLINE void decode_f8(const void* src_bytes, float* dst, size_t n) {
+  const auto* src = static_cast<const unsigned char*>(src_bytes);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -354,64 +376,48 @@ HEADROOM_AVX512_INLINE void decode_f8(const uint8_t* src, float* dst, size_t n) 
 
 }  // namespace
 
-HEADROOM_AVX512_TARGET void f32_to_f16_avx512(const float* src, uint16_t* dst, size_t n,
+HEADROOM_AVX512_TARGET void f32_to_f16_avx512(const float* src, void* dst, size_t n,
                                               Overflow overflow) {
   encode<EncodeF16>(src, dst, n, overflow);
 }
 
-HEADROOM_AVX512_TARGET void f32_to_bf16_avx512(const float* src, uint16_t* dst, size_t n,
+HEADROOM_AVX512_TARGET void f32_to_bf16_avx512(const float* src, void* dst, size_t n,
                                                Overflow overflow) {
   encode<EncodeBF16>(src, dst, n, overflow);
 }
 
-HEADROOM_AVX512_TARGET void f32_to_f8_e4m3fn_avx512(const float* src, uint8_t* dst, size_t n,
+HEADROOM_AVX512_TARGET void f32_to_f8_e4m3fn_avx512(const float* src, void* dst, size_t n,
                                                     Overflow overflow) {
   encode<EncodeF8E4M3>(src, dst, n, overflow);
 }
 
-HEADROOM_AVX512_TARGET void f32_to_f8_e5m2_avx512(const float* src, uint8_t* dst, size_t n,
+HEADROOM_AVX512_TARGET void f32_to_f8_e5m2_avx512(const float* src, void* dst, size_t n,
                                                   Overflow overflow) {
   encode<EncodeF8E5M2>(src, dst, n, overflow);
 }
 
-HEADROOM_AVX512_TARGET void f16_to_f32_avx512(const uint16_t* src, float* dst, size_t n) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, decode_f16_x16(h));
-  }
-  if (i < n) {
-    const __mmask16 mask = tail_mask(n - i);
-    _mm512_mask_storeu_ps(dst + i, mask, decode_f16_x16(_mm256_maskz_loadu_epi16(mask, src + i)));
-  }
+HEADROOM_AVX512_TARGET void f16_to_f32_avx512(const void* src, float* dst, size_t n) {
+  decode_16bit<false>(src, dst, n);
 }
 
-HEADROOM_AVX512_TARGET void bf16_to_f32_avx512(const uint16_t* src, float* dst, size_t n) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, decode_bf16_x16(b));
-  }
-  if (i < n) {
-    const __mmask16 mask = tail_mask(n - i);
-    _mm512_mask_storeu_ps(dst + i, mask, decode_bf16_x16(_mm256_maskz_loadu_epi16(mask, src + i)));
-  }
+HEADROOM_AVX512_TARGET void bf16_to_f32_avx512(const void* src, float* dst, size_t n) {
+  decode_16bit<true>(src, dst, n);
 }
 
-HEADROOM_AVX512_TARGET void f8_e4m3fn_to_f32_avx512(const uint8_t* src, float* dst, size_t n) {
+HEADROOM_AVX512_TARGET void f8_e4m3fn_to_f32_avx512(const void* src, float* dst, size_t n) {
   decode_f8<3, 7, false>(src, dst, n);
 }
 
-HEADROOM_AVX512_TARGET void f8_e5m2_to_f32_avx512(const uint8_t* src, float* dst, size_t n) {
+HEADROOM_AVX512_TARGET void f8_e5m2_to_f32_avx512(const void* src, float* dst, size_t n) {
   decode_f8<2, 15, true>(src, dst, n);
 }
 
-HEADROOM_AVX512_TARGET void f32_to_bf16_stochastic_avx512(const float* src, uint16_t* dst, size_t n,
+HEADROOM_AVX512_TARGET void f32_to_bf16_stochastic_avx512(const float* src, void* dst, size_t n,
                                                           PhiloxState rng) {
   stochastic_loop<StochasticBF16>(src, dst, n, rng);
 }
 
-HEADROOM_AVX512_TARGET void f32_to_f16_stochastic_avx512(const float* src, uint16_t* dst, size_t n,
+HEADROOM_AVX512_TARGET void f32_to_f16_stochastic_avx512(const float* src, void* dst, size_t n,
                                                          PhiloxState rng) {
   stochastic_loop<StochasticF16>(src, dst, n, rng);
 }

@@ -1,5 +1,6 @@
 // The AVX-512 kernels behind convert_from_f32 / convert_to_f32 (dtype_convert_avx512.cpp).
-// Call them only where cpu_isa_supported(CpuIsa::avx512); each gives the scalar path's bits.
+// Call them only where cpu_isa_supported(CpuIsa::avx512); each gives the scalar path's bits. The
+// narrow side is a void* with no alignment required.
 #pragma once
 
 #include <cstddef>
@@ -19,18 +20,18 @@
 #if HEADROOM_HAVE_AVX512_KERNELS
 namespace headroom::detail {
 
-void f32_to_f16_avx512(const float* src, uint16_t* dst, size_t n, Overflow overflow);
-void f32_to_bf16_avx512(const float* src, uint16_t* dst, size_t n, Overflow overflow);
-void f32_to_f8_e4m3fn_avx512(const float* src, uint8_t* dst, size_t n, Overflow overflow);
-void f32_to_f8_e5m2_avx512(const float* src, uint8_t* dst, size_t n, Overflow overflow);
+void f32_to_f16_avx512(const float* src, void* dst, size_t n, Overflow overflow);
+void f32_to_bf16_avx512(const float* src, void* dst, size_t n, Overflow overflow);
+void f32_to_f8_e4m3fn_avx512(const float* src, void* dst, size_t n, Overflow overflow);
+void f32_to_f8_e5m2_avx512(const float* src, void* dst, size_t n, Overflow overflow);
 
-void f16_to_f32_avx512(const uint16_t* src, float* dst, size_t n);
-void bf16_to_f32_avx512(const uint16_t* src, float* dst, size_t n);
-void f8_e4m3fn_to_f32_avx512(const uint8_t* src, float* dst, size_t n);
-void f8_e5m2_to_f32_avx512(const uint8_t* src, float* dst, size_t n);
+void f16_to_f32_avx512(const void* src, float* dst, size_t n);
+void bf16_to_f32_avx512(const void* src, float* dst, size_t n);
+void f8_e4m3fn_to_f32_avx512(const void* src, float* dst, size_t n);
+void f8_e5m2_to_f32_avx512(const void* src, float* dst, size_t n);
 
-void f32_to_bf16_stochastic_avx512(const float* src, uint16_t* dst, size_t n, PhiloxState rng);
-void f32_to_f16_stochastic_avx512(const float* src, uint16_t* dst, size_t n, PhiloxState rng);
+void f32_to_bf16_stochastic_avx512(const float* src, void* dst, size_t n, PhiloxState rng);
+void f32_to_f16_stochastic_avx512(const float* src, void* dst, size_t n, PhiloxState rng);
 
 }  // namespace headroom::detail
 #endif
