@@ -1,0 +1,44 @@
+// The small set of kernels the Tensor class itself needs from a device backend (fill, copy,
+// arange, random draws, transfers). Each backend registers one table for its device type; ops
+// proper live in ops/ and the backends' own files. Entries marked optional may be null.
+#pragma once
+
+#include "core/device.h"
+#include "core/float_formats.h"
+#include "core/philox.h"
+
+namespace headroom {
+
+class Tensor;
+
+struct DeviceKernels {
+  // dst = value, converted to dst's dtype. dst may be strided.
+  void (*fill)(const Tensor& dst, double value) = nullptr;
+  // dst = src element by element, converting dtypes; same device and shape, both may be strided
+  // (src may have zero strides from expand). `overflow` decides what values beyond a narrower
+  // floating format's range become (see float_formats.h).
+  void (*copy)(const Tensor& dst, const Tensor& src, Overflow overflow) = nullptr;
+  // dst[i] = start + i * step for a contiguous dst.
+  void (*arange)(const Tensor& dst, double start, double step) = nullptr;
+  // Random draws into a contiguous floating dst; see Note [Philox stream layout].
+  void (*uniform)(const Tensor& dst, PhiloxState rng, double low, double high) = nullptr;
+  void (*normal)(const Tensor& dst, PhiloxState rng, double mean, double std) = nullptr;
+  // (optional) Transfers between this device and the CPU for contiguous tensors of the same
+  // dtype and size. Without them, moving tensors between this device and the CPU throws.
+  void (*copy_from_cpu)(const Tensor& dst, const Tensor& cpu_src) = nullptr;
+  void (*copy_to_cpu)(const Tensor& cpu_dst, const Tensor& src) = nullptr;
+  // (optional) Waits until the device's queued work is done; null means kernels are synchronous.
+  void (*synchronize)(int device_index) = nullptr;
+  // (optional) How many devices of this type are present; null means exactly one.
+  int (*device_count)() = nullptr;
+};
+
+void register_device_kernels(DeviceType type, const DeviceKernels* kernels);
+
+// Null when no backend registered kernels for `type` (e.g. cuda in a CPU-only build).
+const DeviceKernels* find_device_kernels(DeviceType type);
+
+// Throws NotImplementedError naming the device when no backend is registered.
+const DeviceKernels& device_kernels(Device device);
+
+}  // namespace headroom

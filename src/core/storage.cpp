@@ -1,0 +1,17 @@
+// Storage allocation through the device's registered allocator.
+#include "core/storage.h"
+
+#include "core/allocator.h"
+
+namespace headroom {
+
+Storage::Storage(size_t nbytes, Device device)
+    : nbytes_(nbytes), device_(device), allocator_(&allocator_for(device)) {
+  data_ = allocator_->allocate(nbytes);
+}
+
+Storage::~Storage() {
+  if (data_) allocator_->deallocate(data_);
+}
+
+}  // namespace headroom

@@ -1,0 +1,122 @@
+// Tensor: a view (shape, strides, offset, dtype) onto a shared Storage on some device. Views
+// share storage; data operations go to the device's registered kernels (see device_kernels.h),
+// so the same code runs on the CPU, a GPU, or the meta device, where nothing is computed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/float_formats.h"
+#include "core/generator.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace headroom {
+
+class Tensor {
+ public:
+  // An undefined tensor (no storage); most methods throw on it.
+  Tensor() = default;
+
+  // Uninitialised memory from the device's allocator.
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
+                     Device device = kCPU);
+  // start, start + step, ... while < end (> end for a negative step), as torch.arange.
+  static Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::f32,
+                       Device device = kCPU);
+  // Uniform in [low, high) and normal(mean, std) from `generator` (the default one if null).
+  static Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = kCPU,
+                     Generator* generator = nullptr);
+  static Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = kCPU,
+                      Generator* generator = nullptr);
+  // Copies host values into a new tensor of `dtype` on `device`.
+  static Tensor from_floats(const std::vector<float>& values, const Shape& shape,
+                            DType dtype = DType::f32, Device device = kCPU);
+  static Tensor from_ints(const std::vector<int64_t>& values, const Shape& shape,
+                          DType dtype = DType::i64, Device device = kCPU);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  const Strides& strides() const { return strides_; }
+  int ndim() const { return shape_.ndim(); }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t numel() const { return shape_.numel(); }
+  DType dtype() const { return dtype_; }
+  Device device() const;
+  int64_t storage_offset() const { return offset_; }
+  size_t element_size() const { return dtype_size(dtype_); }
+  // Bytes of the elements this view covers if it were contiguous.
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  // Address of the first element. On the meta device an address with no memory behind it.
+  void* data_ptr() const;
+  // Typed host pointer; the tensor must be on the CPU and T must be the dtype's storage type.
+  template <typename T>
+  T* data() const;
+
+  // Views (no copy). ValueError / IndexError name the argument and its limit.
+  Tensor view(const Shape& shape) const;  // -1 infers one dimension; needs compatible strides
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor expand(const Shape& shape) const;  // -1 keeps a dimension; new leading dims allowed
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor flatten() const { return reshape({-1}); }
+
+  // Copies (or this tensor itself when nothing needs to change, as PyTorch does).
+  Tensor contiguous() const;
+  Tensor clone() const;
+  // `overflow` decides what values beyond a narrower floating format's range become: ieee (inf,
+  // or NaN for f8_e4m3fn, as PyTorch) or saturate (±max, as Transformer Engine).
+  Tensor to(DType dtype, Overflow overflow = Overflow::ieee) const;
+  Tensor to(Device device) const;
+
+  // In-place data operations; they return *this. Tensors are handles, so these are const.
+  const Tensor& fill_(double value) const;
+  const Tensor& zero_() const { return fill_(0.0); }
+  // Broadcasts src to this shape; any dtypes and devices.
+  const Tensor& copy_(const Tensor& src, Overflow overflow = Overflow::ieee) const;
+  const Tensor& uniform_(double low = 0.0, double high = 1.0, Generator* generator = nullptr) const;
+  const Tensor& normal_(double mean = 0.0, double std = 1.0, Generator* generator = nullptr) const;
+
+  // Host copies of the values, in row-major order.
+  std::vector<float> to_float_vector() const;
+  std::vector<int64_t> to_int64_vector() const;
+  // The single value of a one-element tensor.
+  double item() const;
+
+  // PyTorch-like text: tensor([[1.0000, 2.0000]], dtype=bf16)
+  std::string str() const;
+
+ private:
+  Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset,
+         DType dtype);
+  Tensor as_strided(Shape shape, Strides strides, int64_t offset) const;
+  void check_defined(const char* what) const;
+
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  Strides strides_;
+  int64_t offset_ = 0;  // in elements
+  DType dtype_ = DType::f32;
+};
+
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
+
+}  // namespace headroom
+
+#include "core/tensor_inl.h"

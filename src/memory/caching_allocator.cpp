@@ -1,0 +1,526 @@
+// The caching policy. Each step mirrors the function of the same name in PyTorch's
+// CUDACachingAllocator.cpp, so that statistics agree with PyTorch's to the byte.
+#include "memory/caching_allocator.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace headroom {
+
+struct CachingAllocator::Block {
+  uintptr_t ptr = 0;
+  size_t size = 0;
+  size_t requested_size = 0;
+  StreamId stream = 0;
+  BlockPool* pool = nullptr;
+  bool allocated = false;
+  Block* prev = nullptr;  // neighbours within the same segment
+  Block* next = nullptr;
+  int64_t gc_count_base = 0;  // the pool's free-block search count when this block was cached
+  std::shared_ptr<const ContextLabels> context;          // of the allocation using it
+  std::shared_ptr<const ContextLabels> segment_context;  // of the allocation that made the segment
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return a->stream < b->stream;
+  if (a->size != b->size) return a->size < b->size;
+  return a->ptr < b->ptr;
+}
+
+struct CachingAllocator::BlockPool {
+  explicit BlockPool(bool small) : is_small(small) {}
+  std::set<Block*, BlockOrder> blocks;
+  const bool is_small;
+  int64_t get_free_blocks_call_count = 0;  // the clock of garbage collection
+
+  void insert(Block* block) {
+    block->gc_count_base = get_free_blocks_call_count;
+    blocks.insert(block);
+  }
+};
+
+namespace {
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// PyTorch's roundup_power2_next_division: the next of `divisions` equal steps between the
+// powers of two around `size`.
+size_t roundup_power2_next_division(size_t size, size_t divisions) {
+  if (std::has_single_bit(size)) return size;
+  const size_t power2_floor = std::bit_floor(size);
+  const size_t step = power2_floor >> std::countr_zero(divisions);
+  if (step == 0) return power2_floor << 1;
+  const size_t floor = size & ~(step - 1);
+  return floor == size ? size : floor + step;
+}
+
+}  // namespace
+
+CachingAllocator::CachingAllocator(std::unique_ptr<DeviceAllocator> device_allocator,
+                                   AllocatorConfig config, size_t memory_limit)
+    : device_allocator_(std::move(device_allocator)),
+      config_(config),
+      memory_limit_(memory_limit),
+      large_blocks_(std::make_unique<BlockPool>(false)),
+      small_blocks_(std::make_unique<BlockPool>(true)) {
+  if (config_.max_split_size != std::numeric_limits<size_t>::max()) {
+    stats_.max_split_size = static_cast<int64_t>(config_.max_split_size);
+  }
+}
+
+CachingAllocator::~CachingAllocator() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached_blocks();
+  for (BlockPool* pool : {large_blocks_.get(), small_blocks_.get()}) {
+    for (Block* b : pool->blocks) delete b;  // pieces of segments still in use
+  }
+  for (auto& [ptr, block] : active_blocks_) delete block;
+}
+
+Device CachingAllocator::device() const { return device_allocator_->device(); }
+
+size_t CachingAllocator::round_size(size_t size, const AllocatorConfig& config) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  const size_t divisions = config.roundup_power2_divisions;
+  if (divisions > 1 && size > kMinBlockSize * divisions) {
+    return roundup_power2_next_division(size, divisions);
+  }
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t CachingAllocator::segment_size(size_t rounded_size) {
+  if (rounded_size <= kSmallSize) return kSmallBuffer;
+  if (rounded_size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((rounded_size + kRoundLarge - 1) / kRoundLarge);
+}
+
+CachingAllocator::BlockPool& CachingAllocator::pool_for(size_t rounded_size) {
+  return rounded_size <= kSmallSize ? *small_blocks_ : *large_blocks_;
+}
+
+template <typename F>
+void CachingAllocator::for_pool_stats(const BlockPool& pool, F&& f) {
+  f(static_cast<size_t>(StatType::all));
+  f(static_cast<size_t>(pool.is_small ? StatType::small_pool : StatType::large_pool));
+}
+
+void CachingAllocator::record(TraceEntry::Action action, uintptr_t address, size_t size,
+                              StreamId stream, std::shared_ptr<const ContextLabels> context) {
+  const size_t max_entries = memory_history_max_entries();
+  if (max_entries == 0) return;
+  trace_.push(TraceEntry{action, address, size, stream, now_us(), std::move(context)}, max_entries);
+}
+
+void* CachingAllocator::allocate(size_t nbytes) {
+  return malloc(nbytes, device_allocator_->current_stream());
+}
+
+void CachingAllocator::deallocate(void* ptr) noexcept {
+  try {
+    free(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "headroom: %s\n", e.what());
+    std::abort();
+  }
+}
+
+void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
+  if (nbytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t size = round_size(nbytes, config_);
+  BlockPool& pool = pool_for(size);
+  const size_t segment = segment_size(size);
+
+  Block* block = get_free_block(pool, size, stream);
+  if (!block) {
+    if (config_.garbage_collection_threshold > 0 && memory_limit_ > 0) {
+      garbage_collect_cached_blocks();
+    }
+    block = alloc_block(pool, segment, stream, false);
+    if (!block && release_available_cached_blocks(pool, size, stream)) {
+      block = alloc_block(pool, segment, stream, false);
+    }
+    if (!block) {
+      release_cached_blocks();
+      block = alloc_block(pool, segment, stream, true);
+    }
+  }
+  if (!block) raise_out_of_memory(size, segment, stream);
+  return alloc_found_block(block, size, nbytes, stream);
+}
+
+CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, size_t size,
+                                                          StreamId stream) {
+  if (config_.garbage_collection_threshold > 0 && memory_limit_ > 0) {
+    ++pool.get_free_blocks_call_count;
+  }
+  Block key;
+  key.stream = stream;
+  key.size = size;
+  auto it = pool.blocks.lower_bound(&key);
+  if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+  Block* block = *it;
+  // An oversize block is not split for a small request ...
+  if (size < config_.max_split_size && block->size >= config_.max_split_size) return nullptr;
+  // ... and an oversize request takes a cached block only if it wastes little of it.
+  if (size >= config_.max_split_size && block->size >= size + config_.max_non_split_rounding_size) {
+    return nullptr;
+  }
+  pool.blocks.erase(it);
+  return block;
+}
+
+CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t segment,
+                                                       StreamId stream, bool is_retry) {
+  if (is_retry) stats_.num_alloc_retries += 1;
+  if (memory_limit_ > 0 && reserved_ + segment > memory_limit_) return nullptr;
+  void* ptr = device_allocator_->raw_alloc(segment);
+  if (!ptr) return nullptr;
+  reserved_ += segment;
+  auto* block = new Block;
+  block->ptr = reinterpret_cast<uintptr_t>(ptr);
+  block->size = segment;
+  block->stream = stream;
+  block->pool = &pool;
+  if (memory_history_max_entries() > 0) block->segment_context = current_memory_context();
+  for_pool_stats(pool, [&](size_t t) {
+    stats_.segment[t].increase(1);
+    stats_.reserved_bytes[t].increase(static_cast<int64_t>(segment));
+  });
+  if (segment >= config_.max_split_size) stats_.oversize_segments.increase(1);
+  stats_.num_device_alloc += 1;
+  record(TraceEntry::Action::segment_alloc, block->ptr, segment, stream, block->segment_context);
+  return block;
+}
+
+void* CachingAllocator::alloc_found_block(Block* block, size_t size, size_t requested,
+                                          StreamId stream) {
+  BlockPool& pool = *block->pool;
+  const bool already_split = block->is_split();
+  const size_t remaining_size = block->size - size;
+  const bool split = pool.is_small
+                         ? remaining_size >= kMinBlockSize
+                         : size < config_.max_split_size && remaining_size > kSmallSize;
+  if (split) {
+    Block* remaining = block;
+    block = new Block;
+    block->ptr = remaining->ptr;
+    block->size = size;
+    block->stream = stream;
+    block->pool = &pool;
+    block->segment_context = remaining->segment_context;
+    block->prev = remaining->prev;
+    if (block->prev) block->prev->next = block;
+    block->next = remaining;
+    remaining->prev = block;
+    remaining->ptr += size;
+    remaining->size -= size;
+    pool.insert(remaining);
+    if (already_split) {
+      // An inactive split block shrinks by `size`.
+      for_pool_stats(pool, [&](size_t t) { stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(size)); });
+    } else {
+      // A new inactive split block of the remainder appears.
+      for_pool_stats(pool, [&](size_t t) {
+        stats_.inactive_split_bytes[t].increase(static_cast<int64_t>(remaining->size));
+        stats_.inactive_split[t].increase(1);
+      });
+    }
+  } else if (already_split) {
+    // An inactive split block becomes active whole.
+    for_pool_stats(pool, [&](size_t t) {
+      stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(block->size));
+      stats_.inactive_split[t].decrease(1);
+    });
+  }
+
+  block->allocated = true;
+  block->requested_size = requested;
+  block->context = memory_history_max_entries() > 0 ? current_memory_context() : nullptr;
+  active_blocks_.emplace(block->ptr, block);
+  for_pool_stats(pool, [&](size_t t) {
+    stats_.allocation[t].increase(1);
+    stats_.allocated_bytes[t].increase(static_cast<int64_t>(block->size));
+    stats_.active[t].increase(1);
+    stats_.active_bytes[t].increase(static_cast<int64_t>(block->size));
+    stats_.requested_bytes[t].increase(static_cast<int64_t>(requested));
+  });
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+  record(TraceEntry::Action::alloc, block->ptr, requested, stream, block->context);
+  return reinterpret_cast<void*>(block->ptr);
+}
+
+void CachingAllocator::free(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == active_blocks_.end()) {
+    throw Error(str_cat("free: pointer ", ptr, " was not allocated by the ", device(),
+                        " caching allocator, or was freed twice"));
+  }
+  Block* block = it->second;
+  active_blocks_.erase(it);
+  block->allocated = false;
+  for_pool_stats(*block->pool, [&](size_t t) {
+    stats_.allocation[t].decrease(1);
+    stats_.allocated_bytes[t].decrease(static_cast<int64_t>(block->size));
+  });
+  record(TraceEntry::Action::free_requested, block->ptr, block->requested_size, block->stream,
+         block->context);
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
+  free_block(block);
+}
+
+void CachingAllocator::free_block(Block* block) {
+  record(TraceEntry::Action::free_completed, block->ptr, block->requested_size, block->stream,
+         block->context);
+  const size_t original_size = block->size;
+  const size_t requested = block->requested_size;
+  BlockPool& pool = *block->pool;
+  int64_t net_inactive_blocks = 0, net_inactive_bytes = 0;
+  for (Block* candidate : {block->prev, block->next}) {
+    const size_t subsumed = try_merge_blocks(block, candidate, pool);
+    if (subsumed > 0) {
+      net_inactive_blocks -= 1;
+      net_inactive_bytes -= static_cast<int64_t>(subsumed);
+    }
+  }
+  block->requested_size = 0;
+  block->context.reset();
+  pool.insert(block);
+  if (block->is_split()) {
+    net_inactive_blocks += 1;
+    net_inactive_bytes += static_cast<int64_t>(block->size);
+  }
+  for_pool_stats(pool, [&](size_t t) {
+    if (net_inactive_blocks > 0) stats_.inactive_split[t].increase(net_inactive_blocks);
+    if (net_inactive_blocks < 0) stats_.inactive_split[t].decrease(-net_inactive_blocks);
+    if (net_inactive_bytes > 0) stats_.inactive_split_bytes[t].increase(net_inactive_bytes);
+    if (net_inactive_bytes < 0) stats_.inactive_split_bytes[t].decrease(-net_inactive_bytes);
+    stats_.active[t].decrease(1);
+    stats_.active_bytes[t].decrease(static_cast<int64_t>(original_size));
+    stats_.requested_bytes[t].decrease(static_cast<int64_t>(requested));
+  });
+}
+
+size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
+  if (!src || src->allocated) return 0;
+  if (dst->prev == src) {  // [src dst]
+    dst->ptr = src->ptr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+  } else {  // [dst src]
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  const size_t subsumed = src->size;
+  dst->size += subsumed;
+  pool.blocks.erase(src);
+  delete src;
+  return subsumed;
+}
+
+bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, size_t size,
+                                                       StreamId stream) {
+  if (config_.max_split_size == std::numeric_limits<size_t>::max()) return false;
+  Block key;
+  key.stream = stream;
+  key.size = std::max(size, config_.max_split_size);
+  auto it = pool.blocks.lower_bound(&key);
+  if (it == pool.blocks.end() || (*it)->stream != stream) {
+    // No single cached block is large enough: free oversize blocks, largest first.
+    if (it == pool.blocks.begin()) return false;
+    size_t released = 0;
+    --it;
+    while (released < key.size && (*it)->size >= config_.max_split_size && (*it)->stream == stream) {
+      auto current = it;
+      const bool is_first = current == pool.blocks.begin();
+      if (!is_first) --it;
+      released += (*current)->size;
+      release_block(*current);
+      if (is_first) break;
+    }
+    return released >= key.size;
+  }
+  release_block(*it);
+  return true;
+}
+
+void CachingAllocator::release_cached_blocks() {
+  device_allocator_->synchronize();
+  stats_.num_sync_all_streams += 1;
+  release_blocks(*large_blocks_);
+  release_blocks(*small_blocks_);
+}
+
+void CachingAllocator::release_blocks(BlockPool& pool) {
+  for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+    Block* block = *it++;
+    if (!block->prev && !block->next) release_block(block);
+  }
+}
+
+void CachingAllocator::release_block(Block* block) {
+  BlockPool& pool = *block->pool;
+  stats_.num_device_free += 1;
+  record(TraceEntry::Action::segment_free, block->ptr, block->size, block->stream,
+         block->segment_context);
+  device_allocator_->raw_free(reinterpret_cast<void*>(block->ptr), block->size);
+  reserved_ -= block->size;
+  for_pool_stats(pool, [&](size_t t) {
+    stats_.segment[t].decrease(1);
+    stats_.reserved_bytes[t].decrease(static_cast<int64_t>(block->size));
+  });
+  if (block->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
+  pool.blocks.erase(block);
+  delete block;
+}
+
+void CachingAllocator::garbage_collect_cached_blocks() {
+  // Free cached whole segments that have waited longest for reuse, oldest (by the number of
+  // free-block searches since they were cached) above the average first, until reserved memory
+  // is back under the threshold. Only the large pool: small segments are cheap to keep.
+  const size_t threshold =
+      static_cast<size_t>(config_.garbage_collection_threshold * static_cast<double>(memory_limit_));
+  if (reserved_ <= threshold) return;
+  const size_t target = reserved_ - threshold;
+  BlockPool& pool = *large_blocks_;
+  auto age = [&](const Block* b) { return pool.get_free_blocks_call_count - b->gc_count_base; };
+  int64_t total_age = 0, freeable = 0;
+  for (const Block* b : pool.blocks) {
+    if (!b->is_split()) {
+      total_age += age(b);
+      ++freeable;
+    }
+  }
+  size_t reclaimed = 0;
+  bool freed_one = true;
+  while (reclaimed < target && freed_one && freeable > 0) {
+    const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable);
+    freed_one = false;
+    for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+      Block* block = *it++;
+      if (!block->is_split() && static_cast<double>(age(block)) >= age_threshold) {
+        freed_one = true;
+        reclaimed += block->size;
+        total_age -= age(block);
+        --freeable;
+        release_block(block);
+      }
+    }
+  }
+}
+
+void CachingAllocator::raise_out_of_memory(size_t size, size_t segment, StreamId stream) {
+  const DeviceMemoryInfo info = device_allocator_->memory_info();
+  stats_.num_ooms += 1;
+  record(TraceEntry::Action::oom, info.free, size, stream,
+         memory_history_max_entries() > 0 ? current_memory_context() : nullptr);
+  const int64_t allocated = stats_.allocated_bytes[0].current;
+  const int64_t reserved = stats_.reserved_bytes[0].current;
+  std::string capacity;
+  if (info.total > 0) {
+    capacity = str_cat("Device ", device(), " has a total capacity of ", format_bytes(info.total),
+                       " of which ", format_bytes(info.free), " is free. ");
+  } else {
+    capacity = str_cat("Device ", device(), " has no physical capacity. ");
+  }
+  if (memory_limit_ > 0) {
+    capacity += str_cat("Its capacity limit is ", format_bytes(memory_limit_),
+                        " (set_memory_limit / HEADROOM_MEMORY_LIMIT). ");
+  }
+  throw OutOfMemoryError(str_cat(
+      device(), " out of memory. Tried to allocate ", format_bytes(size), " (a new ",
+      format_bytes(segment), " segment). ", capacity, "Of the memory in use, ",
+      format_bytes(static_cast<size_t>(allocated)), " is allocated by tensors, and ",
+      format_bytes(static_cast<size_t>(reserved - allocated)),
+      " is reserved by headroom but unallocated. If reserved but unallocated memory is large, "
+      "try HEADROOM_ALLOC_CONF=max_split_size_mb:<MB> to limit fragmentation. See "
+      "memory_summary() for the allocator's full statistics."));
+}
+
+DeviceStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.reset_peak();
+}
+
+void CachingAllocator::reset_accumulated_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.reset_accumulated();
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached_blocks();
+}
+
+void CachingAllocator::set_memory_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_limit_ = bytes;
+}
+
+size_t CachingAllocator::memory_limit() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return memory_limit_;
+}
+
+DeviceMemoryInfo CachingAllocator::device_memory_info() const {
+  return device_allocator_->memory_info();
+}
+
+std::vector<SegmentInfo> CachingAllocator::segments() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<const Block*> heads;
+  for (const BlockPool* pool : {large_blocks_.get(), small_blocks_.get()}) {
+    for (const Block* b : pool->blocks) {
+      if (!b->prev) heads.push_back(b);
+    }
+  }
+  for (const auto& [ptr, b] : active_blocks_) {
+    if (!b->prev) heads.push_back(b);
+  }
+  std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
+  std::vector<SegmentInfo> out;
+  for (const Block* head : heads) {
+    SegmentInfo s;
+    s.device = device();
+    s.address = head->ptr;
+    s.stream = head->stream;
+    s.is_large = !head->pool->is_small;
+    s.context = head->segment_context;
+    for (const Block* b = head; b; b = b->next) {
+      s.total_size += b->size;
+      if (b->allocated) {
+        s.allocated_size += b->size;
+        s.active_size += b->size;
+        s.requested_size += b->requested_size;
+      }
+      s.blocks.push_back(BlockInfo{b->ptr, b->size, b->requested_size, b->allocated, b->context});
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<TraceEntry> CachingAllocator::trace() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return trace_.entries();
+}
+
+}  // namespace headroom

@@ -1,0 +1,127 @@
+// CachingAllocator: the one allocation policy of every device, PyTorch's CUDA caching allocator
+// (c10/cuda/CUDACachingAllocator.cpp) over a small DeviceAllocator. Requests are rounded to
+// 512 B, served best-fit from a small (<= 1 MiB) or large pool of cached blocks, carved out of
+// 2 MiB / 20 MiB / rounded segments, split and coalesced; before an out-of-memory error it frees
+// the cache and retries. Statistics, history and the OOM report follow PyTorch's names, so the
+// figures read on the CPU or meta device are the ones a GPU run would show.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "core/allocator.h"
+#include "memory/alloc_config.h"
+#include "memory/device_allocator.h"
+#include "memory/memory_history.h"
+#include "memory/memory_stats.h"
+
+namespace headroom {
+
+// One block of a segment, for snapshots.
+struct BlockInfo {
+  uintptr_t address = 0;
+  size_t size = 0;
+  size_t requested_size = 0;  // 0 for a cached (inactive) block
+  bool allocated = false;
+  std::shared_ptr<const ContextLabels> context;  // of the allocation, when recorded
+};
+
+// One segment obtained from the device, with its blocks in address order.
+struct SegmentInfo {
+  Device device;
+  uintptr_t address = 0;
+  size_t total_size = 0;
+  size_t allocated_size = 0;
+  size_t active_size = 0;
+  size_t requested_size = 0;
+  StreamId stream = 0;
+  bool is_large = false;
+  std::shared_ptr<const ContextLabels> context;  // of the allocation that created it
+  std::vector<BlockInfo> blocks;
+};
+
+class CachingAllocator final : public Allocator {
+ public:
+  static constexpr size_t kMinBlockSize = 512;         // every size is a multiple of this
+  static constexpr size_t kSmallSize = 1u << 20;       // largest request of the small pool
+  static constexpr size_t kSmallBuffer = 2u << 20;     // segment size of the small pool
+  static constexpr size_t kLargeBuffer = 20u << 20;    // segment for requests under 10 MiB
+  static constexpr size_t kMinLargeAlloc = 10u << 20;  // from here segments fit the request
+  static constexpr size_t kRoundLarge = 2u << 20;      // ... rounded up to 2 MiB
+
+  // `memory_limit` 0 means no limit beyond the device's own memory.
+  explicit CachingAllocator(std::unique_ptr<DeviceAllocator> device_allocator,
+                            AllocatorConfig config = AllocatorConfig::from_env(),
+                            size_t memory_limit = memory_limit_from_env());
+  ~CachingAllocator() override;  // returns cached segments; blocks still in use are leaked
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Allocator: on the calling thread's current stream. allocate throws OutOfMemoryError.
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* ptr) noexcept override;
+
+  void* malloc(size_t nbytes, StreamId stream);
+  // Error for a pointer this allocator did not hand out (or already took back).
+  void free(void* ptr);
+
+  Device device() const;
+  DeviceStats stats() const;
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+  // Returns every cached segment with no block in use to the device (torch.cuda.empty_cache).
+  void empty_cache();
+  // Caps reserved memory, as if the device had only `bytes` (0 removes the cap).
+  void set_memory_limit(size_t bytes);
+  size_t memory_limit() const;
+  const AllocatorConfig& config() const { return config_; }
+  DeviceMemoryInfo device_memory_info() const;
+
+  std::vector<SegmentInfo> segments() const;  // in address order
+  std::vector<TraceEntry> trace() const;      // oldest first
+
+  // The size policy, for tests and the planner.
+  static size_t round_size(size_t size, const AllocatorConfig& config);
+  static size_t segment_size(size_t rounded_size);
+
+ private:
+  struct Block;
+  struct BlockPool;
+  struct BlockOrder {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+
+  BlockPool& pool_for(size_t rounded_size);
+  Block* get_free_block(BlockPool& pool, size_t size, StreamId stream);
+  Block* alloc_block(BlockPool& pool, size_t segment, StreamId stream, bool is_retry);
+  void* alloc_found_block(Block* block, size_t size, size_t requested, StreamId stream);
+  void free_block(Block* block);
+  size_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool);
+  bool release_available_cached_blocks(BlockPool& pool, size_t size, StreamId stream);
+  void release_cached_blocks();
+  void release_blocks(BlockPool& pool);
+  void release_block(Block* block);
+  void garbage_collect_cached_blocks();
+  [[noreturn]] void raise_out_of_memory(size_t size, size_t segment, StreamId stream);
+  void record(TraceEntry::Action action, uintptr_t address, size_t size, StreamId stream,
+              std::shared_ptr<const ContextLabels> context);
+  template <typename F>
+  void for_pool_stats(const BlockPool& pool, F&& f);
+
+  mutable std::mutex mutex_;
+  std::unique_ptr<DeviceAllocator> device_allocator_;
+  AllocatorConfig config_;
+  size_t memory_limit_ = 0;
+  size_t reserved_ = 0;  // bytes held from the device (PyTorch's total_allocated_memory)
+  DeviceStats stats_;
+  std::unique_ptr<BlockPool> large_blocks_;
+  std::unique_ptr<BlockPool> small_blocks_;
+  std::unordered_map<uintptr_t, Block*> active_blocks_;
+  TraceRing trace_;
+};
+
+}  // namespace headroom
