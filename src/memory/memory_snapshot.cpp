@@ -1,7 +1,11 @@
 // Collecting and encoding memory snapshots.
 #include "memory/memory_snapshot.h"
 
+#include <filesystem>
+#include <system_error>
+
 #include "core/atomic_file.h"
+#include "core/error.h"
 #include "memory/device_memory.h"
 
 namespace headroom {
@@ -96,6 +100,12 @@ PickleValue memory_snapshot_to_pickle(const MemorySnapshot& snapshot) {
 }
 
 void dump_memory_snapshot(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) {
+    throw Error(str_cat("cannot write '", path, "': cannot create its directory: ", error.message()));
+  }
   write_file_atomically(path, pickle_dumps(memory_snapshot_to_pickle(memory_snapshot())));
 }
 

@@ -28,7 +28,7 @@ MemorySnapshot memory_snapshot();
 // {"filename": "headroom", "line": 0, "name": label}, innermost first.
 PickleValue memory_snapshot_to_pickle(const MemorySnapshot& snapshot);
 
-// Writes the pickle atomically (temporary file, fsync, rename).
+// Writes the pickle atomically (temporary file, fsync, rename), creating its directory.
 void dump_memory_snapshot(const std::string& path);
 
 }  // namespace headroom

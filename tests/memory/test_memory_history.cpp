@@ -141,8 +141,9 @@ TEST(MemorySnapshot, DumpLoadsWithPythonPickle) {
     keep = Tensor::empty({1000, 300}, DType::f32, kMeta);
     Tensor tmp = Tensor::empty({64}, DType::bf16, kMeta);
   }
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / "headroom_test_snapshot.pickle";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "headroom_test_snapshot";
+  std::filesystem::remove_all(dir);
+  const std::filesystem::path path = dir / "nested" / "snapshot.pickle";  // directories are created
   dump_memory_snapshot(path.string());
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -150,7 +151,7 @@ TEST(MemorySnapshot, DumpLoadsWithPythonPickle) {
   EXPECT_EQ(bytes.substr(0, 2), std::string("\x80\x04", 2));  // PROTO 4
   EXPECT_EQ(bytes.back(), '.');                                  // STOP
   if (!python3_on_path()) {
-    std::filesystem::remove(path);
+    std::filesystem::remove_all(dir);
     GTEST_SKIP() << "python3 is not on PATH; the pickle's bytes were checked, pickle.load was not";
   }
   const std::string script =
@@ -173,7 +174,7 @@ TEST(MemorySnapshot, DumpLoadsWithPythonPickle) {
   while (std::fgets(buf, sizeof buf, pipe)) out += buf;
   ::pclose(pipe);
   EXPECT_EQ(out, "True True True True True\n");
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(dir);
   std::filesystem::remove(script_path);
 }
 
