@@ -26,8 +26,12 @@ class CudaDeviceAllocator final : public DeviceAllocator {
   }
 
   void raw_free(void* ptr, size_t) noexcept override {
-    DeviceGuard guard(index_);
+    // No DeviceGuard: it throws, and freeing must not.
+    int previous = index_;
+    cudaGetDevice(&previous);
+    if (previous != index_) cudaSetDevice(index_);
     cudaFree(ptr);
+    if (previous != index_) cudaSetDevice(previous);
   }
 
   DeviceMemoryInfo memory_info() const override {
