@@ -24,11 +24,15 @@ void Tensor::check_defined(const char* what) const {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
   for (int64_t d : shape) {
     if (d < 0) throw ValueError(str_cat("empty: shape ", shape, " has a negative dimension"));
+    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      throw ValueError(str_cat("empty: shape ", shape, " of ", dtype_name(dtype),
+                               " needs more than 2^63 bytes"));
+    }
   }
-  auto storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype),
-                                           device);
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(bytes), device);
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 
@@ -359,6 +363,10 @@ const Tensor& Tensor::copy_(const Tensor& src, Overflow overflow) const {
       throw NotImplementedError(str_cat("copy_: device ", src_device, " cannot copy to the CPU"));
     }
     Tensor packed = source.contiguous();
+    if (dst_device.is_cpu() && is_contiguous() && source.dtype() == dtype_) {
+      from.copy_to_cpu(*this, packed);  // straight into place, no staging copy
+      return *this;
+    }
     host = empty(shape_, source.dtype(), kCPU);
     from.copy_to_cpu(host, packed);
     host = host.to(dtype_, overflow);

@@ -138,6 +138,11 @@ void CachingAllocator::deallocate(void* ptr) noexcept {
 
 void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
   if (nbytes == 0) return nullptr;
+  if (nbytes > kMaxRequest) {  // beyond any device, and the rounding below would wrap
+    throw OutOfMemoryError(str_cat(device(), " out of memory. Tried to allocate ",
+                                   format_bytes(nbytes), ", more than any device holds (",
+                                   format_bytes(kMaxRequest), ")"));
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t size = round_size(nbytes, config_);
   BlockPool& pool = pool_for(size);

@@ -52,6 +52,7 @@ class CachingAllocator final : public Allocator {
   static constexpr size_t kLargeBuffer = 20u << 20;    // segment for requests under 10 MiB
   static constexpr size_t kMinLargeAlloc = 10u << 20;  // from here segments fit the request
   static constexpr size_t kRoundLarge = 2u << 20;      // ... rounded up to 2 MiB
+  static constexpr size_t kMaxRequest = size_t{1} << 50;  // 1 PiB: no device has more
 
   // `memory_limit` 0 means no limit beyond the device's own memory.
   explicit CachingAllocator(std::unique_ptr<DeviceAllocator> device_allocator,

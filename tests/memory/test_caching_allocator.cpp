@@ -313,6 +313,8 @@ TEST(CachingAllocator, ZeroBytesAndBadFrees) {
   EXPECT_THROW(a->free(p), Error);
   int local = 0;
   EXPECT_THROW(a->free(&local), Error);
+  EXPECT_THROW(a->malloc(std::numeric_limits<size_t>::max() - 10, 0), OutOfMemoryError);
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 40, int64_t{1} << 40}, DType::f32, kMeta), ValueError);
 }
 
 TEST(CachingAllocator, RealCpuMemoryIsUsable) {
