@@ -1,5 +1,5 @@
-// Iteration over two same-shaped strided tensors as rows: dimensions that are contiguous in
-// both are merged first, so a copy between contiguous tensors is a single row.
+// Iteration over two same-shaped strided tensors as rows of the innermost coalesced dimension
+// (see core/strided_dims.h), so a copy between contiguous tensors is a single row.
 #pragma once
 
 #include <cstdint>

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/device_kernels.h"
 #include "core/element_io.h"
 #include "core/philox.h"
+#include "core/strided_dims.h"
 #include "core/tensor.h"
 
 namespace headroom::cuda {
@@ -20,7 +20,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxDims = 16;
 
-// A strided layout of one or two tensors with dimensions merged where both are contiguous.
+// coalesce_dims' result in a form a kernel can take by value.
 struct Layout {
   int ndim = 0;
   int64_t size[kMaxDims];
@@ -29,31 +29,18 @@ struct Layout {
 };
 
 Layout make_layout(const Tensor& dst, const Tensor* src) {
-  std::vector<int64_t> size, ds, ss;
-  for (int i = 0; i < dst.ndim(); ++i) {
-    if (dst.shape()[i] == 1) continue;
-    const int64_t d = dst.strides()[i], s = src ? src->strides()[i] : 0;
-    if (!size.empty() && ds.back() == d * dst.shape()[i] && ss.back() == s * dst.shape()[i]) {
-      size.back() *= dst.shape()[i];
-      ds.back() = d;
-      ss.back() = s;
-      continue;
-    }
-    size.push_back(dst.shape()[i]);
-    ds.push_back(d);
-    ss.push_back(s);
-  }
-  if (size.size() > static_cast<size_t>(kMaxDims)) {
-    throw NotImplementedError(str_cat("cuda copy: ", size.size(),
+  const StridedDims dims = coalesce_dims(dst, src);
+  if (dims.sizes.size() > static_cast<size_t>(kMaxDims)) {
+    throw NotImplementedError(str_cat("cuda copy: ", dims.sizes.size(),
                                       " non-mergeable dimensions exceed the kernel's limit of ",
                                       kMaxDims));
   }
   Layout layout;
-  layout.ndim = static_cast<int>(size.size());
+  layout.ndim = static_cast<int>(dims.sizes.size());
   for (int i = 0; i < layout.ndim; ++i) {
-    layout.size[i] = size[i];
-    layout.dst_stride[i] = ds[i];
-    layout.src_stride[i] = ss[i];
+    layout.size[i] = dims.sizes[i];
+    layout.dst_stride[i] = dims.dst_strides[i];
+    layout.src_stride[i] = dims.src_strides[i];
   }
   return layout;
 }
