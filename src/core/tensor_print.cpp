@@ -1,7 +1,7 @@
 // Tensor printing as torch/_tensor_str.py does it: one formatter per tensor (integral, fixed or
 // scientific, width from the non-zero finite values), summaries of 3 edge items around " ..."
-// above 1000 elements, lines wrapped at 80 characters, and the dtype and device as suffixes
-// when they are not the defaults.
+// above 1000 elements (only those are copied off the device), lines wrapped at 80 characters,
+// and the dtype and device as suffixes when they are not the defaults.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -76,30 +76,39 @@ class Formatter {
   size_t width_ = 1;
 };
 
-// Row-major element offsets of the values that are printed.
-void collect_shown(const Shape& shape, bool summarize, int dim, int64_t base,
-                   std::vector<int64_t>* out) {
-  if (dim == shape.ndim()) {
-    out->push_back(base);
-    return;
+// The printed elements as a small CPU tensor, as PyTorch's get_summarized_data: every dimension
+// longer than 2 * kEdgeItems keeps its first and last kEdgeItems (elided[d] marks those). Each
+// combination of head and tail slices is one copy_, so only these elements leave the device.
+Tensor printed_elements(const Tensor& t, bool summarize, std::vector<bool>* elided) {
+  elided->assign(static_cast<size_t>(t.ndim()), false);
+  if (!summarize) return t.to(kCPU);
+  Shape shape = t.shape();
+  std::vector<int> dims;
+  for (int d = 0; d < t.ndim(); ++d) {
+    if (shape[d] > 2 * kEdgeItems) {
+      shape[d] = 2 * kEdgeItems;
+      (*elided)[d] = true;
+      dims.push_back(d);
+    }
   }
-  int64_t inner = 1;
-  for (int d = dim + 1; d < shape.ndim(); ++d) inner *= shape[d];
-  const int64_t n = shape[dim];
-  for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) i = n - kEdgeItems;
-    collect_shown(shape, summarize, dim + 1, base + i * inner, out);
+  Tensor out = Tensor::empty(shape, t.dtype(), kCPU);
+  for (uint64_t mask = 0; mask < (uint64_t{1} << dims.size()); ++mask) {
+    Tensor src = t, dst = out;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      const bool tail = (mask >> k) & 1;
+      src = src.narrow(dims[k], tail ? t.size(dims[k]) - kEdgeItems : 0, kEdgeItems);
+      dst = dst.narrow(dims[k], tail ? kEdgeItems : 0, kEdgeItems);
+    }
+    dst.copy_(src);
   }
+  return out;
 }
 
 std::string format_vector(const std::vector<double>& values, int64_t base, int64_t n,
-                          const Formatter& f, bool summarize, int indent) {
+                          const Formatter& f, bool elided, int indent) {
   std::vector<std::string> items;
   for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
-      items.push_back(" ...");
-      i = n - kEdgeItems;
-    }
+    if (elided && i == kEdgeItems) items.push_back(" ...");
     items.push_back(f.format(values[base + i]));
   }
   const size_t per_line = std::max<size_t>(
@@ -121,25 +130,24 @@ std::string format_vector(const std::vector<double>& values, int64_t base, int64
 }
 
 std::string format_nested(const Shape& shape, const std::vector<double>& values,
-                          const Formatter& f, bool summarize, int dim, int64_t base, int indent) {
+                          const Formatter& f, const std::vector<bool>& elided, int dim,
+                          int64_t base, int indent) {
   const int remaining = shape.ndim() - dim;
   if (remaining == 0) return f.format(values[base]);
-  if (remaining == 1) return format_vector(values, base, shape[dim], f, summarize, indent);
+  if (remaining == 1) return format_vector(values, base, shape[dim], f, elided[dim], indent);
   int64_t inner = 1;
   for (int d = dim + 1; d < shape.ndim(); ++d) inner *= shape[d];
   std::string separator = ",";
   separator.append(static_cast<size_t>(remaining - 1), '\n');
   separator.append(static_cast<size_t>(indent + 1), ' ');
-  const int64_t n = shape[dim];
   std::string out = "[";
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < shape[dim]; ++i) {
     if (i > 0) out += separator;
-    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
+    if (elided[dim] && i == kEdgeItems) {
       out += "...";
       out += separator;
-      i = n - kEdgeItems;
     }
-    out += format_nested(shape, values, f, summarize, dim + 1, base + i * inner, indent + 1);
+    out += format_nested(shape, values, f, elided, dim + 1, base + i * inner, indent + 1);
   }
   return out + "]";
 }
@@ -188,20 +196,17 @@ std::string Tensor::str() const {
   if (!default_dtype) suffixes.push_back(std::string("dtype=") + dtype_traits(dtype_).torch_name);
   if (numel() == 0) return add_suffixes(prefix + "[]", suffixes, indent);
 
+  std::vector<bool> elided;
+  const Tensor printed = printed_elements(*this, numel() > kSummarizeThreshold, &elided);
   std::vector<double> values;
   if (is_floating(dtype_)) {
-    for (float v : to_float_vector()) values.push_back(v);
+    for (float v : printed.to_float_vector()) values.push_back(v);
   } else {
-    for (int64_t v : to_int64_vector()) values.push_back(static_cast<double>(v));
+    for (int64_t v : printed.to_int64_vector()) values.push_back(static_cast<double>(v));
   }
-  const bool summarize = numel() > kSummarizeThreshold;
-  std::vector<int64_t> shown_offsets;
-  collect_shown(shape_, summarize, 0, 0, &shown_offsets);
-  std::vector<double> shown;
-  for (int64_t i : shown_offsets) shown.push_back(values[i]);
-  const Formatter f(dtype_, shown);
-  return add_suffixes(prefix + format_nested(shape_, values, f, summarize, 0, 0, indent), suffixes,
-                      indent);
+  const Formatter f(dtype_, values);
+  return add_suffixes(prefix + format_nested(printed.shape(), values, f, elided, 0, 0, indent),
+                      suffixes, indent);
 }
 
 }  // namespace headroom

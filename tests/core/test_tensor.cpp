@@ -177,6 +177,21 @@ TEST(Tensor, CudaIsAnErrorWithoutAGpu) {
   EXPECT_EQ(Device::parse("cuda").str(), "cuda:0");
 }
 
+TEST(Tensor, PrintsOnlyTheEdgesOfLargeTensors) {
+  Tensor t = Tensor::arange(0, 2000).view({40, 50});
+  const std::string s = t.str();
+  // Rows 0-2 and 37-39, columns 0-2 and 47-49; element [0, 3] is hidden.
+  EXPECT_NE(s.find("4.9000e+01"), std::string::npos) << s;
+  EXPECT_NE(s.find("1.9990e+03"), std::string::npos) << s;
+  EXPECT_NE(s.find("1.8500e+03"), std::string::npos) << s;  // [37, 0]
+  EXPECT_EQ(s.find("3.0000e+00"), std::string::npos) << s;
+  EXPECT_EQ(s.find("1.5000e+02"), std::string::npos) << s;  // [3, 0]
+  EXPECT_NE(s.find("        ...,\n"), std::string::npos) << s;
+  // Gathering from a strided view prints what its contiguous copy prints.
+  Tensor tr = t.transpose(0, 1);
+  EXPECT_EQ(tr.str(), tr.contiguous().str());
+}
+
 TEST(Tensor, PrintsLikePyTorch) {
   EXPECT_EQ(Tensor::arange(0, 6).view({2, 3}).str(),
             "tensor([[0., 1., 2.],\n        [3., 4., 5.]])");
