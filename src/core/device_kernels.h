@@ -18,6 +18,9 @@ struct DeviceKernels {
   // (src may have zero strides from expand). `overflow` decides what values beyond a narrower
   // floating format's range become (see float_formats.h).
   void (*copy)(const Tensor& dst, const Tensor& src, Overflow overflow) = nullptr;
+  // dst += src for a contiguous floating dst; src has dst's shape, any strides and floating
+  // dtype, and is converted to fp32 and added in fp32 (gradient accumulation).
+  void (*accumulate)(const Tensor& dst, const Tensor& src) = nullptr;
   // dst[i] = start + i * step for a contiguous dst.
   void (*arange)(const Tensor& dst, double start, double step) = nullptr;
   // Random draws into a contiguous floating dst; see Note [Philox stream layout].

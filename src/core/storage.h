@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/device.h"
 
@@ -22,11 +23,17 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // Bumped by every in-place write through a tensor, so autograd can tell that a tensor it
+  // saved for backward was changed after it was saved (see autograd/saved_tensor.h).
+  uint32_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;
+  uint32_t version_ = 0;
 };
 
 }  // namespace headroom

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/device_kernels.h"
+#include "core/autograd_meta.h"
 #include "core/error.h"
 
 namespace headroom {
@@ -17,7 +18,8 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, i
       shape_(std::move(shape)),
       strides_(std::move(strides)),
       offset_(offset),
-      dtype_(dtype) {}
+      dtype_(dtype),
+      autograd_meta_(std::make_shared<AutogradMeta>()) {}
 
 void Tensor::check_defined(const char* what) const {
   if (!defined()) throw Error(str_cat(what, ": the tensor is undefined"));
@@ -334,12 +336,31 @@ Tensor Tensor::to(Device device) const {
 
 const Tensor& Tensor::fill_(double value) const {
   check_defined("fill_");
+  storage_->bump_version();
   if (numel() > 0) device_kernels(device()).fill(*this, value);
+  return *this;
+}
+
+const Tensor& Tensor::add_(const Tensor& src) const {
+  check_defined("add_");
+  src.check_defined("add_ source");
+  storage_->bump_version();
+  if (!is_floating(dtype_) || !is_floating(src.dtype())) {
+    throw ValueError(str_cat("add_: needs floating tensors, not ", dtype_name(dtype_), " += ",
+                             dtype_name(src.dtype())));
+  }
+  if (!is_contiguous()) throw ValueError("add_: the destination must be contiguous");
+  if (src.device() != device()) {
+    throw ValueError(str_cat("add_: source on ", src.device(), ", destination on ", device()));
+  }
+  const Tensor source = src.shape() == shape_ ? src : src.expand(shape_);
+  if (numel() > 0) device_kernels(device()).accumulate(*this, source);
   return *this;
 }
 
 const Tensor& Tensor::copy_(const Tensor& src, Overflow overflow) const {
   check_defined("copy_");
+  storage_->bump_version();
   src.check_defined("copy_ source");
   const Tensor source = src.shape() == shape_ ? src : src.expand(shape_);
   if (numel() == 0) return *this;
@@ -410,6 +431,7 @@ void draw_into(const Tensor& t, Generator* generator, Draw draw) {
 
 const Tensor& Tensor::uniform_(double low, double high, Generator* generator) const {
   check_defined("uniform_");
+  storage_->bump_version();
   if (!is_floating(dtype_)) {
     throw ValueError(str_cat("uniform_: needs a floating dtype, not ", dtype_name(dtype_)));
   }
@@ -423,6 +445,7 @@ const Tensor& Tensor::uniform_(double low, double high, Generator* generator) co
 
 const Tensor& Tensor::normal_(double mean, double std, Generator* generator) const {
   check_defined("normal_");
+  storage_->bump_version();
   if (!is_floating(dtype_)) {
     throw ValueError(str_cat("normal_: needs a floating dtype, not ", dtype_name(dtype_)));
   }

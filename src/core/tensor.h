@@ -18,6 +18,9 @@
 
 namespace headroom {
 
+class Node;
+struct AutogradMeta;
+
 class Tensor {
  public:
   // An undefined tensor (no storage); most methods throw on it.
@@ -90,6 +93,8 @@ class Tensor {
   const Tensor& zero_() const { return fill_(0.0); }
   // Broadcasts src to this shape; any dtypes and devices.
   const Tensor& copy_(const Tensor& src, Overflow overflow = Overflow::ieee) const;
+  // this += src (broadcast to this shape), computed in fp32; this must be contiguous and floating.
+  const Tensor& add_(const Tensor& src) const;
   const Tensor& uniform_(double low = 0.0, double high = 1.0, Generator* generator = nullptr) const;
   const Tensor& normal_(double mean = 0.0, double std = 1.0, Generator* generator = nullptr) const;
 
@@ -102,6 +107,22 @@ class Tensor {
   // PyTorch-like text: tensor([[1.0000, 2.0000]], dtype=bf16)
   std::string str() const;
 
+  // Autograd state (see core/autograd_meta.h), shared by every copy of this handle; each view
+  // made by the methods above is a new tensor with its own.
+  bool requires_grad() const;
+  // Only leaves (tensors no op produced) may change the flag, as in PyTorch.
+  const Tensor& set_requires_grad(bool requires_grad = true) const;
+  // The accumulated gradient; undefined until backward reaches this leaf.
+  Tensor grad() const;
+  // Replaces (or, with an undefined tensor, drops) the gradient; shape and device must match.
+  void set_grad(const Tensor& grad) const;
+  const std::shared_ptr<Node>& grad_fn() const;
+  bool is_leaf() const { return grad_fn() == nullptr; }
+  // The same view without autograd state: shares the data, records nothing.
+  Tensor detach() const;
+  AutogradMeta* autograd_meta() const { return autograd_meta_.get(); }
+  AutogradMeta& ensure_autograd_meta() const;
+
  private:
   Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset,
          DType dtype);
@@ -113,6 +134,8 @@ class Tensor {
   Strides strides_;
   int64_t offset_ = 0;  // in elements
   DType dtype_ = DType::f32;
+  // Created with the tensor, so every copy of the handle shares it (null only when undefined).
+  mutable std::shared_ptr<AutogradMeta> autograd_meta_;
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);

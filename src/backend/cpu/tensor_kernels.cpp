@@ -97,6 +97,58 @@ void copy_kernel(const Tensor& dst, const Tensor& src, Overflow overflow) {
   }
 }
 
+// dst += src in fp32, row by row; dst is contiguous (autograd's .grad accumulation).
+void accumulate_row(char* dst, DType dst_dtype, const char* src, DType src_dtype, int64_t src_step,
+                    int64_t n) {
+  const int64_t dsize = static_cast<int64_t>(dtype_size(dst_dtype));
+  const int64_t ssize = static_cast<int64_t>(dtype_size(src_dtype));
+  if (dst_dtype == DType::f32 && src_dtype == DType::f32 && src_step == 1) {
+    float* d = reinterpret_cast<float*>(dst);
+    const float* s = reinterpret_cast<const float*>(src);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    return;
+  }
+  float a[kChunk], b[kChunk];
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t m = std::min(kChunk, n - start);
+    char* d = dst + start * dsize;
+    const char* s = src + start * src_step * ssize;
+    convert_to_f32(d, dst_dtype, a, static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) b[i] = load_as_f32(s + i * src_step * ssize, src_dtype);
+    for (int64_t i = 0; i < m; ++i) a[i] += b[i];
+    convert_from_f32(a, d, dst_dtype, static_cast<size_t>(m), Overflow::ieee);
+  }
+}
+
+void accumulate_kernel(const Tensor& dst, const Tensor& src) {
+  const StridedRows rows = make_strided_rows(dst, &src);
+  char* dst_base = element(dst, 0);
+  const char* src_base = element(src, 0);
+  const int64_t dsize = static_cast<int64_t>(dst.element_size());
+  const int64_t ssize = static_cast<int64_t>(src.element_size());
+  if (rows.rows == 1) {
+    const int64_t pieces =
+        std::max<int64_t>(1, std::min<int64_t>(64, rows.row_length / kParallelGrain));
+    const int64_t per = (rows.row_length + pieces - 1) / pieces;
+#pragma omp parallel for if (pieces > 1)
+    for (int64_t p = 0; p < pieces; ++p) {
+      const int64_t begin = p * per, n = std::min(per, rows.row_length - begin);
+      if (n <= 0) continue;
+      accumulate_row(dst_base + begin * dsize, dst.dtype(),
+                     src_base + begin * rows.src_step * ssize, src.dtype(), rows.src_step, n);
+    }
+    return;
+  }
+#pragma omp parallel for if (rows.rows * rows.row_length > kParallelGrain)
+  for (int64_t r = 0; r < rows.rows; ++r) {
+    int64_t d, s;
+    rows.row_start(r, &d, &s);
+    accumulate_row(dst_base + d * dsize, dst.dtype(), src_base + s * ssize, src.dtype(),
+                   rows.src_step, rows.row_length);
+  }
+}
+
 template <typename Word>
 void fill_words(char* base, int64_t step, int64_t n, const void* pattern) {
   Word w;
@@ -182,6 +234,7 @@ const DeviceKernels kCpuKernels = [] {
   DeviceKernels k;
   k.fill = fill_kernel;
   k.copy = copy_kernel;
+  k.accumulate = accumulate_kernel;
   k.arange = arange_kernel;
   k.uniform = uniform_kernel;
   k.normal = normal_kernel;

@@ -84,6 +84,18 @@ __global__ void copy_kernel(char* dst, DType dst_dtype, int dst_size, const char
   }
 }
 
+__global__ void accumulate_kernel(char* dst, DType dst_dtype, int dst_size, const char* src,
+                                  DType src_dtype, int src_size, Layout layout, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t d, s;
+    offsets(layout, i, &d, &s);
+    char* out = dst + d * dst_size;
+    const float sum = load_as_f32(out, dst_dtype) + load_as_f32(src + s * src_size, src_dtype);
+    store_from_f32(out, dst_dtype, sum, Overflow::ieee);
+  }
+}
+
 __global__ void fill_kernel(char* dst, int size, Layout layout, int64_t n, uint64_t pattern) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -130,6 +142,15 @@ void copy(const Tensor& dst, const Tensor& src, Overflow overflow) {
                                            static_cast<int>(dst.element_size()), base_of(src),
                                            src.dtype(), static_cast<int>(src.element_size()),
                                            make_layout(dst, &src), n, overflow);
+  check_launch();
+}
+
+void accumulate(const Tensor& dst, const Tensor& src) {
+  DeviceGuard guard(dst.device().index);
+  const int64_t n = dst.numel();
+  accumulate_kernel<<<blocks_for(n), kThreads>>>(
+      base_of(dst), dst.dtype(), static_cast<int>(dst.element_size()), base_of(src), src.dtype(),
+      static_cast<int>(src.element_size()), make_layout(dst, &src), n);
   check_launch();
 }
 
@@ -190,6 +211,7 @@ const DeviceKernels kCudaKernels = [] {
   DeviceKernels k;
   k.fill = fill;
   k.copy = copy;
+  k.accumulate = accumulate;
   k.arange = arange;
   k.uniform = uniform;
   k.normal = normal;

@@ -1,0 +1,142 @@
+// The backward engine: dependency counting, a ready queue ordered by sequence number, gradient
+// buffers per node. Single-threaded; the ops it runs use the CPU's threads themselves.
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/node.h"
+#include "core/autograd_meta.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+
+namespace headroom {
+
+namespace {
+
+// Adds `grad` into slot `i` of a node's input buffer.
+void add_to_buffer(std::vector<Tensor>& buffer, uint32_t i, Tensor grad) {
+  Tensor& slot = buffer.at(i);
+  if (!slot.defined()) {
+    slot = std::move(grad);
+    return;
+  }
+  // Accumulate into whichever buffer we own alone, else into a fresh one.
+  if (slot.storage().use_count() == 1 && slot.is_contiguous()) {
+    slot.add_(grad);
+  } else if (grad.storage().use_count() == 1 && grad.is_contiguous() &&
+             grad.dtype() == slot.dtype()) {
+    grad.add_(slot);
+    slot = std::move(grad);
+  } else {
+    Tensor sum = slot.contiguous().clone();
+    sum.add_(grad);
+    slot = std::move(sum);
+  }
+}
+
+struct ByReverseSequence {
+  bool operator()(const Node* a, const Node* b) const {
+    return a->sequence_nr() < b->sequence_nr();
+  }
+};
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
+  backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad_output}, retain_graph);
+}
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
+              bool retain_graph) {
+  if (roots.size() != grad_outputs.size()) {
+    throw ValueError(str_cat("backward: ", roots.size(), " roots but ", grad_outputs.size(),
+                             " gradients"));
+  }
+  NoGradGuard no_grad;
+  std::vector<std::shared_ptr<Node>> keep_alive;
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  std::vector<std::pair<Edge, Tensor>> starts;
+  for (size_t r = 0; r < roots.size(); ++r) {
+    const Tensor& root = roots[r];
+    if (!root.defined() || !root.requires_grad()) {
+      throw Error(str_cat("backward: root ", r, " does not require grad and has no grad_fn"));
+    }
+    Tensor grad = grad_outputs[r];
+    if (!grad.defined()) {
+      if (root.numel() != 1) {
+        throw Error(str_cat("backward: grad can be implicitly created only for one-element "
+                            "outputs; root ", r, " has shape ", root.shape()));
+      }
+      grad = Tensor::ones(root.shape(), root.dtype(), root.device());
+    } else if (grad.shape() != root.shape()) {
+      throw ValueError(str_cat("backward: gradient shape ", grad.shape(), " for root ", r,
+                               " of shape ", root.shape()));
+    }
+    Edge edge = gradient_edge(root);
+    starts.emplace_back(std::move(edge), std::move(grad));
+  }
+
+  // Count, for every node reachable from the roots, how many edges lead into it.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack;
+  for (auto& [edge, grad] : starts) {
+    keep_alive.push_back(edge.node);
+    if (dependencies.emplace(edge.node.get(), 0).second) stack.push_back(edge.node.get());
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& next : node->next_edges()) {
+      if (!next.valid()) continue;
+      auto [it, inserted] = dependencies.emplace(next.node.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(next.node.get());
+    }
+  }
+
+  std::priority_queue<Node*, std::vector<Node*>, ByReverseSequence> ready;
+  for (auto& [edge, grad] : starts) {
+    Node* node = edge.node.get();
+    auto [it, inserted] = buffers.try_emplace(node, node->num_outputs());
+    add_to_buffer(it->second, edge.input_nr, std::move(grad));
+  }
+  for (auto& [edge, grad] : starts) {
+    Node* node = edge.node.get();
+    if (dependencies[node] == 0) {
+      dependencies[node] = -1;  // queued
+      ready.push(node);
+    }
+  }
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    std::vector<Tensor> inputs;
+    if (auto it = buffers.find(node); it != buffers.end()) {
+      inputs = std::move(it->second);
+      buffers.erase(it);
+    } else {
+      inputs.resize(node->num_outputs());
+    }
+    bool any_defined = false;
+    for (const Tensor& t : inputs) any_defined = any_defined || t.defined();
+    std::vector<Tensor> grads;
+    if (any_defined) grads = node->apply(std::move(inputs));
+    inputs.clear();
+    if (!retain_graph) node->release_saved();
+
+    const std::vector<Edge>& edges = node->next_edges();
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const Edge& next = edges[i];
+      if (!next.valid()) continue;
+      if (i < grads.size() && grads[i].defined()) {
+        auto [it, inserted] = buffers.try_emplace(next.node.get(), next.node->num_outputs());
+        add_to_buffer(it->second, next.input_nr, std::move(grads[i]));
+      }
+      if (--dependencies[next.node.get()] == 0) ready.push(next.node.get());
+    }
+  }
+}
+
+}  // namespace headroom

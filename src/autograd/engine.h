@@ -1,0 +1,24 @@
+// Backward: runs the recorded graph from the roots to the leaves.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace headroom {
+
+// Note [Saved tensors are released after use]
+// Each node is run once all gradients for its outputs have arrived, largest sequence number first
+// (the reverse of the forward order). Right after a node has run, its saved tensors are released
+// (unless retain_graph) and the gradients it consumed are dropped, so the memory held for the
+// forward pass falls as backward proceeds. AccumulateGrad nodes run as soon as they are ready.
+
+// Accumulates d(root)/d(leaf) into the .grad of every leaf that requires grad. `grad_output`
+// defaults to 1 for a one-element root. Ops inside run in no-grad mode.
+void backward(const Tensor& root, const Tensor& grad_output = Tensor(), bool retain_graph = false);
+
+// Several roots at once, as torch.autograd.backward(tensors, grad_tensors).
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
+              bool retain_graph = false);
+
+}  // namespace headroom

@@ -1,0 +1,81 @@
+// The node every op records: a backward function, the tensors it saved, and the shapes and
+// dtypes of its inputs (to check the gradients it returns). An op records one like this:
+//
+//   if (auto node = make_function_node("GeluBackward", {x})) {
+//     node->save(x);                                      // ctx.saved(0) in backward
+//     node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
+//       return {gelu_backward(ctx.grad_output(), ctx.saved(0))};
+//     });
+//     node->set_outputs({out});
+//   }
+//
+// The backward lambda must capture no tensors (save them instead), so that they are released as
+// soon as backward has used them; see Note [Saved tensors are released after use].
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/node.h"
+#include "autograd/saved_tensor.h"
+
+namespace headroom {
+
+class FunctionNode;
+
+class BackwardContext {
+ public:
+  BackwardContext(const FunctionNode& node, std::vector<Tensor>& grad_outputs)
+      : node_(node), grad_outputs_(grad_outputs) {}
+  // Gradient of output i; undefined when none flowed to it (only for multi-output ops).
+  const Tensor& grad_output(size_t i = 0) const { return grad_outputs_.at(i); }
+  // Moves the gradient out, for backwards that can reuse its buffer.
+  Tensor take_grad_output(size_t i = 0) { return std::move(grad_outputs_.at(i)); }
+  Tensor saved(size_t i) const;
+  bool needs_input_grad(size_t i) const;
+
+ private:
+  const FunctionNode& node_;
+  std::vector<Tensor>& grad_outputs_;
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(BackwardContext& ctx)>;
+
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::string name, const std::vector<Tensor>& inputs);
+
+  std::string name() const override { return name_; }
+  // Returns the index to pass to ctx.saved().
+  size_t save(const Tensor& tensor);
+  void set_backward(BackwardFn backward) { backward_ = std::move(backward); }
+  // Makes these tensors the node's outputs (their grad_fn and output_nr) and marks them as
+  // requiring grad. Call it on the op's fresh results before handing them out.
+  void set_outputs(const std::vector<Tensor>& outputs);
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
+  void release_saved() override;
+
+  bool needs_input_grad(size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
+  Tensor unpack_saved(size_t i) const;
+
+ private:
+  struct InputInfo {
+    Shape shape;
+    DType dtype;
+    Device device;
+  };
+  std::string name_;
+  std::vector<InputInfo> inputs_;
+  std::vector<SavedTensor> saved_;
+  BackwardFn backward_;
+};
+
+// Null when grad mode is off or no input requires grad: the op then records nothing.
+// Undefined inputs (an absent bias) are allowed and get no gradient.
+std::shared_ptr<FunctionNode> make_function_node(std::string name,
+                                                 const std::vector<Tensor>& inputs);
+
+}  // namespace headroom

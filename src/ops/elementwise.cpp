@@ -1,0 +1,112 @@
+// add / sub / mul / scale. Inputs of different shapes are broadcast; their gradients are summed
+// back to each input's shape.
+#include "ops/elementwise.h"
+
+#include "autograd/function_node.h"
+#include "backend/cpu/elementwise.h"
+#include "core/error.h"
+#include "ops/op_support.h"
+#include "ops/reduction.h"
+
+namespace headroom {
+
+namespace {
+
+enum class Binary { add, sub, mul };
+
+const char* binary_name(Binary op) {
+  switch (op) {
+    case Binary::add: return "add";
+    case Binary::sub: return "sub";
+    case Binary::mul: return "mul";
+  }
+  return "?";
+}
+
+DType result_dtype(const Tensor& a, const Tensor& b) {
+  // Promotion among floating formats: equal dtypes stay, anything mixed computes in f32.
+  return a.dtype() == b.dtype() ? a.dtype() : DType::f32;
+}
+
+// The raw computation, no autograd.
+Tensor binary_forward(Binary op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  check_floating(name, "a", a);
+  check_floating(name, "b", b);
+  check_same_device(name, {a, b});
+  const Shape shape = broadcast_shapes(a.shape(), b.shape());
+  Tensor out = Tensor::empty(shape, DType::f32, a.device());
+  const Tensor af = f32_contiguous(a.shape() == shape ? a : a.expand(shape));
+  const Tensor bf = f32_contiguous(b.shape() == shape ? b : b.expand(shape));
+  if (computes_on_cpu(name, a.device())) {
+    const float* pa = af.data<float>();
+    const float* pb = bf.data<float>();
+    float* po = out.data<float>();
+    switch (op) {
+      case Binary::add: cpu::add(pa, pb, po, out.numel()); break;
+      case Binary::sub: cpu::sub(pa, pb, po, out.numel()); break;
+      case Binary::mul: cpu::mul(pa, pb, po, out.numel()); break;
+    }
+  }
+  return to_dtype(out, result_dtype(a, b));
+}
+
+Tensor scale_forward(const Tensor& x, double factor) {
+  check_floating("scale", "x", x);
+  Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
+  const Tensor xf = f32_contiguous(x);
+  if (computes_on_cpu("scale", x.device())) {
+    cpu::scale(xf.data<float>(), static_cast<float>(factor), out.data<float>(), out.numel());
+  }
+  return to_dtype(out, x.dtype());
+}
+
+Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(op, a, b);
+  const char* node_name = op == Binary::add ? "AddBackward"
+                          : op == Binary::sub ? "SubBackward"
+                                              : "MulBackward";
+  if (auto node = make_function_node(node_name, {a, b})) {
+    const Shape a_shape = a.shape(), b_shape = b.shape();
+    if (op == Binary::mul) {
+      node->save(a);
+      node->save(b);
+    }
+    node->set_backward([op, a_shape, b_shape](BackwardContext& ctx) -> std::vector<Tensor> {
+      const Tensor& g = ctx.grad_output();
+      Tensor ga, gb;
+      if (op == Binary::mul) {
+        if (ctx.needs_input_grad(0)) ga = sum_to_shape(binary_forward(Binary::mul, g, ctx.saved(1)), a_shape);
+        if (ctx.needs_input_grad(1)) gb = sum_to_shape(binary_forward(Binary::mul, g, ctx.saved(0)), b_shape);
+      } else {
+        if (ctx.needs_input_grad(0)) ga = sum_to_shape(g, a_shape);
+        if (ctx.needs_input_grad(1)) {
+          gb = sum_to_shape(g, b_shape);
+          if (op == Binary::sub) gb = scale_forward(gb, -1.0);
+        }
+      }
+      return {ga, gb};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(Binary::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(Binary::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(Binary::mul, a, b); }
+
+Tensor scale(const Tensor& x, double factor) {
+  Tensor out = scale_forward(x, factor);
+  if (auto node = make_function_node("ScaleBackward", {x})) {
+    node->set_backward([factor](BackwardContext& ctx) -> std::vector<Tensor> {
+      return {scale_forward(ctx.grad_output(), factor)};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace headroom

@@ -1,0 +1,113 @@
+// sum / mean and the broadcast-reducing sum_to_shape.
+#include "ops/reduction.h"
+
+#include "autograd/function_node.h"
+#include "backend/cpu/reduction.h"
+#include "core/error.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+Tensor reduce_all(const Tensor& x, bool average, const char* op) {
+  check_floating(op, "x", x);
+  Tensor out = Tensor::empty(Shape{}, DType::f32, x.device());
+  const Tensor xf = f32_contiguous(x);
+  if (computes_on_cpu(op, x.device())) {
+    double total = cpu::sum_all(xf.data<float>(), xf.numel());
+    if (average) total /= static_cast<double>(x.numel());  // NaN for an empty tensor, as torch
+    *out.data<float>() = static_cast<float>(total);
+  }
+  out = to_dtype(out, x.dtype());
+  if (auto node = make_function_node(average ? "MeanBackward" : "SumBackward", {x})) {
+    const Shape shape = x.shape();
+    const double factor = average ? 1.0 / static_cast<double>(x.numel()) : 1.0;
+    node->set_backward([shape, factor](BackwardContext& ctx) -> std::vector<Tensor> {
+      const Tensor& g = ctx.grad_output();
+      Tensor grad = Tensor::empty(shape, g.dtype(), g.device());
+      if (computes_on_cpu("sum backward", g.device())) grad.fill_(g.item() * factor);
+      return {grad};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, const char* op) {
+  check_floating(op, "x", x);
+  const int64_t d = wrap_dim(dim, x.ndim());
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < d; ++i) outer *= x.size(i);
+  for (int64_t i = d + 1; i < x.ndim(); ++i) inner *= x.size(i);
+  const int64_t n = x.size(d);
+  std::vector<int64_t> out_dims;
+  for (int64_t i = 0; i < x.ndim(); ++i) {
+    if (i != d) out_dims.push_back(x.size(i));
+    else if (keepdim) out_dims.push_back(1);
+  }
+  const Shape out_shape(out_dims);
+  Tensor out = Tensor::empty(out_shape, DType::f32, x.device());
+  const Tensor xf = f32_contiguous(x);
+  if (computes_on_cpu(op, x.device())) {
+    float* o = out.data<float>();
+    cpu::sum_middle(xf.data<float>(), outer, n, inner, o);
+    if (average) {
+      const float inv = 1.0f / static_cast<float>(n);
+      for (int64_t i = 0; i < outer * inner; ++i) o[i] *= inv;
+    }
+  }
+  out = to_dtype(out, x.dtype());
+  if (auto node = make_function_node(average ? "MeanBackward" : "SumBackward", {x})) {
+    const Shape shape = x.shape();
+    std::vector<int64_t> kept = shape.to_vector();
+    kept[static_cast<size_t>(d)] = 1;
+    const Shape kept_shape(kept);
+    node->set_backward([shape, kept_shape, average, n](BackwardContext& ctx) -> std::vector<Tensor> {
+      Tensor g = ctx.grad_output().reshape(kept_shape);
+      Tensor grad = Tensor::empty(shape, g.dtype(), g.device());
+      grad.copy_(g.expand(shape));
+      if (average && computes_on_cpu("mean backward", g.device())) {
+        Tensor gf = f32_contiguous(grad);
+        float* p = gf.data<float>();
+        const float inv = 1.0f / static_cast<float>(n);
+        for (int64_t i = 0; i < gf.numel(); ++i) p[i] *= inv;
+        if (gf.storage() != grad.storage()) grad.copy_(gf);
+      }
+      return {grad};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return reduce_all(x, false, "sum"); }
+Tensor mean(const Tensor& x) { return reduce_all(x, true, "mean"); }
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
+  return reduce_dim(x, dim, keepdim, false, "sum");
+}
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
+  return reduce_dim(x, dim, keepdim, true, "mean");
+}
+
+Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  if (shape.ndim() > x.ndim()) {
+    throw ValueError(str_cat("sum_to_shape: cannot reduce ", x.shape(), " to ", shape));
+  }
+  Tensor result = x;
+  const int64_t lead = x.ndim() - shape.ndim();
+  for (int64_t i = 0; i < lead; ++i) result = sum(result, 0, false);
+  for (int64_t i = 0; i < shape.ndim(); ++i) {
+    if (shape[i] == 1 && result.size(i) != 1) {
+      result = sum(result, i, true);
+    } else if (shape[i] != result.size(i)) {
+      throw ValueError(str_cat("sum_to_shape: cannot reduce ", x.shape(), " to ", shape));
+    }
+  }
+  return result;
+}
+
+}  // namespace headroom
