@@ -1,0 +1,22 @@
+// Scaled dot-product attention, flash-attention style: computed tile by tile with an online
+// softmax, keeping only the per-row log-sum-exp for backward (never the T x T probabilities);
+// backward recomputes the probabilities tile by tile.
+#pragma once
+
+#include <optional>
+
+#include "core/generator.h"
+#include "core/tensor.h"
+
+namespace headroom {
+
+// q [B, Hq, Tq, D], k and v [B, Hkv, Tk, D] with Hq a multiple of Hkv (grouped-query attention:
+// query head h reads key/value head h / (Hq / Hkv)); any strides. Returns [B, Hq, Tq, D]
+// contiguous. `scale` defaults to 1/sqrt(D). is_causal masks key j > query i (aligned at the
+// start, Tq == Tk). dropout_p drops attention probabilities from the Philox stream of
+// `generator`, regenerated in backward.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal = true, std::optional<double> scale = {},
+                                    double dropout_p = 0.0, Generator* generator = nullptr);
+
+}  // namespace headroom
