@@ -12,6 +12,8 @@
 
 namespace headroom {
 
+// Fields and defaults of transformers' GPT2Config (plus the PretrainedConfig ones GPT-2 uses).
+// The summary_* fields of GPT2DoubleHeadsModel are not read.
 struct GPT2Config {
   int64_t vocab_size = 50257;
   int64_t n_positions = 1024;  // the context length (old files also carry n_ctx, the same value)
