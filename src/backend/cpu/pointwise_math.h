@@ -55,13 +55,13 @@ inline float exp_approx(float x) {
 
 // tanh(x) with relative error about 1e-7 (tests/ops/test_pointwise.cpp measures it against
 // std::tanh): Cephes' tanhf polynomial for |x| < 0.625, 1 - 2 / (e^{2|x|} + 1) beyond, where the
-// subtraction loses nothing; |x| >= 9 gives +-1 exactly, as in float.
+// subtraction loses nothing; from |x| = 9.01 on it gives +-1 exactly, as float tanh does.
 inline float tanh_approx(float x) {
   const uint32_t sign = bits_of(x) & 0x80000000u;
   const uint32_t abs_bits = bits_of(x) & 0x7FFFFFFFu;
-  constexpr uint32_t kNineBits = 0x41100000u;  // 9.0
-  const uint32_t clamp = mask_if(abs_bits > kNineBits) & mask_if(abs_bits <= 0x7F800000u);
-  const float a = float_of((abs_bits & ~clamp) | (kNineBits & clamp));
+  constexpr uint32_t kTenBits = 0x41200000u;  // 10.0
+  const uint32_t clamp = mask_if(abs_bits > kTenBits) & mask_if(abs_bits <= 0x7F800000u);
+  const float a = float_of((abs_bits & ~clamp) | (kTenBits & clamp));
   const float large = float_of(bits_of(1.0f - 2.0f / (exp_approx(2.0f * a) + 1.0f)) | sign);
   const float z = x * x;
   float p = -5.70498872745e-3f;
