@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
-#include "backend/cpu/pointwise_math.h"
+#include "backend/cpu/pointwise_simd.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/philox.h"
@@ -70,6 +70,25 @@ TEST(PointwiseMath, ExpMatchesStdExpAndHandlesItsLimits) {
   EXPECT_GT(cpu::exp_approx(1000.0f), 1e38f);
   EXPECT_TRUE(std::isnan(cpu::exp_approx(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_TRUE(std::isnan(cpu::exp_approx(-std::numeric_limits<float>::quiet_NaN())));
+}
+
+// The same functions inside the kernels (the AVX-512 clone where the CPU has it), through the ops:
+// gelu and silu over 2^21 points against the formulas in double.
+TEST(PointwiseMath, KernelsMatchTheFormulasInDouble) {
+  const int64_t n = 1 << 21;
+  std::vector<float> xs(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) xs[static_cast<size_t>(i)] = -12.0f + 24.0f * static_cast<float>(i) / n;
+  const Tensor x = Tensor::from_floats(xs, {n});
+  const std::vector<float> g = gelu(x).to_float_vector(), s = silu(x).to_float_vector();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i];
+    const double t = std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+    const double want_gelu = 0.5 * v * (1.0 + t);
+    // 0.5 x (1 + t) cancels for negative x: an error e in t costs 0.5 |x| e.
+    ASSERT_NEAR(g[i], want_gelu, 4e-7 * std::abs(want_gelu) + 1e-7 * std::abs(v)) << "gelu " << v;
+    const double want_silu = v / (1.0 + std::exp(-v));
+    ASSERT_NEAR(s[i], want_silu, 4e-7 * std::abs(want_silu) + 1e-30) << "silu " << v;
+  }
 }
 
 // One case of the golden file: named float vectors and the shape they share.

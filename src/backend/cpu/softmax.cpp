@@ -1,10 +1,11 @@
-// Softmax kernels: max subtraction for stability, exp from backend/cpu/pointwise_math.h, sums in
-// fp32 (a row's partial sums live in SIMD lanes; the order is fixed, so results repeat).
+// Softmax kernels: max subtraction for stability, exp from backend/cpu/pointwise_simd.h, sums in
+// fp32 (a row's partial sums live in SIMD lanes; the order is fixed, so results repeat). Rows and
+// tiles have AVX-512 clones (Note [AVX-512 clones of point-wise loops]).
 #include "backend/cpu/softmax.h"
 
 #include <limits>
 
-#include "backend/cpu/pointwise_math.h"
+#include "backend/cpu/pointwise_simd.h"
 
 namespace headroom::cpu {
 
@@ -13,7 +14,7 @@ namespace {
 constexpr int64_t kGrain = 1 << 15;  // elements below which one thread does all
 constexpr int64_t kTile = 256;       // inner columns per task when softmax is not over the last dim
 
-void softmax_row(const float* x, float* y, int64_t n) {
+HEADROOM_SIMD_CLONES void softmax_row(const float* x, float* y, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < n; ++j) m = m > x[j] ? m : x[j];
@@ -29,7 +30,8 @@ void softmax_row(const float* x, float* y, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
 }
 
-void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n) {
+HEADROOM_SIMD_CLONES void softmax_row_backward(const float* y, const float* dy, float* dx,
+                                               int64_t n) {
   float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
   for (int64_t j = 0; j < n; ++j) dot += dy[j] * y[j];
@@ -38,7 +40,8 @@ void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n)
 }
 
 // Columns [0, len) of one outer slice; consecutive j are `inner` floats apart.
-void softmax_tile(const float* x, float* y, int64_t n, int64_t inner, int64_t len) {
+HEADROOM_SIMD_CLONES void softmax_tile(const float* x, float* y, int64_t n, int64_t inner,
+                                       int64_t len) {
   float m[kTile], total[kTile];
   for (int64_t i = 0; i < len; ++i) {
     m[i] = -std::numeric_limits<float>::infinity();
@@ -67,8 +70,8 @@ void softmax_tile(const float* x, float* y, int64_t n, int64_t inner, int64_t le
   }
 }
 
-void softmax_tile_backward(const float* y, const float* dy, float* dx, int64_t n, int64_t inner,
-                           int64_t len) {
+HEADROOM_SIMD_CLONES void softmax_tile_backward(const float* y, const float* dy, float* dx,
+                                                int64_t n, int64_t inner, int64_t len) {
   float dot[kTile] = {};
   for (int64_t j = 0; j < n; ++j) {
 #pragma omp simd

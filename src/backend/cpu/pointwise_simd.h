@@ -1,14 +1,34 @@
-// exp, tanh and sigmoid for the point-wise CPU kernels (activations, softmax), written so that a
-// `#pragma omp simd` loop calling them vectorises with the default x86-64 flags.
+// What the point-wise CPU kernels (activations, softmax, dropout) share: exp, tanh and sigmoid
+// written so that a `#pragma omp simd` loop calling them vectorises with the default x86-64
+// flags, AVX-512 clones of the hot loops, and the split of an array over threads.
 //
 // Note [Selects through integer masks]
-// GCC does not if-convert a float comparison feeding a select (`x > c ? c : x`, std::min) under
-// the default -ftrapping-math unless the target has AVX-512 mask registers, so such a loop stays
-// scalar on SSE2 / AVX2. Comparing the float's bits as integers cannot trap, and blending with
-// and / or masks has no branch, so these functions do every select that way.
+// GCC does not if-convert a float comparison feeding a select of constants (`x > c ? c : x`)
+// under the default -ftrapping-math unless the target has AVX-512 mask registers, so such a loop
+// stays scalar on SSE2 / AVX2. Comparing the float's bits as integers cannot trap, and blending
+// with and / or masks has no branch, so these functions do every select that way.
+//
+// Note [AVX-512 clones of point-wise loops]
+// The build sets no -march, so plain code is vectorised for SSE2 (4 floats). These kernels are
+// compute-bound (a polynomial exp per element, ten Philox rounds per four elements), so a
+// function marked HEADROOM_SIMD_CLONES is also compiled for AVX-512 and the loader picks that
+// clone on CPUs that have it (GCC / Clang target_clones, an ifunc): the binary still runs on any
+// x86-64. The AVX-512 clone may fuse a multiply and an add into one FMA where the SSE2 one rounds
+// twice, so the two can differ in the last bit; each is deterministic, and both meet the accuracy
+// that tests/ops/test_pointwise.cpp checks through the ops. A marked function must not contain
+// an OpenMP region (the outlined region would not be cloned): the parallel loop calls it on each
+// thread's range instead.
 #pragma once
 
+#include <omp.h>
+
 #include <cstdint>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HEADROOM_SIMD_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define HEADROOM_SIMD_CLONES
+#endif
 
 namespace headroom::cpu {
 
@@ -75,5 +95,22 @@ inline float tanh_approx(float x) {
 
 // 1 / (1 + e^-x); tends to exactly 0 and 1 in the tails.
 inline float sigmoid_approx(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
+
+// Calls fn(begin, end) on one contiguous range of [0, n) per thread, each range starting at a
+// multiple of `align`; one call on the whole range when n <= grain.
+template <typename Fn>
+void parallel_ranges(int64_t n, int64_t grain, int64_t align, Fn fn) {
+  if (n <= grain) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = (n + threads * align - 1) / (threads * align) * align;
+    const int64_t begin = t * per, end = begin + per < n ? begin + per : n;
+    if (begin < end) fn(begin, end);
+  }
+}
 
 }  // namespace headroom::cpu
