@@ -1,0 +1,63 @@
+// Dropout whose mask is regenerated from the Philox stream in backward instead of being saved.
+//
+// Note [Dropout mask]
+// A call reserves x.numel() numbers of its generator's stream, as Tensor::rand does, and gets
+// (seed, offset). Element i of x (row-major) is kept when u_i >= p, where
+// u_i = philox_uniform01(word i of the draw) in [0, 1) is the number Tensor::rand would put at i
+// (see Note [Philox stream layout]); kept elements are scaled by 1 / (1 - p). u_i is a multiple
+// of 2^-24, so the test is the integer one (word_i >> 8) >= ceil(p * 2^24), which any backend
+// evaluates identically. The mask is thus a pure function of (seed, offset, i): backward, a
+// recompute under activation checkpointing, and a CUDA kernel all see the same one, and
+// nothing mask-sized is ever stored.
+#include "ops/dropout.h"
+
+#include <cmath>
+
+#include "autograd/function_node.h"
+#include "backend/cpu/dropout.h"
+#include "core/error.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+struct DropoutMask {
+  PhiloxState rng;
+  uint32_t threshold;  // keep when the 24-bit word is >= this
+  float scale;         // 1 / (1 - p); 0 when p == 1, so nothing is scaled by infinity
+};
+
+Tensor dropout_apply(const Tensor& x, const DropoutMask& mask) {
+  Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
+  const Tensor xf = f32_contiguous(x);
+  if (computes_on_cpu("dropout", x.device())) {
+    cpu::dropout_apply(xf.data<float>(), out.data<float>(), out.numel(), mask.rng.seed,
+                       mask.rng.offset, mask.threshold, mask.scale);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  check_floating("dropout", "x", x);
+  if (!(p >= 0.0 && p <= 1.0)) {
+    throw ValueError(str_cat("dropout: p = ", p, " must be in [0, 1]"));
+  }
+  if (!training || p == 0.0) return x;
+  DropoutMask mask;
+  mask.rng = (generator ? *generator : default_generator()).reserve(static_cast<uint64_t>(x.numel()));
+  mask.threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));  // 2^24
+  mask.scale = p == 1.0 ? 0.0f : static_cast<float>(1.0 / (1.0 - p));
+  Tensor out = to_dtype(dropout_apply(x, mask), x.dtype());
+  if (auto node = make_function_node("DropoutBackward", {x})) {
+    node->set_backward([mask](BackwardContext& ctx) -> std::vector<Tensor> {
+      return {dropout_apply(ctx.grad_output(), mask)};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace headroom

@@ -1,0 +1,69 @@
+// Harness cases for the point-wise ops: activations, softmax, dropout and embedding. Each op has
+// a case larger than its kernels' serial grain (so the OpenMP path runs) and odd sizes.
+#include "core/generator.h"
+#include "ops/op_harness.h"
+#include "ops/ops.h"
+
+namespace headroom::testing {
+
+namespace {
+
+// Dropout with a fixed generator state, so the case is a pure function of its input.
+Tensor seeded_dropout(const Tensor& x, double p) {
+  Generator gen(2024);
+  gen.set_offset(17);
+  return dropout(x, p, true, &gen);
+}
+
+// An input that is not differentiated (its gradient is not requested).
+OpInput constant(OpInput in) {
+  in.differentiable = false;
+  return in;
+}
+
+}  // namespace
+
+HEADROOM_OP_CASES(pointwise_cases) {
+  using In = const std::vector<Tensor>&;
+  auto gelu_fn = [](In in) { return gelu(in[0]); };
+  register_op_case({"gelu/2x3x5", {normal({2, 3, 5})}, gelu_fn});
+  register_op_case({"gelu/wide_range", {normal({7, 13}, 4.0)}, gelu_fn});
+  register_op_case({"gelu/parallel", {normal({5, 7001})}, gelu_fn});
+  auto silu_fn = [](In in) { return silu(in[0]); };
+  register_op_case({"silu/3x7", {normal({3, 7}, 3.0)}, silu_fn});
+  register_op_case({"silu/parallel", {normal({3, 11111})}, silu_fn});
+  auto swiglu_fn = [](In in) { return swiglu(in[0], in[1]); };
+  register_op_case({"swiglu/2x9", {normal({2, 9}, 2.0), normal({2, 9})}, swiglu_fn});
+  register_op_case({"swiglu/parallel", {normal({4, 9001}), normal({4, 9001})}, swiglu_fn});
+  register_op_case({"swiglu/gate_grad_only", {normal({3, 5}), constant(normal({3, 5}))}, swiglu_fn});
+  register_op_case({"swiglu/up_grad_only", {constant(normal({3, 5})), normal({3, 5})}, swiglu_fn});
+
+  register_op_case({"softmax/last_dim", {normal({3, 11}, 2.0)},
+                    [](In in) { return softmax(in[0]); }});
+  register_op_case({"softmax/first_dim", {normal({6, 5})},
+                    [](In in) { return softmax(in[0], 0); }});
+  // inner = 300 columns: more than one tile of the strided kernel.
+  register_op_case({"softmax/middle_dim_tiles", {normal({2, 3, 300})},
+                    [](In in) { return softmax(in[0], 1); }});
+  register_op_case({"softmax/parallel_rows", {normal({40, 1001})},
+                    [](In in) { return softmax(in[0], -1); }});
+  register_op_case({"softmax/transposed_input", {normal({5, 4})},
+                    [](In in) { return softmax(transpose(in[0], 0, 1), -1); }});
+
+  register_op_case({"dropout/3x5", {normal({3, 5})},
+                    [](In in) { return seeded_dropout(in[0], 0.3); }});
+  // 7 x 1001: several 1024-element chunks, the last one partial and not a multiple of 4.
+  register_op_case({"dropout/chunks", {normal({7, 1001})},
+                    [](In in) { return seeded_dropout(in[0], 0.5); }});
+  register_op_case({"dropout/parallel", {normal({5, 4099})},
+                    [](In in) { return seeded_dropout(in[0], 0.1); }});
+
+  auto embedding_fn = [](In in) { return embedding(in[0], in[1]); };
+  register_op_case({"embedding/small", {normal({10, 6}), ids({2, 3}, 10)}, embedding_fn});
+  // dim 70: more than one 64-column block of the backward; ids repeat across 37 tokens.
+  register_op_case({"embedding/repeated_ids", {normal({9, 70}), ids({37}, 9)}, embedding_fn});
+  register_op_case({"embedding/i32_parallel", {normal({100, 130}), ids({4, 75}, 100)},
+                    [](In in) { return embedding(in[0], in[1].to(DType::i32)); }});
+}
+
+}  // namespace headroom::testing
