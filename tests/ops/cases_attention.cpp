@@ -1,6 +1,6 @@
-// Harness cases for scaled_dot_product_attention and rotary_embedding. The sequence lengths reach
-// 70 (and 130), past the 64-row tiles of the attention kernels, so tile edges, the causal
-// diagonal tile and several key tiles per query tile are exercised.
+// Harness cases for scaled_dot_product_attention and rotary_embedding. Sequence lengths pass the
+// attention kernels' tiles (64 queries x 256 keys forward, 64 keys x 256 queries backward), so
+// tile edges, the causal diagonal and several tiles per row are exercised.
 #include "ops/op_harness.h"
 #include "ops/ops.h"
 
@@ -30,6 +30,8 @@ HEADROOM_OP_CASES(attention_cases) {
   // One kv head for three query heads: with two or more threads the backward takes the
   // two-pass schedule (see Note [Attention backward schedules]).
   attention_case("causal_gqa/1x3kv1x130x8", qkv(1, 3, 1, 130, 130, 8), true);
+  attention_case("causal/1x2x300x8", qkv(1, 2, 2, 300, 300, 8), true);
+  attention_case("full_gqa/1x2kv1_q9_k300x8", qkv(1, 2, 1, 9, 300, 8), false);
   // The layout models pass: [B, T, H, D] projections viewed as [B, H, T, D].
   register_op_case({"attention/transposed_views_scale/2x19x4kv2x16",
                     {normal({2, 19, 4, 16}), normal({2, 19, 2, 16}), normal({2, 19, 2, 16})},
