@@ -1,0 +1,129 @@
+// scaled_dot_product_attention: shape checks, the buffers (output, log-sum-exp, backward
+// workspace) and the autograd node around the flash-attention kernels of backend/cpu/attention.h.
+// Saved for backward: q, k, v, the output and lse [B, Hq, Tq] in fp32 — never a T x T matrix.
+#include "ops/attention.h"
+
+#include <cmath>
+
+#include "autograd/function_node.h"
+#include "backend/cpu/attention.h"
+#include "core/error.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+// x itself when it is fp32 with a contiguous last dimension (such as the transposed views of
+// [B, T, H, D] projections that models pass: the kernels read rows at any stride, so these cost
+// no copy), else a contiguous fp32 copy.
+Tensor f32_rows(const Tensor& x) {
+  if (x.dtype() == DType::f32 && (x.stride(3) == 1 || x.size(3) <= 1)) return x;
+  return f32_contiguous(x);
+}
+
+cpu::AttentionOperand operand(const Tensor& x) {
+  return {x.data<float>(), x.stride(0), x.stride(1), x.stride(2)};
+}
+
+cpu::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   bool is_causal, double dropout_p) {
+  check_floating(kOp, "q", q);
+  check_floating(kOp, "k", k);
+  check_floating(kOp, "v", v);
+  check_same_device(kOp, {q, k, v});
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
+    throw ValueError(str_cat(kOp, ": q, k and v must share a dtype, got ", dtype_name(q.dtype()),
+                             ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype())));
+  }
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) {
+    throw ValueError(str_cat(kOp, ": q ", q.shape(), ", k ", k.shape(), " and v ", v.shape(),
+                             " must be 4-D [B, H, T, D]"));
+  }
+  if (k.shape() != v.shape()) {
+    throw ValueError(str_cat(kOp, ": k ", k.shape(), " and v ", v.shape(), " must have one shape"));
+  }
+  if (k.size(0) != q.size(0) || k.size(3) != q.size(3)) {
+    throw ValueError(str_cat(kOp, ": q ", q.shape(), " and k ", k.shape(),
+                             " must agree in batch (dim 0) and head size (dim 3)"));
+  }
+  if (q.size(3) < 1) throw ValueError(str_cat(kOp, ": head size of q ", q.shape(), " is 0"));
+  if (k.size(1) < 1 || q.size(1) % k.size(1) != 0) {
+    throw ValueError(str_cat(kOp, ": q has ", q.size(1), " heads, not a multiple of the ",
+                             k.size(1), " heads of k and v"));
+  }
+  if (is_causal && q.size(2) != k.size(2)) {
+    throw ValueError(str_cat(kOp, ": is_causal needs as many queries as keys, got q length ",
+                             q.size(2), " and k length ", k.size(2)));
+  }
+  if (!(dropout_p >= 0.0 && dropout_p < 1.0)) {
+    throw ValueError(str_cat(kOp, ": dropout_p ", dropout_p, " must lie in [0, 1)"));
+  }
+  return {q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
+}
+
+cpu::AttentionProblem make_problem(const cpu::AttentionDims& dims, const Tensor& q,
+                                   const Tensor& k, const Tensor& v, bool causal, float scale,
+                                   const cpu::AttentionDropout& dropout) {
+  return {dims, operand(q), operand(k), operand(v), causal, scale, dropout};
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal, std::optional<double> scale,
+                                    double dropout_p, Generator* generator) {
+  const cpu::AttentionDims dims = check_attention(q, k, v, is_causal, dropout_p);
+  const float softmax_scale =
+      static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.head_dim))));
+  cpu::AttentionDropout dropout;
+  if (dropout_p > 0.0) {
+    const uint64_t n = static_cast<uint64_t>(dims.batch * dims.q_heads * dims.q_len * dims.kv_len);
+    const PhiloxState rng = (generator ? *generator : default_generator()).reserve(n);
+    dropout = {static_cast<float>(dropout_p), rng.seed, rng.offset};
+  }
+  const Device device = q.device();
+  Tensor out = Tensor::empty(q.shape(), DType::f32, device);
+  Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
+  {
+    const Tensor qf = f32_rows(q), kf = f32_rows(k), vf = f32_rows(v);
+    if (computes_on_cpu(kOp, device)) {
+      cpu::attention_forward(make_problem(dims, qf, kf, vf, is_causal, softmax_scale, dropout),
+                             out.data<float>(), lse.data<float>());
+    }
+  }
+  out = to_dtype(out, q.dtype());
+  if (auto node = make_function_node("ScaledDotProductAttentionBackward", {q, k, v})) {
+    node->save(q);
+    node->save(k);
+    node->save(v);
+    node->save(out);
+    node->save(lse);
+    node->set_backward([dims, is_causal, softmax_scale,
+                        dropout](BackwardContext& ctx) -> std::vector<Tensor> {
+      const Tensor g = f32_contiguous(ctx.grad_output());
+      const Tensor qf = f32_rows(ctx.saved(0)), kf = f32_rows(ctx.saved(1)),
+                   vf = f32_rows(ctx.saved(2));
+      const Tensor of = f32_contiguous(ctx.saved(3));
+      const Tensor lse = ctx.saved(4);
+      const Device device = g.device();
+      Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
+      Tensor gq = Tensor::empty(qf.shape(), DType::f32, device);
+      Tensor gk = Tensor::empty(kf.shape(), DType::f32, device);
+      Tensor gv = Tensor::empty(vf.shape(), DType::f32, device);
+      if (computes_on_cpu("scaled_dot_product_attention backward", device)) {
+        cpu::attention_backward(make_problem(dims, qf, kf, vf, is_causal, softmax_scale, dropout),
+                                of.data<float>(), g.data<float>(), lse.data<float>(),
+                                delta.data<float>(), gq.data<float>(), gk.data<float>(),
+                                gv.data<float>());
+      }
+      return {gq, gk, gv};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace headroom

@@ -1,0 +1,58 @@
+// rotary_embedding: HF Llama's rotary position embedding. Backward rotates the gradient back by
+// the same angles, so nothing is saved: the cos / sin table is recomputed from the parameters.
+#include "ops/rotary.h"
+
+#include "autograd/function_node.h"
+#include "backend/cpu/rotary.h"
+#include "core/error.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+constexpr const char* kOp = "rotary_embedding";
+
+// The rotation of x [B, H, T, D] (any strides when fp32) into a new contiguous fp32 tensor;
+// `inverse` rotates back.
+Tensor rotate(const Tensor& x, double theta, int64_t position_offset, bool inverse) {
+  const Device device = x.device();
+  const int64_t seq_len = x.size(2), dim = x.size(3);
+  Tensor out = Tensor::empty(x.shape(), DType::f32, device);
+  const Tensor table = Tensor::empty(Shape{2, seq_len, dim / 2}, DType::f32, device);
+  const Tensor xf = x.dtype() == DType::f32 ? x : f32_contiguous(x);
+  if (computes_on_cpu(kOp, device)) {
+    cpu::rotary_table(seq_len, dim, theta, position_offset, table.data<float>());
+    const int64_t strides[4] = {xf.stride(0), xf.stride(1), xf.stride(2), xf.stride(3)};
+    const int64_t sizes[4] = {xf.size(0), xf.size(1), seq_len, dim};
+    cpu::rotary_apply(xf.data<float>(), strides, sizes, table.data<float>(), inverse,
+                      out.data<float>());
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) {
+  check_floating(kOp, "x", x);
+  if (x.ndim() != 4) {
+    throw ValueError(str_cat(kOp, ": x ", x.shape(), " must be 4-D [B, H, T, D]"));
+  }
+  if (x.size(3) % 2 != 0) {
+    throw ValueError(str_cat(kOp, ": head size ", x.size(3), " of x ", x.shape(), " must be even"));
+  }
+  if (!(theta > 0.0)) throw ValueError(str_cat(kOp, ": theta ", theta, " must be positive"));
+  if (position_offset < 0) {
+    throw ValueError(str_cat(kOp, ": position_offset ", position_offset, " must be >= 0"));
+  }
+  const Tensor out = to_dtype(rotate(x, theta, position_offset, false), x.dtype());
+  if (auto node = make_function_node("RotaryEmbeddingBackward", {x})) {
+    node->set_backward([theta, position_offset](BackwardContext& ctx) -> std::vector<Tensor> {
+      return {rotate(ctx.grad_output(), theta, position_offset, true)};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace headroom

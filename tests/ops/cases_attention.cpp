@@ -1,0 +1,67 @@
+// Harness cases for scaled_dot_product_attention and rotary_embedding. Sequence lengths pass the
+// attention kernels' tiles (64 queries x 256 keys forward, 64 keys x 256 queries backward), so
+// tile edges, the causal diagonal and several tiles per row are exercised.
+#include "ops/op_harness.h"
+#include "ops/ops.h"
+
+namespace headroom::testing {
+
+namespace {
+
+// q, k, v inputs [B, H, T, D] for a case.
+std::vector<OpInput> qkv(int64_t b, int64_t hq, int64_t hkv, int64_t tq, int64_t tk, int64_t d) {
+  return {normal({b, hq, tq, d}), normal({b, hkv, tk, d}), normal({b, hkv, tk, d})};
+}
+
+void attention_case(const std::string& name, std::vector<OpInput> inputs, bool causal) {
+  register_op_case({"attention/" + name, std::move(inputs),
+                    [causal](const std::vector<Tensor>& in) {
+                      return scaled_dot_product_attention(in[0], in[1], in[2], causal);
+                    }});
+}
+
+}  // namespace
+
+HEADROOM_OP_CASES(attention_cases) {
+  attention_case("causal/2x4x5x8", qkv(2, 4, 4, 5, 5, 8), true);
+  attention_case("causal_gqa/2x4kv2x70x16", qkv(2, 4, 2, 70, 70, 16), true);
+  attention_case("full/2x4x70x8", qkv(2, 4, 4, 70, 70, 8), false);
+  attention_case("full_gqa/2x4kv2_q37_k70x8", qkv(2, 4, 2, 37, 70, 8), false);
+  // One kv head for three query heads: with two or more threads the backward takes the
+  // two-pass schedule (see Note [Attention backward schedules]).
+  attention_case("causal_gqa/1x3kv1x130x8", qkv(1, 3, 1, 130, 130, 8), true);
+  attention_case("causal/1x2x300x8", qkv(1, 2, 2, 300, 300, 8), true);
+  attention_case("full_gqa/1x2kv1_q9_k300x8", qkv(1, 2, 1, 9, 300, 8), false);
+  // The layout models pass: [B, T, H, D] projections viewed as [B, H, T, D].
+  register_op_case({"attention/transposed_views_scale/2x19x4kv2x16",
+                    {normal({2, 19, 4, 16}), normal({2, 19, 2, 16}), normal({2, 19, 2, 16})},
+                    [](const std::vector<Tensor>& in) {
+                      return scaled_dot_product_attention(transpose(in[0], 1, 2),
+                                                          transpose(in[1], 1, 2),
+                                                          transpose(in[2], 1, 2), true, 0.3);
+                    }});
+  // The generator is made inside, so the mask is the same on every call: a pure function. Low
+  // precision still compares exactly: bf16 / f16 inputs draw the same mask as their fp32 copies.
+  register_op_case({"attention/dropout_causal_gqa/2x4kv2x70x8", qkv(2, 4, 2, 70, 70, 8),
+                    [](const std::vector<Tensor>& in) {
+                      Generator gen(2024);
+                      return scaled_dot_product_attention(in[0], in[1], in[2], true, {}, 0.25,
+                                                          &gen);
+                    }});
+  register_op_case({"rotary/2x4x7x8", {normal({2, 4, 7, 8})},
+                    [](const std::vector<Tensor>& in) { return rotary_embedding(in[0]); }});
+  register_op_case({"rotary/offset_theta/1x3x70x16", {normal({1, 3, 70, 16})},
+                    [](const std::vector<Tensor>& in) {
+                      return rotary_embedding(in[0], 500000.0, 5);
+                    }});
+  register_op_case({"rotary/transposed_view/2x5x3x6", {normal({2, 5, 3, 6})},
+                    [](const std::vector<Tensor>& in) {
+                      return rotary_embedding(transpose(in[0], 1, 2), 10000.0, 2);
+                    }});
+  register_op_case({"rotary/strided_last_dim/2x6x3x5", {normal({2, 6, 3, 5})},
+                    [](const std::vector<Tensor>& in) {
+                      return rotary_embedding(permute(in[0], {0, 2, 3, 1}));
+                    }});
+}
+
+}  // namespace headroom::testing

@@ -1,0 +1,439 @@
+// scaled_dot_product_attention and rotary_embedding beyond the harness: a materialised reference
+// in double (outputs, log-sum-exp, gradients, the dropout mask), the memory kept for backward,
+// both backward schedules, error messages, and PyTorch golden values
+// (tools/gen_attention_golden.py).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "autograd/engine.h"
+#include "backend/cpu/attention.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/grad_mode.h"
+#include "core/philox.h"
+#include "memory/device_memory.h"
+#include "ops/ops.h"
+
+namespace headroom {
+namespace {
+
+struct Dims {
+  int64_t b, hq, hkv, tq, tk, d;
+};
+
+struct Reference {
+  std::vector<double> out, lse, grad_q, grad_k, grad_v;
+};
+
+// Softmax(q k^T * scale) v with the probabilities materialised, and its gradients, in double.
+// keep[(((b * hq + h) * tq + i) * tk + j)] scales each probability after the softmax (dropout).
+Reference reference_attention(const Dims& s, const std::vector<float>& q,
+                              const std::vector<float>& k, const std::vector<float>& v,
+                              const std::vector<float>& grad_out, bool causal, double scale,
+                              const std::vector<float>& keep = {}) {
+  Reference r;
+  r.out.assign(q.size(), 0.0);
+  r.lse.assign(s.b * s.hq * s.tq, 0.0);
+  r.grad_q.assign(q.size(), 0.0);
+  r.grad_k.assign(k.size(), 0.0);
+  r.grad_v.assign(v.size(), 0.0);
+  const int64_t group = s.hq / s.hkv;
+  std::vector<double> p(s.tk), dp(s.tk);
+  for (int64_t b = 0; b < s.b; ++b) {
+    for (int64_t h = 0; h < s.hq; ++h) {
+      const int64_t kvh = h / group;
+      for (int64_t i = 0; i < s.tq; ++i) {
+        const int64_t qi = ((b * s.hq + h) * s.tq + i) * s.d;
+        const int64_t n = causal ? i + 1 : s.tk;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kj = ((b * s.hkv + kvh) * s.tk + j) * s.d;
+          double dot = 0.0;
+          for (int64_t e = 0; e < s.d; ++e) dot += static_cast<double>(q[qi + e]) * k[kj + e];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(p[j] - mx);
+        r.lse[(b * s.hq + h) * s.tq + i] = mx + std::log(sum);
+        double delta = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kj = ((b * s.hkv + kvh) * s.tk + j) * s.d;
+          p[j] = std::exp(p[j] - mx) / sum;
+          const double kp = keep.empty() ? 1.0 : keep[((b * s.hq + h) * s.tq + i) * s.tk + j];
+          double dz = 0.0;
+          for (int64_t e = 0; e < s.d; ++e) {
+            r.out[qi + e] += p[j] * kp * v[kj + e];
+            r.grad_v[kj + e] += p[j] * kp * grad_out[qi + e];
+            dz += static_cast<double>(grad_out[qi + e]) * v[kj + e];
+          }
+          dp[j] = dz * kp;
+          delta += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kj = ((b * s.hkv + kvh) * s.tk + j) * s.d;
+          const double ds = p[j] * (dp[j] - delta) * scale;
+          for (int64_t e = 0; e < s.d; ++e) {
+            r.grad_q[qi + e] += ds * k[kj + e];
+            r.grad_k[kj + e] += ds * q[qi + e];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
+                  double tol, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  double largest = 0.0;
+  for (double e : expected) largest = std::max(largest, std::abs(e));
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_NEAR(actual[i], expected[i], tol * (std::abs(expected[i]) + largest) + 1e-7)
+        << what << ", element " << i;
+  }
+}
+
+struct Inputs {
+  Tensor q, k, v, grad_out;
+};
+
+Inputs random_inputs(const Dims& s, uint64_t seed) {
+  Generator gen(seed);
+  Inputs in;
+  in.q = Tensor::randn({s.b, s.hq, s.tq, s.d}, DType::f32, kCPU, &gen);
+  in.k = Tensor::randn({s.b, s.hkv, s.tk, s.d}, DType::f32, kCPU, &gen);
+  in.v = Tensor::randn({s.b, s.hkv, s.tk, s.d}, DType::f32, kCPU, &gen);
+  in.grad_out = Tensor::randn({s.b, s.hq, s.tq, s.d}, DType::f32, kCPU, &gen);
+  for (Tensor* t : {&in.q, &in.k, &in.v}) t->set_requires_grad(true);
+  return in;
+}
+
+// Runs forward and backward; returns out, grad_q, grad_k, grad_v.
+std::vector<std::vector<float>> run_attention(const Inputs& in, bool causal,
+                                              std::optional<double> scale = {},
+                                              double dropout_p = 0.0,
+                                              Generator* gen = nullptr) {
+  for (const Tensor* t : {&in.q, &in.k, &in.v}) t->set_grad(Tensor());
+  Tensor out = scaled_dot_product_attention(in.q, in.k, in.v, causal, scale, dropout_p, gen);
+  backward(out, in.grad_out);
+  return {out.to_float_vector(), in.q.grad().to_float_vector(), in.k.grad().to_float_vector(),
+          in.v.grad().to_float_vector()};
+}
+
+TEST(Attention, MatchesMaterialisedReference) {
+  const struct {
+    Dims dims;
+    bool causal;
+  } cases[] = {
+      {{2, 4, 2, 70, 70, 16}, true},    {{1, 6, 3, 130, 130, 64}, true},
+      {{2, 2, 2, 33, 150, 32}, false},  {{1, 4, 1, 64, 64, 8}, true},
+      {{1, 2, 2, 1, 1, 8}, true},       {{2, 4, 4, 129, 65, 16}, false},
+      {{1, 2, 1, 40, 600, 16}, false},  {{1, 2, 2, 300, 300, 16}, true},
+  };
+  for (const auto& c : cases) {
+    const Dims& s = c.dims;
+    const Inputs in = random_inputs(s, 11 + s.tq);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+    const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
+                                              in.v.to_float_vector(),
+                                              in.grad_out.to_float_vector(), c.causal, scale);
+    const auto got = run_attention(in, c.causal);
+    const std::string name = "B" + std::to_string(s.b) + " Hq" + std::to_string(s.hq) + " Hkv" +
+                             std::to_string(s.hkv) + " Tq" + std::to_string(s.tq) + " Tk" +
+                             std::to_string(s.tk) + " D" + std::to_string(s.d);
+    expect_close(got[0], ref.out, 2e-5, name + " out");
+    expect_close(got[1], ref.grad_q, 2e-5, name + " grad_q");
+    expect_close(got[2], ref.grad_k, 2e-5, name + " grad_k");
+    expect_close(got[3], ref.grad_v, 2e-5, name + " grad_v");
+  }
+}
+
+TEST(Attention, ExplicitScale) {
+  const Dims s{1, 2, 1, 20, 20, 8};
+  const Inputs in = random_inputs(s, 3);
+  const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
+                                            in.v.to_float_vector(), in.grad_out.to_float_vector(),
+                                            false, 0.7);
+  const auto got = run_attention(in, false, 0.7);
+  expect_close(got[0], ref.out, 2e-5, "out");
+  expect_close(got[1], ref.grad_q, 2e-5, "grad_q");
+}
+
+TEST(Attention, KernelLogSumExpMatchesReference) {
+  const Dims s{2, 4, 2, 100, 100, 16};
+  const Inputs in = random_inputs(s, 5);
+  for (bool causal : {true, false}) {
+    const std::vector<float> q = in.q.to_float_vector(), k = in.k.to_float_vector(),
+                             v = in.v.to_float_vector();
+    const Reference ref =
+        reference_attention(s, q, k, v, in.grad_out.to_float_vector(), causal, 0.25);
+    std::vector<float> out(q.size()), lse(s.b * s.hq * s.tq);
+    const cpu::AttentionProblem pb{{s.b, s.hq, s.hkv, s.tq, s.tk, s.d},
+                                   {q.data(), s.hq * s.tq * s.d, s.tq * s.d, s.d},
+                                   {k.data(), s.hkv * s.tk * s.d, s.tk * s.d, s.d},
+                                   {v.data(), s.hkv * s.tk * s.d, s.tk * s.d, s.d},
+                                   causal,
+                                   0.25f,
+                                   {}};
+    cpu::attention_forward(pb, out.data(), lse.data());
+    expect_close(lse, ref.lse, 1e-6, causal ? "causal lse" : "lse");
+    expect_close(out, ref.out, 2e-5, "out");
+  }
+}
+
+TEST(Attention, DropoutMatchesReferenceWithThePhiloxMask) {
+  const Dims s{2, 4, 2, 70, 70, 16};
+  const Inputs in = random_inputs(s, 8);
+  const double p = 0.3;
+  Generator gen(1234);
+  gen.set_offset(17);
+  const auto got = run_attention(in, true, {}, p, &gen);
+  const uint64_t n = s.b * s.hq * s.tq * s.tk;
+  EXPECT_EQ(gen.offset(), 17 + philox_blocks_for(n)) << "one reservation of B*Hq*Tq*Tk numbers";
+  // Element (b, h, i, j) is kept when uniform number ((b*Hq + h)*Tq + i)*Tk + j is >= p.
+  std::vector<float> keep(n);
+  int64_t kept = 0;
+  for (uint64_t idx = 0; idx < n; ++idx) {
+    const float u = philox_uniform01(philox_block(1234, 17 + idx / 4).word[idx % 4]);
+    keep[idx] = u >= static_cast<float>(p) ? 1.0f / (1.0f - static_cast<float>(p)) : 0.0f;
+    kept += keep[idx] != 0.0f;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.01);
+  const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
+                                            in.v.to_float_vector(), in.grad_out.to_float_vector(),
+                                            true, 0.25, keep);
+  expect_close(got[0], ref.out, 2e-5, "out");
+  expect_close(got[1], ref.grad_q, 2e-5, "grad_q");
+  expect_close(got[2], ref.grad_k, 2e-5, "grad_k");
+  expect_close(got[3], ref.grad_v, 2e-5, "grad_v");
+
+  // The same generator state repeats the mask; the next draw is another one.
+  Generator again(1234);
+  again.set_offset(17);
+  EXPECT_EQ(run_attention(in, true, {}, p, &again), got);
+  EXPECT_NE(run_attention(in, true, {}, p, &again)[0], got[0]);
+}
+
+TEST(Attention, BothBackwardSchedulesMatchTheReferenceAndRepeat) {
+  // One kv head: a single thread owns it (one pass), two threads split its key tiles and add a
+  // dQ pass; see Note [Attention backward schedules].
+  const Dims s{1, 3, 1, 300, 300, 32};
+  const Inputs in = random_inputs(s, 21);
+  const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
+                                            in.v.to_float_vector(), in.grad_out.to_float_vector(),
+                                            true, 1.0 / std::sqrt(32.0));
+  const int threads = omp_get_max_threads();
+  for (int n : {1, 2}) {
+    omp_set_num_threads(n);
+    const auto got = run_attention(in, true);
+    EXPECT_EQ(run_attention(in, true), got) << n << " threads";
+    expect_close(got[1], ref.grad_q, 2e-5, std::to_string(n) + " threads, grad_q");
+    expect_close(got[2], ref.grad_k, 2e-5, std::to_string(n) + " threads, grad_k");
+    expect_close(got[3], ref.grad_v, 2e-5, std::to_string(n) + " threads, grad_v");
+  }
+  omp_set_num_threads(threads);
+}
+
+TEST(Attention, SavesInputsOutputAndLseOnlyAndNeverATxTBuffer) {
+  const Dims s{1, 2, 1, 512, 512, 16};
+  const int64_t io_bytes = s.b * s.hq * s.tq * s.d * 4, kv_bytes = s.b * s.hkv * s.tk * s.d * 4;
+  const int64_t lse_bytes = s.b * s.hq * s.tq * 4;
+  const int64_t txt_bytes = s.b * s.hq * s.tq * s.tk * 4;  // 2 MiB, against 64 KiB of q
+  for (bool transposed : {false, true}) {
+    Generator gen(3);
+    Tensor q, k, v;
+    if (transposed) {  // [B, T, H, D] viewed as [B, H, T, D]: read in place, no copy
+      q = Tensor::randn({s.b, s.tq, s.hq, s.d}, DType::f32, kCPU, &gen).set_requires_grad(true);
+      k = Tensor::randn({s.b, s.tk, s.hkv, s.d}, DType::f32, kCPU, &gen).set_requires_grad(true);
+      v = Tensor::randn({s.b, s.tk, s.hkv, s.d}, DType::f32, kCPU, &gen).set_requires_grad(true);
+    } else {
+      q = Tensor::randn({s.b, s.hq, s.tq, s.d}, DType::f32, kCPU, &gen).set_requires_grad(true);
+      k = Tensor::randn({s.b, s.hkv, s.tk, s.d}, DType::f32, kCPU, &gen).set_requires_grad(true);
+      v = Tensor::randn({s.b, s.hkv, s.tk, s.d}, DType::f32, kCPU, &gen).set_requires_grad(true);
+    }
+    const Tensor grad = Tensor::ones({s.b, s.hq, s.tq, s.d});
+    const int64_t before = static_cast<int64_t>(memory_allocated(kCPU));
+    reset_peak_memory_stats(kCPU);
+    Tensor out = transposed ? scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
+                                                           transpose(v, 1, 2))
+                            : scaled_dot_product_attention(q, k, v);
+    const int64_t kept = static_cast<int64_t>(memory_allocated(kCPU)) - before;
+    const int64_t forward_peak = static_cast<int64_t>(max_memory_allocated(kCPU)) - before;
+    // Saved: q, k, v (the inputs themselves), the output and lse.
+    EXPECT_EQ(kept, io_bytes + lse_bytes);
+    EXPECT_EQ(forward_peak, io_bytes + lse_bytes);
+    reset_peak_memory_stats(kCPU);
+    backward(out, grad);
+    const int64_t backward_peak = static_cast<int64_t>(max_memory_allocated(kCPU)) - before;
+    // Out and lse, then the delta workspace and the three gradients.
+    // Out and lse, then the delta workspace and the three gradients; the transposed inputs' own
+    // backward (a view op) may add a contiguous copy of each gradient.
+    const int64_t backward_bytes = io_bytes + lse_bytes + lse_bytes + io_bytes + 2 * kv_bytes;
+    if (transposed) {
+      EXPECT_LE(backward_peak, backward_bytes + io_bytes + 2 * kv_bytes);
+    } else {
+      EXPECT_EQ(backward_peak, backward_bytes);
+    }
+    EXPECT_LT(backward_peak, txt_bytes / 4);
+    ASSERT_TRUE(q.grad().defined());
+  }
+}
+
+TEST(Attention, LowPrecisionComputesInFp32) {
+  const Dims s{1, 2, 2, 40, 40, 16};
+  const Inputs in = random_inputs(s, 4);
+  const Tensor qb = in.q.to(DType::bf16), kb = in.k.to(DType::bf16), vb = in.v.to(DType::bf16);
+  NoGradGuard no_grad;
+  const Tensor low = scaled_dot_product_attention(qb, kb, vb);
+  const Tensor wide = scaled_dot_product_attention(qb.to(DType::f32), kb.to(DType::f32),
+                                                   vb.to(DType::f32));
+  EXPECT_EQ(low.dtype(), DType::bf16);
+  EXPECT_EQ(low.to_float_vector(), wide.to(DType::bf16).to_float_vector());
+}
+
+template <typename Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "no ValueError";
+}
+
+TEST(Attention, ErrorMessagesNameTheArgumentAndLimit) {
+  const Tensor q = Tensor::zeros({1, 4, 6, 8}), k = Tensor::zeros({1, 2, 6, 8});
+  const Tensor k3 = Tensor::zeros({1, 3, 6, 8}), k_long = Tensor::zeros({1, 2, 9, 8});
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k_long, k_long, true); }),
+            "scaled_dot_product_attention: is_causal needs as many queries as keys, got q length "
+            "6 and k length 9");
+  EXPECT_NO_THROW(scaled_dot_product_attention(q, k_long, k_long, false));
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k3, k3); }),
+            "scaled_dot_product_attention: q has 4 heads, not a multiple of the 3 heads of k and v");
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, k, true, {}, 1.0); }),
+            "scaled_dot_product_attention: dropout_p 1 must lie in [0, 1)");
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(Tensor::zeros({4, 6, 8}), k, k); }),
+            "scaled_dot_product_attention: q [4, 6, 8], k [1, 2, 6, 8] and v [1, 2, 6, 8] must be "
+            "4-D [B, H, T, D]");
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, Tensor::zeros({1, 2, 6, 4})); }),
+            "scaled_dot_product_attention: k [1, 2, 6, 8] and v [1, 2, 6, 4] must have one shape");
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, Tensor::zeros({1, 2, 6, 4}),
+                                                        Tensor::zeros({1, 2, 6, 4})); }),
+            "scaled_dot_product_attention: q [1, 4, 6, 8] and k [1, 2, 6, 4] must agree in batch "
+            "(dim 0) and head size (dim 3)");
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k.to(DType::bf16), k); }),
+            "scaled_dot_product_attention: q, k and v must share a dtype, got f32, bf16 and f32");
+  EXPECT_EQ(error_of([&] { rotary_embedding(Tensor::zeros({1, 2, 3, 5})); }),
+            "rotary_embedding: head size 5 of x [1, 2, 3, 5] must be even");
+  EXPECT_EQ(error_of([&] { rotary_embedding(Tensor::zeros({2, 3, 4})); }),
+            "rotary_embedding: x [2, 3, 4] must be 4-D [B, H, T, D]");
+  EXPECT_EQ(error_of([&] { rotary_embedding(q, 10000.0, -1); }),
+            "rotary_embedding: position_offset -1 must be >= 0");
+}
+
+TEST(Rotary, MatchesDoubleReferenceAndBackwardRotatesBack) {
+  const int64_t b = 2, h = 3, t = 9, d = 12;
+  Generator gen(6);
+  const Tensor x = Tensor::randn({b, h, t, d}, DType::f32, kCPU, &gen).set_requires_grad(true);
+  const Tensor g = Tensor::randn({b, h, t, d}, DType::f32, kCPU, &gen);
+  const Tensor out = rotary_embedding(x, 10000.0, 4);
+  backward(out, g);
+  const std::vector<float> xv = x.to_float_vector(), gv = g.to_float_vector();
+  std::vector<double> expected(xv.size()), expected_grad(xv.size());
+  for (int64_t row = 0; row < b * h * t; ++row) {
+    const int64_t pos = 4 + row % t;
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double angle = pos * std::pow(10000.0, -2.0 * i / d);
+      const double c = std::cos(angle), s = std::sin(angle);
+      const int64_t i1 = row * d + i, i2 = i1 + d / 2;
+      expected[i1] = xv[i1] * c - xv[i2] * s;
+      expected[i2] = xv[i2] * c + xv[i1] * s;
+      expected_grad[i1] = gv[i1] * c + gv[i2] * s;
+      expected_grad[i2] = gv[i2] * c - gv[i1] * s;
+    }
+  }
+  expect_close(out.to_float_vector(), expected, 1e-6, "out");
+  expect_close(x.grad().to_float_vector(), expected_grad, 1e-6, "grad");
+}
+
+TEST(Rotary, SavesNothing) {
+  Generator gen(2);
+  const Tensor x = Tensor::randn({2, 4, 32, 16}, DType::f32, kCPU, &gen).set_requires_grad(true);
+  const int64_t before = static_cast<int64_t>(memory_allocated(kCPU));
+  reset_peak_memory_stats(kCPU);
+  const Tensor out = rotary_embedding(x);
+  EXPECT_EQ(static_cast<int64_t>(memory_allocated(kCPU)) - before, x.nbytes());
+  // The [2, T, D/2] cos / sin table lives only during the call.
+  EXPECT_EQ(static_cast<int64_t>(max_memory_allocated(kCPU)) - before,
+            x.nbytes() + 2 * 32 * 8 * 4);
+}
+
+// Fixture tensors by name (see tools/gen_attention_golden.py for the format).
+std::map<std::string, Tensor> read_golden() {
+  std::ifstream file(std::string(HEADROOM_FIXTURES_DIR) + "/ops/attention_golden.txt");
+  EXPECT_TRUE(file) << "missing tests/fixtures/ops/attention_golden.txt";
+  std::map<std::string, Tensor> tensors;
+  std::string line;
+  while (std::getline(file, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string name, colon;
+    int ndim = 0;
+    in >> name >> ndim;
+    std::vector<int64_t> dims(ndim);
+    for (int64_t& dim : dims) in >> dim;
+    in >> colon;
+    std::vector<float> values;
+    float value;
+    while (in >> value) values.push_back(value);
+    tensors[name] = Tensor::from_floats(values, Shape(dims));
+  }
+  return tensors;
+}
+
+void expect_golden(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  const std::vector<float> a = actual.to_float_vector(), e = expected.to_float_vector();
+  float largest = 0.0f;
+  for (float v : e) largest = std::max(largest, std::abs(v));
+  for (size_t i = 0; i < a.size(); ++i) {
+    // 1e-5 relative; fp32 rounding in sums scales with the tensor's largest values, so elements
+    // far below them are judged against a tenth of the largest.
+    EXPECT_NEAR(a[i], e[i], 1e-5 * std::max(std::abs(e[i]), 0.1f * largest))
+        << what << ", element " << i;
+  }
+}
+
+TEST(AttentionGolden, MatchesTorchCausalGqaAttention) {
+  std::map<std::string, Tensor> golden = read_golden();
+  ASSERT_TRUE(golden.count("attention.q"));
+  const Tensor q = golden["attention.q"].set_requires_grad(true);
+  const Tensor k = golden["attention.k"].set_requires_grad(true);
+  const Tensor v = golden["attention.v"].set_requires_grad(true);
+  const Tensor out = scaled_dot_product_attention(q, k, v, true);
+  backward(out, golden["attention.grad_out"]);
+  expect_golden(out, golden["attention.out"], "out");
+  expect_golden(q.grad(), golden["attention.grad_q"], "grad_q");
+  expect_golden(k.grad(), golden["attention.grad_k"], "grad_k");
+  expect_golden(v.grad(), golden["attention.grad_v"], "grad_v");
+}
+
+TEST(AttentionGolden, MatchesHfLlamaRotary) {
+  std::map<std::string, Tensor> golden = read_golden();
+  ASSERT_TRUE(golden.count("rotary.x"));
+  const Tensor x = golden["rotary.x"].set_requires_grad(true);
+  const Tensor out = rotary_embedding(x, 10000.0, 3);
+  backward(out, golden["rotary.grad_out"]);
+  expect_golden(out, golden["rotary.out"], "out");
+  expect_golden(x.grad(), golden["rotary.grad_x"], "grad_x");
+}
+
+}  // namespace
+}  // namespace headroom
