@@ -1,0 +1,362 @@
+// Reading, validating and writing HF config.json for GPT-2 and Llama.
+#include "io/hf_config.h"
+
+#include <filesystem>
+#include <limits>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "io/json_file.h"
+
+namespace headroom {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kConfigName = "config.json";
+
+std::string config_path(const std::string& path) {
+  return std::filesystem::is_directory(path) ? (std::filesystem::path(path) / kConfigName).string()
+                                             : path;
+}
+
+// Reads the fields of one config object; a field that is absent keeps the default already in
+// `out`. Errors name the source, the field, the value found and what was expected.
+class FieldReader {
+ public:
+  FieldReader(const json& config, const std::string& source) : config_(config), source_(source) {}
+
+  const std::string& source() const { return source_; }
+  const json* find(const char* field) const {
+    const auto it = config_.find(field);
+    return it == config_.end() ? nullptr : &*it;
+  }
+
+  void read(const char* field, int64_t& out) const {
+    if (const json* v = find(field)) out = to_int(field, *v);
+  }
+  void read(const char* field, std::optional<int64_t>& out) const {
+    if (const json* v = find(field)) {
+      out = v->is_null() ? std::nullopt : std::optional<int64_t>(to_int(field, *v));
+    }
+  }
+  // One id, a list of ids, or null (empty).
+  void read(const char* field, std::vector<int64_t>& out) const {
+    const json* v = find(field);
+    if (v == nullptr) return;
+    out.clear();
+    if (v->is_array()) {
+      for (const json& id : *v) out.push_back(to_int(field, id));
+    } else if (!v->is_null()) {
+      out.push_back(to_int(field, *v));
+    }
+  }
+  void read(const char* field, double& out) const {
+    const json* v = find(field);
+    if (v == nullptr) return;
+    if (!v->is_number()) fail_type(field, *v, "a number");
+    out = v->get<double>();
+  }
+  void read(const char* field, bool& out) const {
+    const json* v = find(field);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) fail_type(field, *v, "true or false");
+    out = v->get<bool>();
+  }
+  void read(const char* field, std::string& out) const {
+    const json* v = find(field);
+    if (v == nullptr) return;
+    if (!v->is_string()) fail_type(field, *v, "a string");
+    out = v->get<std::string>();
+  }
+  // A PyTorch dtype name ("float32", "bfloat16"); null keeps the default.
+  void read(const char* field, DType& out) const {
+    const json* v = find(field);
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_string()) fail_type(field, *v, "a dtype name");
+    const std::string& name = v->get_ref<const std::string&>();
+    DType dtype = DType::f32;
+    bool known = true;
+    try {
+      dtype = dtype_from_name(name);
+    } catch (const ValueError&) {
+      known = false;
+    }
+    if (!known || !is_floating(dtype)) {
+      std::string floating;
+      for (int i = 0; i < kNumDTypes; ++i) {
+        const DTypeTraits& t = dtype_traits(static_cast<DType>(i));
+        if (t.is_floating) floating += str_cat(floating.empty() ? "" : ", ", t.torch_name);
+      }
+      throw ValueError(str_cat(source_, ": field '", field, "' is '", name,
+                               "'; headroom stores weights in ", floating));
+    }
+    out = dtype;
+  }
+
+  [[noreturn]] void fail_type(const char* field, const json& value, const char* expected) const {
+    throw ValueError(str_cat(source_, ": field '", field, "' is ", describe_json(value),
+                             "; expected ", expected));
+  }
+
+ private:
+  int64_t to_int(const char* field, const json& v) const {
+    if (!v.is_number_integer() ||
+        (v.is_number_unsigned() &&
+         v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+      fail_type(field, v, "an integer");
+    }
+    return v.get<int64_t>();
+  }
+
+  const json& config_;
+  const std::string& source_;
+};
+
+// Written as !(value > 0) so that a NaN fails too.
+template <typename T>
+void require_positive(const std::string& source, const char* field, T value) {
+  if (!(value > 0)) {
+    throw ValueError(str_cat(source, ": field '", field, "' is ", value, "; it must be positive"));
+  }
+}
+
+void require_non_negative(const std::string& source, const char* field, double value) {
+  if (!(value >= 0)) {
+    throw ValueError(str_cat(source, ": field '", field, "' is ", value,
+                             "; it must not be negative"));
+  }
+}
+
+void require_probability(const std::string& source, const char* field, double value) {
+  if (!(value >= 0 && value <= 1)) {
+    throw ValueError(str_cat(source, ": field '", field, "' is ", value,
+                             "; a dropout probability lies in [0, 1]"));
+  }
+}
+
+void require_divisible(const std::string& source, const char* field, int64_t value,
+                       const char* by_field, int64_t by) {
+  if (value % by != 0) {
+    throw ValueError(str_cat(source, ": field '", field, "' (", value,
+                             ") is not divisible by field '", by_field, "' (", by, ")"));
+  }
+}
+
+void require_implemented(const std::string& source, const char* field, const std::string& value,
+                         std::initializer_list<std::string_view> implemented) {
+  std::string list;
+  for (std::string_view name : implemented) {
+    if (value == name) return;
+    list += str_cat(list.empty() ? "" : ", ", name);
+  }
+  throw NotImplementedError(str_cat(source, ": field '", field, "' is '", value,
+                                    "'; headroom implements ", list));
+}
+
+// Note [One field list per config]: reading and writing walk the same list of config.json
+// fields, so a field added to a config struct is named once, here, and round-trips. `Config` is
+// the struct or the const struct.
+template <typename Config, typename Visit>
+void gpt2_fields(Config& c, Visit&& visit) {
+  visit("vocab_size", c.vocab_size);
+  visit("n_positions", c.n_positions);
+  visit("n_embd", c.n_embd);
+  visit("n_layer", c.n_layer);
+  visit("n_head", c.n_head);
+  visit("n_inner", c.n_inner);
+  visit("activation_function", c.activation_function);
+  visit("resid_pdrop", c.resid_pdrop);
+  visit("embd_pdrop", c.embd_pdrop);
+  visit("attn_pdrop", c.attn_pdrop);
+  visit("layer_norm_epsilon", c.layer_norm_epsilon);
+  visit("initializer_range", c.initializer_range);
+  visit("scale_attn_weights", c.scale_attn_weights);
+  visit("scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx);
+  visit("reorder_and_upcast_attn", c.reorder_and_upcast_attn);
+  visit("use_cache", c.use_cache);
+  visit("tie_word_embeddings", c.tie_word_embeddings);
+  visit("bos_token_id", c.bos_token_id);
+  visit("eos_token_id", c.eos_token_id);
+  visit("pad_token_id", c.pad_token_id);
+  visit("torch_dtype", c.torch_dtype);
+}
+
+// See Note [One field list per config]. RoPE's rope_scaling is read and written apart.
+template <typename Config, typename Visit>
+void llama_fields(Config& c, Visit&& visit) {
+  visit("vocab_size", c.vocab_size);
+  visit("hidden_size", c.hidden_size);
+  visit("intermediate_size", c.intermediate_size);
+  visit("num_hidden_layers", c.num_hidden_layers);
+  visit("num_attention_heads", c.num_attention_heads);
+  visit("num_key_value_heads", c.num_key_value_heads);
+  visit("head_dim", c.head_dim);
+  visit("hidden_act", c.hidden_act);
+  visit("max_position_embeddings", c.max_position_embeddings);
+  visit("initializer_range", c.initializer_range);
+  visit("rms_norm_eps", c.rms_norm_eps);
+  visit("use_cache", c.use_cache);
+  visit("pad_token_id", c.pad_token_id);
+  visit("bos_token_id", c.bos_token_id);
+  visit("eos_token_id", c.eos_token_id);
+  visit("pretraining_tp", c.pretraining_tp);
+  visit("tie_word_embeddings", c.tie_word_embeddings);
+  visit("rope_theta", c.rope_theta);
+  visit("attention_bias", c.attention_bias);
+  visit("attention_dropout", c.attention_dropout);
+  visit("mlp_bias", c.mlp_bias);
+  visit("torch_dtype", c.torch_dtype);
+}
+
+GPT2Config parse_gpt2(const FieldReader& in) {
+  GPT2Config c;
+  gpt2_fields(c, [&](const char* field, auto& value) { in.read(field, value); });
+  in.read("dtype", c.torch_dtype);  // torch_dtype's name in newer transformers
+
+  const std::string& s = in.source();
+  require_positive(s, "vocab_size", c.vocab_size);
+  require_positive(s, "n_positions", c.n_positions);
+  require_positive(s, "n_embd", c.n_embd);
+  require_positive(s, "n_layer", c.n_layer);
+  require_positive(s, "n_head", c.n_head);
+  if (c.n_inner) require_positive(s, "n_inner", *c.n_inner);
+  require_divisible(s, "n_embd", c.n_embd, "n_head", c.n_head);
+  require_probability(s, "resid_pdrop", c.resid_pdrop);
+  require_probability(s, "embd_pdrop", c.embd_pdrop);
+  require_probability(s, "attn_pdrop", c.attn_pdrop);
+  require_positive(s, "layer_norm_epsilon", c.layer_norm_epsilon);
+  require_non_negative(s, "initializer_range", c.initializer_range);
+  // Both are GELU's tanh approximation; "gelu" (erf) and others have no kernel here.
+  require_implemented(s, "activation_function", c.activation_function,
+                      {"gelu_new", "gelu_pytorch_tanh"});
+  return c;
+}
+
+// RoPE as LlamaConfig describes it: rope_scaling null (or of type "default"), or, as newer
+// transformers write it, rope_parameters {"rope_type": "default", "rope_theta": ...}.
+void parse_rope(const FieldReader& in, LlamaConfig& c) {
+  for (const char* field : {"rope_scaling", "rope_parameters"}) {
+    const json* rope = in.find(field);
+    if (rope == nullptr || rope->is_null()) continue;
+    if (!rope->is_object()) in.fail_type(field, *rope, "null or an object");
+    const FieldReader params(*rope, in.source());
+    std::string type = "default";
+    params.read("type", type);  // the older spelling
+    params.read("rope_type", type);
+    if (type != "default" && type != "none") {
+      throw NotImplementedError(str_cat(in.source(), ": field '", field, "' has rope_type '",
+                                        type, "'; headroom implements only unscaled RoPE ("
+                                        "rope_scaling null)"));
+    }
+    params.read("rope_theta", c.rope_theta);
+  }
+}
+
+LlamaConfig parse_llama(const FieldReader& in) {
+  LlamaConfig c;
+  llama_fields(c, [&](const char* field, auto& value) { in.read(field, value); });
+  in.read("dtype", c.torch_dtype);  // torch_dtype's name in newer transformers
+  parse_rope(in, c);
+
+  const std::string& s = in.source();
+  require_positive(s, "vocab_size", c.vocab_size);
+  require_positive(s, "hidden_size", c.hidden_size);
+  require_positive(s, "intermediate_size", c.intermediate_size);
+  require_positive(s, "num_hidden_layers", c.num_hidden_layers);
+  require_positive(s, "num_attention_heads", c.num_attention_heads);
+  if (c.num_key_value_heads) {
+    require_positive(s, "num_key_value_heads", *c.num_key_value_heads);
+    require_divisible(s, "num_attention_heads", c.num_attention_heads, "num_key_value_heads",
+                      *c.num_key_value_heads);
+  }
+  if (c.head_dim) {
+    require_positive(s, "head_dim", *c.head_dim);
+  } else {
+    require_divisible(s, "hidden_size", c.hidden_size, "num_attention_heads",
+                      c.num_attention_heads);
+  }
+  require_positive(s, "max_position_embeddings", c.max_position_embeddings);
+  require_positive(s, "pretraining_tp", c.pretraining_tp);
+  require_positive(s, "rms_norm_eps", c.rms_norm_eps);
+  require_positive(s, "rope_theta", c.rope_theta);
+  require_probability(s, "attention_dropout", c.attention_dropout);
+  require_non_negative(s, "initializer_range", c.initializer_range);
+  require_implemented(s, "hidden_act", c.hidden_act, {"silu"});
+  return c;
+}
+
+// A field's value as config.json holds it.
+template <typename T>
+json field_json(const T& value) {
+  return value;
+}
+json field_json(const std::optional<int64_t>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+// One token id as a number, as HF writes it; several as a list.
+json field_json(const std::vector<int64_t>& ids) {
+  if (ids.empty()) return nullptr;
+  return ids.size() == 1 ? json(ids.front()) : json(ids);
+}
+json field_json(DType dtype) { return dtype_traits(dtype).torch_name; }
+
+json gpt2_json(const GPT2Config& c) {
+  json out = {{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}}};
+  gpt2_fields(c, [&](const char* field, const auto& value) { out[field] = field_json(value); });
+  return out;
+}
+
+json llama_json(const LlamaConfig& c) {
+  json out = {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLM"}}};
+  llama_fields(c, [&](const char* field, const auto& value) { out[field] = field_json(value); });
+  out["rope_scaling"] = nullptr;
+  // Left out when unset rather than written as null: transformers before 4.45 would keep a
+  // null head_dim as an attribute and fail on it, while a missing one means the default.
+  if (!c.head_dim) out.erase("head_dim");
+  return out;
+}
+
+}  // namespace
+
+HfConfig parse_hf_config(const std::string& json_text, const std::string& source_name) {
+  const json config = parse_json(json_text, source_name);
+  if (!config.is_object()) {
+    throw ValueError(str_cat(source_name, ": config is ", describe_json(config),
+                             ", not an object"));
+  }
+  const FieldReader in(config, source_name);
+  if (in.find("model_type") == nullptr) {
+    throw ValueError(str_cat(source_name, ": field 'model_type' is missing; headroom reads "
+                             "'gpt2' and 'llama' configs"));
+  }
+  std::string model_type;
+  in.read("model_type", model_type);
+  if (model_type == "gpt2") return parse_gpt2(in);
+  if (model_type == "llama") return parse_llama(in);
+  throw ValueError(str_cat(source_name, ": field 'model_type' is '", model_type,
+                           "'; headroom reads 'gpt2' and 'llama' configs"));
+}
+
+HfConfig read_hf_config(const std::string& path) {
+  const std::string file = config_path(path);
+  return parse_hf_config(read_text_file(file), file);
+}
+
+std::string to_json(const HfConfig& config) {
+  const json out = std::holds_alternative<GPT2Config>(config)
+                       ? gpt2_json(std::get<GPT2Config>(config))
+                       : llama_json(std::get<LlamaConfig>(config));
+  // save_pretrained: json.dumps(config, indent=2, sort_keys=True) + "\n"; nlohmann::json keeps
+  // its keys sorted.
+  return out.dump(2) + "\n";
+}
+
+void write_hf_config(const std::string& path, const HfConfig& config) {
+  write_file_atomically(config_path(path), to_json(config));
+}
+
+}  // namespace headroom

@@ -1,0 +1,29 @@
+// What the trainer sees of a model: a causal language model with HF parameter names, built from
+// its config (GPT-2 or Llama).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "nn/model_config.h"
+#include "nn/module.h"
+
+namespace headroom {
+
+class CausalLM : public Module {
+ public:
+  // input_ids [B, T] (i64 / i32) -> logits [B, T, vocab].
+  virtual Tensor forward(const Tensor& input_ids) = 0;
+  // Mean cross-entropy of next-token `targets` [B, T] (-100 = ignore), through the fused LM head
+  // and loss: the [B, T, vocab] logits are never materialised.
+  virtual Tensor loss(const Tensor& input_ids, const Tensor& targets) = 0;
+  virtual HfConfig config() const = 0;
+  // Names of parameters that share another's tensor (GPT-2's lm_head.weight): not saved.
+  virtual std::vector<std::string> tied_parameter_names() const { return {}; }
+};
+
+// A model with HF's initialisation drawn from a generator seeded with `seed`.
+std::unique_ptr<CausalLM> make_causal_lm(const HfConfig& config, Device device = kCPU,
+                                         uint64_t seed = 0);
+
+}  // namespace headroom

@@ -1,0 +1,133 @@
+// GPT-2 as HF's modeling_gpt2 defines it, on headroom's ops.
+#include "nn/gpt2.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace headroom {
+
+namespace {
+
+Tensor maybe_dropout(const Tensor& x, double p, bool training) {
+  return training && p > 0.0 ? dropout(x, p, true) : x;
+}
+
+}  // namespace
+
+GPT2Attention::GPT2Attention(const GPT2Config& config, Device device)
+    : config_(config),
+      c_attn_(register_module("c_attn", std::make_unique<Linear>(config.n_embd, 3 * config.n_embd,
+                                                                  true, WeightLayout::in_out,
+                                                                  device))),
+      c_proj_(register_module("c_proj", std::make_unique<Linear>(config.n_embd, config.n_embd,
+                                                                  true, WeightLayout::in_out,
+                                                                  device))) {}
+
+Tensor GPT2Attention::forward(const Tensor& x) const {
+  const int64_t b = x.size(0), t = x.size(1), d = config_.n_embd, h = config_.n_head;
+  const std::vector<Tensor> qkv = split(c_attn_.forward(x), {d, d, d}, -1);
+  auto heads = [&](const Tensor& part) { return transpose(reshape(part, {b, t, h, d / h}), 1, 2); };
+  const double p = is_training() ? config_.attn_pdrop : 0.0;
+  Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                          /*is_causal=*/true, std::nullopt, p);
+  y = reshape(transpose(y, 1, 2), {b, t, d});
+  return maybe_dropout(c_proj_.forward(y), config_.resid_pdrop, is_training());
+}
+
+GPT2MLP::GPT2MLP(const GPT2Config& config, Device device)
+    : config_(config),
+      c_fc_(register_module("c_fc", std::make_unique<Linear>(config.n_embd,
+                                                              config.effective_n_inner(), true,
+                                                              WeightLayout::in_out, device))),
+      c_proj_(register_module("c_proj", std::make_unique<Linear>(config.effective_n_inner(),
+                                                                  config.n_embd, true,
+                                                                  WeightLayout::in_out, device))) {}
+
+Tensor GPT2MLP::forward(const Tensor& x) const {
+  return maybe_dropout(c_proj_.forward(gelu(c_fc_.forward(x))), config_.resid_pdrop,
+                       is_training());
+}
+
+GPT2Block::GPT2Block(const GPT2Config& config, Device device)
+    : config_(config),
+      ln_1_(register_module("ln_1", std::make_unique<LayerNorm>(config.n_embd,
+                                                                config.layer_norm_epsilon, device))),
+      attn_(register_module("attn", std::make_unique<GPT2Attention>(config, device))),
+      ln_2_(register_module("ln_2", std::make_unique<LayerNorm>(config.n_embd,
+                                                                config.layer_norm_epsilon, device))),
+      mlp_(register_module("mlp", std::make_unique<GPT2MLP>(config, device))) {}
+
+Tensor GPT2Block::forward(const Tensor& x) const {
+  const Tensor h = add(x, attn_.forward(ln_1_.forward(x)));
+  return add(h, mlp_.forward(ln_2_.forward(h)));
+}
+
+GPT2Model::GPT2Model(const GPT2Config& config, Device device)
+    : config_(config),
+      wte_(register_module("wte", std::make_unique<Embedding>(config.vocab_size, config.n_embd,
+                                                              device))),
+      wpe_(register_module("wpe", std::make_unique<Embedding>(config.n_positions, config.n_embd,
+                                                              device))),
+      ln_f_([&]() -> LayerNorm& {
+        auto h = std::make_unique<Module>();
+        for (int64_t i = 0; i < config.n_layer; ++i) {
+          blocks_.push_back(&h->register_child(std::to_string(i),
+                                               std::make_unique<GPT2Block>(config, device)));
+        }
+        register_module("h", std::move(h));
+        return register_module("ln_f", std::make_unique<LayerNorm>(
+                                           config.n_embd, config.layer_norm_epsilon, device));
+      }()) {}
+
+Tensor GPT2Model::forward(const Tensor& input_ids) const {
+  if (input_ids.ndim() != 2) {
+    throw ValueError(str_cat("GPT2Model: input_ids must be [batch, tokens], got ",
+                             input_ids.shape()));
+  }
+  const int64_t t = input_ids.size(1);
+  if (t > config_.n_positions) {
+    throw ValueError(str_cat("GPT2Model: ", t, " tokens exceed n_positions ",
+                             config_.n_positions));
+  }
+  const Tensor positions = Tensor::arange(0, static_cast<double>(t), 1, DType::i64,
+                                          input_ids.device());
+  Tensor x = add(wte_.forward(input_ids), wpe_.forward(positions));
+  x = maybe_dropout(x, config_.embd_pdrop, is_training());
+  for (const GPT2Block* block : blocks_) x = block->forward(x);
+  return ln_f_.forward(x);
+}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Device device, uint64_t seed)
+    : config_(config),
+      transformer_(register_module("transformer", std::make_unique<GPT2Model>(config, device))) {
+  if (config.n_embd % config.n_head != 0) {
+    throw ValueError(str_cat("GPT-2 config: n_embd ", config.n_embd,
+                             " is not a multiple of n_head ", config.n_head));
+  }
+  // HF's _init_weights: N(0, initializer_range) for Conv1D and embedding weights, zero biases,
+  // LayerNorm 1 / 0; the residual projections (c_proj) get std / sqrt(2 * n_layer).
+  Generator generator(seed);
+  const double std = config.initializer_range;
+  for (auto& [name, p] : named_parameters()) {
+    if (p.ndim() != 2) continue;
+    const bool residual = name.size() >= 13 && name.compare(name.size() - 13, 13, "c_proj.weight") == 0;
+    p.normal_(0.0, residual ? std / std::sqrt(2.0 * static_cast<double>(config.n_layer)) : std,
+              &generator);
+  }
+}
+
+Tensor GPT2LMHeadModel::hidden_states(const Tensor& input_ids) {
+  return transformer_.forward(input_ids);
+}
+
+Tensor GPT2LMHeadModel::forward(const Tensor& input_ids) {
+  return linear(hidden_states(input_ids), transformer_.wte().weight());
+}
+
+Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& targets) {
+  return linear_cross_entropy(hidden_states(input_ids), transformer_.wte().weight(), targets);
+}
+
+}  // namespace headroom

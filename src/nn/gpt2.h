@@ -1,0 +1,79 @@
+// GPT-2 (HF GPT2LMHeadModel): learned positions, pre-LayerNorm blocks, GELU (tanh) MLP, Conv1D
+// weights ([in, out]), LM head tied to the token embedding.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/generator.h"
+#include "nn/causal_lm.h"
+#include "nn/layers.h"
+
+namespace headroom {
+
+class GPT2Attention : public Module {
+ public:
+  GPT2Attention(const GPT2Config& config, Device device);
+  Tensor forward(const Tensor& x) const;  // [B, T, D]
+
+ private:
+  const GPT2Config config_;
+  Linear& c_attn_;
+  Linear& c_proj_;
+};
+
+class GPT2MLP : public Module {
+ public:
+  GPT2MLP(const GPT2Config& config, Device device);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  const GPT2Config config_;
+  Linear& c_fc_;
+  Linear& c_proj_;
+};
+
+class GPT2Block : public Module {
+ public:
+  GPT2Block(const GPT2Config& config, Device device);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  const GPT2Config config_;
+  LayerNorm& ln_1_;
+  GPT2Attention& attn_;
+  LayerNorm& ln_2_;
+  GPT2MLP& mlp_;
+};
+
+// HF's "transformer": embeddings, blocks, final norm. Returns the final hidden states.
+class GPT2Model : public Module {
+ public:
+  GPT2Model(const GPT2Config& config, Device device);
+  Tensor forward(const Tensor& input_ids) const;
+  const Embedding& wte() const { return wte_; }
+
+ private:
+  const GPT2Config config_;
+  Embedding& wte_;
+  Embedding& wpe_;
+  std::vector<GPT2Block*> blocks_;
+  LayerNorm& ln_f_;
+};
+
+class GPT2LMHeadModel : public CausalLM {
+ public:
+  GPT2LMHeadModel(const GPT2Config& config, Device device = kCPU, uint64_t seed = 0);
+  Tensor forward(const Tensor& input_ids) override;
+  Tensor loss(const Tensor& input_ids, const Tensor& targets) override;
+  // The output of ln_f, [B, T, D].
+  Tensor hidden_states(const Tensor& input_ids);
+  HfConfig config() const override { return config_; }
+  std::vector<std::string> tied_parameter_names() const override { return {"lm_head.weight"}; }
+
+ private:
+  const GPT2Config config_;
+  GPT2Model& transformer_;
+};
+
+}  // namespace headroom

@@ -1,0 +1,118 @@
+// Llama as HF's modeling_llama defines it, on headroom's ops.
+#include "nn/llama.h"
+
+#include "core/error.h"
+#include "core/generator.h"
+#include "ops/ops.h"
+
+namespace headroom {
+
+namespace {
+
+std::unique_ptr<Linear> projection(int64_t in, int64_t out, bool bias, Device device) {
+  return std::make_unique<Linear>(in, out, bias, WeightLayout::out_in, device);
+}
+
+}  // namespace
+
+LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device)
+    : config_(c),
+      q_proj_(register_module("q_proj", projection(c.hidden_size, c.num_attention_heads * c.effective_head_dim(), c.attention_bias, device))),
+      k_proj_(register_module("k_proj", projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(), c.attention_bias, device))),
+      v_proj_(register_module("v_proj", projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(), c.attention_bias, device))),
+      o_proj_(register_module("o_proj", projection(c.num_attention_heads * c.effective_head_dim(), c.hidden_size, c.attention_bias, device))) {}
+
+Tensor LlamaAttention::forward(const Tensor& x) const {
+  const int64_t b = x.size(0), t = x.size(1), hd = config_.effective_head_dim();
+  const int64_t hq = config_.num_attention_heads, hkv = config_.effective_num_key_value_heads();
+  auto heads = [&](const Tensor& y, int64_t h) { return transpose(reshape(y, {b, t, h, hd}), 1, 2); };
+  const Tensor q = rotary_embedding(heads(q_proj_.forward(x), hq), config_.rope_theta);
+  const Tensor k = rotary_embedding(heads(k_proj_.forward(x), hkv), config_.rope_theta);
+  const Tensor v = heads(v_proj_.forward(x), hkv);
+  const double p = is_training() ? config_.attention_dropout : 0.0;
+  Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p);
+  return o_proj_.forward(reshape(transpose(y, 1, 2), {b, t, hq * hd}));
+}
+
+LlamaMLP::LlamaMLP(const LlamaConfig& c, Device device)
+    : gate_proj_(register_module("gate_proj", projection(c.hidden_size, c.intermediate_size, c.mlp_bias, device))),
+      up_proj_(register_module("up_proj", projection(c.hidden_size, c.intermediate_size, c.mlp_bias, device))),
+      down_proj_(register_module("down_proj", projection(c.intermediate_size, c.hidden_size, c.mlp_bias, device))) {}
+
+Tensor LlamaMLP::forward(const Tensor& x) const {
+  return down_proj_.forward(swiglu(gate_proj_.forward(x), up_proj_.forward(x)));
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Device device)
+    : input_layernorm_(register_module("input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
+      self_attn_(register_module("self_attn", std::make_unique<LlamaAttention>(c, device))),
+      post_attention_layernorm_(register_module("post_attention_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
+      mlp_(register_module("mlp", std::make_unique<LlamaMLP>(c, device))) {}
+
+Tensor LlamaDecoderLayer::forward(const Tensor& x) const {
+  const Tensor h = add(x, self_attn_.forward(input_layernorm_.forward(x)));
+  return add(h, mlp_.forward(post_attention_layernorm_.forward(h)));
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& c, Device device)
+    : config_(c),
+      embed_tokens_(register_module("embed_tokens", std::make_unique<Embedding>(c.vocab_size, c.hidden_size, device))),
+      norm_([&]() -> RMSNorm& {
+        auto layers = std::make_unique<Module>();
+        for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+          layers_.push_back(&layers->register_child(std::to_string(i), std::make_unique<LlamaDecoderLayer>(c, device)));
+        }
+        register_module("layers", std::move(layers));
+        return register_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device));
+      }()) {}
+
+Tensor LlamaModel::forward(const Tensor& input_ids) const {
+  if (input_ids.ndim() != 2) {
+    throw ValueError(str_cat("LlamaModel: input_ids must be [batch, tokens], got ", input_ids.shape()));
+  }
+  Tensor x = embed_tokens_.forward(input_ids);
+  for (const LlamaDecoderLayer* layer : layers_) x = layer->forward(x);
+  return norm_.forward(x);
+}
+
+LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Device device, uint64_t seed)
+    : config_(c), model_(register_module("model", std::make_unique<LlamaModel>(c, device))) {
+  if (c.num_attention_heads % c.effective_num_key_value_heads() != 0) {
+    throw ValueError(str_cat("Llama config: num_attention_heads ", c.num_attention_heads,
+                             " is not a multiple of num_key_value_heads ",
+                             c.effective_num_key_value_heads()));
+  }
+  if (c.effective_head_dim() % 2 != 0) {
+    throw ValueError(str_cat("Llama config: head_dim ", c.effective_head_dim(), " must be even for rotary embeddings"));
+  }
+  if (!c.tie_word_embeddings) {
+    lm_head_ = &register_module("lm_head", projection(c.hidden_size, c.vocab_size, false, device));
+  }
+  // HF's _init_weights: N(0, initializer_range) for Linear and Embedding weights, zero biases,
+  // RMSNorm weights 1.
+  Generator generator(seed);
+  for (auto& [name, p] : named_parameters()) {
+    if (p.ndim() == 2) p.normal_(0.0, c.initializer_range, &generator);
+  }
+}
+
+const Tensor& LlamaForCausalLM::head_weight() const {
+  return lm_head_ ? lm_head_->weight() : model_.embed_tokens().weight();
+}
+
+std::vector<std::string> LlamaForCausalLM::tied_parameter_names() const {
+  if (lm_head_) return {};
+  return {"lm_head.weight"};
+}
+
+Tensor LlamaForCausalLM::hidden_states(const Tensor& input_ids) { return model_.forward(input_ids); }
+
+Tensor LlamaForCausalLM::forward(const Tensor& input_ids) {
+  return linear(hidden_states(input_ids), head_weight());
+}
+
+Tensor LlamaForCausalLM::loss(const Tensor& input_ids, const Tensor& targets) {
+  return linear_cross_entropy(hidden_states(input_ids), head_weight(), targets);
+}
+
+}  // namespace headroom

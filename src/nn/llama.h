@@ -1,0 +1,79 @@
+// Llama (HF LlamaForCausalLM): RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP,
+// untied LM head (unless tie_word_embeddings).
+#pragma once
+
+#include <vector>
+
+#include "nn/causal_lm.h"
+#include "nn/layers.h"
+
+namespace headroom {
+
+class LlamaAttention : public Module {
+ public:
+  LlamaAttention(const LlamaConfig& config, Device device);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  const LlamaConfig config_;
+  Linear& q_proj_;
+  Linear& k_proj_;
+  Linear& v_proj_;
+  Linear& o_proj_;
+};
+
+class LlamaMLP : public Module {
+ public:
+  LlamaMLP(const LlamaConfig& config, Device device);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  Linear& gate_proj_;
+  Linear& up_proj_;
+  Linear& down_proj_;
+};
+
+class LlamaDecoderLayer : public Module {
+ public:
+  LlamaDecoderLayer(const LlamaConfig& config, Device device);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  RMSNorm& input_layernorm_;
+  LlamaAttention& self_attn_;
+  RMSNorm& post_attention_layernorm_;
+  LlamaMLP& mlp_;
+};
+
+// HF's "model": embeddings, layers, final norm. Returns the final hidden states.
+class LlamaModel : public Module {
+ public:
+  LlamaModel(const LlamaConfig& config, Device device);
+  Tensor forward(const Tensor& input_ids) const;
+  const Embedding& embed_tokens() const { return embed_tokens_; }
+
+ private:
+  const LlamaConfig config_;
+  Embedding& embed_tokens_;
+  std::vector<LlamaDecoderLayer*> layers_;
+  RMSNorm& norm_;
+};
+
+class LlamaForCausalLM : public CausalLM {
+ public:
+  LlamaForCausalLM(const LlamaConfig& config, Device device = kCPU, uint64_t seed = 0);
+  Tensor forward(const Tensor& input_ids) override;
+  Tensor loss(const Tensor& input_ids, const Tensor& targets) override;
+  Tensor hidden_states(const Tensor& input_ids);
+  HfConfig config() const override { return config_; }
+  std::vector<std::string> tied_parameter_names() const override;
+
+ private:
+  const Tensor& head_weight() const;
+
+  const LlamaConfig config_;
+  LlamaModel& model_;
+  Linear* lm_head_ = nullptr;  // null when tied to the embedding
+};
+
+}  // namespace headroom

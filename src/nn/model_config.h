@@ -1,0 +1,81 @@
+// The architecture hyper-parameters of the models, with HF's field names and defaults
+// (GPT2Config, LlamaConfig). io/hf_config reads and writes them as config.json.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace headroom {
+
+// Fields and defaults of transformers' GPT2Config (plus the PretrainedConfig ones GPT-2 uses).
+// The summary_* fields of GPT2DoubleHeadsModel are not read.
+struct GPT2Config {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;  // the context length (old files also carry n_ctx, the same value)
+  int64_t n_embd = 768;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  std::optional<int64_t> n_inner;  // the MLP width; null means 4 * n_embd
+  std::string activation_function = "gelu_new";
+  double resid_pdrop = 0.1;
+  double embd_pdrop = 0.1;
+  double attn_pdrop = 0.1;
+  double layer_norm_epsilon = 1e-5;
+  double initializer_range = 0.02;
+  bool scale_attn_weights = true;
+  bool scale_attn_by_inverse_layer_idx = false;
+  bool reorder_and_upcast_attn = false;
+  bool use_cache = true;
+  bool tie_word_embeddings = true;
+  std::optional<int64_t> bos_token_id = 50256;
+  std::vector<int64_t> eos_token_id = {50256};  // one id or several; empty for null
+  std::optional<int64_t> pad_token_id;
+  DType torch_dtype = DType::f32;  // the dtype the weights were saved in
+
+  int64_t effective_n_inner() const { return n_inner.value_or(4 * n_embd); }
+  int64_t head_dim() const { return n_embd / n_head; }
+  bool operator==(const GPT2Config&) const = default;
+};
+
+// Fields and defaults of transformers' LlamaConfig.
+struct LlamaConfig {
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  std::optional<int64_t> num_key_value_heads;  // null means num_attention_heads (no GQA)
+  std::optional<int64_t> head_dim;             // null means hidden_size / num_attention_heads
+  std::string hidden_act = "silu";
+  int64_t max_position_embeddings = 2048;
+  double initializer_range = 0.02;
+  double rms_norm_eps = 1e-6;
+  bool use_cache = true;
+  std::optional<int64_t> pad_token_id;
+  std::optional<int64_t> bos_token_id = 1;
+  std::vector<int64_t> eos_token_id = {2};  // Llama 3 lists several; empty for null
+  int64_t pretraining_tp = 1;
+  bool tie_word_embeddings = false;
+  double rope_theta = 10000.0;  // rope_scaling must be null: no scaled RoPE variant is built
+  bool attention_bias = false;
+  double attention_dropout = 0.0;
+  bool mlp_bias = false;
+  DType torch_dtype = DType::f32;
+
+  int64_t effective_num_key_value_heads() const {
+    return num_key_value_heads.value_or(num_attention_heads);
+  }
+  int64_t effective_head_dim() const {
+    return head_dim.value_or(hidden_size / num_attention_heads);
+  }
+  bool operator==(const LlamaConfig&) const = default;
+};
+
+using HfConfig = std::variant<GPT2Config, LlamaConfig>;
+
+}  // namespace headroom

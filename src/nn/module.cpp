@@ -1,0 +1,56 @@
+// Parameter collection and mode switching for Module trees.
+#include "nn/module.h"
+
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace headroom {
+
+Tensor Module::register_parameter(const std::string& name, const Tensor& tensor) {
+  tensor.set_requires_grad(true);
+  parameters_.emplace_back(name, tensor);
+  return tensor;
+}
+
+void Module::collect(const std::string& prefix,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, tensor] : parameters_) out.emplace_back(prefix + name, tensor);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> all, unique;
+  collect("", all);
+  std::unordered_set<const AutogradMeta*> seen;
+  for (auto& entry : all) {
+    if (seen.insert(entry.second.autograd_meta()).second) unique.push_back(std::move(entry));
+  }
+  return unique;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, tensor] : named_parameters()) out.push_back(tensor);
+  return out;
+}
+
+Tensor Module::parameter(const std::string& name) const {
+  for (auto& [n, tensor] : named_parameters()) {
+    if (n == name) return tensor;
+  }
+  throw ValueError(str_cat("no parameter named '", name, "'"));
+}
+
+int64_t Module::num_parameters() const {
+  int64_t total = 0;
+  for (auto& [name, tensor] : named_parameters()) total += tensor.numel();
+  return total;
+}
+
+void Module::train(bool mode) {
+  training_ = mode;
+  for (auto& [name, child] : children_) child->train(mode);
+}
+
+}  // namespace headroom

@@ -1,0 +1,58 @@
+// Module: a tree of named parameters and submodules, with train / eval mode. Parameter names are
+// the dotted paths HF uses ("transformer.h.0.attn.c_attn.weight"), so weight files map 1:1.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace headroom {
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter below this module, depth first in registration order. A tensor registered
+  // twice (tied weights) appears once, under its first name, as in torch.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  // ValueError naming the parameter when there is none of that name.
+  Tensor parameter(const std::string& name) const;
+  // Elements over the unique parameters.
+  int64_t num_parameters() const;
+
+  void train(bool mode = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Adds a submodule under `name` (for containers such as GPT-2's list of blocks "h").
+  template <typename M>
+  M& register_child(const std::string& name, std::unique_ptr<M> module) {
+    return register_module(name, std::move(module));
+  }
+
+ protected:
+  // Marks the tensor as a parameter (requires grad) and returns it.
+  Tensor register_parameter(const std::string& name, const Tensor& tensor);
+  template <typename M>
+  M& register_module(const std::string& name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    children_.emplace_back(name, std::move(module));
+    return ref;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace headroom

@@ -1,0 +1,309 @@
+// HF config.json: defaults, real GPT-2 and TinyLlama files, round trips, and every rejection.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "io_test_helpers.h"
+
+namespace headroom {
+namespace {
+
+using io_test::expect_error;
+using io_test::TempDir;
+using io_test::write_bytes;
+
+// openai-community/gpt2's config.json as the hub serves it.
+constexpr const char* kGPT2Json = R"({
+  "activation_function": "gelu_new",
+  "architectures": ["GPT2LMHeadModel"],
+  "attn_pdrop": 0.1,
+  "bos_token_id": 50256,
+  "embd_pdrop": 0.1,
+  "eos_token_id": 50256,
+  "initializer_range": 0.02,
+  "layer_norm_epsilon": 1e-05,
+  "model_type": "gpt2",
+  "n_ctx": 1024,
+  "n_embd": 768,
+  "n_head": 12,
+  "n_layer": 12,
+  "n_positions": 1024,
+  "resid_pdrop": 0.1,
+  "summary_activation": null,
+  "summary_first_dropout": 0.1,
+  "summary_proj_to_labels": true,
+  "summary_type": "cls_index",
+  "summary_use_proj": true,
+  "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+  "vocab_size": 50257
+})";
+
+// TinyLlama/TinyLlama-1.1B-Chat-v1.0's config.json.
+constexpr const char* kTinyLlamaJson = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 5632,
+  "max_position_embeddings": 2048,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 22,
+  "num_key_value_heads": 4,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 10000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.35.0",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+GPT2Config parse_gpt2(const std::string& text) {
+  return std::get<GPT2Config>(parse_hf_config(text, "config.json"));
+}
+
+LlamaConfig parse_llama(const std::string& text) {
+  return std::get<LlamaConfig>(parse_hf_config(text, "config.json"));
+}
+
+// `base` with `patch` merged over it (a null in the patch deletes nothing: it sets null).
+std::string patched(const char* base, const nlohmann::json& patch) {
+  nlohmann::json config = nlohmann::json::parse(base);
+  for (const auto& [key, value] : patch.items()) config[key] = value;
+  return config.dump();
+}
+
+// GPT2Config().to_json_string() in transformers 4.57.6: every default, as transformers has it.
+constexpr const char* kTransformersGPT2Defaults = R"({
+  "activation_function": "gelu_new", "attn_pdrop": 0.1, "bos_token_id": 50256,
+  "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+  "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_embd": 768, "n_head": 12,
+  "n_inner": null, "n_layer": 12, "n_positions": 1024, "reorder_and_upcast_attn": false,
+  "resid_pdrop": 0.1, "scale_attn_by_inverse_layer_idx": false, "scale_attn_weights": true,
+  "summary_activation": null, "summary_first_dropout": 0.1, "summary_proj_to_labels": true,
+  "summary_type": "cls_index", "summary_use_proj": true, "transformers_version": "4.57.6",
+  "use_cache": true, "vocab_size": 50257
+})";
+
+// LlamaConfig().to_json_string() in transformers 4.57.6, which resolves head_dim and
+// num_key_value_heads.
+constexpr const char* kTransformersLlamaDefaults = R"({
+  "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+  "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 11008, "max_position_embeddings": 2048, "mlp_bias": false,
+  "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
+  "num_key_value_heads": 32, "pretraining_tp": 1, "rms_norm_eps": 1e-06, "rope_scaling": null,
+  "rope_theta": 10000.0, "tie_word_embeddings": false, "transformers_version": "4.57.6",
+  "use_cache": true, "vocab_size": 32000
+})";
+
+TEST(HfConfig, DefaultsAreTransformers) {
+  // Fields a file leaves out take the defaults, and they are transformers' own.
+  EXPECT_EQ(parse_gpt2(R"({"model_type": "gpt2"})"), GPT2Config{});
+  EXPECT_EQ(parse_gpt2(kTransformersGPT2Defaults), GPT2Config{});
+  EXPECT_EQ(GPT2Config{}.effective_n_inner(), 3072);
+  EXPECT_EQ(GPT2Config{}.head_dim(), 64);
+  EXPECT_TRUE(GPT2Config{}.tie_word_embeddings);  // PretrainedConfig's default
+  EXPECT_EQ(GPT2Config{}.torch_dtype, DType::f32);
+
+  EXPECT_EQ(parse_llama(R"({"model_type": "llama"})"), LlamaConfig{});
+  LlamaConfig llama = parse_llama(kTransformersLlamaDefaults);
+  EXPECT_EQ(llama.head_dim, 128);
+  EXPECT_EQ(llama.num_key_value_heads, 32);
+  EXPECT_EQ(LlamaConfig{}.effective_head_dim(), 128);
+  EXPECT_EQ(LlamaConfig{}.effective_num_key_value_heads(), 32);
+  llama.head_dim.reset();
+  llama.num_key_value_heads.reset();
+  EXPECT_EQ(llama, LlamaConfig{});
+}
+
+TEST(HfConfig, ReadsGPT2AndTinyLlamaFiles) {
+  TempDir dir;
+  write_bytes(dir.file("config.json"), kGPT2Json);
+  // A directory means its config.json.
+  const GPT2Config gpt2 = std::get<GPT2Config>(read_hf_config(dir.str()));
+  EXPECT_EQ(gpt2, GPT2Config{});  // gpt2's file spells out the defaults
+
+  write_bytes(dir.file("config.json"), kTinyLlamaJson);
+  const LlamaConfig llama = std::get<LlamaConfig>(read_hf_config(dir.file("config.json")));
+  EXPECT_EQ(llama.hidden_size, 2048);
+  EXPECT_EQ(llama.intermediate_size, 5632);
+  EXPECT_EQ(llama.num_hidden_layers, 22);
+  EXPECT_EQ(llama.num_attention_heads, 32);
+  EXPECT_EQ(llama.num_key_value_heads, 4);
+  EXPECT_EQ(llama.effective_head_dim(), 64);
+  EXPECT_EQ(llama.rms_norm_eps, 1e-5);
+  EXPECT_EQ(llama.bos_token_id, 1);
+  EXPECT_EQ(llama.eos_token_id, std::vector<int64_t>({2}));
+  EXPECT_EQ(llama.torch_dtype, DType::bf16);
+
+  expect_error<ValueError>([&] { read_hf_config(dir.file("missing.json")); },
+                           {"missing.json", "No such file"});
+}
+
+TEST(HfConfig, ReadsListsNullsAndNewerSpellings) {
+  const LlamaConfig llama = parse_llama(patched(
+      kTinyLlamaJson, {{"eos_token_id", {128001, 128009}},
+                       {"bos_token_id", nullptr},
+                       {"num_key_value_heads", nullptr},
+                       {"head_dim", 128},
+                       {"rope_theta", 500000},  // an integer where a float is expected
+                       {"rope_scaling", {{"rope_type", "default"}}},
+                       {"dtype", "float16"}}));
+  EXPECT_EQ(llama.eos_token_id, std::vector<int64_t>({128001, 128009}));
+  EXPECT_FALSE(llama.bos_token_id.has_value());
+  EXPECT_EQ(llama.effective_num_key_value_heads(), 32);
+  EXPECT_EQ(llama.effective_head_dim(), 128);
+  EXPECT_EQ(llama.rope_theta, 500000.0);
+  EXPECT_EQ(llama.torch_dtype, DType::f16);
+
+  // transformers 5 moves rope_theta into rope_parameters.
+  const LlamaConfig v5 = parse_llama(
+      patched(kTinyLlamaJson, {{"rope_parameters", {{"rope_type", "default"},
+                                                    {"rope_theta", 1e6}}}}));
+  EXPECT_EQ(v5.rope_theta, 1e6);
+
+  const GPT2Config gpt2 = parse_gpt2(patched(kGPT2Json, {{"n_inner", 1024}}));
+  EXPECT_EQ(gpt2.effective_n_inner(), 1024);
+}
+
+TEST(HfConfig, RoundTrips) {
+  GPT2Config gpt2;
+  gpt2.n_embd = 64;
+  gpt2.n_head = 4;
+  gpt2.n_layer = 2;
+  gpt2.n_inner = 200;
+  gpt2.activation_function = "gelu_pytorch_tanh";
+  gpt2.layer_norm_epsilon = 1e-6;
+  gpt2.pad_token_id = 0;
+  gpt2.torch_dtype = DType::bf16;
+  EXPECT_EQ(std::get<GPT2Config>(parse_hf_config(to_json(gpt2), "x")), gpt2);
+  EXPECT_EQ(std::get<GPT2Config>(parse_hf_config(to_json(GPT2Config{}), "x")), GPT2Config{});
+
+  LlamaConfig llama = parse_llama(kTinyLlamaJson);
+  llama.eos_token_id = {5, 6};
+  llama.head_dim = 32;
+  llama.attention_dropout = 0.25;
+  TempDir dir;
+  write_hf_config(dir.str(), llama);  // a directory gets config.json
+  EXPECT_EQ(std::get<LlamaConfig>(read_hf_config(dir.file("config.json"))), llama);
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(to_json(LlamaConfig{}), "x")), LlamaConfig{});
+
+  // What from_pretrained reads: model_type, architectures, torch_dtype, every field, sorted.
+  const std::string text = to_json(GPT2Config{});
+  const nlohmann::json written = nlohmann::json::parse(text);
+  EXPECT_EQ(written["model_type"], "gpt2");
+  EXPECT_EQ(written["architectures"], nlohmann::json({"GPT2LMHeadModel"}));
+  EXPECT_EQ(written["torch_dtype"], "float32");
+  EXPECT_TRUE(written["n_inner"].is_null());
+  EXPECT_EQ(written["eos_token_id"], 50256);
+  EXPECT_TRUE(text.starts_with("{\n  \"activation_function\": \"gelu_new\",\n  \"architectures\""))
+      << text;
+  EXPECT_EQ(text.back(), '\n');
+  const nlohmann::json llama_written = nlohmann::json::parse(to_json(LlamaConfig{}));
+  EXPECT_EQ(llama_written["architectures"], nlohmann::json({"LlamaForCausalLM"}));
+  EXPECT_TRUE(llama_written["rope_scaling"].is_null());
+  EXPECT_FALSE(llama_written.contains("head_dim"));
+}
+
+TEST(HfConfig, RejectsModelTypesAndBadJson) {
+  expect_error<ValueError>([] { parse_hf_config(R"({"model_type": "mistral"})", "cfg.json"); },
+                           {"cfg.json", "field 'model_type' is 'mistral'", "'gpt2' and 'llama'"});
+  expect_error<ValueError>([] { parse_hf_config(R"({"n_embd": 768})", "cfg.json"); },
+                           {"cfg.json", "field 'model_type' is missing"});
+  expect_error<ValueError>([] { parse_hf_config(R"({"model_type": 2})", "cfg.json"); },
+                           {"cfg.json", "field 'model_type' is number 2; expected a string"});
+  expect_error<ValueError>([] { parse_hf_config(R"({"model_type": "gpt2",})", "cfg.json"); },
+                           {"cfg.json", "invalid JSON"});
+  expect_error<ValueError>([] { parse_hf_config("[]", "cfg.json"); },
+                           {"cfg.json", "config is array [], not an object"});
+}
+
+TEST(HfConfig, RejectsWrongTypes) {
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"n_embd", "768"}})); },
+                           {"config.json", "field 'n_embd' is string \"768\"; expected an "
+                            "integer"});
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"n_layer", 12.5}})); },
+                           {"field 'n_layer' is number 12.5; expected an integer"});
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"vocab_size", nullptr}})); },
+                           {"field 'vocab_size' is null; expected an integer"});
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"attn_pdrop", "0.1"}})); },
+                           {"field 'attn_pdrop' is string \"0.1\"; expected a number"});
+  expect_error<ValueError>(
+      [] { parse_llama(patched(kTinyLlamaJson, {{"tie_word_embeddings", 0}})); },
+      {"field 'tie_word_embeddings' is number 0; expected true or false"});
+  expect_error<ValueError>(
+      [] { parse_llama(patched(kTinyLlamaJson, {{"eos_token_id", {2, "x"}}})); },
+      {"field 'eos_token_id' is string \"x\"; expected an integer"});
+  expect_error<ValueError>(
+      [] { parse_llama(patched(kTinyLlamaJson, {{"torch_dtype", "float64"}})); },
+                           {"field 'torch_dtype' is 'float64'; headroom stores weights in "
+                            "float32, float16, bfloat16, float8_e4m3fn, float8_e5m2"});
+  expect_error<ValueError>([] { parse_llama(patched(kTinyLlamaJson, {{"torch_dtype", "int64"}})); },
+                           {"field 'torch_dtype' is 'int64'; headroom stores"});
+  expect_error<ValueError>([] { parse_llama(patched(kTinyLlamaJson, {{"rope_scaling", 2.0}})); },
+                           {"field 'rope_scaling' is number 2.0; expected null or an object"});
+}
+
+TEST(HfConfig, RejectsBadValues) {
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"n_head", 0}})); },
+                           {"config.json", "field 'n_head' is 0; it must be positive"});
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"n_inner", -1}})); },
+                           {"field 'n_inner' is -1; it must be positive"});
+  expect_error<ValueError>(
+      [] { parse_gpt2(patched(kGPT2Json, {{"n_embd", 770}})); },
+      {"config.json", "field 'n_embd' (770) is not divisible by field 'n_head' (12)"});
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"resid_pdrop", 1.5}})); },
+                           {"field 'resid_pdrop' is 1.5", "[0, 1]"});
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"layer_norm_epsilon", 0}})); },
+                           {"field 'layer_norm_epsilon' is 0; it must be positive"});
+  expect_error<ValueError>(
+      [] { parse_llama(patched(kTinyLlamaJson, {{"num_key_value_heads", 5}})); },
+      {"config.json",
+       "field 'num_attention_heads' (32) is not divisible by field 'num_key_value_heads' (5)"});
+  expect_error<ValueError>(
+      [] { parse_llama(patched(kTinyLlamaJson, {{"hidden_size", 2050}})); },
+      {"field 'hidden_size' (2050) is not divisible by field 'num_attention_heads' (32)"});
+  // An explicit head_dim lifts that requirement, as in LlamaConfig.
+  EXPECT_EQ(parse_llama(patched(kTinyLlamaJson, {{"hidden_size", 2050}, {"head_dim", 64}}))
+                .effective_head_dim(),
+            64);
+  expect_error<ValueError>([] { parse_llama(patched(kTinyLlamaJson, {{"vocab_size", -5}})); },
+                           {"field 'vocab_size' is -5; it must be positive"});
+  expect_error<ValueError>([] { parse_llama(patched(kTinyLlamaJson, {{"rope_theta", 0}})); },
+                           {"field 'rope_theta' is 0; it must be positive"});
+}
+
+TEST(HfConfig, RejectsWhatIsNotImplemented) {
+  expect_error<NotImplementedError>(
+      [] { parse_gpt2(patched(kGPT2Json, {{"activation_function", "relu"}})); },
+      {"config.json", "field 'activation_function' is 'relu'", "gelu_new, gelu_pytorch_tanh"});
+  expect_error<NotImplementedError>(
+      [] { parse_llama(patched(kTinyLlamaJson, {{"hidden_act", "gelu"}})); },
+      {"config.json", "field 'hidden_act' is 'gelu'", "silu"});
+  expect_error<NotImplementedError>(
+      [] {
+        parse_llama(patched(kTinyLlamaJson,
+                            {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}));
+      },
+      {"config.json", "field 'rope_scaling' has rope_type 'llama3'"});
+  expect_error<NotImplementedError>(
+      [] {
+        parse_llama(
+            patched(kTinyLlamaJson, {{"rope_scaling", {{"type", "linear"}, {"factor", 2}}}}));
+      },
+      {"field 'rope_scaling' has rope_type 'linear'"});
+}
+
+}  // namespace
+}  // namespace headroom

@@ -1,0 +1,201 @@
+// GPT-2 and Llama against the reference recorded from PyTorch (tools/gen_model_reference.py):
+// logits, loss and every parameter gradient; HF names, initialisation, and weight files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/engine.h"
+#include "core/grad_mode.h"
+#include "io/pretrained.h"
+#include "io/safetensors.h"
+#include "nn/gpt2.h"
+#include "nn/llama.h"
+#include "ops/ops.h"
+
+namespace headroom {
+namespace {
+
+const std::string kModels = std::string(HEADROOM_FIXTURES_DIR) + "/models/";
+
+// |a - b| <= rtol * max|b| elementwise: relative to the tensor's scale, since single elements
+// near zero carry only rounding noise.
+void expect_close(const Tensor& actual, const Tensor& expected, double rtol,
+                  const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  const std::vector<float> a = actual.to(DType::f32).to_float_vector();
+  const std::vector<float> b = expected.to_float_vector();
+  double scale = 0.0;
+  for (float v : b) scale = std::max(scale, static_cast<double>(std::abs(v)));
+  double worst = 0.0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+    if (d > worst) worst = d, at = i;
+  }
+  EXPECT_LE(worst, rtol * scale) << what << ": element " << at << " is " << a[at]
+                                 << ", expected " << b[at] << " (scale " << scale << ")";
+}
+
+class ModelReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelReference, LogitsLossAndGradientsMatchPyTorch) {
+  const std::string dir = kModels + GetParam();
+  std::unique_ptr<CausalLM> model = load_pretrained(dir);
+  model->eval();  // the reference has no dropout
+  const SafetensorsFile reference(dir + "/reference.safetensors");
+  const Tensor ids = reference.load("input_ids");
+  const Tensor targets = reference.load("targets");
+
+  {
+    NoGradGuard no_grad;
+    expect_close(model->forward(ids), reference.load("logits"), 1e-5, "logits");
+  }
+  const Tensor loss = model->loss(ids, targets);
+  EXPECT_NEAR(loss.item(), reference.load("loss").item(), 1e-5 * reference.load("loss").item());
+  backward(loss);
+  int checked = 0;
+  for (const auto& [name, param] : model->named_parameters()) {
+    ASSERT_TRUE(param.grad().defined()) << name;
+    expect_close(param.grad(), reference.load("grad." + name), 1e-4, "grad." + name);
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(SafetensorsFile(dir + "/model.safetensors").size()));
+}
+
+TEST_P(ModelReference, UnfusedHeadAndLossGiveTheSameLoss) {
+  const std::string dir = kModels + GetParam();
+  std::unique_ptr<CausalLM> model = load_pretrained(dir);
+  model->eval();
+  const SafetensorsFile reference(dir + "/reference.safetensors");
+  const Tensor ids = reference.load("input_ids"), targets = reference.load("targets");
+  NoGradGuard no_grad;
+  EXPECT_NEAR(cross_entropy(model->forward(ids), targets).item(), model->loss(ids, targets).item(),
+              1e-5);
+}
+
+TEST_P(ModelReference, SaveAndReloadGiveTheSameModel) {
+  const std::string dir = kModels + GetParam();
+  std::unique_ptr<CausalLM> model = load_pretrained(dir);
+  const std::string out = ::testing::TempDir() + "headroom_saved_" + GetParam();
+  std::filesystem::remove_all(out);
+  save_pretrained(*model, out);
+  const SafetensorsFile saved(out + "/model.safetensors");
+  EXPECT_EQ(saved.size(), SafetensorsFile(dir + "/model.safetensors").size());
+  EXPECT_FALSE(saved.contains("lm_head.weight") && GetParam() == "gpt2_tiny");
+  std::unique_ptr<CausalLM> again = load_pretrained(out);
+  EXPECT_EQ(again->config(), model->config());
+  const Tensor ids = SafetensorsFile(dir + "/reference.safetensors").load("input_ids");
+  model->eval();
+  again->eval();
+  NoGradGuard no_grad;
+  EXPECT_EQ(again->forward(ids).to_float_vector(), model->forward(ids).to_float_vector());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelReference, ::testing::Values("gpt2_tiny", "llama_tiny"));
+
+TEST(Models, HfParameterNamesAndCounts) {
+  GPT2Config gpt2;
+  gpt2.vocab_size = 96, gpt2.n_positions = 32, gpt2.n_embd = 32, gpt2.n_layer = 2, gpt2.n_head = 4;
+  GPT2LMHeadModel g(gpt2);
+  const auto names = g.named_parameters();
+  EXPECT_EQ(names.front().first, "transformer.wte.weight");
+  EXPECT_EQ(names[2].first, "transformer.h.0.ln_1.weight");
+  EXPECT_EQ(g.parameter("transformer.h.0.attn.c_attn.weight").shape(), (Shape{32, 96}));
+  EXPECT_EQ(names.back().first, "transformer.ln_f.bias");
+  // 2 embeddings + 2 blocks of 12 tensors + ln_f: the tied head adds nothing.
+  EXPECT_EQ(names.size(), 28u);
+  EXPECT_EQ(g.num_parameters(), 96 * 32 + 32 * 32 + 2 * (2 * 32 + 32 * 96 + 96 + 32 * 32 + 32 +
+                                                           2 * 32 + 32 * 128 + 128 + 128 * 32 + 32) +
+                                    2 * 32);
+
+  LlamaConfig llama;
+  llama.vocab_size = 96, llama.hidden_size = 32, llama.intermediate_size = 64;
+  llama.num_hidden_layers = 2, llama.num_attention_heads = 4, llama.num_key_value_heads = 2;
+  LlamaForCausalLM l(llama);
+  EXPECT_EQ(l.parameter("model.layers.1.self_attn.k_proj.weight").shape(), (Shape{16, 32}));
+  EXPECT_EQ(l.named_parameters().back().first, "lm_head.weight");
+}
+
+TEST(Models, HfInitialisation) {
+  GPT2Config c;
+  c.vocab_size = 512, c.n_positions = 64, c.n_embd = 128, c.n_layer = 8, c.n_head = 4;
+  GPT2LMHeadModel model(c, kCPU, 3);
+  auto stddev = [](const Tensor& t) {
+    const std::vector<float> v = t.to_float_vector();
+    double s = 0, s2 = 0;
+    for (float x : v) s += x, s2 += static_cast<double>(x) * x;
+    const double mean = s / static_cast<double>(v.size());
+    return std::sqrt(s2 / static_cast<double>(v.size()) - mean * mean);
+  };
+  EXPECT_NEAR(stddev(model.parameter("transformer.h.0.attn.c_attn.weight")), 0.02, 0.001);
+  EXPECT_NEAR(stddev(model.parameter("transformer.wte.weight")), 0.02, 0.001);
+  EXPECT_NEAR(stddev(model.parameter("transformer.h.3.mlp.c_proj.weight")), 0.02 / std::sqrt(16.0),
+              0.0003);
+  EXPECT_EQ(model.parameter("transformer.h.0.ln_1.weight").to_float_vector(),
+            std::vector<float>(128, 1.0f));
+  EXPECT_EQ(model.parameter("transformer.h.0.attn.c_attn.bias").to_float_vector(),
+            std::vector<float>(384, 0.0f));
+  // The same seed gives the same model.
+  GPT2LMHeadModel same(c, kCPU, 3);
+  EXPECT_EQ(same.parameter("transformer.wpe.weight").to_float_vector(),
+            model.parameter("transformer.wpe.weight").to_float_vector());
+}
+
+void copy_dir(const std::string& from, const std::string& to) {
+  std::filesystem::remove_all(to);
+  std::filesystem::create_directories(to);
+  for (const auto& entry : std::filesystem::directory_iterator(from)) {
+    std::filesystem::copy_file(entry.path(), to + "/" + entry.path().filename().string());
+  }
+}
+
+std::string load_error(const std::string& dir) {
+  try {
+    load_pretrained(dir);
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
+  const std::string dir = ::testing::TempDir() + "headroom_bad_gpt2";
+  copy_dir(kModels + "gpt2_tiny", dir);
+  GPT2LMHeadModel model(std::get<GPT2Config>(read_hf_config(dir + "/config.json")));
+  std::vector<std::pair<std::string, Tensor>> tensors = model.named_parameters();
+
+  auto rewrite = [&](std::vector<std::pair<std::string, Tensor>> t) {
+    save_safetensors(dir + "/model.safetensors", t);
+  };
+  auto missing = tensors;
+  missing.erase(missing.begin() + 5);
+  rewrite(missing);
+  std::string message = load_error(dir);
+  EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
+  EXPECT_NE(message.find(tensors[5].first), std::string::npos) << message;
+  EXPECT_NE(message.find("missing"), std::string::npos) << message;
+
+  auto extra = tensors;
+  extra.emplace_back("transformer.h.9.mlp.c_fc.weight", Tensor::zeros({2, 2}));
+  rewrite(extra);
+  message = load_error(dir);
+  EXPECT_NE(message.find("transformer.h.9.mlp.c_fc.weight"), std::string::npos) << message;
+
+  auto wrong_shape = tensors;
+  wrong_shape[3].second = Tensor::zeros({7});
+  rewrite(wrong_shape);
+  message = load_error(dir);
+  EXPECT_NE(message.find(tensors[3].first), std::string::npos) << message;
+
+  // The original openai-community/gpt2 layout: no "transformer." prefix, mask buffers stored.
+  std::vector<std::pair<std::string, Tensor>> original;
+  for (auto& [name, t] : tensors) original.emplace_back(name.substr(12), t);
+  original.emplace_back("h.0.attn.bias", Tensor::ones({1, 1, 32, 32}));
+  rewrite(original);
+  EXPECT_EQ(load_error(dir), "no error");
+}
+
+}  // namespace
+}  // namespace headroom
