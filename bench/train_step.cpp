@@ -1,0 +1,324 @@
+// Training-step throughput and peak memory of a GPT-2-shaped model (fp32, AdamW, CPU), printed
+// side by side with the same model in plain PyTorch (bench/train_step_peer.py) on this machine.
+//
+// Run (Release build):
+//   ninja -C build train_step && build/bench/train_step [--layers 6] [--d-model 384] [--heads 6]
+//       [--context 256] [--batch 8] [--vocab 50304] [--steps 10] [--threads N] [--no-peer]
+// The first 2 steps are warm-up and not timed. --threads defaults to OMP_NUM_THREADS, else all
+// cores; the peer gets the same count (torch.set_num_threads and OPENBLAS_NUM_THREADS). The peer
+// runs when /usr/bin/python3 imports torch. For a profile: perf record -g build/bench/train_step
+// --no-peer, then perf report --no-children.
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "memory/device_memory.h"
+#include "nn/causal_lm.h"
+#include "ops/linear.h"
+#include "optim/adamw.h"
+
+namespace {
+
+using namespace headroom;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kWarmupSteps = 2;
+constexpr uint64_t kSeed = 1234;
+constexpr double kLr = 1e-4;
+constexpr double kWeightDecay = 0.1;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct Options {
+  int64_t layers = 6;
+  int64_t d_model = 384;
+  int64_t heads = 6;
+  int64_t context = 256;
+  int64_t batch = 8;
+  int64_t vocab = 50304;
+  int64_t steps = 10;
+  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
+  bool peer = true;
+};
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(code ? stderr : stdout,
+               "usage: train_step [--layers N] [--d-model N] [--heads N] [--context N] "
+               "[--batch N] [--vocab N] [--steps N] [--threads N] [--no-peer]\n");
+  std::exit(code);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  const std::map<std::string, int64_t*> sizes = {
+      {"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
+      {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
+      {"--steps", &o.steps}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--no-peer") {
+      o.peer = false;
+    } else if (arg == "--help" || arg == "-h") {
+      usage(0);
+    } else if (i + 1 < argc && (sizes.count(arg) || arg == "--threads")) {
+      char* end = nullptr;
+      const long long value = std::strtoll(argv[++i], &end, 10);
+      if (*end != '\0' || value < 1) {
+        std::fprintf(stderr, "train_step: %s needs a positive integer, not '%s'\n", arg.c_str(),
+                     argv[i]);
+        std::exit(2);
+      }
+      if (arg == "--threads") {
+        o.threads = static_cast<int>(value);
+      } else {
+        *sizes.at(arg) = value;
+      }
+    } else {
+      std::fprintf(stderr, "train_step: unknown or incomplete option '%s'\n", arg.c_str());
+      usage(2);
+    }
+  }
+  return o;
+}
+
+// The token ids of one step: splitmix64 of (seed, step, index) modulo the vocabulary, which
+// train_step_peer.py computes identically, so both sides train on the same batches.
+std::vector<int64_t> batch_tokens(const Options& o, int64_t step) {
+  std::vector<int64_t> tokens(static_cast<size_t>(o.batch * (o.context + 1)));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    uint64_t z = kSeed * 0x100000000ull + static_cast<uint64_t>(step) * 0x1000000ull + i;
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    tokens[i] = static_cast<int64_t>(z % static_cast<uint64_t>(o.vocab));
+  }
+  return tokens;
+}
+
+// Resident set now (from /proc) and at its peak so far (getrusage), in bytes: what the peer can
+// measure of PyTorch, whose CPU allocator keeps no statistics.
+size_t current_rss() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+size_t peak_rss() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// GFLOP/s of a 1024^3 matmul, the check the peer makes of PyTorch's BLAS.
+double matmul_gflops() {
+  NoGradGuard no_grad;
+  const Tensor a = Tensor::randn({1024, 1024});
+  const Tensor b = Tensor::randn({1024, 1024});
+  matmul(a, b);
+  const int reps = 10;
+  const auto start = Clock::now();
+  for (int r = 0; r < reps; ++r) matmul(a, b);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return 2.0 * 1024 * 1024 * 1024 * reps / seconds / 1e9;
+}
+
+struct Result {
+  double tokens_per_s = 0;
+  double step_ms = 0, forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  double allocated_growth = 0;  // peak allocated bytes above those held before the first step
+  double rss_growth = 0;        // peak RSS above the RSS before the first step
+  double gflops = 0;
+  double first_loss = 0, last_loss = 0;
+};
+
+Result run_headroom(const Options& o) {
+  GPT2Config config;
+  config.n_layer = o.layers;
+  config.n_embd = o.d_model;
+  config.n_head = o.heads;
+  config.n_positions = o.context;
+  config.vocab_size = o.vocab;
+  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0;
+  config.initializer_range = 0.02;
+
+  Result r;
+  r.gflops = matmul_gflops();
+  std::unique_ptr<CausalLM> model = make_causal_lm(config, kCPU, kSeed);
+  model->train();
+  AdamW optimizer(weight_decay_param_groups(model->named_parameters(), kWeightDecay),
+                  {.lr = kLr, .weight_decay = kWeightDecay});
+  std::printf("headroom: GPT-2 %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, "
+              "vocab %lld: %.2fM parameters; %d threads; 1024^3 matmul %.1f GFLOP/s\n",
+              static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
+              static_cast<long long>(o.heads), static_cast<long long>(o.context),
+              static_cast<long long>(o.batch), static_cast<long long>(o.vocab),
+              static_cast<double>(model->num_parameters()) / 1e6, omp_get_max_threads(),
+              r.gflops);
+
+  const size_t allocated_before = memory_allocated(kCPU);
+  const size_t rss_before = current_rss();
+  reset_peak_memory_stats(kCPU);
+  std::vector<double> step_s, forward_s, backward_s, optimizer_s;
+  for (int64_t step = 0; step < kWarmupSteps + o.steps; ++step) {
+    const Tensor tokens = Tensor::from_ints(batch_tokens(o, step), {o.batch, o.context + 1});
+    const Tensor input_ids = tokens.narrow(1, 0, o.context).contiguous();
+    const Tensor targets = tokens.narrow(1, 1, o.context).contiguous();
+    const auto t0 = Clock::now();
+    const Tensor loss = model->loss(input_ids, targets);
+    const auto t1 = Clock::now();
+    backward(loss);
+    const auto t2 = Clock::now();
+    optimizer.step();
+    optimizer.zero_grad();
+    const auto t3 = Clock::now();
+    const double f = std::chrono::duration<double>(t1 - t0).count();
+    const double b = std::chrono::duration<double>(t2 - t1).count();
+    const double u = std::chrono::duration<double>(t3 - t2).count();
+    const double value = loss.item();
+    if (step == 0) r.first_loss = value;
+    r.last_loss = value;
+    const bool timed = step >= kWarmupSteps;
+    std::printf("headroom: step %2lld%s loss %.4f  %8.1f ms (forward %.1f, backward %.1f, "
+                "optimizer %.1f)\n",
+                static_cast<long long>(step), timed ? "        " : " warm-up", value,
+                (f + b + u) * 1e3, f * 1e3, b * 1e3, u * 1e3);
+    if (!timed) continue;
+    step_s.push_back(f + b + u);
+    forward_s.push_back(f);
+    backward_s.push_back(b);
+    optimizer_s.push_back(u);
+  }
+  r.step_ms = median(step_s) * 1e3;
+  r.forward_ms = median(forward_s) * 1e3;
+  r.backward_ms = median(backward_s) * 1e3;
+  r.optimizer_ms = median(optimizer_s) * 1e3;
+  r.tokens_per_s = static_cast<double>(o.batch * o.context) / median(step_s);
+  const size_t peak = max_memory_allocated(kCPU);
+  r.allocated_growth = static_cast<double>(peak - allocated_before);
+  r.rss_growth = static_cast<double>(peak_rss() - std::min(peak_rss(), rss_before));
+  std::printf("headroom: peak allocated %.1f MiB (%.1f MiB before the first step: parameters; "
+              "+%.1f MiB gradients, optimizer state, activations); peak reserved %.1f MiB; "
+              "peak RSS growth %.1f MiB\n",
+              static_cast<double>(peak) / kMiB, static_cast<double>(allocated_before) / kMiB,
+              r.allocated_growth / kMiB, static_cast<double>(max_memory_reserved(kCPU)) / kMiB,
+              r.rss_growth / kMiB);
+  return r;
+}
+
+// Runs the peer; returns false (saying why) when it cannot. It prints its own lines, and one
+// "RESULT key=value ..." line that is parsed here.
+bool run_peer(const Options& o, Result& peer, std::string& torch_version) {
+  const char* python = "/usr/bin/python3";
+  const std::filesystem::path script =
+      std::filesystem::path(__FILE__).parent_path() / "train_step_peer.py";
+  if (access(python, X_OK) != 0 || !std::filesystem::exists(script)) {
+    std::printf("peer: skipped (%s or %s missing)\n", python, script.c_str());
+    return false;
+  }
+  const std::string threads = std::to_string(omp_get_max_threads());
+  // OpenBLAS sizes its own pthread pool from the environment, not from torch.set_num_threads.
+  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
+  setenv("OMP_NUM_THREADS", threads.c_str(), 1);
+  const std::string command = str_cat(
+      python, " ", script.string(), " --layers ", o.layers, " --d-model ", o.d_model,
+      " --heads ", o.heads, " --context ", o.context, " --batch ", o.batch, " --vocab ", o.vocab,
+      " --steps ", o.steps, " --warmup ", kWarmupSteps, " --threads ", threads, " --seed ", kSeed,
+      " --lr ", kLr, " --weight-decay ", kWeightDecay, " 2>&1");
+  std::fflush(stdout);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) {
+    std::printf("peer: skipped (cannot start %s)\n", python);
+    return false;
+  }
+  std::map<std::string, std::string> fields;
+  char line[4096];
+  while (std::fgets(line, sizeof line, pipe)) {
+    if (std::strncmp(line, "RESULT ", 7) != 0) {
+      std::fputs(line, stdout);
+      continue;
+    }
+    char* save = nullptr;
+    for (char* word = strtok_r(line + 7, " \n", &save); word; word = strtok_r(nullptr, " \n", &save)) {
+      if (char* eq = std::strchr(word, '=')) fields[std::string(word, eq)] = eq + 1;
+    }
+  }
+  const int status = pclose(pipe);
+  if (status != 0 || !fields.count("tokens_per_s")) {
+    std::printf("peer: no result (exit status %d)\n", status);
+    return false;
+  }
+  auto number = [&](const char* key) { return fields.count(key) ? std::atof(fields[key].c_str()) : 0.0; };
+  peer.tokens_per_s = number("tokens_per_s");
+  peer.step_ms = number("step_ms");
+  peer.forward_ms = number("forward_ms");
+  peer.backward_ms = number("backward_ms");
+  peer.optimizer_ms = number("optimizer_ms");
+  peer.gflops = number("matmul_gflops");
+  peer.first_loss = number("first_loss");
+  peer.last_loss = number("last_loss");
+  peer.rss_growth = number("peak_rss_growth_bytes");
+  torch_version = fields.count("torch") ? fields["torch"] : "?";
+  return true;
+}
+
+void print_row(const char* what, double ours, double theirs, const char* unit, int decimals) {
+  std::printf("  %-26s %12.*f %12.*f %10.2f   %s\n", what, decimals, ours, decimals, theirs,
+              theirs != 0 ? ours / theirs : 0.0, unit);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_options(argc, argv);
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  try {
+    const Result ours = run_headroom(o);
+    std::printf("headroom: %.0f tokens/s (median step %.1f ms over %lld steps)\n",
+                ours.tokens_per_s, ours.step_ms, static_cast<long long>(o.steps));
+    if (!o.peer) return 0;
+    Result peer;
+    std::string torch_version;
+    if (!run_peer(o, peer, torch_version)) return 0;
+    std::printf("\n%d threads; medians over %lld timed steps  %12s %12s %10s\n",
+                omp_get_max_threads(), static_cast<long long>(o.steps), "headroom",
+                ("torch " + torch_version).c_str(), "hr/torch");
+    print_row("tokens/s", ours.tokens_per_s, peer.tokens_per_s, "", 0);
+    print_row("step", ours.step_ms, peer.step_ms, "ms", 1);
+    print_row("  forward (loss)", ours.forward_ms, peer.forward_ms, "ms", 1);
+    print_row("  backward", ours.backward_ms, peer.backward_ms, "ms", 1);
+    print_row("  optimizer + zero_grad", ours.optimizer_ms, peer.optimizer_ms, "ms", 1);
+    // PyTorch's CPU allocator keeps no statistics: RSS is what both sides can be measured by.
+    print_row("peak RSS growth", ours.rss_growth / kMiB, peer.rss_growth / kMiB, "MiB", 1);
+    std::printf("  %-26s %12.1f %12s %10s   MiB\n", "peak allocated growth",
+                ours.allocated_growth / kMiB, "-", "-");
+    print_row("1024^3 matmul", ours.gflops, peer.gflops, "GFLOP/s", 1);
+    print_row("loss, first step", ours.first_loss, peer.first_loss, "", 4);
+    print_row("loss, last step", ours.last_loss, peer.last_loss, "", 4);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

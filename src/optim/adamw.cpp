@@ -1,0 +1,156 @@
+// AdamW: option checks as torch's, lazy fp32 state, per-step coefficients in double (as Python
+// computes them) handed to the fused kernel in backend/cpu/adamw.cpp.
+#include "optim/adamw.h"
+
+#include <cmath>
+#include <unordered_set>
+
+#include "backend/cpu/adamw.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+void check_options(const AdamWOptions& o) {
+  // torch.optim.AdamW's checks and messages.
+  if (!(o.lr >= 0.0)) throw ValueError(str_cat("AdamW: Invalid learning rate: ", o.lr));
+  if (!(o.eps >= 0.0)) throw ValueError(str_cat("AdamW: Invalid epsilon value: ", o.eps));
+  if (!(o.beta1 >= 0.0 && o.beta1 < 1.0)) {
+    throw ValueError(str_cat("AdamW: Invalid beta parameter at index 0: ", o.beta1));
+  }
+  if (!(o.beta2 >= 0.0 && o.beta2 < 1.0)) {
+    throw ValueError(str_cat("AdamW: Invalid beta parameter at index 1: ", o.beta2));
+  }
+  if (!(o.weight_decay >= 0.0)) {
+    throw ValueError(str_cat("AdamW: Invalid weight_decay value: ", o.weight_decay));
+  }
+}
+
+void check_param(const std::string& name, const Tensor& param) {
+  if (!param.defined()) throw ValueError(str_cat("AdamW: parameter '", name, "' is undefined"));
+  if (param.dtype() != DType::f32) {
+    throw NotImplementedError(str_cat("AdamW: parameter '", name, "' is ",
+                                      dtype_name(param.dtype()),
+                                      "; only f32 parameters are supported"));
+  }
+  if (!param.is_leaf()) {
+    throw ValueError(str_cat("AdamW: can't optimize a non-leaf tensor ('", name, "')"));
+  }
+  if (!param.is_contiguous()) {
+    throw ValueError(str_cat("AdamW: parameter '", name, "' is not contiguous"));
+  }
+}
+
+std::vector<NamedTensor> unnamed(const std::vector<Tensor>& params) {
+  std::vector<NamedTensor> named;
+  named.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) named.emplace_back(std::to_string(i), params[i]);
+  return named;
+}
+
+}  // namespace
+
+AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
+    : AdamW(unnamed(params), options) {}
+
+AdamW::AdamW(const std::vector<NamedTensor>& named_params, const AdamWOptions& options)
+    : AdamW(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
+    : options_(options), groups_(std::move(groups)) {
+  check_options(options_);
+  std::unordered_set<const AutogradMeta*> seen;
+  for (ParamGroup& group : groups_) {
+    AdamWOptions group_options = options_;
+    group_options.lr = group.lr.value_or(options_.lr);
+    group_options.weight_decay = group.weight_decay.value_or(options_.weight_decay);
+    check_options(group_options);
+    group.lr = group_options.lr;
+    group.weight_decay = group_options.weight_decay;
+    for (const auto& [name, param] : group.params) {
+      check_param(name, param);
+      if (!seen.insert(param.autograd_meta()).second) {
+        throw ValueError(str_cat("AdamW: parameter '", name,
+                                 "' appears more than once in the parameter groups"));
+      }
+    }
+    states_.emplace_back(group.params.size());
+  }
+}
+
+void AdamW::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const double lr = *groups_[g].lr;
+    const double weight_decay = *groups_[g].weight_decay;
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& [name, param] = groups_[g].params[i];
+      Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      if (grad.dtype() != DType::f32) {
+        throw NotImplementedError(str_cat("AdamW: the gradient of '", name, "' is ",
+                                          dtype_name(grad.dtype()),
+                                          "; only f32 gradients are supported"));
+      }
+      const bool compute = computes_on_cpu("AdamW", param.device());
+      AdamWState& state = states_[g][i];
+      if (!state.exp_avg.defined()) {
+        state.exp_avg = Tensor::zeros(param.shape(), DType::f32, param.device());
+        state.exp_avg_sq = Tensor::zeros(param.shape(), DType::f32, param.device());
+      }
+      ++state.step;
+      if (!compute) continue;
+
+      // Python floats in torch's code: double arithmetic, then rounded to the tensor's float.
+      const double step = static_cast<double>(state.step);
+      const double bias_correction1 = 1.0 - std::pow(options_.beta1, step);
+      const double bias_correction2 = 1.0 - std::pow(options_.beta2, step);
+      const cpu::AdamWCoefficients c{
+          .decay = static_cast<float>(1.0 - lr * weight_decay),
+          .beta1 = static_cast<float>(options_.beta1),
+          .one_minus_beta1 = static_cast<float>(1.0 - options_.beta1),
+          .beta2 = static_cast<float>(options_.beta2),
+          .one_minus_beta2 = static_cast<float>(1.0 - options_.beta2),
+          .bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2)),
+          .eps = static_cast<float>(options_.eps),
+          .neg_step_size = static_cast<float>(-(lr / bias_correction1)),
+      };
+      grad = grad.contiguous();
+      cpu::adamw_update(param.data<float>(), grad.data<float>(), state.exp_avg.data<float>(),
+                        state.exp_avg_sq.data<float>(), param.numel(), c);
+    }
+  }
+}
+
+void AdamW::zero_grad(bool set_to_none) {
+  for (const ParamGroup& group : groups_) {
+    for (const auto& [name, param] : group.params) {
+      if (set_to_none) {
+        param.set_grad(Tensor());
+      } else if (Tensor grad = param.grad(); grad.defined()) {
+        grad.zero_();
+      }
+    }
+  }
+}
+
+double AdamW::lr() const { return groups_.empty() ? options_.lr : *groups_.front().lr; }
+
+void AdamW::set_lr(double lr) {
+  AdamWOptions checked = options_;
+  checked.lr = lr;
+  check_options(checked);
+  for (ParamGroup& group : groups_) group.lr = lr;
+}
+
+const AdamWState& AdamW::state(size_t group, size_t index) const {
+  if (group >= states_.size() || index >= states_[group].size()) {
+    throw IndexError(str_cat("AdamW::state: no parameter ", index, " in group ", group));
+  }
+  return states_[group][index];
+}
+
+}  // namespace headroom
