@@ -40,15 +40,21 @@ HEADROOM_ROW_INLINE inline void backward_sums(const float* dy, const float* x, c
   sum_gx = c;
 }
 
-// dx = rstd * (g - mean_g - x-hat * mean_gx).
-template <bool kWeight>
+// dx = rstd * (g - mean_g - x-hat * mean_gx); with kPartial also the block's running sums of
+// dy * x-hat (pw) and dy (pb), in the same pass.
+template <bool kWeight, bool kPartial>
 HEADROOM_ROW_INLINE inline void backward_dx(const float* dy, const float* x, const float* weight,
                                             float shift, float rstd, float mean_g, float mean_gx,
-                                            int64_t dim, float* dx) {
+                                            int64_t dim, float* dx, float* pw, float* pb) {
 #pragma omp simd
   for (int64_t j = 0; j < dim; ++j) {
     const float g = kWeight ? dy[j] * weight[j] : dy[j];
-    dx[j] = rstd * (g - mean_g - (x[j] - shift) * rstd * mean_gx);
+    const float xhat = (x[j] - shift) * rstd;
+    dx[j] = rstd * (g - mean_g - xhat * mean_gx);
+    if constexpr (kPartial) {
+      pw[j] += dy[j] * xhat;
+      pb[j] += dy[j];
+    }
   }
 }
 
@@ -74,10 +80,15 @@ HEADROOM_ROW_INLINE inline void backward_block(const float* dy, const float* x, 
     if (dx) {
       float sum_g, sum_gx;
       backward_sums<kWeight>(dyr, xr, weight, shift, rs, dim, sum_g, sum_gx);
-      backward_dx<kWeight>(dyr, xr, weight, shift, rs, kCentred ? sum_g * inv_dim : 0.0f,
-                           sum_gx * inv_dim, dim, dx + r * dim);
-    }
-    if (partial) {
+      const float mean_g = kCentred ? sum_g * inv_dim : 0.0f, mean_gx = sum_gx * inv_dim;
+      if (partial) {
+        backward_dx<kWeight, true>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dx + r * dim,
+                                   pw, pb);
+      } else {
+        backward_dx<kWeight, false>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim,
+                                    dx + r * dim, pw, pb);
+      }
+    } else if (partial) {
 #pragma omp simd
       for (int64_t j = 0; j < dim; ++j) {
         pw[j] += dyr[j] * ((xr[j] - shift) * rs);
