@@ -30,7 +30,8 @@ void check_targets(const char* op, const char* input_name, const Tensor& input,
                    const Tensor& targets) {
   if (!targets.defined()) throw ValueError(str_cat(op, ": targets is undefined"));
   if (targets.dtype() != DType::i64 && targets.dtype() != DType::i32) {
-    throw ValueError(str_cat(op, ": targets must be i32 or i64, not ", dtype_name(targets.dtype())));
+    throw ValueError(
+        str_cat(op, ": targets must be i32 or i64, not ", dtype_name(targets.dtype())));
   }
   std::vector<int64_t> leading = input.shape().to_vector();
   leading.pop_back();
@@ -44,7 +45,9 @@ void check_targets(const char* op, const char* input_name, const Tensor& input,
 // Calls fn with the targets' data as const int64_t* or const int32_t*.
 template <typename Fn>
 auto with_targets(const Tensor& targets, Fn&& fn) {
-  if (targets.dtype() == DType::i64) return fn(static_cast<const int64_t*>(targets.data<int64_t>()));
+  if (targets.dtype() == DType::i64) {
+    return fn(static_cast<const int64_t*>(targets.data<int64_t>()));
+  }
   return fn(static_cast<const int32_t*>(targets.data<int32_t>()));
 }
 
@@ -56,9 +59,8 @@ int64_t count_targets(const char* op, const Tensor& targets, int64_t vocab, int6
       const int64_t v = t[r];
       if (v == ignore_index) continue;
       if (v < 0 || v >= vocab) {
-        throw IndexError(str_cat(op, ": target ", v, " at position ", r,
-                                 " is out of range [0, ", vocab, ") and is not ignore_index (",
-                                 ignore_index, ")"));
+        throw IndexError(str_cat(op, ": target ", v, " at position ", r, " is out of range [0, ",
+                                 vocab, ") and is not ignore_index (", ignore_index, ")"));
       }
       ++count;
     }
@@ -157,8 +159,9 @@ int64_t linear_cross_entropy_chunk_rows(int64_t vocab) {
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index) {
-  return linear_cross_entropy_chunked(x, weight, targets, ignore_index,
-                                      linear_cross_entropy_chunk_rows(weight.defined() && weight.ndim() == 2 ? weight.size(0) : 1));
+  return linear_cross_entropy_chunked(
+      x, weight, targets, ignore_index,
+      linear_cross_entropy_chunk_rows(weight.defined() && weight.ndim() == 2 ? weight.size(0) : 1));
 }
 
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
@@ -207,8 +210,8 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
       const float* xc = xp + begin * dim;
       cpu::gemm(false, true, n, vocab, dim, 1.0f, xc, dim, wp, dim, 0.0f, lp, vocab);
       with_targets(t, [&](const auto* tp) {
-        total += cpu::cross_entropy_forward(lp, tp + begin, n, vocab, ignore_index,
-                                            lse.data<float>());
+        total +=
+            cpu::cross_entropy_forward(lp, tp + begin, n, vocab, ignore_index, lse.data<float>());
         if (dx.defined() || dweight.defined()) {
           cpu::cross_entropy_backward(lp, lse.data<float>(), tp + begin, n, vocab, ignore_index,
                                       scale, lp);
@@ -233,8 +236,8 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
       Tensor dx = ctx.saved(0), dweight = ctx.saved(1);
       const Tensor& g = ctx.grad_output();
       // The meta device has no value to read: it plans for the usual gradient of 1.
-      const double factor = computes_on_cpu("linear_cross_entropy backward", g.device())
-                                ? g.item() : 1.0;
+      const double factor =
+          computes_on_cpu("linear_cross_entropy backward", g.device()) ? g.item() : 1.0;
       if (factor != 1.0) {
         if (dx.defined()) dx = scale(dx, factor);
         if (dweight.defined()) dweight = scale(dweight, factor);

@@ -52,10 +52,12 @@ std::vector<Tensor> norm_backward(BackwardContext& ctx, bool centred, const Norm
   const Device device = g.device();
   Tensor dx, dweight, dbias, partial;
   if (ctx.needs_input_grad(0)) dx = Tensor::empty(x.shape(), DType::f32, device);
-  if (w.defined() && ctx.needs_input_grad(1)) dweight = Tensor::empty({dims.dim}, DType::f32, device);
+  if (w.defined() && ctx.needs_input_grad(1))
+    dweight = Tensor::empty({dims.dim}, DType::f32, device);
   if (has_bias && ctx.needs_input_grad(2)) dbias = Tensor::empty({dims.dim}, DType::f32, device);
   if (dweight.defined() || dbias.defined()) {
-    partial = Tensor::empty({cpu::norm_backward_blocks(dims.rows), 2, dims.dim}, DType::f32, device);
+    partial =
+        Tensor::empty({cpu::norm_backward_blocks(dims.rows), 2, dims.dim}, DType::f32, device);
   }
   if (computes_on_cpu(op, device)) {
     if (centred) {
@@ -64,8 +66,8 @@ std::vector<Tensor> norm_backward(BackwardContext& ctx, bool centred, const Norm
                                mutable_data_or_null(dx), mutable_data_or_null(dweight),
                                mutable_data_or_null(dbias), mutable_data_or_null(partial));
     } else {
-      cpu::rms_norm_backward(g.data<float>(), x.data<float>(), data_or_null(w),
-                             rstd.data<float>(), dims.rows, dims.dim, mutable_data_or_null(dx),
+      cpu::rms_norm_backward(g.data<float>(), x.data<float>(), data_or_null(w), rstd.data<float>(),
+                             dims.rows, dims.dim, mutable_data_or_null(dx),
                              mutable_data_or_null(dweight), mutable_data_or_null(partial));
     }
   }
@@ -120,9 +122,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
     node->save(x);
     node->save(weight);
     node->save(rstd);
-    node->set_backward([dims](BackwardContext& ctx) {
-      return norm_backward(ctx, false, dims, false);
-    });
+    node->set_backward(
+        [dims](BackwardContext& ctx) { return norm_backward(ctx, false, dims, false); });
     node->set_outputs({out});
   }
   return out;

@@ -191,7 +191,8 @@ TEST(CrossEntropy, Int32TargetsGiveTheInt64Result) {
   const Tensor w = randn({4, 7}, 8);
   const Tensor u64 = random_ids(12, 4, 0.25, 9).reshape({2, 6});
   const Tensor u32 = random_ids(12, 4, 0.25, 9, DType::i32).reshape({2, 6});
-  EXPECT_EQ(linear_cross_entropy(logits, w, u64).item(), linear_cross_entropy(logits, w, u32).item());
+  EXPECT_EQ(linear_cross_entropy(logits, w, u64).item(),
+            linear_cross_entropy(logits, w, u32).item());
 }
 
 template <typename E>
@@ -206,22 +207,37 @@ void expect_error(const std::function<void()>& fn, const std::string& fragment) 
 
 TEST(CrossEntropy, BadTargetsAreNamed) {
   const Tensor logits = randn({3, 5}, 1);
-  expect_error<IndexError>([&] { cross_entropy(logits, Tensor::from_ints({1, 5, 0}, {3})); },
-                           "cross_entropy: target 5 at position 1 is out of range [0, 5)");
-  expect_error<IndexError>([&] { cross_entropy(logits, Tensor::from_ints({-3, 1, 0}, {3})); },
-                           "target -3 at position 0");
   expect_error<IndexError>(
-      [&] { cross_entropy(logits, Tensor::from_ints({1, 2, -100}, {3}), 2); },
+      [&] {
+        cross_entropy(logits, Tensor::from_ints({1, 5, 0}, {3}));
+      },
+      "cross_entropy: target 5 at position 1 is out of range [0, 5)");
+  expect_error<IndexError>(
+      [&] {
+        cross_entropy(logits, Tensor::from_ints({-3, 1, 0}, {3}));
+      },
+      "target -3 at position 0");
+  expect_error<IndexError>(
+      [&] {
+        cross_entropy(logits, Tensor::from_ints({1, 2, -100}, {3}), 2);
+      },
       "target -100 at position 2");
-  expect_error<ValueError>([&] { cross_entropy(logits, Tensor::from_ints({1, 2}, {2})); },
-                           "cross_entropy: targets [2] must have the shape [3]");
+  expect_error<ValueError>(
+      [&] {
+        cross_entropy(logits, Tensor::from_ints({1, 2}, {2}));
+      },
+      "cross_entropy: targets [2] must have the shape [3]");
   expect_error<ValueError>([&] { cross_entropy(logits, randn({3}, 2)); },
                            "targets must be i32 or i64, not f32");
   expect_error<IndexError>(
-      [&] { linear_cross_entropy(randn({3, 4}, 1), randn({5, 4}, 2), Tensor::from_ints({0, 9, 1}, {3})); },
+      [&] {
+        linear_cross_entropy(randn({3, 4}, 1), randn({5, 4}, 2), Tensor::from_ints({0, 9, 1}, {3}));
+      },
       "linear_cross_entropy: target 9 at position 1");
   expect_error<ValueError>(
-      [&] { linear_cross_entropy(randn({3, 4}, 1), randn({5, 3}, 2), Tensor::from_ints({0, 1, 1}, {3})); },
+      [&] {
+        linear_cross_entropy(randn({3, 4}, 1), randn({5, 3}, 2), Tensor::from_ints({0, 1, 1}, {3}));
+      },
       "linear_cross_entropy: x has 4 features but weight [5, 3]");
 }
 
@@ -229,8 +245,11 @@ TEST(Norm, BadShapesAreNamed) {
   const Tensor x = randn({3, 5}, 1);
   expect_error<ValueError>([&] { layer_norm(x, randn({4}, 2), Tensor()); },
                            "layer_norm: weight [4] must be [5]");
-  expect_error<ValueError>([&] { layer_norm(x, Tensor(), randn({5, 1}, 2)); },
-                           "layer_norm: bias [5, 1] must be [5]");
+  expect_error<ValueError>(
+      [&] {
+        layer_norm(x, Tensor(), randn({5, 1}, 2));
+      },
+      "layer_norm: bias [5, 1] must be [5]");
   expect_error<ValueError>([&] { rms_norm(x, randn({6}, 2)); }, "rms_norm: weight [6] must be [5]");
 }
 
@@ -296,15 +315,15 @@ struct FusedResult {
   int64_t peak_growth;
 };
 
-FusedResult run_loss(bool fused, int64_t chunk_rows, const Tensor& x_value,
-                     const Tensor& w_value, const Tensor& targets, double grad = 1.0) {
+FusedResult run_loss(bool fused, int64_t chunk_rows, const Tensor& x_value, const Tensor& w_value,
+                     const Tensor& targets, double grad = 1.0) {
   Tensor x = x_value.clone().set_requires_grad(true);
   Tensor w = w_value.clone().set_requires_grad(true);
   const int64_t before = static_cast<int64_t>(memory_allocated(kCPU));
   reset_peak_memory_stats(kCPU);
   FusedResult r;
   {
-    Tensor loss = !fused ? cross_entropy(linear(x, w), targets)
+    Tensor loss = !fused           ? cross_entropy(linear(x, w), targets)
                   : chunk_rows > 0 ? linear_cross_entropy_chunked(x, w, targets, -100, chunk_rows)
                                    : linear_cross_entropy(x, w, targets);
     r.loss = static_cast<float>(loss.item());
@@ -394,9 +413,8 @@ TEST(LinearCrossEntropy, NoGradientBuffersWhenNoneIsNeeded) {
             chunk_bytes + 4096);
   w.set_requires_grad(true);
   // Only the weight needs a gradient: dweight [V, D] is kept, dx is not.
-  const int64_t with_dweight = peak_of([&] {
-    return linear_cross_entropy_chunked(x, w, targets, -100, 32);
-  });
+  const int64_t with_dweight =
+      peak_of([&] { return linear_cross_entropy_chunked(x, w, targets, -100, 32); });
   EXPECT_GE(with_dweight, chunk_bytes + vocab * dim * 4);
   EXPECT_LE(with_dweight, chunk_bytes + vocab * dim * 4 + 4096);
 }

@@ -23,7 +23,6 @@ HEADROOM_ROW_INLINE inline void affine_row(const float* x, const float* weight, 
   }
 }
 
-
 // Sums over the row of g = dy * weight and of g * x-hat, x-hat = (x - shift) * rstd.
 template <bool kWeight>
 HEADROOM_ROW_INLINE inline void backward_sums(const float* dy, const float* x, const float* weight,
@@ -85,8 +84,8 @@ HEADROOM_ROW_INLINE inline void backward_block(const float* dy, const float* x, 
         backward_dx<kWeight, true>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dx + r * dim,
                                    pw, pb);
       } else {
-        backward_dx<kWeight, false>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim,
-                                    dx + r * dim, pw, pb);
+        backward_dx<kWeight, false>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dx + r * dim,
+                                    pw, pb);
       }
     } else if (partial) {
 #pragma omp simd
@@ -123,8 +122,7 @@ void norm_backward(const float* dy, const float* x, const float* weight, const f
     const int64_t begin = b * rows / blocks, end = (b + 1) * rows / blocks;
     float* block_partial = partial ? partial + b * 2 * dim : nullptr;
     if (weight) {
-      backward_block<kCentred, true>(dy, x, weight, mean, rstd, begin, end, dim, dx,
-                                     block_partial);
+      backward_block<kCentred, true>(dy, x, weight, mean, rstd, begin, end, dim, dx, block_partial);
     } else {
       backward_block<kCentred, false>(dy, x, weight, mean, rstd, begin, end, dim, dx,
                                       block_partial);
@@ -135,7 +133,9 @@ void norm_backward(const float* dy, const float* x, const float* weight, const f
 
 }  // namespace
 
-int64_t norm_backward_blocks(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(rows, 32)); }
+int64_t norm_backward_blocks(int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(rows, 32));
+}
 
 void layer_norm_forward(const float* x, const float* weight, const float* bias, int64_t rows,
                         int64_t dim, float eps, float* y, float* mean, float* rstd) {

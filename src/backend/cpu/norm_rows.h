@@ -14,7 +14,8 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HEADROOM_ROWS_AVX512 1
-#define HEADROOM_ROWS_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define HEADROOM_ROWS_AVX512_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 #else
 #define HEADROOM_ROWS_AVX512 0
 #endif
