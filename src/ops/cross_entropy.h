@@ -14,7 +14,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // and weight [V, D], computed over chunks of tokens so that at most chunk x V logits exist at a
 // time. Gradients for x and weight are computed during the forward pass when they are needed
 // and kept until backward (scaled by the incoming gradient there).
+// Only the gradients of inputs that require one are computed and kept (none under no-grad):
+// dx [..., D] and dweight [V, D] in fp32 live from the forward to the backward. The meta device
+// assumes an incoming gradient of 1 (backward then returns the kept buffers without a copy).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index = -100);
+
+// The tokens per chunk linear_cross_entropy uses for vocabulary V: 16 MiB of fp32 logits, but at
+// least 128 tokens, since the dweight GEMM's inner size is the chunk and a thinner one would make
+// it bound by streaming the [V, D] accumulator (V = 50257: 128 tokens, 25.7 MiB; V = 4096: 1024).
+int64_t linear_cross_entropy_chunk_rows(int64_t vocab);
+// linear_cross_entropy with an explicit number of tokens per chunk (> 0).
+Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                                    int64_t ignore_index, int64_t chunk_rows);
 
 }  // namespace headroom

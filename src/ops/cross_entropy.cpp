@@ -1,0 +1,252 @@
+// cross_entropy and linear_cross_entropy. Neither ever holds a probability tensor: backward
+// writes softmax - onehot straight into the gradient, and the fused LM-head loss turns each chunk
+// of logits into its gradient in place before the two GEMMs that consume it.
+#include "ops/cross_entropy.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "autograd/function_node.h"
+#include "backend/cpu/cross_entropy.h"
+#include "backend/cpu/gemm.h"
+#include "core/error.h"
+#include "ops/elementwise.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+// Rows of low-precision logits widened to fp32 at a time (fp32 logits are used in place).
+constexpr int64_t kWidenBytes = int64_t{16} << 20;
+
+int64_t widen_chunk_rows(const Tensor& logits, int64_t rows, int64_t vocab) {
+  if (logits.dtype() == DType::f32 && logits.is_contiguous()) return std::max<int64_t>(rows, 1);
+  return std::max<int64_t>(1, kWidenBytes / (4 * vocab));
+}
+
+// Checks that targets are integers shaped as `input` without its last dimension.
+void check_targets(const char* op, const char* input_name, const Tensor& input,
+                   const Tensor& targets) {
+  if (!targets.defined()) throw ValueError(str_cat(op, ": targets is undefined"));
+  if (targets.dtype() != DType::i64 && targets.dtype() != DType::i32) {
+    throw ValueError(
+        str_cat(op, ": targets must be i32 or i64, not ", dtype_name(targets.dtype())));
+  }
+  std::vector<int64_t> leading = input.shape().to_vector();
+  leading.pop_back();
+  if (targets.shape() != Shape(leading)) {
+    throw ValueError(str_cat(op, ": targets ", targets.shape(), " must have the shape ",
+                             Shape(leading), " of ", input_name, " ", input.shape(),
+                             " without its last dimension"));
+  }
+}
+
+// Calls fn with the targets' data as const int64_t* or const int32_t*.
+template <typename Fn>
+auto with_targets(const Tensor& targets, Fn&& fn) {
+  if (targets.dtype() == DType::i64) {
+    return fn(static_cast<const int64_t*>(targets.data<int64_t>()));
+  }
+  return fn(static_cast<const int32_t*>(targets.data<int32_t>()));
+}
+
+// The number of targets that are not ignore_index; IndexError for one outside [0, vocab).
+int64_t count_targets(const char* op, const Tensor& targets, int64_t vocab, int64_t ignore_index) {
+  return with_targets(targets, [&](const auto* t) {
+    int64_t count = 0;
+    for (int64_t r = 0; r < targets.numel(); ++r) {
+      const int64_t v = t[r];
+      if (v == ignore_index) continue;
+      if (v < 0 || v >= vocab) {
+        throw IndexError(str_cat(op, ": target ", v, " at position ", r, " is out of range [0, ",
+                                 vocab, ") and is not ignore_index (", ignore_index, ")"));
+      }
+      ++count;
+    }
+    return count;
+  });
+}
+
+// The mean loss from the sum over counted targets; NaN when none counted, as torch's mean.
+float mean_loss(double total, int64_t count) {
+  return count == 0 ? std::numeric_limits<float>::quiet_NaN()
+                    : static_cast<float>(total / static_cast<double>(count));
+}
+
+std::vector<Tensor> cross_entropy_backward(BackwardContext& ctx, int64_t count,
+                                           int64_t ignore_index) {
+  const Tensor logits = ctx.saved(0);
+  const Tensor lse = ctx.saved(1);
+  const Tensor targets = ctx.saved(2);
+  const Device device = logits.device();
+  const int64_t vocab = logits.size(-1);
+  const int64_t rows = logits.numel() / vocab;
+  const bool cpu = computes_on_cpu("cross_entropy backward", device);
+  const float scale = cpu ? static_cast<float>(ctx.grad_output().item() / count) : 0.0f;
+  // The gradient in the logits' dtype, written chunk by chunk: a low-precision gradient goes
+  // through one chunk of fp32 workspace, never a full fp32 copy.
+  const int64_t chunk = widen_chunk_rows(logits, rows, vocab);
+  const bool direct = chunk >= rows;
+  Tensor grad = Tensor::empty(logits.shape(), direct ? DType::f32 : logits.dtype(), device);
+  const Tensor logits2d = logits.reshape({rows, vocab});
+  const Tensor grad2d = grad.view({rows, vocab});
+  Tensor workspace;
+  if (!direct) workspace = Tensor::empty({std::min(chunk, rows), vocab}, DType::f32, device);
+  for (int64_t begin = 0; begin < rows; begin += chunk) {
+    const int64_t n = std::min(chunk, rows - begin);
+    const Tensor part = f32_contiguous(logits2d.narrow(0, begin, n));
+    const Tensor out = direct ? grad2d : workspace.narrow(0, 0, n);
+    if (cpu) {
+      with_targets(targets, [&](const auto* t) {
+        cpu::cross_entropy_backward(part.data<float>(), lse.data<float>() + begin, t + begin, n,
+                                    vocab, ignore_index, scale, out.data<float>());
+      });
+    }
+    if (!direct) grad2d.narrow(0, begin, n).copy_(out);
+  }
+  return {grad};
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  const char* op = "cross_entropy";
+  check_floating(op, "logits", logits);
+  check_same_device(op, {logits, targets});
+  if (logits.ndim() < 1 || logits.size(-1) == 0) {
+    throw ValueError(str_cat(op, ": logits ", logits.shape(),
+                             " must have a last (class) dimension of size > 0"));
+  }
+  check_targets(op, "logits", logits, targets);
+  const Device device = logits.device();
+  const int64_t vocab = logits.size(-1);
+  const int64_t rows = logits.numel() / vocab;
+  const bool cpu = computes_on_cpu(op, device);
+  const Tensor t = targets.contiguous();
+  const int64_t count = cpu ? count_targets(op, t, vocab, ignore_index) : 0;
+  Tensor lse = Tensor::empty({rows}, DType::f32, device);
+  Tensor out = Tensor::empty(Shape{}, DType::f32, device);
+  const int64_t chunk = widen_chunk_rows(logits, rows, vocab);
+  const Tensor logits2d = logits.reshape({rows, vocab});
+  double total = 0.0;
+  for (int64_t begin = 0; begin < rows; begin += chunk) {
+    const int64_t n = std::min(chunk, rows - begin);
+    const Tensor part = f32_contiguous(logits2d.narrow(0, begin, n));
+    if (cpu) {
+      total += with_targets(t, [&](const auto* tp) {
+        return cpu::cross_entropy_forward(part.data<float>(), tp + begin, n, vocab, ignore_index,
+                                          lse.data<float>() + begin);
+      });
+    }
+  }
+  if (cpu) out.data<float>()[0] = mean_loss(total, count);
+  if (auto node = make_function_node("CrossEntropyBackward", {logits})) {
+    node->save(logits);
+    node->save(lse);
+    node->save(t);
+    node->set_backward([count, ignore_index](BackwardContext& ctx) {
+      return cross_entropy_backward(ctx, count, ignore_index);
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+int64_t linear_cross_entropy_chunk_rows(int64_t vocab) {
+  return std::max<int64_t>(128, (int64_t{16} << 20) / (4 * std::max<int64_t>(vocab, 1)));
+}
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                            int64_t ignore_index) {
+  return linear_cross_entropy_chunked(
+      x, weight, targets, ignore_index,
+      linear_cross_entropy_chunk_rows(weight.defined() && weight.ndim() == 2 ? weight.size(0) : 1));
+}
+
+Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                                    int64_t ignore_index, int64_t chunk_rows) {
+  const char* op = "linear_cross_entropy";
+  check_floating(op, "x", x);
+  check_floating(op, "weight", weight);
+  check_same_device(op, {x, weight, targets});
+  if (x.ndim() < 1 || weight.ndim() != 2 || weight.size(0) == 0) {
+    throw ValueError(str_cat(op, ": x ", x.shape(), " must be at least 1-D and weight ",
+                             weight.shape(), " 2-D [vocab > 0, features]"));
+  }
+  if (x.size(-1) != weight.size(1)) {
+    throw ValueError(str_cat(op, ": x has ", x.size(-1), " features but weight ", weight.shape(),
+                             " ([vocab, features]) expects ", weight.size(1)));
+  }
+  if (chunk_rows <= 0) throw ValueError(str_cat(op, ": chunk_rows ", chunk_rows, " must be > 0"));
+  check_targets(op, "x", x, targets);
+  const Device device = x.device();
+  const int64_t vocab = weight.size(0);
+  const int64_t dim = weight.size(1);
+  const int64_t rows = dim == 0 ? targets.numel() : x.numel() / dim;
+  const bool cpu = computes_on_cpu(op, device);
+  const Tensor t = targets.contiguous();
+  const int64_t count = cpu ? count_targets(op, t, vocab, ignore_index) : 0;
+
+  auto node = make_function_node("LinearCrossEntropyBackward", {x, weight});
+  const Tensor xf = f32_contiguous(x);
+  const Tensor wf = f32_contiguous(weight);
+  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_rows, rows));
+  Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, device);
+  Tensor lse = Tensor::empty({chunk}, DType::f32, device);
+  Tensor dx, dweight;
+  if (node && node->needs_input_grad(0)) dx = Tensor::empty(x.shape(), DType::f32, device);
+  if (node && node->needs_input_grad(1)) dweight = Tensor::empty({vocab, dim}, DType::f32, device);
+  Tensor out = Tensor::empty(Shape{}, DType::f32, device);
+  if (cpu) {
+    const float* xp = xf.data<float>();
+    const float* wp = wf.data<float>();
+    float* lp = logits.data<float>();
+    // Each counted target contributes 1 / count of the mean; the incoming gradient comes later.
+    const float scale = count == 0 ? 0.0f : static_cast<float>(1.0 / static_cast<double>(count));
+    double total = 0.0;
+    for (int64_t begin = 0; begin < rows; begin += chunk) {
+      const int64_t n = std::min(chunk, rows - begin);
+      const float* xc = xp + begin * dim;
+      cpu::gemm(false, true, n, vocab, dim, 1.0f, xc, dim, wp, dim, 0.0f, lp, vocab);
+      with_targets(t, [&](const auto* tp) {
+        total +=
+            cpu::cross_entropy_forward(lp, tp + begin, n, vocab, ignore_index, lse.data<float>());
+        if (dx.defined() || dweight.defined()) {
+          cpu::cross_entropy_backward(lp, lse.data<float>(), tp + begin, n, vocab, ignore_index,
+                                      scale, lp);
+        }
+      });
+      if (dx.defined()) {
+        cpu::gemm(false, false, n, dim, vocab, 1.0f, lp, vocab, wp, dim, 0.0f,
+                  dx.data<float>() + begin * dim, dim);
+      }
+      if (dweight.defined()) {
+        cpu::gemm(true, false, vocab, dim, n, 1.0f, lp, vocab, xc, dim, begin == 0 ? 0.0f : 1.0f,
+                  dweight.data<float>(), dim);
+      }
+    }
+    if (dweight.defined() && rows == 0) dweight.zero_();
+    out.data<float>()[0] = mean_loss(total, count);
+  }
+  if (node) {
+    node->save(dx);
+    node->save(dweight);
+    node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
+      Tensor dx = ctx.saved(0), dweight = ctx.saved(1);
+      const Tensor& g = ctx.grad_output();
+      // The meta device has no value to read: it plans for the usual gradient of 1.
+      const double factor =
+          computes_on_cpu("linear_cross_entropy backward", g.device()) ? g.item() : 1.0;
+      if (factor != 1.0) {
+        if (dx.defined()) dx = scale(dx, factor);
+        if (dweight.defined()) dweight = scale(dweight, factor);
+      }
+      return {dx, dweight};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace headroom

@@ -1,0 +1,132 @@
+// layer_norm and rms_norm. Backward keeps the input itself (no copy), the weight, and per row the
+// fp32 statistics (mean and rstd for LayerNorm, rstd for RMSNorm: 4 or 8 bytes a row); x-hat is
+// recomputed from them, which costs less than storing a second activation.
+#include "ops/norm.h"
+
+#include "autograd/function_node.h"
+#include "backend/cpu/norm.h"
+#include "core/error.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+struct NormDims {
+  int64_t rows;
+  int64_t dim;
+};
+
+NormDims norm_dims(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_floating(op, "x", x);
+  if (weight.defined()) check_floating(op, "weight", weight);
+  if (bias.defined()) check_floating(op, "bias", bias);
+  check_same_device(op, {x, weight, bias});
+  if (x.ndim() < 1 || x.size(-1) == 0) {
+    throw ValueError(str_cat(op, ": x ", x.shape(), " must have a last dimension of size > 0"));
+  }
+  const int64_t dim = x.size(-1);
+  for (const auto& [name, t] : {std::pair{"weight", &weight}, std::pair{"bias", &bias}}) {
+    if (t->defined() && (t->ndim() != 1 || t->size(0) != dim)) {
+      throw ValueError(str_cat(op, ": ", name, " ", t->shape(), " must be [", dim,
+                               "], the last dimension of x ", x.shape()));
+    }
+  }
+  return {x.numel() / dim, dim};
+}
+
+Tensor f32_or_undefined(const Tensor& t) { return t.defined() ? f32_contiguous(t) : Tensor(); }
+
+const float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+float* mutable_data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+// Gradients of layer_norm (centred) or rms_norm from the saved x, weight and statistics.
+std::vector<Tensor> norm_backward(BackwardContext& ctx, bool centred, const NormDims& dims,
+                                  bool has_bias) {
+  const char* op = centred ? "layer_norm backward" : "rms_norm backward";
+  const Tensor g = f32_contiguous(ctx.grad_output());
+  const Tensor x = f32_contiguous(ctx.saved(0));
+  const Tensor w = f32_or_undefined(ctx.saved(1));
+  const Tensor mean = centred ? ctx.saved(2) : Tensor();
+  const Tensor rstd = ctx.saved(centred ? 3 : 2);
+  const Device device = g.device();
+  Tensor dx, dweight, dbias, partial;
+  if (ctx.needs_input_grad(0)) dx = Tensor::empty(x.shape(), DType::f32, device);
+  if (w.defined() && ctx.needs_input_grad(1))
+    dweight = Tensor::empty({dims.dim}, DType::f32, device);
+  if (has_bias && ctx.needs_input_grad(2)) dbias = Tensor::empty({dims.dim}, DType::f32, device);
+  if (dweight.defined() || dbias.defined()) {
+    partial =
+        Tensor::empty({cpu::norm_backward_blocks(dims.rows), 2, dims.dim}, DType::f32, device);
+  }
+  if (computes_on_cpu(op, device)) {
+    if (centred) {
+      cpu::layer_norm_backward(g.data<float>(), x.data<float>(), data_or_null(w),
+                               mean.data<float>(), rstd.data<float>(), dims.rows, dims.dim,
+                               mutable_data_or_null(dx), mutable_data_or_null(dweight),
+                               mutable_data_or_null(dbias), mutable_data_or_null(partial));
+    } else {
+      cpu::rms_norm_backward(g.data<float>(), x.data<float>(), data_or_null(w), rstd.data<float>(),
+                             dims.rows, dims.dim, mutable_data_or_null(dx),
+                             mutable_data_or_null(dweight), mutable_data_or_null(partial));
+    }
+  }
+  if (centred) return {dx, dweight, dbias};
+  return {dx, dweight};
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const NormDims dims = norm_dims("layer_norm", x, weight, bias);
+  const Device device = x.device();
+  const Tensor xf = f32_contiguous(x);
+  const Tensor wf = f32_or_undefined(weight);
+  const Tensor bf = f32_or_undefined(bias);
+  Tensor out = Tensor::empty(x.shape(), DType::f32, device);
+  Tensor mean = Tensor::empty({dims.rows}, DType::f32, device);
+  Tensor rstd = Tensor::empty({dims.rows}, DType::f32, device);
+  if (computes_on_cpu("layer_norm", device)) {
+    cpu::layer_norm_forward(xf.data<float>(), data_or_null(wf), data_or_null(bf), dims.rows,
+                            dims.dim, static_cast<float>(eps), out.data<float>(),
+                            mean.data<float>(), rstd.data<float>());
+  }
+  out = to_dtype(out, x.dtype());
+  if (auto node = make_function_node("LayerNormBackward", {x, weight, bias})) {
+    node->save(x);
+    node->save(weight);
+    node->save(mean);
+    node->save(rstd);
+    const bool has_bias = bias.defined();
+    node->set_backward([dims, has_bias](BackwardContext& ctx) {
+      return norm_backward(ctx, true, dims, has_bias);
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  const NormDims dims = norm_dims("rms_norm", x, weight, Tensor());
+  const Device device = x.device();
+  const Tensor xf = f32_contiguous(x);
+  const Tensor wf = f32_or_undefined(weight);
+  Tensor out = Tensor::empty(x.shape(), DType::f32, device);
+  Tensor rstd = Tensor::empty({dims.rows}, DType::f32, device);
+  if (computes_on_cpu("rms_norm", device)) {
+    cpu::rms_norm_forward(xf.data<float>(), data_or_null(wf), dims.rows, dims.dim,
+                          static_cast<float>(eps), out.data<float>(), rstd.data<float>());
+  }
+  out = to_dtype(out, x.dtype());
+  if (auto node = make_function_node("RmsNormBackward", {x, weight})) {
+    node->save(x);
+    node->save(weight);
+    node->save(rstd);
+    node->set_backward(
+        [dims](BackwardContext& ctx) { return norm_backward(ctx, false, dims, false); });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace headroom
