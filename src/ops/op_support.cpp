@@ -1,6 +1,7 @@
 // Device and dtype helpers shared by the ops.
 #include "ops/op_support.h"
 
+#include "backend/cpu/denormals.h"
 #include "core/error.h"
 
 namespace headroom {
@@ -8,6 +9,7 @@ namespace headroom {
 bool computes_on_cpu(const char* op, Device device) {
   switch (device.type) {
     case DeviceType::cpu:
+      cpu::ensure_flush_denormal();
       return true;
     case DeviceType::meta:
       return false;

@@ -1,6 +1,7 @@
 // The scalar conversions of core/float_formats.h case by case (the bulk comparison with ml_dtypes
 // is in test_dtype_golden.cpp), stochastic rounding, the value types and dtype dispatch.
 #include <gtest/gtest.h>
+#include <xmmintrin.h>
 
 #include <cmath>
 #include <cstring>
@@ -172,7 +173,19 @@ TEST(StochasticRounding, RepresentableValuesNeverChange) {
   }
 }
 
+// The neighbour search below does float arithmetic on subnormals, which the ops' flush-to-zero
+// (backend/cpu/denormals.h) would turn into zeros if an op ran earlier on this thread.
+class KeepDenormals {
+ public:
+  KeepDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }
+  ~KeepDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+};
+
 TEST(StochasticRounding, OnlyTheTwoNeighbours) {
+  KeepDenormals keep_denormals;
   auto bf16 = [](float x) -> uint32_t { return f32_to_bf16_bits(x); };
   auto bf16_back = [](uint32_t c) { return bf16_bits_to_f32(static_cast<uint16_t>(c)); };
   auto f16 = [](float x) -> uint32_t { return f32_to_f16_bits(x); };

@@ -8,6 +8,7 @@
 
 #include "autograd/engine.h"
 #include "core/grad_mode.h"
+#include "io/hf_config.h"
 #include "io/pretrained.h"
 #include "io/safetensors.h"
 #include "nn/gpt2.h"

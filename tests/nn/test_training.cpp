@@ -60,13 +60,15 @@ std::vector<float> train(int steps) {
 TEST(Training, SmallGpt2LearnsAFixedTextReproducibly) {
   const int threads = omp_get_max_threads();
   omp_set_num_threads(2);
-  const std::vector<float> first = train(60);
-  const std::vector<float> second = train(60);
+  const std::vector<float> first = train(400);
+  const std::vector<float> second = train(400);
   omp_set_num_threads(threads);
   EXPECT_NEAR(first.front(), std::log(256.0f), 0.1f);  // HF init: near-uniform predictions
   float tail = 0.0f;
   for (size_t i = first.size() - 5; i < first.size(); ++i) tail += first[i] / 5;
-  EXPECT_LT(tail, 1.6f) << "the model did not learn the text";
+  // Recorded: 5.568 at step 0, a plateau near 2.7 (character frequencies only) until about
+  // step 200, then 1.11 over the last five steps once attention picks up the context.
+  EXPECT_LT(tail, 1.4f) << "the model did not learn the text";
   EXPECT_EQ(first, second) << "training is not reproducible";
 }
 
