@@ -6,8 +6,9 @@
 //       [--context 256] [--batch 8] [--vocab 50304] [--steps 10] [--threads N] [--no-peer]
 // The first 2 steps are warm-up and not timed. --threads defaults to OMP_NUM_THREADS, else all
 // cores; the peer gets the same count (torch.set_num_threads and OPENBLAS_NUM_THREADS). The peer
-// runs when /usr/bin/python3 imports torch. For a profile: perf record -g build/bench/train_step
-// --no-peer, then perf report --no-children.
+// runs when /usr/bin/python3 imports torch. For a profile: DNNL_JIT_PROFILE=2 perf record -g
+// build/bench/train_step --no-peer, then perf report --no-children --sort dso,sym (the variable
+// makes oneDNN write /tmp/perf-PID.map, so its JIT GEMM kernels get names instead of addresses).
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
