@@ -344,7 +344,6 @@ const Tensor& Tensor::fill_(double value) const {
 const Tensor& Tensor::add_(const Tensor& src) const {
   check_defined("add_");
   src.check_defined("add_ source");
-  storage_->bump_version();
   if (!is_floating(dtype_) || !is_floating(src.dtype())) {
     throw ValueError(str_cat("add_: needs floating tensors, not ", dtype_name(dtype_), " += ",
                              dtype_name(src.dtype())));
@@ -354,6 +353,7 @@ const Tensor& Tensor::add_(const Tensor& src) const {
     throw ValueError(str_cat("add_: source on ", src.device(), ", destination on ", device()));
   }
   const Tensor source = src.shape() == shape_ ? src : src.expand(shape_);
+  storage_->bump_version();
   if (numel() > 0) device_kernels(device()).accumulate(*this, source);
   return *this;
 }

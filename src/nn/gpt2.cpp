@@ -69,17 +69,16 @@ GPT2Model::GPT2Model(const GPT2Config& config, Device device)
       wte_(register_module("wte", std::make_unique<Embedding>(config.vocab_size, config.n_embd,
                                                               device))),
       wpe_(register_module("wpe", std::make_unique<Embedding>(config.n_positions, config.n_embd,
-                                                              device))),
-      ln_f_([&]() -> LayerNorm& {
-        auto h = std::make_unique<Module>();
-        for (int64_t i = 0; i < config.n_layer; ++i) {
-          blocks_.push_back(&h->register_child(std::to_string(i),
-                                               std::make_unique<GPT2Block>(config, device)));
-        }
-        register_module("h", std::move(h));
-        return register_module("ln_f", std::make_unique<LayerNorm>(
-                                           config.n_embd, config.layer_norm_epsilon, device));
-      }()) {}
+                                                              device))) {
+  auto h = std::make_unique<Module>();
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    blocks_.push_back(
+        &h->register_child(std::to_string(i), std::make_unique<GPT2Block>(config, device)));
+  }
+  register_module("h", std::move(h));
+  ln_f_ = &register_module("ln_f", std::make_unique<LayerNorm>(config.n_embd,
+                                                               config.layer_norm_epsilon, device));
+}
 
 Tensor GPT2Model::forward(const Tensor& input_ids) const {
   if (input_ids.ndim() != 2) {
@@ -96,7 +95,7 @@ Tensor GPT2Model::forward(const Tensor& input_ids) const {
   Tensor x = add(wte_.forward(input_ids), wpe_.forward(positions));
   x = maybe_dropout(x, config_.embd_pdrop, is_training());
   for (const GPT2Block* block : blocks_) x = block->forward(x);
-  return ln_f_.forward(x);
+  return ln_f_->forward(x);
 }
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Device device, uint64_t seed)

@@ -58,7 +58,7 @@ class GPT2Model : public Module {
   Embedding& wte_;
   Embedding& wpe_;
   std::vector<GPT2Block*> blocks_;
-  LayerNorm& ln_f_;
+  LayerNorm* ln_f_ = nullptr;
 };
 
 class GPT2LMHeadModel : public CausalLM {

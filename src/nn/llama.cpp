@@ -56,15 +56,14 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x) const {
 
 LlamaModel::LlamaModel(const LlamaConfig& c, Device device)
     : config_(c),
-      embed_tokens_(register_module("embed_tokens", std::make_unique<Embedding>(c.vocab_size, c.hidden_size, device))),
-      norm_([&]() -> RMSNorm& {
-        auto layers = std::make_unique<Module>();
-        for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-          layers_.push_back(&layers->register_child(std::to_string(i), std::make_unique<LlamaDecoderLayer>(c, device)));
-        }
-        register_module("layers", std::move(layers));
-        return register_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device));
-      }()) {}
+      embed_tokens_(register_module("embed_tokens", std::make_unique<Embedding>(c.vocab_size, c.hidden_size, device))) {
+  auto layers = std::make_unique<Module>();
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers_.push_back(&layers->register_child(std::to_string(i), std::make_unique<LlamaDecoderLayer>(c, device)));
+  }
+  register_module("layers", std::move(layers));
+  norm_ = &register_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device));
+}
 
 Tensor LlamaModel::forward(const Tensor& input_ids) const {
   if (input_ids.ndim() != 2) {
@@ -72,7 +71,7 @@ Tensor LlamaModel::forward(const Tensor& input_ids) const {
   }
   Tensor x = embed_tokens_.forward(input_ids);
   for (const LlamaDecoderLayer* layer : layers_) x = layer->forward(x);
-  return norm_.forward(x);
+  return norm_->forward(x);
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Device device, uint64_t seed)

@@ -56,7 +56,7 @@ class LlamaModel : public Module {
   const LlamaConfig config_;
   Embedding& embed_tokens_;
   std::vector<LlamaDecoderLayer*> layers_;
-  RMSNorm& norm_;
+  RMSNorm* norm_ = nullptr;
 };
 
 class LlamaForCausalLM : public CausalLM {

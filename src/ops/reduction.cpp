@@ -4,6 +4,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/reduction.h"
 #include "core/error.h"
+#include "ops/elementwise.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -64,16 +65,11 @@ Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, cons
     kept[static_cast<size_t>(d)] = 1;
     const Shape kept_shape(kept);
     node->set_backward([shape, kept_shape, average, n](BackwardContext& ctx) -> std::vector<Tensor> {
-      Tensor g = ctx.grad_output().reshape(kept_shape);
+      // Scale the reduced gradient, not the broadcast one: outer x inner elements instead of all.
+      const Tensor g = average ? scale(ctx.grad_output(), 1.0 / static_cast<double>(n))
+                               : ctx.grad_output();
       Tensor grad = Tensor::empty(shape, g.dtype(), g.device());
-      grad.copy_(g.expand(shape));
-      if (average && computes_on_cpu("mean backward", g.device())) {
-        Tensor gf = f32_contiguous(grad);
-        float* p = gf.data<float>();
-        const float inv = 1.0f / static_cast<float>(n);
-        for (int64_t i = 0; i < gf.numel(); ++i) p[i] *= inv;
-        if (gf.storage() != grad.storage()) grad.copy_(gf);
-      }
+      grad.copy_(g.reshape(kept_shape).expand(shape));
       return {grad};
     });
     node->set_outputs({out});

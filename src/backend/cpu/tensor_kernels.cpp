@@ -68,33 +68,40 @@ void copy_row(char* dst, DType dst_dtype, int64_t dst_step, const char* src, DTy
   }
 }
 
-void copy_kernel(const Tensor& dst, const Tensor& src, Overflow overflow) {
-  const StridedRows rows = make_strided_rows(dst, &src);
-  const int64_t total = rows.rows * rows.row_length;
-  char* dst_base = element(dst, 0);
-  const char* src_base = element(src, 0);
-  const int64_t dsize = static_cast<int64_t>(dst.element_size());
-  const int64_t ssize = static_cast<int64_t>(src.element_size());
+// Calls fn(dst_offset, src_offset, n) for pieces of the rows of dst and src (offsets in
+// elements): whole rows split over OpenMP threads, or one long row cut into pieces so a large
+// contiguous operation still uses every thread.
+template <typename Fn>
+void for_each_row_piece(const StridedRows& rows, Fn fn) {
   if (rows.rows == 1) {
-    // One long row: split it into pieces so large contiguous copies use every thread.
-    const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(64, total / kParallelGrain));
+    const int64_t pieces =
+        std::max<int64_t>(1, std::min<int64_t>(64, rows.row_length / kParallelGrain));
     const int64_t per = (rows.row_length + pieces - 1) / pieces;
 #pragma omp parallel for if (pieces > 1)
     for (int64_t p = 0; p < pieces; ++p) {
       const int64_t begin = p * per, n = std::min(per, rows.row_length - begin);
-      if (n <= 0) continue;
-      copy_row(dst_base + begin * rows.dst_step * dsize, dst.dtype(), rows.dst_step,
-               src_base + begin * rows.src_step * ssize, src.dtype(), rows.src_step, n, overflow);
+      if (n > 0) fn(begin * rows.dst_step, begin * rows.src_step, n);
     }
     return;
   }
-#pragma omp parallel for if (total > kParallelGrain)
+#pragma omp parallel for if (rows.rows * rows.row_length > kParallelGrain)
   for (int64_t r = 0; r < rows.rows; ++r) {
     int64_t d, s;
     rows.row_start(r, &d, &s);
-    copy_row(dst_base + d * dsize, dst.dtype(), rows.dst_step, src_base + s * ssize, src.dtype(),
-             rows.src_step, rows.row_length, overflow);
+    fn(d, s, rows.row_length);
   }
+}
+
+void copy_kernel(const Tensor& dst, const Tensor& src, Overflow overflow) {
+  const StridedRows rows = make_strided_rows(dst, &src);
+  char* dst_base = element(dst, 0);
+  const char* src_base = element(src, 0);
+  const int64_t dsize = static_cast<int64_t>(dst.element_size());
+  const int64_t ssize = static_cast<int64_t>(src.element_size());
+  for_each_row_piece(rows, [&](int64_t d, int64_t s, int64_t n) {
+    copy_row(dst_base + d * dsize, dst.dtype(), rows.dst_step, src_base + s * ssize, src.dtype(),
+             rows.src_step, n, overflow);
+  });
 }
 
 // dst += src in fp32, row by row; dst is contiguous (autograd's .grad accumulation).
@@ -127,26 +134,10 @@ void accumulate_kernel(const Tensor& dst, const Tensor& src) {
   const char* src_base = element(src, 0);
   const int64_t dsize = static_cast<int64_t>(dst.element_size());
   const int64_t ssize = static_cast<int64_t>(src.element_size());
-  if (rows.rows == 1) {
-    const int64_t pieces =
-        std::max<int64_t>(1, std::min<int64_t>(64, rows.row_length / kParallelGrain));
-    const int64_t per = (rows.row_length + pieces - 1) / pieces;
-#pragma omp parallel for if (pieces > 1)
-    for (int64_t p = 0; p < pieces; ++p) {
-      const int64_t begin = p * per, n = std::min(per, rows.row_length - begin);
-      if (n <= 0) continue;
-      accumulate_row(dst_base + begin * dsize, dst.dtype(),
-                     src_base + begin * rows.src_step * ssize, src.dtype(), rows.src_step, n);
-    }
-    return;
-  }
-#pragma omp parallel for if (rows.rows * rows.row_length > kParallelGrain)
-  for (int64_t r = 0; r < rows.rows; ++r) {
-    int64_t d, s;
-    rows.row_start(r, &d, &s);
+  for_each_row_piece(rows, [&](int64_t d, int64_t s, int64_t n) {
     accumulate_row(dst_base + d * dsize, dst.dtype(), src_base + s * ssize, src.dtype(),
-                   rows.src_step, rows.row_length);
-  }
+                   rows.src_step, n);
+  });
 }
 
 template <typename Word>
