@@ -60,7 +60,8 @@ AdamW::AdamW(const std::vector<NamedTensor>& named_params, const AdamWOptions& o
     : AdamW(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
-    : options_(options), groups_(std::move(groups)) {
+    : options_(options) {
+  groups_ = std::move(groups);
   check_options(options_);
   std::unordered_set<const AutogradMeta*> seen;
   for (ParamGroup& group : groups_) {
@@ -125,25 +126,10 @@ void AdamW::step() {
   }
 }
 
-void AdamW::zero_grad(bool set_to_none) {
-  for (const ParamGroup& group : groups_) {
-    for (const auto& [name, param] : group.params) {
-      if (set_to_none) {
-        param.set_grad(Tensor());
-      } else if (Tensor grad = param.grad(); grad.defined()) {
-        grad.zero_();
-      }
-    }
-  }
-}
-
-double AdamW::lr() const { return groups_.empty() ? options_.lr : *groups_.front().lr; }
-
-void AdamW::set_lr(double lr) {
+void AdamW::check_lr(double lr) const {
   AdamWOptions checked = options_;
   checked.lr = lr;
   check_options(checked);
-  for (ParamGroup& group : groups_) group.lr = lr;
 }
 
 const AdamWState& AdamW::state(size_t group, size_t index) const {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "optim/optimizer.h"
 #include "optim/param_groups.h"
 
 namespace headroom {
@@ -26,7 +27,7 @@ struct AdamWState {
   int64_t step = 0;   // steps taken with a gradient
 };
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   // Parameters must be fp32 leaves (NotImplementedError names any other dtype) on the CPU or the
   // meta device, where step() allocates the state and computes nothing. ValueError for options
@@ -37,22 +38,17 @@ class AdamW {
 
   // One update of every parameter that has a gradient; the others (grad undefined) are skipped
   // and their step count stays. Records no autograd history.
-  void step();
-  // Drops every gradient (set_to_none) or fills it with zeros.
-  void zero_grad(bool set_to_none = true);
-
-  // The learning rate of every group, as a scheduler sets it; lr() reads the first group's.
-  double lr() const;
-  void set_lr(double lr);
+  void step() override;
+  std::string name() const override { return "adamw_torch"; }
 
   const AdamWOptions& options() const { return options_; }
-  const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // The state of parameter `index` of group `group`.
   const AdamWState& state(size_t group, size_t index) const;
 
  private:
+  void check_lr(double lr) const override;
+
   AdamWOptions options_;
-  std::vector<ParamGroup> groups_;  // lr and weight_decay always set
   std::vector<std::vector<AdamWState>> states_;  // parallel to groups_[g].params
 };
 

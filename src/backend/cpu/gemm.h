@@ -4,6 +4,9 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+#include "core/float_formats.h"
+
 namespace headroom::cpu {
 
 // C = alpha * op(A) @ op(B) + beta * C for row-major fp32 matrices; op(A) is M x K, op(B) K x N,
@@ -17,5 +20,20 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t 
                   float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
                   int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
                   int64_t stride_c);
+
+// bf16 GEMM on the CPU's bf16 instructions (AVX512_BF16 / AMX through oneDNN's matmul primitive):
+// C = alpha * op(A) @ op(B) + beta * C + bias, A and B bf16, products and sums in fp32, C either
+// fp32 (c_dtype f32) or bf16 (c_dtype bf16: the fp32 result rounded to nearest even once, as a
+// GPU's bf16 GEMM writes it). `bias` (fp32, length n, added to every row) may be null. Row-major,
+// leading dimensions in elements, as gemm.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, void* c,
+               DType c_dtype, int64_t ldc, const float* bias = nullptr);
+
+// `batch` independent bf16 gemms, matrix i at a + i * stride_a (and so on); no bias.
+void gemm_bf16_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                       float alpha, const BFloat16* a, int64_t lda, int64_t stride_a,
+                       const BFloat16* b, int64_t ldb, int64_t stride_b, float beta, void* c,
+                       DType c_dtype, int64_t ldc, int64_t stride_c);
 
 }  // namespace headroom::cpu
