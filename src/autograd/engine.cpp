@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "autograd/node.h"
+#include "core/autocast_mode.h"
 #include "core/autograd_meta.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -54,6 +55,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
                              " gradients"));
   }
   NoGradGuard no_grad;
+  AutocastOffGuard autocast_off;
   std::vector<std::shared_ptr<Node>> keep_alive;
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   std::vector<std::pair<Edge, Tensor>> starts;

@@ -8,6 +8,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/attention.h"
 #include "core/error.h"
+#include "ops/autocast.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -75,6 +76,10 @@ cpu::AttentionProblem make_problem(const cpu::AttentionDims& dims, const Tensor&
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, std::optional<double> scale,
                                     double dropout_p, Generator* generator) {
+  if (auto cast = autocast_inputs("scaled_dot_product_attention", {q, k, v})) {
+    return scaled_dot_product_attention((*cast)[0], (*cast)[1], (*cast)[2], is_causal, scale,
+                                        dropout_p, generator);
+  }
   const cpu::AttentionDims dims = check_attention(q, k, v, is_causal, dropout_p);
   const float softmax_scale =
       static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.head_dim))));

@@ -11,6 +11,7 @@
 #include "backend/cpu/gemm.h"
 #include "core/error.h"
 #include "ops/elementwise.h"
+#include "ops/autocast.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -111,6 +112,9 @@ std::vector<Tensor> cross_entropy_backward(BackwardContext& ctx, int64_t count,
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  if (auto cast = autocast_inputs("cross_entropy", {logits})) {
+    return cross_entropy((*cast)[0], targets, ignore_index);
+  }
   const char* op = "cross_entropy";
   check_floating(op, "logits", logits);
   check_same_device(op, {logits, targets});
@@ -166,6 +170,9 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
                                     int64_t ignore_index, int64_t chunk_rows) {
+  if (auto cast = autocast_inputs("linear_cross_entropy", {x, weight})) {
+    return linear_cross_entropy_chunked((*cast)[0], (*cast)[1], targets, ignore_index, chunk_rows);
+  }
   const char* op = "linear_cross_entropy";
   check_floating(op, "x", x);
   check_floating(op, "weight", weight);

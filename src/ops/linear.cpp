@@ -6,6 +6,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/reduction.h"
 #include "core/error.h"
+#include "ops/autocast.h"
 #include "ops/op_support.h"
 #include "ops/reduction.h"
 
@@ -111,6 +112,7 @@ Shape batch_of(const Tensor& x) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("matmul", {a, b})) return matmul((*cast)[0], (*cast)[1]);
   check_floating("matmul", "a", a);
   check_floating("matmul", "b", b);
   check_same_device("matmul", {a, b});
@@ -149,6 +151,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightLayout layout) {
+  if (auto cast = autocast_inputs("linear", {x, weight, bias})) {
+    return linear((*cast)[0], (*cast)[1], (*cast)[2], layout);
+  }
   const LinearDims dims = linear_dims(x, weight, bias, layout);
   Tensor out = linear_forward(x, weight, bias, layout, dims);
   if (auto node = make_function_node("LinearBackward", {x, weight, bias})) {

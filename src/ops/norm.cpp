@@ -6,6 +6,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/norm.h"
 #include "core/error.h"
+#include "ops/autocast.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -78,6 +79,9 @@ std::vector<Tensor> norm_backward(BackwardContext& ctx, bool centred, const Norm
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  if (auto cast = autocast_inputs("layer_norm", {x, weight, bias})) {
+    return layer_norm((*cast)[0], (*cast)[1], (*cast)[2], eps);
+  }
   const NormDims dims = norm_dims("layer_norm", x, weight, bias);
   const Device device = x.device();
   const Tensor xf = f32_contiguous(x);
@@ -107,6 +111,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  if (auto cast = autocast_inputs("rms_norm", {x, weight})) return rms_norm((*cast)[0], (*cast)[1], eps);
   const NormDims dims = norm_dims("rms_norm", x, weight, Tensor());
   const Device device = x.device();
   const Tensor xf = f32_contiguous(x);

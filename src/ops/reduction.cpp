@@ -5,6 +5,7 @@
 #include "backend/cpu/reduction.h"
 #include "core/error.h"
 #include "ops/elementwise.h"
+#include "ops/autocast.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -12,6 +13,7 @@ namespace headroom {
 namespace {
 
 Tensor reduce_all(const Tensor& x, bool average, const char* op) {
+  if (auto cast = autocast_inputs(op, {x})) return reduce_all((*cast)[0], average, op);
   check_floating(op, "x", x);
   Tensor out = Tensor::empty(Shape{}, DType::f32, x.device());
   const Tensor xf = f32_contiguous(x);
@@ -36,6 +38,7 @@ Tensor reduce_all(const Tensor& x, bool average, const char* op) {
 }
 
 Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, const char* op) {
+  if (auto cast = autocast_inputs(op, {x})) return reduce_dim((*cast)[0], dim, keepdim, average, op);
   check_floating(op, "x", x);
   const int64_t d = wrap_dim(dim, x.ndim());
   int64_t outer = 1, inner = 1;

@@ -5,6 +5,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/softmax.h"
+#include "ops/autocast.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -31,6 +32,7 @@ SoftmaxDims softmax_dims(const Shape& shape, int dim) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (auto cast = autocast_inputs("softmax", {x})) return softmax((*cast)[0], dim);
   check_floating("softmax", "x", x);
   // A 0-d tensor is its own single row (dim 0 or -1), as in PyTorch.
   const SoftmaxDims dims = softmax_dims(x.shape(), wrap_dim(dim, std::max(x.ndim(), 1)));

@@ -1,0 +1,133 @@
+// Autocast: the policy table and the thread-local cast cache.
+#include "ops/autocast.h"
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/autograd_meta.h"
+#include "core/autocast_mode.h"
+#include "core/grad_mode.h"
+#include "ops/cast.h"
+
+namespace headroom {
+
+namespace {
+
+const std::unordered_map<std::string_view, AutocastPolicy>& policy_table() {
+  static const std::unordered_map<std::string_view, AutocastPolicy> table = {
+      {"linear", AutocastPolicy::lower_precision},
+      {"matmul", AutocastPolicy::lower_precision},
+      {"bmm", AutocastPolicy::lower_precision},
+      {"scaled_dot_product_attention", AutocastPolicy::lower_precision},
+      {"linear_cross_entropy", AutocastPolicy::lower_precision},
+      {"softmax", AutocastPolicy::fp32},
+      {"log_softmax", AutocastPolicy::fp32},
+      {"layer_norm", AutocastPolicy::fp32},
+      {"rms_norm", AutocastPolicy::fp32},
+      {"cross_entropy", AutocastPolicy::fp32},
+      {"exp", AutocastPolicy::fp32},
+      {"log", AutocastPolicy::fp32},
+      {"pow", AutocastPolicy::fp32},
+      {"sum", AutocastPolicy::fp32},
+      {"mean", AutocastPolicy::fp32},
+      {"add", AutocastPolicy::promote},
+      {"sub", AutocastPolicy::promote},
+      {"mul", AutocastPolicy::promote},
+      {"swiglu", AutocastPolicy::promote},
+  };
+  return table;
+}
+
+// Keyed by the parameter's autograd identity (shared by every handle of it), the target dtype
+// and whether the cast was recorded with grad: a cast made under no_grad has no ToCopyBackward
+// and must not be handed to a later use that needs one.
+using CacheKey = std::tuple<const AutogradMeta*, DType, bool>;
+struct CacheEntry {
+  Tensor source;  // kept alive so that its identity cannot be reused while the entry exists
+  Tensor cast;
+};
+
+struct CastCache {
+  std::map<CacheKey, CacheEntry> entries;
+  int64_t hits = 0;
+  int64_t misses = 0;
+};
+
+CastCache& cast_cache() {
+  thread_local CastCache cache;
+  return cache;
+}
+
+bool cacheable(const Tensor& t, DType target, const AutocastDeviceState& state) {
+  return state.cache_enabled && AutocastMode::nesting() > 0 && t.dtype() == DType::f32 &&
+         target != DType::f32 && t.requires_grad() && t.is_leaf();
+}
+
+Tensor cached_cast(const Tensor& t, DType target, const AutocastDeviceState& state) {
+  if (!cacheable(t, target, state)) return cast(t, target);
+  CastCache& cache = cast_cache();
+  const CacheKey key{t.autograd_meta(), target, GradMode::is_enabled()};
+  if (auto it = cache.entries.find(key); it != cache.entries.end()) {
+    ++cache.hits;
+    return it->second.cast;
+  }
+  ++cache.misses;
+  Tensor out = cast(t, target);
+  cache.entries.emplace(key, CacheEntry{t, out});
+  return out;
+}
+
+}  // namespace
+
+std::optional<AutocastPolicy> autocast_policy(std::string_view op) {
+  const auto& table = policy_table();
+  if (auto it = table.find(op); it != table.end()) return it->second;
+  return std::nullopt;
+}
+
+std::optional<std::vector<Tensor>> autocast_inputs(std::string_view op,
+                                                   const std::vector<Tensor>& inputs) {
+  if (!AutocastMode::any_enabled()) return std::nullopt;
+  const Tensor* first = nullptr;
+  for (const Tensor& t : inputs) {
+    if (t.defined()) {
+      first = &t;
+      break;
+    }
+  }
+  if (!first) return std::nullopt;
+  const AutocastDeviceState state = AutocastMode::get(first->device().type);
+  if (!state.enabled) return std::nullopt;
+  const std::optional<AutocastPolicy> policy = autocast_policy(op);
+  if (!policy || *policy == AutocastPolicy::promote) return std::nullopt;
+  const DType target = *policy == AutocastPolicy::fp32 ? DType::f32 : state.dtype;
+  bool changes = false;
+  for (const Tensor& t : inputs) {
+    changes |= t.defined() && is_floating(t.dtype()) && t.dtype() != target;
+  }
+  if (!changes) return std::nullopt;
+  std::vector<Tensor> out;
+  out.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    out.push_back(t.defined() && is_floating(t.dtype()) && t.dtype() != target
+                      ? cached_cast(t, target, state)
+                      : t);
+  }
+  return out;
+}
+
+AutocastCacheStats autocast_cache_stats() {
+  const CastCache& cache = cast_cache();
+  AutocastCacheStats stats{.hits = cache.hits, .misses = cache.misses};
+  for (const auto& [key, entry] : cache.entries) {
+    ++stats.entries;
+    stats.bytes += entry.cast.nbytes();
+  }
+  return stats;
+}
+
+void clear_autocast_cache() { cast_cache().entries.clear(); }
+
+}  // namespace headroom

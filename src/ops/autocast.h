@@ -1,0 +1,56 @@
+// Autocast's op policy and cast cache: which op runs in which precision while an autocast region
+// (amp/autocast.h) is active, in one table, as aten/src/ATen/autocast_mode.cpp lists them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace headroom {
+
+// Note [Autocast policy]
+// lower_precision  floating inputs are cast to the region's dtype (bf16 / f16) and the op runs
+//                  there: linear, matmul, bmm, scaled_dot_product_attention, and the LM head's
+//                  GEMM inside linear_cross_entropy (whose loss is still computed in fp32).
+// fp32             floating inputs are cast to f32 and the output is f32: softmax, log_softmax,
+//                  layer_norm, rms_norm, cross_entropy, exp, log, pow, sum, mean.
+// promote          the output has the widest floating input dtype. add, sub, mul and swiglu
+//                  promote by themselves (their kernels read every dtype and compute in fp32), so
+//                  autocast casts nothing for them and no fp32 copy of a bf16 input is saved.
+// Ops not listed (views, embedding, gelu, silu, dropout, rotary) run in their input's dtype, as
+// in PyTorch, where they are not on any autocast list either.
+//
+// Differences from PyTorch: rms_norm is one fused op here (HF computes it as pow / mean / rsqrt,
+// which are all fp32-listed), so its statistics and output are fp32 as PyTorch's would be; and
+// linear_cross_entropy keeps the logits of each chunk in fp32 instead of rounding them to the
+// region's dtype first (the unfused PyTorch path holds bf16 logits), which only removes a
+// rounding.
+enum class AutocastPolicy : uint8_t { lower_precision, fp32, promote };
+
+// The policy of `op`, or nullopt when autocast leaves the op alone.
+std::optional<AutocastPolicy> autocast_policy(std::string_view op);
+
+// The inputs as autocast wants them for `op`, or nullopt when nothing changes (autocast off for
+// the inputs' device type, op not lower_precision / fp32, or every input already in the target
+// dtype). Undefined and non-floating inputs pass through. Casts are autograd-aware (ops/cast.h);
+// casts of fp32 leaves that require grad to the region's dtype go through the cast cache.
+std::optional<std::vector<Tensor>> autocast_inputs(std::string_view op,
+                                                   const std::vector<Tensor>& inputs);
+
+// The cast cache of this thread: an fp32 parameter is cast once per autocast region, however
+// often it is used; the region's exit (outermost) clears it. Only casts made inside a region
+// that has cache_enabled are cached, as in torch.autocast(cache_enabled=True).
+struct AutocastCacheStats {
+  int64_t hits = 0;     // casts answered from the cache, since the thread started
+  int64_t misses = 0;   // casts made and stored
+  int64_t entries = 0;  // cached casts now
+  size_t bytes = 0;     // bytes the cached casts hold now
+};
+AutocastCacheStats autocast_cache_stats();
+void clear_autocast_cache();
+
+}  // namespace headroom

@@ -1,0 +1,22 @@
+// cast: Tensor::to with a backward.
+#include "ops/cast.h"
+
+#include "autograd/function_node.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+Tensor cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor out = x.to(dtype);
+  if (auto node = make_function_node("ToCopyBackward", {x})) {
+    const DType input_dtype = x.dtype();
+    node->set_backward([input_dtype](BackwardContext& ctx) -> std::vector<Tensor> {
+      return {to_dtype(ctx.take_grad_output(), input_dtype)};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+}  // namespace headroom

@@ -1,0 +1,13 @@
+// A dtype conversion that autograd sees: the gradient flows back converted to the input's dtype.
+// Autocast inserts it before ops that run in another precision (ops/autocast.h).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace headroom {
+
+// x converted to `dtype` (round to nearest even; see core/float_formats.h), recorded as
+// ToCopyBackward when x requires grad. x itself (no copy, no node) when it already has `dtype`.
+Tensor cast(const Tensor& x, DType dtype);
+
+}  // namespace headroom

@@ -1,0 +1,202 @@
+// Autocast: the op policy, gradients reaching fp32 parameters, the cast cache (its bytes through
+// allocator statistics), nesting, backward outside the policy, and the meta device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "amp/autocast.h"
+#include "autograd/engine.h"
+#include "core/grad_mode.h"
+#include "memory/device_memory.h"
+#include "ops/autocast.h"
+#include "ops/cast.h"
+#include "ops/ops.h"
+
+namespace headroom {
+namespace {
+
+Tensor parameter(const Shape& shape, Device device = kCPU, uint64_t seed = 1) {
+  Generator gen(seed);
+  Tensor t = device.type == DeviceType::meta ? Tensor::empty(shape, DType::f32, device)
+                                             : Tensor::randn(shape, DType::f32, device, &gen);
+  t.set_requires_grad(true);
+  return t;
+}
+
+TEST(Autocast, PolicyPicksEachOpsDtype) {
+  const Tensor x = Tensor::randn({4, 64});
+  const Tensor w = parameter({32, 64});
+  const Tensor ln_w = parameter({64});
+  Autocast region(DeviceType::cpu);
+  const Tensor y = linear(x, w);
+  EXPECT_EQ(y.dtype(), DType::bf16);                      // lower precision
+  EXPECT_EQ(softmax(y).dtype(), DType::f32);              // fp32
+  EXPECT_EQ(sum(y).dtype(), DType::f32);                  // fp32
+  EXPECT_EQ(mean(y, 0).dtype(), DType::f32);              // fp32
+  EXPECT_EQ(layer_norm(linear(x, parameter({64, 64})), ln_w, Tensor()).dtype(), DType::f32);
+  EXPECT_EQ(rms_norm(cast(x, DType::bf16), ln_w).dtype(), DType::f32);
+  EXPECT_EQ(add(y, Tensor::zeros({4, 32})).dtype(), DType::f32);  // promote
+  EXPECT_EQ(add(y, y).dtype(), DType::bf16);
+  EXPECT_EQ(gelu(y).dtype(), DType::bf16);                // not listed: input dtype
+  EXPECT_EQ(matmul(x, transpose(x, 0, 1)).dtype(), DType::bf16);
+  EXPECT_EQ(cross_entropy(y, Tensor::from_ints({0, 1, 2, 3}, {4})).dtype(), DType::f32);
+  EXPECT_EQ(autocast_policy("linear"), AutocastPolicy::lower_precision);
+  EXPECT_EQ(autocast_policy("layer_norm"), AutocastPolicy::fp32);
+  EXPECT_EQ(autocast_policy("add"), AutocastPolicy::promote);
+  EXPECT_EQ(autocast_policy("gelu"), std::nullopt);
+}
+
+TEST(Autocast, OffOutsideTheRegionAndForOtherDevicesAndWhenDisabled) {
+  const Tensor x = Tensor::randn({4, 64});
+  const Tensor w = parameter({32, 64});
+  EXPECT_EQ(linear(x, w).dtype(), DType::f32);
+  {
+    Autocast meta_only(DeviceType::meta);
+    EXPECT_EQ(linear(x, w).dtype(), DType::f32);
+  }
+  Autocast region(DeviceType::cpu, DType::f16);
+  EXPECT_EQ(linear(x, w).dtype(), DType::f16);
+  {
+    Autocast off(DeviceType::cpu, std::nullopt, /*enabled=*/false);
+    EXPECT_EQ(linear(x, w).dtype(), DType::f32);
+  }
+  EXPECT_EQ(linear(x, w).dtype(), DType::f16);
+}
+
+TEST(Autocast, RejectsDtypesOtherThanBf16AndF16) {
+  try {
+    Autocast region(DeviceType::cpu, DType::f32);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("only bf16 and f16"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(AutocastMode::get(DeviceType::cpu).enabled);
+  EXPECT_EQ(AutocastMode::nesting(), 0);
+}
+
+TEST(Autocast, GradientsReachFp32ParametersAsFp32) {
+  const Tensor x = Tensor::randn({8, 64});
+  const Tensor w = parameter({16, 64});
+  const Tensor b = parameter({16}, kCPU, 2);
+  Tensor loss;
+  {
+    Autocast region(DeviceType::cpu);
+    loss = sum(linear(x, w, b));
+  }
+  backward(loss);
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_EQ(b.grad().dtype(), DType::f32);
+  // d sum / d w[j][i] = sum over rows of x[:, i] rounded to bf16 (x is cast; the gradient of a
+  // sum is 1, exact in bf16), and the bias gradient is the row count.
+  const Tensor expected = sum(cast(x, DType::bf16).to(DType::f32), 0);
+  const std::vector<float> gw = w.grad().to_float_vector();
+  const std::vector<float> e = expected.to_float_vector();
+  for (int64_t j = 0; j < 16; ++j) {
+    for (int64_t i = 0; i < 64; ++i) {
+      EXPECT_NEAR(gw[j * 64 + i], e[i], std::abs(e[i]) * 1e-2 + 1e-2) << j << "," << i;
+    }
+  }
+  for (float v : b.grad().to_float_vector()) EXPECT_EQ(v, 8.0f);
+}
+
+TEST(Autocast, CastCacheCastsEachParameterOncePerRegion) {
+  const Tensor x = Tensor::randn({4, 256});
+  const Tensor w = parameter({256, 256});
+  const size_t w_bf16 = 256 * 256 * 2;
+  const AutocastCacheStats before = autocast_cache_stats();
+
+  auto extra_bytes = [&](bool cache_enabled) {
+    const size_t base = memory_allocated(kCPU);
+    std::vector<Tensor> outputs;
+    Autocast region(DeviceType::cpu, std::nullopt, true, cache_enabled);
+    for (int i = 0; i < 3; ++i) outputs.push_back(linear(x, w));
+    return memory_allocated(kCPU) - base;
+  };
+  const size_t cached = extra_bytes(true);
+  const AutocastCacheStats after = autocast_cache_stats();
+  EXPECT_EQ(after.misses - before.misses, 1);
+  EXPECT_EQ(after.hits - before.hits, 2);
+  EXPECT_EQ(after.entries, 0);  // cleared at the region's exit
+  const size_t uncached = extra_bytes(false);
+  // Two more bf16 copies of w without the cache; everything else (x's casts, outputs) equal.
+  EXPECT_EQ(uncached - cached, 2 * w_bf16);
+  EXPECT_EQ(autocast_cache_stats().misses, after.misses);
+}
+
+TEST(Autocast, CacheLivesUntilTheOutermostRegionExits) {
+  const Tensor w = parameter({256, 256});
+  const Tensor x = Tensor::randn({2, 256});
+  const size_t base = memory_allocated(kCPU);
+  {
+    Autocast outer(DeviceType::cpu);
+    {
+      Autocast inner(DeviceType::cpu);
+      (void)linear(x, w);
+    }
+    EXPECT_EQ(autocast_cache_stats().entries, 1);
+    EXPECT_EQ(autocast_cache_stats().bytes, 256u * 256u * 2u);
+    EXPECT_EQ(memory_allocated(kCPU) - base, 256u * 256u * 2u);
+    (void)linear(x, w);
+    EXPECT_EQ(autocast_cache_stats().entries, 1);
+  }
+  EXPECT_EQ(autocast_cache_stats().entries, 0);
+  EXPECT_EQ(memory_allocated(kCPU), base);
+}
+
+TEST(Autocast, OnlyFp32LeavesThatRequireGradAreCached) {
+  const Tensor constant = Tensor::randn({256, 256});  // no grad: cast each time
+  const Tensor x = Tensor::randn({2, 256});
+  Autocast region(DeviceType::cpu);
+  (void)linear(x, constant);
+  (void)linear(x, cast(parameter({256, 256}), DType::f16));  // not f32, not a leaf
+  EXPECT_EQ(autocast_cache_stats().entries, 0);
+}
+
+TEST(Autocast, CastsRecordedWithoutGradAreNotReusedWithGrad) {
+  const Tensor w = parameter({64, 64});
+  const Tensor x = Tensor::randn({2, 64});
+  Autocast region(DeviceType::cpu);
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(linear(x, w).requires_grad());
+  }
+  const Tensor y = linear(x, w);
+  EXPECT_TRUE(y.requires_grad());
+  backward(sum(y));
+  EXPECT_TRUE(w.grad().defined());
+}
+
+TEST(Autocast, BackwardInsideARegionKeepsTheForwardDtypes) {
+  const Tensor w = parameter({64, 64});
+  const Tensor x = Tensor::randn({4, 64});
+  Autocast region(DeviceType::cpu);
+  const Tensor h = linear(x, w);           // bf16
+  const Tensor loss = sum(softmax(h));     // fp32 softmax over a cast of h
+  backward(loss);
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_TRUE(AutocastMode::get(DeviceType::cpu).enabled);
+}
+
+TEST(Autocast, MetaDeviceAllocatesAsTheCpuDoes) {
+  auto run = [](Device device) {
+    const Tensor w1 = parameter({128, 256}, device);
+    const Tensor w2 = parameter({256, 128}, device);
+    const Tensor x = device.type == DeviceType::meta ? Tensor::empty({32, 128}, DType::f32, device)
+                                                     : Tensor::randn({32, 128});
+    reset_peak_memory_stats(device);
+    const size_t base = memory_allocated(device);
+    Tensor loss;
+    {
+      Autocast region(device.type);
+      loss = mean(linear(gelu(linear(x, w2)), w1));
+    }
+    const size_t after_forward = memory_allocated(device) - base;
+    backward(loss);
+    return std::pair{after_forward, max_memory_allocated(device) - base};
+  };
+  EXPECT_EQ(run(kCPU), run(Device{DeviceType::meta, 0}));
+}
+
+}  // namespace
+}  // namespace headroom
