@@ -27,14 +27,22 @@ void check_options(const AdamWOptions& o) {
   if (!(o.weight_decay >= 0.0)) {
     throw ValueError(str_cat("AdamW: Invalid weight_decay value: ", o.weight_decay));
   }
+  if (o.state_dtype != DType::f32 && o.state_dtype != DType::bf16) {
+    throw NotImplementedError(str_cat("AdamW: state_dtype ", dtype_name(o.state_dtype),
+                                      "; only f32 and bf16 states are supported"));
+  }
+}
+
+bool is_float_format(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
 }
 
 void check_param(const std::string& name, const Tensor& param) {
   if (!param.defined()) throw ValueError(str_cat("AdamW: parameter '", name, "' is undefined"));
-  if (param.dtype() != DType::f32) {
+  if (!is_float_format(param.dtype())) {
     throw NotImplementedError(str_cat("AdamW: parameter '", name, "' is ",
                                       dtype_name(param.dtype()),
-                                      "; only f32 parameters are supported"));
+                                      "; only f32, bf16 and f16 parameters are supported"));
   }
   if (!param.is_leaf()) {
     throw ValueError(str_cat("AdamW: can't optimize a non-leaf tensor ('", name, "')"));
@@ -60,7 +68,7 @@ AdamW::AdamW(const std::vector<NamedTensor>& named_params, const AdamWOptions& o
     : AdamW(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
-    : options_(options) {
+    : options_(options), rounding_generator_(options.rounding_seed) {
   groups_ = std::move(groups);
   check_options(options_);
   std::unordered_set<const AutogradMeta*> seen;
@@ -91,16 +99,20 @@ void AdamW::step() {
       const auto& [name, param] = groups_[g].params[i];
       Tensor grad = param.grad();
       if (!grad.defined()) continue;
-      if (grad.dtype() != DType::f32) {
+      if (!is_float_format(grad.dtype())) {
         throw NotImplementedError(str_cat("AdamW: the gradient of '", name, "' is ",
                                           dtype_name(grad.dtype()),
-                                          "; only f32 gradients are supported"));
+                                          "; only f32, bf16 and f16 gradients are supported"));
       }
       const bool compute = computes_on_cpu("AdamW", param.device());
+      const bool low_precision_param = param.dtype() != DType::f32;
       AdamWState& state = states_[g][i];
       if (!state.exp_avg.defined()) {
-        state.exp_avg = Tensor::zeros(param.shape(), DType::f32, param.device());
-        state.exp_avg_sq = Tensor::zeros(param.shape(), DType::f32, param.device());
+        state.exp_avg = Tensor::zeros(param.shape(), options_.state_dtype, param.device());
+        state.exp_avg_sq = Tensor::zeros(param.shape(), options_.state_dtype, param.device());
+        if (low_precision_param && options_.kahan_summation) {
+          state.compensation = Tensor::zeros(param.shape(), DType::bf16, param.device());
+        }
       }
       ++state.step;
       if (!compute) continue;
@@ -120,8 +132,28 @@ void AdamW::step() {
           .neg_step_size = static_cast<float>(-(lr / bias_correction1)),
       };
       grad = grad.contiguous();
-      cpu::adamw_update(param.data<float>(), grad.data<float>(), state.exp_avg.data<float>(),
-                        state.exp_avg_sq.data<float>(), param.numel(), c);
+      if (!low_precision_param && grad.dtype() == DType::f32 &&
+          options_.state_dtype == DType::f32) {
+        cpu::adamw_update(param.data<float>(), grad.data<float>(), state.exp_avg.data<float>(),
+                          state.exp_avg_sq.data<float>(), param.numel(), c);
+        continue;
+      }
+      const bool stochastic = low_precision_param && !state.compensation.defined() &&
+                              options_.stochastic_rounding;
+      cpu::adamw_update_mixed(
+          {.param = param.data_ptr(),
+           .param_dtype = param.dtype(),
+           .grad = grad.data_ptr(),
+           .grad_dtype = grad.dtype(),
+           .exp_avg = state.exp_avg.data_ptr(),
+           .exp_avg_sq = state.exp_avg_sq.data_ptr(),
+           .state_dtype = options_.state_dtype,
+           .compensation = state.compensation.defined() ? state.compensation.data<BFloat16>()
+                                                        : nullptr,
+           .stochastic = stochastic,
+           .rng = stochastic ? rounding_generator_.reserve(static_cast<uint64_t>(param.numel()))
+                             : PhiloxState{}},
+          param.numel(), c);
     }
   }
 }

@@ -1,5 +1,7 @@
 // AdamW (Loshchilov & Hutter) with torch.optim.AdamW's defaults, semantics and order of operations
-// (its single-tensor path), on fp32 parameters, with fp32 state allocated at the first step.
+// (its single-tensor path), with state allocated at the first step. Beyond torch: bf16 / f16
+// parameters updated without an fp32 master copy (stochastic rounding or Kahan compensation), and
+// bf16 states.
 #pragma once
 
 #include <cstdint>
@@ -18,19 +20,33 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;
+  // headroom's additions. The dtype of exp_avg and exp_avg_sq: f32 (torch) or bf16 (half the
+  // state; the update still runs in fp32 and stores them rounded to nearest).
+  DType state_dtype = DType::f32;
+  // For bf16 / f16 parameters, which have no fp32 copy: how the fp32 result of the update is
+  // written back. Kahan keeps one bf16 compensation buffer per parameter (+2 bytes per element)
+  // and rounds to nearest; otherwise stochastic rounding (unbiased: small updates survive in
+  // expectation) or, with both off, round to nearest (small updates are lost: only for tests).
+  bool kahan_summation = false;
+  bool stochastic_rounding = true;
+  // Seed of the Philox stream stochastic rounding draws from.
+  uint64_t rounding_seed = 0x5eed;
 };
 
-// What AdamW keeps per parameter: 8 bytes per element, from the parameter's device allocator.
+// What AdamW keeps per parameter, from the parameter's device allocator: 8 bytes per element
+// with f32 states, 4 with bf16, plus 2 for a Kahan buffer.
 struct AdamWState {
-  Tensor exp_avg;     // fp32, the parameter's shape; undefined until the parameter's first step
-  Tensor exp_avg_sq;  // fp32
-  int64_t step = 0;   // steps taken with a gradient
+  Tensor exp_avg;       // state_dtype, the parameter's shape; undefined until the first step
+  Tensor exp_avg_sq;    // state_dtype
+  Tensor compensation;  // bf16; only for low-precision parameters with kahan_summation
+  int64_t step = 0;     // steps taken with a gradient
 };
 
 class AdamW final : public Optimizer {
  public:
-  // Parameters must be fp32 leaves (NotImplementedError names any other dtype) on the CPU or the
-  // meta device, where step() allocates the state and computes nothing. ValueError for options
+  // Parameters must be f32, bf16 or f16 leaves (NotImplementedError names any other dtype) on the
+  // CPU or the meta device, where step() allocates the state and computes nothing. Gradients
+  // may be f32, bf16 or f16 whatever the parameter's dtype. ValueError for options
   // outside torch's ranges, naming the option and its value.
   explicit AdamW(const std::vector<Tensor>& params, const AdamWOptions& options = {});
   explicit AdamW(const std::vector<NamedTensor>& named_params, const AdamWOptions& options = {});
@@ -49,6 +65,7 @@ class AdamW final : public Optimizer {
   void check_lr(double lr) const override;
 
   AdamWOptions options_;
+  Generator rounding_generator_;
   std::vector<std::vector<AdamWState>> states_;  // parallel to groups_[g].params
 };
 

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+
+#include "core/error.h"
 
 namespace headroom::cpu {
 
@@ -94,6 +97,111 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
     const int64_t begin = std::min(n, t * chunk);
     const int64_t count = std::min(n, begin + chunk) - begin;
     update(param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, count, c);
+  }
+}
+
+namespace {
+
+template <typename T>
+inline float load(const T* p, int64_t i) {
+  return static_cast<float>(p[i]);
+}
+
+template <typename T>
+inline T round_nearest(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return T(x);
+  }
+}
+
+template <typename P>
+inline P round_stochastic(float x, uint32_t random_bits) {
+  if constexpr (std::is_same_v<P, BFloat16>) {
+    return BFloat16::from_bits(f32_to_bf16_bits_stochastic(x, random_bits));
+  } else {
+    return Half::from_bits(f32_to_f16_bits_stochastic(x, random_bits));
+  }
+}
+
+// Elements [begin, begin + n) of the update; `begin` indexes the random stream.
+template <typename P, typename G, typename S>
+void update_mixed_range(const AdamWTensors& t, int64_t begin, int64_t n,
+                        const AdamWCoefficients& c) {
+  P* param = static_cast<P*>(t.param) + begin;
+  const G* grad = static_cast<const G*>(t.grad) + begin;
+  S* exp_avg = static_cast<S*>(t.exp_avg) + begin;
+  S* exp_avg_sq = static_cast<S*>(t.exp_avg_sq) + begin;
+  BFloat16* comp = t.compensation ? t.compensation + begin : nullptr;
+  Philox4x32Block block{};
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = load(grad, i);
+    const float m = g * c.one_minus_beta1 + load(exp_avg, i) * c.beta1;
+    const float v = (c.one_minus_beta2 * g) * g + load(exp_avg_sq, i) * c.beta2;
+    const float denom = std::sqrt(v) / c.bias_correction2_sqrt + c.eps;
+    const float p = load(param, i);
+    const float updated = p * c.decay + (c.neg_step_size * m) / denom;
+    exp_avg[i] = round_nearest<S>(m);
+    exp_avg_sq[i] = round_nearest<S>(v);
+    if constexpr (std::is_same_v<P, float>) {
+      param[i] = updated;
+    } else if (comp) {
+      const float total = static_cast<float>(comp[i]) + (updated - p);
+      const P rounded = P(p + total);
+      comp[i] = BFloat16(total - (static_cast<float>(rounded) - p));
+      param[i] = rounded;
+    } else if (t.stochastic) {
+      const uint64_t index = static_cast<uint64_t>(begin + i);
+      if (i == 0 || index % 4 == 0) block = philox_block(t.rng.seed, t.rng.offset + index / 4);
+      param[i] = round_stochastic<P>(updated, block.word[index % 4]);
+    } else {
+      param[i] = P(updated);
+    }
+  }
+}
+
+using MixedFn = void (*)(const AdamWTensors&, int64_t, int64_t, const AdamWCoefficients&);
+
+template <typename P, typename G>
+MixedFn choose_state(DType state) {
+  if (state == DType::f32) return update_mixed_range<P, G, float>;
+  if (state == DType::bf16) return update_mixed_range<P, G, BFloat16>;
+  return nullptr;
+}
+
+template <typename P>
+MixedFn choose_grad(DType grad, DType state) {
+  if (grad == DType::f32) return choose_state<P, float>(state);
+  if (grad == DType::bf16) return choose_state<P, BFloat16>(state);
+  if (grad == DType::f16) return choose_state<P, Half>(state);
+  return nullptr;
+}
+
+MixedFn choose_mixed(const AdamWTensors& t) {
+  if (t.param_dtype == DType::f32) return choose_grad<float>(t.grad_dtype, t.state_dtype);
+  if (t.param_dtype == DType::bf16) return choose_grad<BFloat16>(t.grad_dtype, t.state_dtype);
+  if (t.param_dtype == DType::f16) return choose_grad<Half>(t.grad_dtype, t.state_dtype);
+  return nullptr;
+}
+
+}  // namespace
+
+void adamw_update_mixed(const AdamWTensors& t, int64_t n, const AdamWCoefficients& c) {
+  const MixedFn update = choose_mixed(t);
+  if (!update) {
+    throw NotImplementedError(str_cat("adamw_update_mixed: parameter ", dtype_name(t.param_dtype),
+                                      ", gradient ", dtype_name(t.grad_dtype), ", state ",
+                                      dtype_name(t.state_dtype), " is not a supported mix"));
+  }
+  const int64_t threads = std::clamp<int64_t>(n / kGrain, 1, omp_get_max_threads());
+  // Chunks of whole 64-byte lines of the narrowest array, the same for any thread count.
+  const int64_t chunk = ((n + threads - 1) / threads + 31) & ~int64_t{31};
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t t_index = 0; t_index < threads; ++t_index) {
+    const int64_t begin = std::min(n, t_index * chunk);
+    const int64_t count = std::min(n, begin + chunk) - begin;
+    if (count > 0) update(t, begin, count, c);
   }
 }
 
