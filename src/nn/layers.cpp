@@ -8,29 +8,29 @@ namespace headroom {
 
 Linear::Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device device)
     : layout_(layout) {
-  weight_ = register_parameter(
-      "weight", Tensor::empty(layout == WeightLayout::out_in ? Shape{out, in} : Shape{in, out},
-                              DType::f32, device));
-  if (bias) bias_ = register_parameter("bias", Tensor::zeros({out}, DType::f32, device));
+  register_parameter("weight", weight_,
+                     Tensor::empty(layout == WeightLayout::out_in ? Shape{out, in} : Shape{in, out},
+                                   DType::f32, device));
+  if (bias) register_parameter("bias", bias_, Tensor::zeros({out}, DType::f32, device));
 }
 
 Tensor Linear::forward(const Tensor& x) const { return linear(x, weight_, bias_, layout_); }
 
 Embedding::Embedding(int64_t num, int64_t dim, Device device) {
-  weight_ = register_parameter("weight", Tensor::empty({num, dim}, DType::f32, device));
+  register_parameter("weight", weight_, Tensor::empty({num, dim}, DType::f32, device));
 }
 
 Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight_, ids); }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, Device device) : eps_(eps) {
-  weight_ = register_parameter("weight", Tensor::ones({dim}, DType::f32, device));
-  bias_ = register_parameter("bias", Tensor::zeros({dim}, DType::f32, device));
+  register_parameter("weight", weight_, Tensor::ones({dim}, DType::f32, device));
+  register_parameter("bias", bias_, Tensor::zeros({dim}, DType::f32, device));
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
 
 RMSNorm::RMSNorm(int64_t dim, double eps, Device device) : eps_(eps) {
-  weight_ = register_parameter("weight", Tensor::ones({dim}, DType::f32, device));
+  register_parameter("weight", weight_, Tensor::ones({dim}, DType::f32, device));
 }
 
 Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight_, eps_); }

@@ -1,21 +1,23 @@
 // Parameter collection and mode switching for Module trees.
 #include "nn/module.h"
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/grad_mode.h"
 
 namespace headroom {
 
-Tensor Module::register_parameter(const std::string& name, const Tensor& tensor) {
-  tensor.set_requires_grad(true);
-  parameters_.emplace_back(name, tensor);
-  return tensor;
+void Module::register_parameter(const std::string& name, Tensor& slot, const Tensor& value) {
+  value.set_requires_grad(true);
+  slot = value;
+  parameters_.emplace_back(name, &slot);
 }
 
 void Module::collect(const std::string& prefix,
                      std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& [name, tensor] : parameters_) out.emplace_back(prefix + name, tensor);
+  for (const auto& [name, slot] : parameters_) out.emplace_back(prefix + name, *slot);
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
 }
 
@@ -46,6 +48,28 @@ int64_t Module::num_parameters() const {
   int64_t total = 0;
   for (auto& [name, tensor] : named_parameters()) total += tensor.numel();
   return total;
+}
+
+void Module::to(DType dtype) {
+  NoGradGuard no_grad;
+  // Slots holding one tensor (tied weights registered twice) get one converted tensor.
+  std::unordered_map<const AutogradMeta*, Tensor> converted;
+  std::vector<Tensor*> slots;
+  collect_slots(slots);
+  for (Tensor* slot : slots) {
+    if (!is_floating(slot->dtype()) || slot->dtype() == dtype) continue;
+    auto [it, inserted] = converted.try_emplace(slot->autograd_meta());
+    if (inserted) {
+      it->second = slot->detach().to(dtype);
+      it->second.set_requires_grad(true);
+    }
+    *slot = it->second;
+  }
+}
+
+void Module::collect_slots(std::vector<Tensor*>& out) const {
+  for (const auto& [name, slot] : parameters_) out.push_back(slot);
+  for (const auto& [name, child] : children_) child->collect_slots(out);
 }
 
 void Module::train(bool mode) {

@@ -27,6 +27,11 @@ class Module {
   // Elements over the unique parameters.
   int64_t num_parameters() const;
 
+  // Converts every floating parameter of the tree to `dtype` (as model.to(torch.bfloat16)): the
+  // parameters become new leaves that require grad, with no gradient; ties stay tied. Under it
+  // is "pure bf16" training (amp/precision.h). Optimizers built before hold the old tensors.
+  void to(DType dtype);
+
   void train(bool mode = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
@@ -38,8 +43,9 @@ class Module {
   }
 
  protected:
-  // Marks the tensor as a parameter (requires grad) and returns it.
-  Tensor register_parameter(const std::string& name, const Tensor& tensor);
+  // Stores `value` in `slot` (a member of the module) as a parameter that requires grad. The
+  // module keeps the slot's address, so to() can replace the tensor the layer computes with.
+  void register_parameter(const std::string& name, Tensor& slot, const Tensor& value);
   template <typename M>
   M& register_module(const std::string& name, std::unique_ptr<M> module) {
     M& ref = *module;
@@ -49,8 +55,9 @@ class Module {
 
  private:
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect_slots(std::vector<Tensor*>& out) const;
 
-  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, Tensor*>> parameters_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   bool training_ = true;
 };
