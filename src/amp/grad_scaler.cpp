@@ -1,0 +1,273 @@
+// GradScaler: torch.amp.GradScaler's stage tracking per optimizer and its update rules (as
+// aten/src/ATen/native/cuda/AmpKernels.cu computes them), with Megatron's hysteresis and floor.
+#include "amp/grad_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/grad_scaler.h"
+#include "core/error.h"
+#include "ops/elementwise.h"
+#include "ops/op_support.h"
+#include "optim/optimizer.h"
+
+namespace headroom {
+
+namespace {
+
+void check_options(const GradScalerOptions& o) {
+  if (!o.enabled) return;
+  // torch's assertions.
+  if (!(o.growth_factor > 1.0)) {
+    throw ValueError(str_cat("GradScaler: growth_factor must be > 1.0, not ", o.growth_factor));
+  }
+  if (!(o.backoff_factor < 1.0)) {
+    throw ValueError(str_cat("GradScaler: backoff_factor must be < 1.0, not ", o.backoff_factor));
+  }
+  if (o.hysteresis < 1) {
+    throw ValueError(str_cat("GradScaler: hysteresis must be >= 1, not ", o.hysteresis));
+  }
+  if (!(o.min_scale >= 0.0 && std::isfinite(o.min_scale))) {
+    throw ValueError(str_cat("GradScaler: min_scale must be finite and >= 0, not ", o.min_scale));
+  }
+}
+
+// The fused pass over one gradient on its device; whether it held inf or NaN.
+bool non_finite_check_and_unscale(const Tensor& grad, float inv_scale) {
+  if (!computes_on_cpu("GradScaler.unscale_", grad.device())) return false;
+  const Tensor work = grad.contiguous();
+  grad.storage()->bump_version();
+  bool found = false;
+  switch (work.dtype()) {
+    case DType::f32:
+      found = cpu::non_finite_check_and_unscale(work.data<float>(), work.numel(), inv_scale);
+      break;
+    case DType::bf16:
+      found = cpu::non_finite_check_and_unscale(work.data<BFloat16>(), work.numel(), inv_scale);
+      break;
+    case DType::f16:
+      found = cpu::non_finite_check_and_unscale(work.data<Half>(), work.numel(), inv_scale);
+      break;
+    default:
+      throw NotImplementedError(str_cat("GradScaler.unscale_: ", dtype_name(work.dtype()),
+                                        " gradients"));
+  }
+  if (work.storage() != grad.storage()) grad.copy_(work);
+  return found;
+}
+
+const nlohmann::json& require_key(const nlohmann::json& state, const char* key) {
+  auto it = state.find(key);
+  if (it == state.end()) {
+    throw ValueError(str_cat("GradScaler.load_state_dict: missing key '", key, "'"));
+  }
+  return *it;
+}
+
+double number_at(const nlohmann::json& state, const char* key) {
+  const nlohmann::json& value = require_key(state, key);
+  if (!value.is_number()) {
+    throw ValueError(str_cat("GradScaler.load_state_dict: '", key, "' must be a number, not ",
+                             value.type_name()));
+  }
+  return value.get<double>();
+}
+
+int64_t integer_at(const nlohmann::json& state, const char* key) {
+  const nlohmann::json& value = require_key(state, key);
+  if (!value.is_number_integer()) {
+    throw ValueError(str_cat("GradScaler.load_state_dict: '", key, "' must be an integer, not ",
+                             value.type_name(), " ", value.dump()));
+  }
+  return value.get<int64_t>();
+}
+
+}  // namespace
+
+GradScaler::GradScaler(const GradScalerOptions& options)
+    : options_(options),
+      scale_(static_cast<float>(options.init_scale)),
+      hysteresis_tracker_(options.hysteresis) {
+  check_options(options_);
+  // Megatron's assertion; a loaded state may hold a scale below the floor (update(new_scale)).
+  if (options_.enabled && options_.min_scale > options_.init_scale) {
+    throw ValueError(str_cat("GradScaler: min_scale (", options_.min_scale,
+                             ") must not exceed init_scale (", options_.init_scale, ")"));
+  }
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!options_.enabled) return loss;
+  check_floating("GradScaler.scale", "loss", loss);
+  started_ = true;
+  if (loss.ndim() == 0 && loss.dtype() != DType::f32) {
+    return mul(loss, Tensor::full(Shape(), scale_, DType::f32, loss.device()));
+  }
+  return ::headroom::scale(loss, scale_);
+}
+
+void GradScaler::check_started(const char* function) const {
+  if (!started_) {
+    throw Error(str_cat("Attempted ", function, " but the scale is not initialized.  This may "
+                        "indicate your script did not use scaler.scale(loss or outputs) earlier "
+                        "in the iteration."));
+  }
+}
+
+void GradScaler::unscale_(Optimizer& optimizer) {
+  if (!options_.enabled) return;
+  check_started("unscale_");
+  OptimizerState& state = optimizer_states_[&optimizer];
+  if (state.stage == Stage::unscaled) {
+    throw Error("unscale_() has already been called on this optimizer since the last update().");
+  }
+  if (state.stage == Stage::stepped) throw Error("unscale_() is being called after step().");
+
+  // Every gradient is checked before any is touched, so a refusal changes nothing.
+  std::vector<Tensor> grads;
+  for (const ParamGroup& group : optimizer.param_groups()) {
+    for (const auto& [name, param] : group.params) {
+      Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      if (grad.dtype() == DType::f16 && !options_.allow_fp16_grads) {
+        throw ValueError("Attempting to unscale FP16 gradients.");
+      }
+      if (grad.dtype() != DType::f32 && grad.dtype() != DType::bf16 &&
+          grad.dtype() != DType::f16) {
+        throw NotImplementedError(str_cat("GradScaler.unscale_: the gradient of '", name,
+                                          "' is ", dtype_name(grad.dtype()),
+                                          "; f32, bf16 and f16 gradients are supported"));
+      }
+      grads.push_back(std::move(grad));
+    }
+  }
+  // In double, as torch: "FP32 division can be imprecise for certain compile options".
+  const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
+  bool found = false;
+  for (const Tensor& grad : grads) found |= non_finite_check_and_unscale(grad, inv_scale);
+  state.recorded = !grads.empty();
+  state.found_inf = found;
+  state.stage = Stage::unscaled;
+}
+
+bool GradScaler::step(Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step();
+    return true;
+  }
+  check_started("step");
+  OptimizerState& state = optimizer_states_[&optimizer];  // stable while the map grows
+  if (state.stage == Stage::stepped) {
+    throw Error("step() has already been called since the last update().");
+  }
+  if (state.stage == Stage::ready) unscale_(optimizer);
+  if (!state.recorded) throw Error("No inf checks were recorded for this optimizer.");
+  if (!state.found_inf) optimizer.step();
+  state.stage = Stage::stepped;
+  return !state.found_inf;
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  check_started("update");
+  bool recorded = false, found = false;
+  for (const auto& [optimizer, state] : optimizer_states_) {
+    recorded |= state.recorded;
+    found |= state.found_inf;
+  }
+  if (!recorded) throw Error("No inf checks were recorded prior to update.");
+  if (options_.dynamic) update_dynamic(found);
+  optimizer_states_.clear();
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled) return;
+  check_started("update");
+  scale_ = static_cast<float>(new_scale);
+  optimizer_states_.clear();
+}
+
+void GradScaler::update_dynamic(bool found_inf) {
+  // AmpKernels.cu multiplies the fp32 scale by a double factor and stores the product as fp32.
+  const double current = scale_;
+  if (found_inf) {
+    growth_tracker_ = 0;
+    if (--hysteresis_tracker_ <= 0) {
+      scale_ = std::max(static_cast<float>(current * options_.backoff_factor),
+                        static_cast<float>(options_.min_scale));
+    }
+    return;
+  }
+  if (++growth_tracker_ == options_.growth_interval) {
+    // Do not grow the scale past fp32 bounds to inf (torch >= 2.1).
+    const float grown = static_cast<float>(current * options_.growth_factor);
+    if (std::isfinite(grown)) scale_ = grown;
+    growth_tracker_ = 0;
+    hysteresis_tracker_ = options_.hysteresis;
+  }
+}
+
+bool GradScaler::found_inf(const Optimizer& optimizer) const {
+  auto it = optimizer_states_.find(&optimizer);
+  return it != optimizer_states_.end() && it->second.found_inf;
+}
+
+nlohmann::json GradScaler::state_dict() const {
+  if (!options_.enabled) return nlohmann::json::object();
+  nlohmann::json state = {
+      {"scale", static_cast<double>(scale_)},
+      {"growth_factor", options_.growth_factor},
+      {"backoff_factor", options_.backoff_factor},
+      {"growth_interval", options_.growth_interval},
+      {"_growth_tracker", growth_tracker_},
+  };
+  if (options_.hysteresis != 1) {
+    state["hysteresis"] = options_.hysteresis;
+    state["_hysteresis_tracker"] = hysteresis_tracker_;
+  }
+  if (options_.min_scale > 0.0) state["min_scale"] = options_.min_scale;
+  if (!options_.dynamic) state["dynamic"] = false;
+  return state;
+}
+
+void GradScaler::load_state_dict(const nlohmann::json& state) {
+  if (!options_.enabled) return;
+  if (!state.is_object()) {
+    throw ValueError(str_cat("GradScaler.load_state_dict: expected an object, not ",
+                             state.type_name()));
+  }
+  if (state.empty()) {
+    throw Error("The source state dict is empty, possibly because it was saved from a disabled "
+                "instance of GradScaler.");
+  }
+  GradScalerOptions options = options_;
+  const double scale = number_at(state, "scale");
+  options.init_scale = scale;
+  options.growth_factor = number_at(state, "growth_factor");
+  options.backoff_factor = number_at(state, "backoff_factor");
+  options.growth_interval = integer_at(state, "growth_interval");
+  const int64_t growth_tracker = integer_at(state, "_growth_tracker");
+  options.hysteresis = state.contains("hysteresis") ? integer_at(state, "hysteresis") : 1;
+  const int64_t hysteresis_tracker = state.contains("_hysteresis_tracker")
+                                         ? integer_at(state, "_hysteresis_tracker")
+                                         : options.hysteresis;
+  options.min_scale = state.contains("min_scale") ? number_at(state, "min_scale") : 0.0;
+  options.dynamic = true;
+  if (auto it = state.find("dynamic"); it != state.end()) {
+    if (!it->is_boolean()) {
+      throw ValueError(str_cat("GradScaler.load_state_dict: 'dynamic' must be a boolean, not ",
+                               it->type_name()));
+    }
+    options.dynamic = it->get<bool>();
+  }
+  check_options(options);
+  options_ = options;
+  scale_ = static_cast<float>(scale);
+  growth_tracker_ = growth_tracker;
+  hysteresis_tracker_ = hysteresis_tracker;
+}
+
+}  // namespace headroom
