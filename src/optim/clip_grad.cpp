@@ -1,0 +1,158 @@
+// Gradient clipping: torch's checks and fp32 coefficient arithmetic here, the loops over the
+// gradients in backend/cpu/clip_grad.cpp.
+#include "optim/clip_grad.h"
+
+#include <cmath>
+#include <functional>
+
+#include "backend/cpu/clip_grad.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+bool clippable(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+}
+
+// The defined gradients of `params`, checked: a dtype the kernels take, one device.
+std::vector<Tensor> gradients_of(const char* op, const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined()) throw ValueError(str_cat(op, ": parameter ", i, " is undefined"));
+    Tensor grad = params[i].grad();
+    if (!grad.defined()) continue;
+    if (!clippable(grad.dtype())) {
+      throw NotImplementedError(str_cat(op, ": the gradient of parameter ", i, " is ",
+                                        dtype_name(grad.dtype()),
+                                        "; only f32, bf16 and f16 gradients are supported"));
+    }
+    grads.push_back(std::move(grad));
+  }
+  check_same_device(op, grads);
+  return grads;
+}
+
+std::vector<Tensor> parameters_of(const Optimizer& optimizer) {
+  std::vector<Tensor> params;
+  for (const ParamGroup& group : optimizer.param_groups()) {
+    for (const auto& [name, param] : group.params) params.push_back(param);
+  }
+  return params;
+}
+
+void check_norm_type(const char* op, double norm_type) {
+  if (!(norm_type > 0.0)) {
+    throw ValueError(str_cat(op, ": norm_type is ", norm_type,
+                             "; it must be positive or inf (the 0-norm is not supported)"));
+  }
+}
+
+// Whether the gradients' values are to be read and written: false with none or on meta.
+bool computes(const char* op, const std::vector<Tensor>& grads) {
+  return !grads.empty() && computes_on_cpu(op, grads.front().device());
+}
+
+// See Note [Gradient norms in fp32].
+float total_norm(const char* op, const std::vector<Tensor>& grads, double norm_type) {
+  if (!computes(op, grads)) return 0.0f;
+  std::vector<float> norms;
+  norms.reserve(grads.size());
+  for (const Tensor& grad : grads) {
+    const Tensor packed = grad.contiguous();
+    norms.push_back(static_cast<float>(
+        cpu::vector_norm(packed.data_ptr(), packed.dtype(), packed.numel(), norm_type)));
+  }
+  return static_cast<float>(cpu::vector_norm(norms.data(), DType::f32,
+                                             static_cast<int64_t>(norms.size()), norm_type));
+}
+
+// Runs kernel(data, dtype, numel) on `grad` in place (on a packed copy, written back, when the
+// gradient is not contiguous).
+void update_in_place(const Tensor& grad,
+                     const std::function<void(void*, DType, int64_t)>& kernel) {
+  if (grad.is_contiguous()) {
+    grad.storage()->bump_version();
+    kernel(grad.data_ptr(), grad.dtype(), grad.numel());
+    return;
+  }
+  const Tensor packed = grad.contiguous();
+  kernel(packed.data_ptr(), packed.dtype(), packed.numel());
+  grad.copy_(packed);
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  constexpr const char* kOp = "clip_grad_norm_";
+  if (!(max_norm >= 0.0)) {
+    throw ValueError(str_cat(kOp, ": max_norm is ", max_norm, "; it must not be negative"));
+  }
+  check_norm_type(kOp, norm_type);
+  NoGradGuard no_grad;
+  const std::vector<Tensor> grads = gradients_of(kOp, params);
+  const float total = total_norm(kOp, grads, norm_type);
+  if (error_if_nonfinite && !std::isfinite(total)) {
+    throw Error(str_cat(kOp, ": the total norm of order ", norm_type,
+                        " for gradients from `parameters` is non-finite (", total,
+                        "), so it cannot be clipped. To disable this error and scale the "
+                        "gradients by the non-finite norm anyway, set error_if_nonfinite=false"));
+  }
+  if (!computes(kOp, grads)) return total;
+  // torch: clip_coef = max_norm / (total_norm + 1e-6) on an fp32 tensor, where the division is
+  // Tensor.__rtruediv__, reciprocal() * max_norm; then torch.clamp(clip_coef, max=1.0), which
+  // keeps a NaN.
+  const float coef = (1.0f / (total + static_cast<float>(1e-6))) * static_cast<float>(max_norm);
+  const float clamped = coef > 1.0f ? 1.0f : coef;
+  if (clamped == 1.0f) return total;
+  for (const Tensor& grad : grads) {
+    update_in_place(grad, [clamped](void* data, DType dtype, int64_t n) {
+      cpu::scale_in_place(data, dtype, n, clamped);
+    });
+  }
+  return total;
+}
+
+double clip_grad_norm_(const Optimizer& optimizer, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  return clip_grad_norm_(parameters_of(optimizer), max_norm, norm_type, error_if_nonfinite);
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  constexpr const char* kOp = "clip_grad_value_";
+  if (!(clip_value >= 0.0)) {
+    throw ValueError(str_cat(kOp, ": clip_value is ", clip_value, "; it must not be negative"));
+  }
+  NoGradGuard no_grad;
+  const std::vector<Tensor> grads = gradients_of(kOp, params);
+  if (!computes(kOp, grads)) return;
+  // torch converts the bounds to the gradient's dtype; clamping in fp32 against the fp32 bounds
+  // and rounding the result gives the same values, as rounding is monotonic.
+  const float high = static_cast<float>(clip_value);
+  for (const Tensor& grad : grads) {
+    update_in_place(grad, [high](void* data, DType dtype, int64_t n) {
+      cpu::clamp_in_place(data, dtype, n, -high, high);
+    });
+  }
+}
+
+void clip_grad_value_(const Optimizer& optimizer, double clip_value) {
+  clip_grad_value_(parameters_of(optimizer), clip_value);
+}
+
+double grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  constexpr const char* kOp = "grad_norm";
+  check_norm_type(kOp, norm_type);
+  NoGradGuard no_grad;
+  return total_norm(kOp, gradients_of(kOp, params), norm_type);
+}
+
+double grad_norm(const Optimizer& optimizer, double norm_type) {
+  return grad_norm(parameters_of(optimizer), norm_type);
+}
+
+}  // namespace headroom

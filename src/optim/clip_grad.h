@@ -1,0 +1,51 @@
+// Gradient clipping as torch.nn.utils does it (clip_grad_norm_, clip_grad_value_) for HF's
+// max_grad_norm, and the gradient norm the Trainer logs.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+namespace headroom {
+
+// Note [Gradient norms in fp32]
+// The norm over all gradients is the norm of the per-tensor norms, as in torch: each tensor's
+// p-norm is accumulated in double from the fp32 values of its elements and rounded to fp32,
+// and the norm of those fp32 norms is rounded to fp32 again; that fp32 value is returned as a
+// double. For fp32 gradients this is torch's result to within fp32 rounding. For bf16 and f16
+// gradients headroom still keeps every norm in fp32, where torch 1.13 rounds each norm to the
+// gradient's dtype: the scaling factor then comes from the fp32 norm, and each scaled gradient
+// element is computed in fp32 and rounded once into its dtype.
+//
+// Only parameters whose grad is defined count (torch's `p.grad is not None`). Gradients must be
+// f32, bf16 or f16 (NotImplementedError naming the parameter's index and dtype) and on one device
+// (ValueError). On the meta device nothing is computed: the norm returned is 0 and no gradient
+// changes, while the checks above still run; on a device without these kernels
+// NotImplementedError names it. No autograd history is recorded.
+
+// torch.nn.utils.clip_grad_norm_: computes the total norm (See Note [Gradient norms in fp32]),
+// then multiplies every gradient in place by min(1, max_norm / (total_norm + 1e-6)), with torch's
+// fp32 arithmetic; when that factor is exactly 1 the gradients are left as they are, which is
+// the same result. Returns the total norm, before clipping. norm_type is p > 0 or
+// +infinity (the largest |element|); max_norm >= 0 (ValueError otherwise; torch also allows
+// p = 0, a count of non-zero elements, which headroom does not). With error_if_nonfinite, a NaN
+// or infinite total norm throws Error naming the norm's order and value, and no gradient changes;
+// without it the gradients are scaled by the non-finite factor, as torch does.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
+// The same over every parameter of every group of `optimizer`.
+double clip_grad_norm_(const Optimizer& optimizer, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
+
+// torch.nn.utils.clip_grad_value_: clamps every gradient element to [-clip_value, clip_value]
+// in place (NaN stays NaN). clip_value >= 0, else ValueError.
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
+void clip_grad_value_(const Optimizer& optimizer, double clip_value);
+
+// The total gradient norm that clip_grad_norm_ would return, without changing any gradient (for
+// logging `grad_norm` as HF Trainer does).
+double grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0);
+double grad_norm(const Optimizer& optimizer, double norm_type = 2.0);
+
+}  // namespace headroom

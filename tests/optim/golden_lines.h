@@ -1,0 +1,42 @@
+// Reading the optim fixtures (tests/fixtures/optim/*_golden.txt): lines of a keyword and
+// whitespace-separated fields, as the generators in tools/ write them.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace headroom::optim_test {
+
+using GoldenLineReader = std::function<void(const std::string& keyword, std::istringstream& rest)>;
+
+// Calls fn(keyword, rest of the line) for each line of the fixture but comments and blank
+// lines; a test failure when it cannot be read.
+inline void for_each_golden_line(const std::string& name, const GoldenLineReader& fn) {
+  const std::string path = std::string(HEADROOM_FIXTURES_DIR) + "/optim/" + name;
+  std::ifstream file(path);
+  EXPECT_TRUE(file) << "cannot open " << path;
+  std::string line;
+  while (std::getline(file, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string keyword;
+    in >> keyword;
+    fn(keyword, in);
+  }
+}
+
+// The rest of the line as numbers ("inf" included), read as doubles without rounding.
+inline std::vector<double> read_numbers(std::istringstream& in) {
+  std::vector<double> values;
+  std::string word;
+  while (in >> word) values.push_back(std::strtod(word.c_str(), nullptr));
+  return values;
+}
+
+}  // namespace headroom::optim_test
