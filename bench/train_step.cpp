@@ -10,7 +10,6 @@
 // build/bench/train_step --no-peer, then perf report --no-children --sort dso,sym (the variable
 // makes oneDNN write /tmp/perf-PID.map, so its JIT GEMM kernels get names instead of addresses).
 #include <omp.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,14 +17,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "autograd/engine.h"
+#include "bench_support.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
@@ -37,6 +35,9 @@ namespace {
 
 using namespace headroom;
 using Clock = std::chrono::steady_clock;
+using bench::current_rss;
+using bench::median;
+using bench::peak_rss;
 
 constexpr int kWarmupSteps = 2;
 constexpr uint64_t kSeed = 1234;
@@ -52,84 +53,27 @@ struct Options {
   int64_t batch = 8;
   int64_t vocab = 50304;
   int64_t steps = 10;
-  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
+  int64_t threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
   bool peer = true;
 };
 
-[[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: train_step [--layers N] [--d-model N] [--heads N] [--context N] "
-               "[--batch N] [--vocab N] [--steps N] [--threads N] [--no-peer]\n");
-  std::exit(code);
-}
-
 Options parse_options(int argc, char** argv) {
   Options o;
-  const std::map<std::string, int64_t*> sizes = {
-      {"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
-      {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
-      {"--steps", &o.steps}};
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--no-peer") {
-      o.peer = false;
-    } else if (arg == "--help" || arg == "-h") {
-      usage(0);
-    } else if (i + 1 < argc && (sizes.count(arg) || arg == "--threads")) {
-      char* end = nullptr;
-      const long long value = std::strtoll(argv[++i], &end, 10);
-      if (*end != '\0' || value < 1) {
-        std::fprintf(stderr, "train_step: %s needs a positive integer, not '%s'\n", arg.c_str(),
-                     argv[i]);
-        std::exit(2);
-      }
-      if (arg == "--threads") {
-        o.threads = static_cast<int>(value);
-      } else {
-        *sizes.at(arg) = value;
-      }
-    } else {
-      std::fprintf(stderr, "train_step: unknown or incomplete option '%s'\n", arg.c_str());
-      usage(2);
-    }
-  }
+  bool no_peer = false;
+  bench::parse_command_line(
+      "train_step",
+      "[--layers N] [--d-model N] [--heads N] [--context N] [--batch N] [--vocab N] [--steps N] "
+      "[--threads N] [--no-peer]",
+      argc, argv, {{"--no-peer", &no_peer}}, {},
+      {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
+       {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
+       {"--steps", &o.steps}, {"--threads", &o.threads}});
+  o.peer = !no_peer;
   return o;
 }
 
-// The token ids of one step: splitmix64 of (seed, step, index) modulo the vocabulary, which
-// train_step_peer.py computes identically, so both sides train on the same batches.
 std::vector<int64_t> batch_tokens(const Options& o, int64_t step) {
-  std::vector<int64_t> tokens(static_cast<size_t>(o.batch * (o.context + 1)));
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    uint64_t z = kSeed * 0x100000000ull + static_cast<uint64_t>(step) * 0x1000000ull + i;
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    tokens[i] = static_cast<int64_t>(z % static_cast<uint64_t>(o.vocab));
-  }
-  return tokens;
-}
-
-// Resident set now (from /proc) and at its peak so far (getrusage), in bytes: what the peer can
-// measure of PyTorch, whose CPU allocator keeps no statistics.
-size_t current_rss() {
-  std::ifstream statm("/proc/self/statm");
-  size_t pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
-size_t peak_rss() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<size_t>(usage.ru_maxrss) * 1024;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  return bench::batch_tokens(kSeed, o.batch, o.context, o.vocab, step);
 }
 
 // GFLOP/s of a 1024^3 matmul, the check the peer makes of PyTorch's BLAS.
@@ -246,30 +190,14 @@ bool run_peer(const Options& o, Result& peer, std::string& torch_version) {
       python, " ", script.string(), " --layers ", o.layers, " --d-model ", o.d_model,
       " --heads ", o.heads, " --context ", o.context, " --batch ", o.batch, " --vocab ", o.vocab,
       " --steps ", o.steps, " --warmup ", kWarmupSteps, " --threads ", threads, " --seed ", kSeed,
-      " --lr ", kLr, " --weight-decay ", kWeightDecay, " 2>&1");
-  std::fflush(stdout);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) {
-    std::printf("peer: skipped (cannot start %s)\n", python);
-    return false;
-  }
-  std::map<std::string, std::string> fields;
-  char line[4096];
-  while (std::fgets(line, sizeof line, pipe)) {
-    if (std::strncmp(line, "RESULT ", 7) != 0) {
-      std::fputs(line, stdout);
-      continue;
-    }
-    char* save = nullptr;
-    for (char* word = strtok_r(line + 7, " \n", &save); word; word = strtok_r(nullptr, " \n", &save)) {
-      if (char* eq = std::strchr(word, '=')) fields[std::string(word, eq)] = eq + 1;
-    }
-  }
-  const int status = pclose(pipe);
-  if (status != 0 || !fields.count("tokens_per_s")) {
+      " --lr ", kLr, " --weight-decay ", kWeightDecay);
+  int status = 0;
+  const auto results = bench::run_peer_command(command, status);
+  if (status != 0 || results.empty() || !results.back().count("tokens_per_s")) {
     std::printf("peer: no result (exit status %d)\n", status);
     return false;
   }
+  std::map<std::string, std::string> fields = results.back();
   auto number = [&](const char* key) { return fields.count(key) ? std::atof(fields[key].c_str()) : 0.0; };
   peer.tokens_per_s = number("tokens_per_s");
   peer.step_ms = number("step_ms");
@@ -293,7 +221,7 @@ void print_row(const char* what, double ours, double theirs, const char* unit, i
 
 int main(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
-  if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (o.threads > 0) omp_set_num_threads(static_cast<int>(o.threads));
   try {
     const Result ours = run_headroom(o);
     std::printf("headroom: %.0f tokens/s (median step %.1f ms over %lld steps)\n",

@@ -33,6 +33,11 @@ def parse_args():
     # tensors anyway and allocate a temporary per intermediate (measured on 30M GPT-2 parameters,
     # 2 threads: 2.8-3.0 s per step against 0.35-0.65 s for the single-tensor path).
     parser.add_argument("--foreach", type=int, default=0, choices=[0, 1])
+    # fp32; bf16: torch.autocast("cpu", bfloat16) over the forward and loss, fp32 weights;
+    # fp16: the same with float16 and a GradScaler, where torch supports it on the CPU (not
+    # 1.13); pure_bf16: model.to(bfloat16), torch.optim.AdamW on bf16 weights and states.
+    parser.add_argument("--precision", default="fp32",
+                        choices=["fp32", "bf16", "fp16", "pure_bf16"])
     return parser.parse_args()
 
 
@@ -144,6 +149,18 @@ def main():
     torch.manual_seed(args.seed)
     model = GPT2()
     model.train()
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    if autocast_dtype is not None:
+        try:
+            with torch.autocast("cpu", dtype=autocast_dtype):
+                pass
+        except (RuntimeError, AssertionError) as e:
+            print("torch %s: %s autocast on the CPU is not supported (%s)" %
+                  (torch.__version__, args.precision, str(e).splitlines()[0]))
+            print("RESULT torch=%s unsupported=1" % torch.__version__)
+            return
+    if args.precision == "pure_bf16":
+        model.to(torch.bfloat16)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -167,7 +184,11 @@ def main():
     losses = []
     for step, (input_ids, targets) in enumerate(batches):
         t0 = time.perf_counter()
-        loss = model.loss(input_ids, targets)
+        if autocast_dtype is not None:
+            with torch.autocast("cpu", dtype=autocast_dtype):
+                loss = model.loss(input_ids, targets)
+        else:
+            loss = model.loss(input_ids, targets)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -177,9 +198,9 @@ def main():
         losses.append(loss.item())
         timed = step >= args.warmup
         print("torch:    step %2d%s loss %.4f  %8.1f ms (forward %.1f, backward %.1f, "
-              "optimizer %.1f)" % (step, "        " if timed else " warm-up", losses[-1],
+              "optimizer %.1f) %s" % (step, "        " if timed else " warm-up", losses[-1],
                                    (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                                   (t3 - t2) * 1e3), flush=True)
+                                   (t3 - t2) * 1e3, args.precision), flush=True)
         if timed:
             for key, seconds in (("step", t3 - t0), ("forward", t1 - t0),
                                  ("backward", t2 - t1), ("optimizer", t3 - t2)):

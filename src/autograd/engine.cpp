@@ -124,6 +124,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     bool any_defined = false;
     for (const Tensor& t : inputs) any_defined = any_defined || t.defined();
     std::vector<Tensor> grads;
+    node->set_retains_saved(retain_graph);
     if (any_defined) grads = node->apply(std::move(inputs));
     inputs.clear();
     if (!retain_graph) node->release_saved();

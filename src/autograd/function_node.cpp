@@ -10,6 +10,8 @@ Tensor BackwardContext::saved(size_t i) const { return node_.unpack_saved(i); }
 
 bool BackwardContext::needs_input_grad(size_t i) const { return node_.needs_input_grad(i); }
 
+bool BackwardContext::retains_saved() const { return node_.retains_saved(); }
+
 FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& inputs)
     : name_(std::move(name)) {
   next_edges_.reserve(inputs.size());

@@ -35,6 +35,9 @@ class BackwardContext {
   Tensor take_grad_output(size_t i = 0) { return std::move(grad_outputs_.at(i)); }
   Tensor saved(size_t i) const;
   bool needs_input_grad(size_t i) const;
+  // False when the saved tensors are released right after this backward (no retain_graph): the
+  // backward may then overwrite a saved buffer that only it reads and hand it on as a gradient.
+  bool retains_saved() const;
 
  private:
   const FunctionNode& node_;

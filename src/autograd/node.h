@@ -38,6 +38,11 @@ class Node : public std::enable_shared_from_this<Node> {
   // Drops what was saved for backward, once backward has used it (unless retain_graph).
   virtual void release_saved() {}
 
+  // Whether what the node saved survives its apply (retain_graph); the engine sets it before
+  // apply. When it does not, a backward may reuse saved buffers in place.
+  void set_retains_saved(bool retains) { retains_saved_ = retains; }
+  bool retains_saved() const { return retains_saved_; }
+
   uint64_t sequence_nr() const { return sequence_nr_; }
   uint32_t num_outputs() const { return num_outputs_; }
   const std::vector<Edge>& next_edges() const { return next_edges_; }
@@ -45,6 +50,7 @@ class Node : public std::enable_shared_from_this<Node> {
  protected:
   std::vector<Edge> next_edges_;
   uint32_t num_outputs_ = 1;
+  bool retains_saved_ = true;
 
  private:
   uint64_t sequence_nr_;

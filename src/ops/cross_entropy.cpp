@@ -8,7 +8,9 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/cross_entropy.h"
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/gemm.h"
+#include "core/dtype_convert.h"
 #include "core/error.h"
 #include "ops/elementwise.h"
 #include "ops/autocast.h"
@@ -196,26 +198,46 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
   const int64_t count = cpu ? count_targets(op, t, vocab, ignore_index) : 0;
 
   auto node = make_function_node("LinearCrossEntropyBackward", {x, weight});
-  const Tensor xf = f32_contiguous(x);
-  const Tensor wf = f32_contiguous(weight);
+  // bf16 x and weight: the three GEMMs run on cpu::gemm_bf16 (the logits' gradient rounded to
+  // bf16 for them, as a bf16 LM head's backward sees it); otherwise fp32 operands.
+  const bool bf16 = all_bf16({x, weight});
+  const DType operand_dtype = bf16 ? DType::bf16 : DType::f32;
+  const Tensor xc = contiguous_as(x, operand_dtype);
+  const Tensor wc = contiguous_as(weight, operand_dtype);
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_rows, rows));
   Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, device);
   Tensor lse = Tensor::empty({chunk}, DType::f32, device);
-  Tensor dx, dweight;
+  Tensor dx, dweight, dlogits_bf16;
   if (node && node->needs_input_grad(0)) dx = Tensor::empty(x.shape(), DType::f32, device);
   if (node && node->needs_input_grad(1)) dweight = Tensor::empty({vocab, dim}, DType::f32, device);
+  if (bf16 && (dx.defined() || dweight.defined())) {
+    dlogits_bf16 = Tensor::empty({chunk, vocab}, DType::bf16, device);
+  }
   Tensor out = Tensor::empty(Shape{}, DType::f32, device);
   if (cpu) {
-    const float* xp = xf.data<float>();
-    const float* wp = wf.data<float>();
     float* lp = logits.data<float>();
+    // C[n, cols] = A[n, k] @ op(B) over the operand dtype, into fp32.
+    auto product = [&](bool trans_a, bool trans_b, int64_t m, int64_t cols, int64_t k,
+                       const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
+                       float* c, int64_t ldc) {
+      if (bf16) {
+        cpu::gemm_bf16(trans_a, trans_b, m, cols, k, 1.0f, static_cast<const BFloat16*>(a), lda,
+                       static_cast<const BFloat16*>(b), ldb, beta, c, DType::f32, ldc);
+      } else {
+        cpu::gemm(trans_a, trans_b, m, cols, k, 1.0f, static_cast<const float*>(a), lda,
+                  static_cast<const float*>(b), ldb, beta, c, ldc);
+      }
+    };
+    const size_t element = dtype_size(operand_dtype);
+    const char* xp = static_cast<const char*>(xc.data_ptr());
+    const void* wp = wc.data_ptr();
     // Each counted target contributes 1 / count of the mean; the incoming gradient comes later.
     const float scale = count == 0 ? 0.0f : static_cast<float>(1.0 / static_cast<double>(count));
     double total = 0.0;
     for (int64_t begin = 0; begin < rows; begin += chunk) {
       const int64_t n = std::min(chunk, rows - begin);
-      const float* xc = xp + begin * dim;
-      cpu::gemm(false, true, n, vocab, dim, 1.0f, xc, dim, wp, dim, 0.0f, lp, vocab);
+      const void* x_chunk = xp + static_cast<size_t>(begin * dim) * element;
+      product(false, true, n, vocab, dim, x_chunk, dim, wp, dim, 0.0f, lp, vocab);
       with_targets(t, [&](const auto* tp) {
         total +=
             cpu::cross_entropy_forward(lp, tp + begin, n, vocab, ignore_index, lse.data<float>());
@@ -224,13 +246,18 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
                                       scale, lp);
         }
       });
+      const void* dlogits = lp;
+      if (dlogits_bf16.defined()) {
+        convert_from_f32(lp, dlogits_bf16.data_ptr(), DType::bf16, static_cast<size_t>(n * vocab));
+        dlogits = dlogits_bf16.data_ptr();
+      }
       if (dx.defined()) {
-        cpu::gemm(false, false, n, dim, vocab, 1.0f, lp, vocab, wp, dim, 0.0f,
-                  dx.data<float>() + begin * dim, dim);
+        product(false, false, n, dim, vocab, dlogits, vocab, wp, dim, 0.0f,
+                dx.data<float>() + begin * dim, dim);
       }
       if (dweight.defined()) {
-        cpu::gemm(true, false, vocab, dim, n, 1.0f, lp, vocab, xc, dim, begin == 0 ? 0.0f : 1.0f,
-                  dweight.data<float>(), dim);
+        product(true, false, vocab, dim, n, dlogits, vocab, x_chunk, dim,
+                begin == 0 ? 0.0f : 1.0f, dweight.data<float>(), dim);
       }
     }
     if (dweight.defined() && rows == 0) dweight.zero_();
@@ -242,12 +269,20 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
     node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
       Tensor dx = ctx.saved(0), dweight = ctx.saved(1);
       const Tensor& g = ctx.grad_output();
-      // The meta device has no value to read: it plans for the usual gradient of 1.
-      const double factor =
-          computes_on_cpu("linear_cross_entropy backward", g.device()) ? g.item() : 1.0;
-      if (factor != 1.0) {
-        if (dx.defined()) dx = scale(dx, factor);
-        if (dweight.defined()) dweight = scale(dweight, factor);
+      const bool cpu = computes_on_cpu("linear_cross_entropy backward", g.device());
+      // The meta device has no value to read: it plans for a factor other than 1 (a loss scale),
+      // which costs no memory unless the graph is retained.
+      const double factor = cpu ? g.item() : 2.0;
+      if (factor == 1.0) return {dx, dweight};
+      for (Tensor* grad : {&dx, &dweight}) {
+        if (!grad->defined()) continue;
+        if (ctx.retains_saved()) {
+          *grad = scale(*grad, factor);  // the saved buffer must stay as it is
+        } else if (cpu) {
+          // Only this node reads the buffer, and it is released after this backward.
+          float* p = grad->data<float>();
+          cpu::scale(p, static_cast<float>(factor), p, grad->numel());
+        }
       }
       return {dx, dweight};
     });

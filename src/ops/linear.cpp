@@ -43,15 +43,33 @@ LinearDims linear_dims(const Tensor& x, const Tensor& weight, const Tensor& bias
   return {x.numel() / std::max<int64_t>(in, 1), in, out};
 }
 
+// bf16 x, weight and bias run on cpu::gemm_bf16 and give bf16 directly, as a GPU's bf16 GEMM
+// with a bias epilogue; every other dtype computes in fp32 and rounds the result once (for f16
+// inputs that is a GPU's f16 GEMM: f16 operands, fp32 accumulation, one rounding).
 Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                       WeightLayout layout, const LinearDims& dims) {
   std::vector<int64_t> out_dims = x.shape().to_vector();
   out_dims.back() = dims.out;
+  const bool bf16 = all_bf16({x, weight, bias});
+  const bool cpu = computes_on_cpu("linear", x.device());
+  if (bf16) {
+    Tensor out = Tensor::empty(Shape(out_dims), DType::bf16, x.device());
+    const Tensor xb = x.contiguous();
+    const Tensor wb = weight.contiguous();
+    const Tensor bf = bias.defined() ? f32_contiguous(bias) : Tensor();
+    if (cpu) {
+      const bool out_in = layout == WeightLayout::out_in;
+      cpu::gemm_bf16(false, out_in, dims.rows, dims.out, dims.in, 1.0f, xb.data<BFloat16>(),
+                     dims.in, wb.data<BFloat16>(), out_in ? dims.in : dims.out, 0.0f,
+                     out.data_ptr(), DType::bf16, dims.out, bf.defined() ? bf.data<float>() : nullptr);
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(Shape(out_dims), DType::f32, x.device());
   const Tensor xf = f32_contiguous(x);
   const Tensor wf = f32_contiguous(weight);
   const Tensor bf = bias.defined() ? f32_contiguous(bias) : Tensor();
-  if (computes_on_cpu("linear", x.device())) {
+  if (cpu) {
     float* c = out.data<float>();
     float beta = 0.0f;
     if (bf.defined()) {
@@ -73,25 +91,51 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
   return to_dtype(out, x.dtype());
 }
 
-// Contiguous fp32 batched product of a [batch, M, K] (or its transpose) and b.
+// C = op(A) @ op(B) into c, whose dtype picks the kernel: bf16 (operands bf16) or f32 (operands
+// f32). All contiguous, row-major.
+void gemm_any(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a,
+              int64_t lda, const Tensor& b, int64_t ldb, const Tensor& c, int64_t ldc) {
+  if (c.dtype() == DType::bf16) {
+    cpu::gemm_bf16(trans_a, trans_b, m, n, k, 1.0f, a.data<BFloat16>(), lda, b.data<BFloat16>(),
+                   ldb, 0.0f, c.data_ptr(), DType::bf16, ldc);
+  } else {
+    cpu::gemm(trans_a, trans_b, m, n, k, 1.0f, a.data<float>(), lda, b.data<float>(), ldb, 0.0f,
+              c.data<float>(), ldc);
+  }
+}
+
+// The batched product of a [batch, M, K] (or its transpose) and b, contiguous, in `dtype`: bf16
+// operands with a bf16 result run on cpu::gemm_bf16_batched; otherwise fp32, rounded once.
 Tensor batched_product(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-                       const Shape& batch_shape) {
+                       const Shape& batch_shape, DType dtype) {
   const int64_t m = trans_a ? a.size(-1) : a.size(-2);
   const int64_t k = trans_a ? a.size(-2) : a.size(-1);
   const int64_t n = trans_b ? b.size(-2) : b.size(-1);
   std::vector<int64_t> out_dims = batch_shape.to_vector();
   out_dims.push_back(m);
   out_dims.push_back(n);
+  const int64_t batch = batch_shape.numel();
+  const bool cpu = computes_on_cpu("matmul", a.device());
+  if (dtype == DType::bf16 && all_bf16({a, b})) {
+    Tensor out = Tensor::empty(Shape(out_dims), DType::bf16, a.device());
+    const Tensor ab = a.contiguous();
+    const Tensor bb = b.contiguous();
+    if (cpu) {
+      cpu::gemm_bf16_batched(trans_a, trans_b, batch, m, n, k, 1.0f, ab.data<BFloat16>(),
+                             a.size(-1), a.size(-1) * a.size(-2), bb.data<BFloat16>(), b.size(-1),
+                             b.size(-1) * b.size(-2), 0.0f, out.data_ptr(), DType::bf16, n, m * n);
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(Shape(out_dims), DType::f32, a.device());
   const Tensor af = f32_contiguous(a);
   const Tensor bf = f32_contiguous(b);
-  if (computes_on_cpu("matmul", a.device())) {
-    const int64_t batch = batch_shape.numel();
+  if (cpu) {
     cpu::gemm_batched(trans_a, trans_b, batch, m, n, k, 1.0f, af.data<float>(), a.size(-1),
                       a.size(-1) * a.size(-2), bf.data<float>(), b.size(-1),
                       b.size(-1) * b.size(-2), 0.0f, out.data<float>(), n, m * n);
   }
-  return out;
+  return to_dtype(out, dtype);
 }
 
 // Expands x [..., R, C] to batch_shape + [R, C].
@@ -125,9 +169,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                              a.size(-1), " and ", b.size(-2), " differ"));
   }
   const Shape batch = broadcast_shapes(batch_of(a), batch_of(b));
-  Tensor out = to_dtype(
-      batched_product(expand_batch(a, batch), false, expand_batch(b, batch), false, batch),
-      a.dtype() == b.dtype() ? a.dtype() : DType::f32);
+  Tensor out = batched_product(expand_batch(a, batch), false, expand_batch(b, batch), false, batch,
+                               a.dtype() == b.dtype() ? a.dtype() : DType::f32);
   if (auto node = make_function_node("MatmulBackward", {a, b})) {
     node->save(a);
     node->save(b);
@@ -138,10 +181,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       const Tensor sb = expand_batch(ctx.saved(1), batch);
       Tensor ga, gb;
       if (ctx.needs_input_grad(0)) {
-        ga = sum_to_shape(batched_product(g, false, sb, true, batch), a_shape);
+        ga = sum_to_shape(batched_product(g, false, sb, true, batch, sa.dtype()), a_shape);
       }
       if (ctx.needs_input_grad(1)) {
-        gb = sum_to_shape(batched_product(sa, true, g, false, batch), b_shape);
+        gb = sum_to_shape(batched_product(sa, true, g, false, batch, sb.dtype()), b_shape);
       }
       return {ga, gb};
     });
@@ -162,37 +205,39 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
     const bool has_bias = bias.defined();
     const Shape x_shape = x.shape();
     node->set_backward([dims, layout, has_bias, x_shape](BackwardContext& ctx) -> std::vector<Tensor> {
-      const Tensor g = f32_contiguous(ctx.grad_output());
+      // bf16 forward, bf16 gradients (as PyTorch computes the gradients of a bf16 linear);
+      // otherwise fp32, which the node rounds to the inputs' dtypes.
+      const bool bf16 = all_bf16({ctx.saved(0), ctx.saved(1)});
+      const DType compute = bf16 ? DType::bf16 : DType::f32;
+      const Tensor g = contiguous_as(ctx.grad_output(), compute);
       const Device device = g.device();
       const bool cpu = computes_on_cpu("linear backward", device);
+      const bool out_in = layout == WeightLayout::out_in;
       Tensor gx, gw, gb;
       if (ctx.needs_input_grad(0)) {
-        const Tensor w = f32_contiguous(ctx.saved(1));
-        gx = Tensor::empty(x_shape, DType::f32, device);
-        if (cpu && layout == WeightLayout::out_in) {
-          cpu::gemm(false, false, dims.rows, dims.in, dims.out, 1.0f, g.data<float>(), dims.out,
-                    w.data<float>(), dims.in, 0.0f, gx.data<float>(), dims.in);
-        } else if (cpu) {
-          cpu::gemm(false, true, dims.rows, dims.in, dims.out, 1.0f, g.data<float>(), dims.out,
-                    w.data<float>(), dims.out, 0.0f, gx.data<float>(), dims.in);
+        // gx[rows, in] = g[rows, out] @ W, W being [out, in] (out_in) or [in, out] transposed.
+        const Tensor w = contiguous_as(ctx.saved(1), compute);
+        gx = Tensor::empty(x_shape, compute, device);
+        if (cpu) {
+          gemm_any(false, !out_in, dims.rows, dims.in, dims.out, g, dims.out, w,
+                   out_in ? dims.in : dims.out, gx, dims.in);
         }
       }
       if (ctx.needs_input_grad(1)) {
-        const Tensor x = f32_contiguous(ctx.saved(0));
-        gw = Tensor::empty(layout == WeightLayout::out_in ? Shape{dims.out, dims.in}
-                                                          : Shape{dims.in, dims.out},
-                           DType::f32, device);
-        if (cpu && layout == WeightLayout::out_in) {
-          cpu::gemm(true, false, dims.out, dims.in, dims.rows, 1.0f, g.data<float>(), dims.out,
-                    x.data<float>(), dims.in, 0.0f, gw.data<float>(), dims.in);
+        // gw = g^T @ x ([out, in]) or x^T @ g ([in, out]).
+        const Tensor x = contiguous_as(ctx.saved(0), compute);
+        gw = Tensor::empty(out_in ? Shape{dims.out, dims.in} : Shape{dims.in, dims.out}, compute,
+                           device);
+        if (cpu && out_in) {
+          gemm_any(true, false, dims.out, dims.in, dims.rows, g, dims.out, x, dims.in, gw, dims.in);
         } else if (cpu) {
-          cpu::gemm(true, false, dims.in, dims.out, dims.rows, 1.0f, x.data<float>(), dims.in,
-                    g.data<float>(), dims.out, 0.0f, gw.data<float>(), dims.out);
+          gemm_any(true, false, dims.in, dims.out, dims.rows, x, dims.in, g, dims.out, gw, dims.out);
         }
       }
       if (has_bias && ctx.needs_input_grad(2)) {
+        const Tensor gf = f32_contiguous(g);
         gb = Tensor::empty(Shape{dims.out}, DType::f32, device);
-        if (cpu) cpu::sum_middle(g.data<float>(), 1, dims.rows, dims.out, gb.data<float>());
+        if (cpu) cpu::sum_middle(gf.data<float>(), 1, dims.rows, dims.out, gb.data<float>());
       }
       return {gx, gw, gb};
     });

@@ -18,9 +18,18 @@ bool computes_on_cpu(const char* op, Device device) {
   }
 }
 
-Tensor f32_contiguous(const Tensor& tensor) {
-  if (tensor.dtype() == DType::f32) return tensor.contiguous();
-  return tensor.to(DType::f32).contiguous();
+Tensor f32_contiguous(const Tensor& tensor) { return contiguous_as(tensor, DType::f32); }
+
+Tensor contiguous_as(const Tensor& tensor, DType dtype) {
+  if (tensor.dtype() == dtype) return tensor.contiguous();
+  return tensor.to(dtype).contiguous();
+}
+
+bool all_bf16(const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors) {
+    if (t.defined() && t.dtype() != DType::bf16) return false;
+  }
+  return true;
 }
 
 Tensor to_dtype(const Tensor& result, DType dtype) {

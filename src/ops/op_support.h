@@ -20,6 +20,13 @@ bool computes_on_cpu(const char* op, Device device);
 // The tensor itself when it is contiguous fp32, else a contiguous fp32 copy.
 Tensor f32_contiguous(const Tensor& tensor);
 
+// The tensor itself when it is contiguous in `dtype`, else a contiguous copy converted to it.
+Tensor contiguous_as(const Tensor& tensor, DType dtype);
+
+// True when every defined tensor is bf16: the op then runs its GEMMs on the CPU's bf16
+// instructions (cpu::gemm_bf16) instead of widening to fp32.
+bool all_bf16(const std::vector<Tensor>& tensors);
+
 // `result` (fp32) rounded to `dtype`, or itself when dtype is f32.
 Tensor to_dtype(const Tensor& result, DType dtype);
 
