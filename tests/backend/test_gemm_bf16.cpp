@@ -269,6 +269,45 @@ TEST(GemmBf16, Batched) {
   }
 }
 
+// Copies the `batch` rows x cols matrices of q's layout (leading dimension and batch stride in
+// elements of `size` bytes) into p's.
+void relayout(const void* src, const Problem& q, void* dst, const Problem& p, int64_t batch,
+              int64_t rows, int64_t cols, size_t size, int64_t (Problem::*ld)() const,
+              int64_t (Problem::*stride)() const) {
+  for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(static_cast<char*>(dst) + ((p.*stride)() * i + (p.*ld)() * r) * size,
+                  static_cast<const char*>(src) + ((q.*stride)() * i + (q.*ld)() * r) * size,
+                  static_cast<size_t>(cols) * size);
+    }
+  }
+}
+
+// Strided operands are copied into dense ones for the dense kernel, so they give its bits.
+TEST(GemmBf16, StridedLayoutsGiveTheDenseBits) {
+  for (DType c_dtype : {DType::f32, DType::bf16}) {
+    Problem dense;
+    dense.batched = true, dense.batch = 2, dense.trans_a = true, dense.m = 48, dense.n = 80;
+    dense.k = 640, dense.beta = 0.5f, dense.c_dtype = c_dtype;
+    Problem strided = dense;
+    strided.pad = 24, strided.gap = 8;
+    GemmData x = make_inputs(dense, 11), y = make_inputs(strided, 12);
+    const size_t c_size = dtype_size(c_dtype);
+    relayout(x.a.data(), dense, y.a.data(), strided, dense.batch, dense.k, dense.m,
+             sizeof(BFloat16), &Problem::lda, &Problem::stride_a);
+    relayout(x.b.data(), dense, y.b.data(), strided, dense.batch, dense.k, dense.n,
+             sizeof(BFloat16), &Problem::ldb, &Problem::stride_b);
+    relayout(x.c_before.data(), dense, y.c_before.data(), strided, dense.batch, dense.m, dense.n,
+             c_size, &Problem::ldc, &Problem::stride_c);
+    call(dense, x);
+    call(strided, y);
+    std::vector<uint8_t> y_dense(x.c_after.size());
+    relayout(y.c_after.data(), strided, y_dense.data(), dense, dense.batch, dense.m, dense.n,
+             c_size, &Problem::ldc, &Problem::stride_c);
+    EXPECT_TRUE(y_dense == x.c_after) << dtype_name(c_dtype);
+  }
+}
+
 // With inputs whose products and sums are exact in fp32, nothing rounds but the final bf16 store.
 TEST(GemmBf16, ExactWhenNothingRounds) {
   for (DType c_dtype : {DType::f32, DType::bf16}) {
