@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
@@ -346,6 +347,29 @@ TEST(GemmBf16, RepeatedCallsAreBitIdentical) {
       EXPECT_TRUE(run.c_after == first) << dtype_name(c_dtype) << ", repeat " << repeat;
     }
   }
+}
+
+// Two threads sharing the primitive cache, each with its own stream and scratchpad.
+TEST(GemmBf16, ConcurrentCallsGiveTheSerialBits) {
+  Problem p[2];
+  p[0].m = 96, p[0].n = 64, p[0].k = 256, p[0].bias = true;
+  p[1].m = 64, p[1].n = 128, p[1].k = 192, p[1].trans_b = true, p[1].c_dtype = DType::bf16;
+  GemmData serial[2] = {make_inputs(p[0], 21), make_inputs(p[1], 22)};
+  for (int i = 0; i < 2; ++i) call(p[i], serial[i]);
+  bool same[2] = {true, true};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      GemmData run = serial[i];
+      for (int repeat = 0; repeat < 20; ++repeat) {
+        call(p[i], run);
+        same[i] = same[i] && run.c_after == serial[i].c_after;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_TRUE(same[0]);
+  EXPECT_TRUE(same[1]);
 }
 
 // The oracle is tight enough to catch a result two bf16 steps, or a quarter of a bf16 step, away
