@@ -334,7 +334,7 @@ MatmulKey dense_layout(const MatmulKey& key) {
 
 // Copies `batch` matrices of rows x cols elements of `size` bytes from one layout (leading
 // dimension, batch stride, in elements) to another; rows split over the OpenMP threads from
-// 1 MiB on (a 77 MiB C of the LM head's weight gradient takes ~10 ms on one core).
+// 1 MiB on.
 void copy_matrices(const void* src, int64_t src_ld, int64_t src_stride, void* dst, int64_t dst_ld,
                    int64_t dst_stride, int64_t batch, int64_t rows, int64_t cols, size_t size) {
   const int64_t total_rows = batch * rows;
@@ -364,8 +364,8 @@ const BFloat16* dense_copy(const BFloat16* p, int64_t ld, int64_t stride, int64_
 void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, void* c,
                    const float* bias);
 
-// gemm_bf16 with the operands whose layout is not `dense` copied into dense buffers (see the
-// Note): bf16 copies cost far less than the GEMM, and the dense kernel is the fast one.
+// gemm_bf16 with the operands whose layout is not `dense` copied into dense buffers, for the
+// dense kernel (see the Note for what the copies cost).
 void gemm_bf16_packed(const MatmulKey& key, const MatmulKey& dense, const BFloat16* a,
                       const BFloat16* b, void* c, const float* bias) {
   AlignedBytes a_dense, b_dense, c_dense;
