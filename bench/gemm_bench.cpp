@@ -127,9 +127,11 @@ int main(int argc, char** argv) {
       {"lm head dx (chunk)", 128, 384, 50304, false, false},
       {"lm head dweight (chunk)", 50304, 384, 128, true, false},
       {"square 1024", 1024, 1024, 1024, false, false},
-      // Leading dimensions that are not the row lengths: oneDNN 2.6's "gemm:jit" for bf16.
+      // Leading dimensions that are not the row lengths: gemm_bf16 copies such operands into
+      // dense ones (see Note [bf16 GEMM on oneDNN's matmul primitive]).
       {"qkv projection, ld + 8", 2048, 1152, 384, false, false, 8},
       {"weight gradient, ld + 8", 384, 1536, 2048, true, false, 8},
+      {"lm head dweight (chunk), ld + 8", 50304, 384, 128, true, false, 8},
   };
   const std::vector<double> torch = peer ? torch_bf16_gflops(shapes) : std::vector<double>{};
   std::printf("%d threads; GFLOP/s\n", omp_get_max_threads());

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
@@ -269,6 +270,45 @@ TEST(GemmBf16, Batched) {
   }
 }
 
+// Copies the `batch` rows x cols matrices of q's layout (leading dimension and batch stride in
+// elements of `size` bytes) into p's.
+void relayout(const void* src, const Problem& q, void* dst, const Problem& p, int64_t batch,
+              int64_t rows, int64_t cols, size_t size, int64_t (Problem::*ld)() const,
+              int64_t (Problem::*stride)() const) {
+  for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(static_cast<char*>(dst) + ((p.*stride)() * i + (p.*ld)() * r) * size,
+                  static_cast<const char*>(src) + ((q.*stride)() * i + (q.*ld)() * r) * size,
+                  static_cast<size_t>(cols) * size);
+    }
+  }
+}
+
+// Strided operands are copied into dense ones for the dense kernel, so they give its bits.
+TEST(GemmBf16, StridedLayoutsGiveTheDenseBits) {
+  for (DType c_dtype : {DType::f32, DType::bf16}) {
+    Problem dense;
+    dense.batched = true, dense.batch = 2, dense.trans_a = true, dense.m = 48, dense.n = 80;
+    dense.k = 640, dense.beta = 0.5f, dense.c_dtype = c_dtype;
+    Problem strided = dense;
+    strided.pad = 24, strided.gap = 8;
+    GemmData x = make_inputs(dense, 11), y = make_inputs(strided, 12);
+    const size_t c_size = dtype_size(c_dtype);
+    relayout(x.a.data(), dense, y.a.data(), strided, dense.batch, dense.k, dense.m,
+             sizeof(BFloat16), &Problem::lda, &Problem::stride_a);
+    relayout(x.b.data(), dense, y.b.data(), strided, dense.batch, dense.k, dense.n,
+             sizeof(BFloat16), &Problem::ldb, &Problem::stride_b);
+    relayout(x.c_before.data(), dense, y.c_before.data(), strided, dense.batch, dense.m, dense.n,
+             c_size, &Problem::ldc, &Problem::stride_c);
+    call(dense, x);
+    call(strided, y);
+    std::vector<uint8_t> y_dense(x.c_after.size());
+    relayout(y.c_after.data(), strided, y_dense.data(), dense, dense.batch, dense.m, dense.n,
+             c_size, &Problem::ldc, &Problem::stride_c);
+    EXPECT_TRUE(y_dense == x.c_after) << dtype_name(c_dtype);
+  }
+}
+
 // With inputs whose products and sums are exact in fp32, nothing rounds but the final bf16 store.
 TEST(GemmBf16, ExactWhenNothingRounds) {
   for (DType c_dtype : {DType::f32, DType::bf16}) {
@@ -307,6 +347,29 @@ TEST(GemmBf16, RepeatedCallsAreBitIdentical) {
       EXPECT_TRUE(run.c_after == first) << dtype_name(c_dtype) << ", repeat " << repeat;
     }
   }
+}
+
+// Two threads sharing the primitive cache, each with its own stream and scratchpad.
+TEST(GemmBf16, ConcurrentCallsGiveTheSerialBits) {
+  Problem p[2];
+  p[0].m = 96, p[0].n = 64, p[0].k = 256, p[0].bias = true;
+  p[1].m = 64, p[1].n = 128, p[1].k = 192, p[1].trans_b = true, p[1].c_dtype = DType::bf16;
+  GemmData serial[2] = {make_inputs(p[0], 21), make_inputs(p[1], 22)};
+  for (int i = 0; i < 2; ++i) call(p[i], serial[i]);
+  bool same[2] = {true, true};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      GemmData run = serial[i];
+      for (int repeat = 0; repeat < 20; ++repeat) {
+        call(p[i], run);
+        same[i] = same[i] && run.c_after == serial[i].c_after;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_TRUE(same[0]);
+  EXPECT_TRUE(same[1]);
 }
 
 // The oracle is tight enough to catch a result two bf16 steps, or a quarter of a bf16 step, away

@@ -54,17 +54,26 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t 
 //     matrix sizes), any transposes: "brg:avx512_core_amx_bf16", or "brg:avx512_core_bf16" for
 //     small shapes: the fast path.
 //   - any other leading dimension or batch stride: "gemm:jit", oneDNN's AVX512_BF16 gemm (2.6's
-//     brgemm matmul takes only dense layouts), anywhere from 0.2x to 2x brgemm's speed.
+//     brgemm matmul takes only dense layouts), from 0.2x to 2x brgemm's speed depending on the
+//     shape (50304 x 384 x 128 with A transposed: 40-55 GFLOP/s on one core against 234 dense
+//     and 110 for fp32 sgemm); with alpha != 1 and a bias, "ref:any", the reference kernel.
 //   - a runtime output scale (DNNL_RUNTIME_F32_VAL) also drops to "gemm:jit", so alpha and beta
 //     are baked into the primitive and their values are part of the cache key.
-// Anything oneDNN cannot run, or runs only on its reference kernels, is widened to fp32 and goes
-// to gemm (gemm_bf16_widened), as does k == 0, for which the primitive would do nothing at all.
+// So operands with any other layout are copied into dense buffers first (gemm_bf16_packed): the
+// kernel is always the dense one, and a strided view gives the same bits as a contiguous copy of
+// it. The copies cost little for A and B, but a strided C is copied out (and in, with beta): on
+// this machine's ~7 GB/s that is ~10 ms for the LM head's 50304 x 384 fp32 weight gradient, as
+// long as its GEMM, which leaves 60-80 GFLOP/s on 2 threads (gemm:jit: 30-55). Where even the dense primitive would run
+// on a reference kernel or has no implementation (oneDNN 2.6 has no bf16 matmul below AVX-512;
+// ONEDNN_MAX_CPU_ISA=AVX2 shows it, and the tests run once so), the operands are widened to fp32
+// for gemm instead (gemm_bf16_widened), as for k == 0, for which the primitive would do nothing
+// at all, not even beta * C.
 //
 // Alignment matters as much as the kernel: with A, B and C 16 bytes off a 64-byte boundary the
 // AMX kernels run at a third to a half of their speed (2048 x 1152 x 384, measured). Tensors from
 // the CachingAllocator start on 512-byte boundaries; views with an offset may not.
 //
-// oneDNN 2.x applies the output scale after the bias (dst = alpha * (A B + bias) + beta * dst);
+// oneDNN 2.x applies the output scale to the bias too (dst = alpha * (A B + bias) + beta * dst);
 // our bias is not scaled, so with alpha != 1 it is a binary-add post-op after the sum instead.
 //
 // Creating a primitive costs 0.1 ms for the descriptor and up to several ms of JIT compilation,
@@ -111,18 +120,28 @@ dnnl::stream& thread_stream() {
   return stream;
 }
 
+struct Free {
+  void operator()(void* p) const { std::free(p); }
+};
+using AlignedBytes = std::unique_ptr<void, Free>;
+
+// At least `bytes` of page-aligned memory.
+AlignedBytes aligned_bytes(size_t bytes) {
+  const size_t rounded = std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096);
+  AlignedBytes memory(std::aligned_alloc(4096, rounded));
+  if (!memory) throw OutOfMemoryError(str_cat("gemm_bf16: cannot allocate ", rounded, " B"));
+  return memory;
+}
+
 // The calling thread's scratchpad, at least `bytes` long; grows, never shrinks.
 void* thread_scratchpad(size_t bytes) {
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<void, Free> buffer;
+  thread_local AlignedBytes buffer;
   thread_local size_t capacity = 0;
   if (bytes > capacity) {
-    const size_t rounded = (bytes + 4095) / 4096 * 4096;
-    buffer.reset(std::aligned_alloc(4096, rounded));
-    capacity = buffer ? rounded : 0;
-    if (!buffer) throw OutOfMemoryError(str_cat("gemm_bf16: no ", rounded, " B scratchpad"));
+    buffer.reset();
+    capacity = 0;
+    buffer = aligned_bytes(bytes);
+    capacity = bytes;
   }
   return buffer.get();
 }
@@ -145,10 +164,6 @@ dnnl::memory::desc operand_desc(int64_t batch, int64_t batch_stride, int64_t row
 std::shared_ptr<const MatmulPlan> make_plan(const MatmulKey& key) {
   using Type = dnnl::memory::data_type;
   auto plan = std::make_shared<MatmulPlan>();
-  if (key.k == 0) {
-    plan->widen = true;
-    return plan;
-  }
   plan->a_md =
       operand_desc(key.batch, key.stride_a, key.m, key.k, key.lda, key.trans_a, Type::bf16);
   plan->b_md =
@@ -303,6 +318,78 @@ void gemm_bf16_widened(const MatmulKey& key, const BFloat16* a, const BFloat16* 
   }
 }
 
+// key with the dense layout of its shape, the one oneDNN's brgemm kernels take.
+MatmulKey dense_layout(const MatmulKey& key) {
+  MatmulKey dense = key;
+  dense.lda = key.trans_a ? key.m : key.k;
+  dense.ldb = key.trans_b ? key.k : key.n;
+  dense.ldc = key.n;
+  if (key.batch != 1) {
+    dense.stride_a = key.stride_a == 0 ? 0 : key.m * key.k;
+    dense.stride_b = key.stride_b == 0 ? 0 : key.k * key.n;
+    dense.stride_c = key.m * key.n;
+  }
+  return dense;
+}
+
+// Copies `batch` matrices of rows x cols elements of `size` bytes from one layout (leading
+// dimension, batch stride, in elements) to another; rows split over the OpenMP threads from
+// 1 MiB on.
+void copy_matrices(const void* src, int64_t src_ld, int64_t src_stride, void* dst, int64_t dst_ld,
+                   int64_t dst_stride, int64_t batch, int64_t rows, int64_t cols, size_t size) {
+  const int64_t total_rows = batch * rows;
+#pragma omp parallel for if (total_rows * cols * static_cast<int64_t>(size) > (1 << 20))
+  for (int64_t row = 0; row < total_rows; ++row) {
+    const int64_t i = row / rows, r = row % rows;
+    std::memcpy(static_cast<char*>(dst) + (i * dst_stride + r * dst_ld) * size,
+                static_cast<const char*>(src) + (i * src_stride + r * src_ld) * size,
+                static_cast<size_t>(cols) * size);
+  }
+}
+
+// The `batch` bf16 matrices at p (`rows` rows of dense_ld elements, leading dimension ld, batch
+// stride `stride`, 0 for one matrix shared by the batch) in the dense layout: p itself when they
+// are in it, else a copy held by `buffer`.
+const BFloat16* dense_copy(const BFloat16* p, int64_t ld, int64_t stride, int64_t dense_ld,
+                           int64_t dense_stride, int64_t batch, int64_t rows,
+                           AlignedBytes& buffer) {
+  if (ld == dense_ld && stride == dense_stride) return p;
+  const int64_t copies = stride == 0 ? 1 : batch;
+  buffer = aligned_bytes(static_cast<size_t>(copies * rows * dense_ld) * sizeof(BFloat16));
+  copy_matrices(p, ld, stride, buffer.get(), dense_ld, dense_stride, copies, rows, dense_ld,
+                sizeof(BFloat16));
+  return static_cast<const BFloat16*>(buffer.get());
+}
+
+void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, void* c,
+                   const float* bias);
+
+// gemm_bf16 with the operands whose layout is not `dense` copied into dense buffers, for the
+// dense kernel (see the Note for what the copies cost).
+void gemm_bf16_packed(const MatmulKey& key, const MatmulKey& dense, const BFloat16* a,
+                      const BFloat16* b, void* c, const float* bias) {
+  AlignedBytes a_dense, b_dense, c_dense;
+  a = dense_copy(a, key.lda, key.stride_a, dense.lda, dense.stride_a, key.batch,
+                 key.trans_a ? key.k : key.m, a_dense);
+  b = dense_copy(b, key.ldb, key.stride_b, dense.ldb, dense.stride_b, key.batch,
+                 key.trans_b ? key.n : key.k, b_dense);
+  const size_t c_size = dtype_size(key.c_dtype);
+  void* c_run = c;
+  if (key.ldc != dense.ldc || key.stride_c != dense.stride_c) {
+    c_dense = aligned_bytes(static_cast<size_t>(key.batch * key.m * key.n) * c_size);
+    if (key.beta() != 0.0f) {
+      copy_matrices(c, key.ldc, key.stride_c, c_dense.get(), dense.ldc, dense.stride_c, key.batch,
+                    key.m, key.n, c_size);
+    }
+    c_run = c_dense.get();
+  }
+  run_gemm_bf16(dense, a, b, c_run, bias);
+  if (c_dense) {
+    copy_matrices(c_dense.get(), dense.ldc, dense.stride_c, c, key.ldc, key.stride_c, key.batch,
+                  key.m, key.n, c_size);
+  }
+}
+
 void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, void* c,
                    const float* bias) {
   HEADROOM_CHECK_VALUE(key.c_dtype == DType::f32 || key.c_dtype == DType::bf16,
@@ -311,8 +398,15 @@ void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, v
                        "gemm_bf16: negative size (batch ", key.batch, ", m ", key.m, ", n ",
                        key.n, ", k ", key.k, ")");
   if (key.batch == 0 || key.m == 0 || key.n == 0) return;
-  const std::shared_ptr<const MatmulPlan> plan = primitive_cache().get(key);
-  if (plan->widen) {
+  std::shared_ptr<const MatmulPlan> plan;
+  if (key.k != 0) {
+    if (const MatmulKey dense = dense_layout(key); !(dense == key)) {
+      gemm_bf16_packed(key, dense, a, b, c, bias);
+      return;
+    }
+    plan = primitive_cache().get(key);
+  }
+  if (!plan || plan->widen) {
     const size_t c_size = dtype_size(key.c_dtype);
     for (int64_t i = 0; i < key.batch; ++i) {
       gemm_bf16_widened(key, a + i * key.stride_a, b + i * key.stride_b,
