@@ -9,6 +9,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/dtype_convert.h"
 #include "core/error.h"
 
 namespace headroom::cpu {
@@ -102,106 +103,91 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
 
 namespace {
 
-template <typename T>
-inline float load(const T* p, int64_t i) {
-  return static_cast<float>(p[i]);
+// Elements per block: the arrays are widened into fp32 buffers of this size with the vectorised
+// bulk converters, updated with vectorisable fp32 arithmetic, and rounded back the same way.
+constexpr int64_t kBlock = 512;
+
+const void* offset_by(const void* p, DType dtype, int64_t elements) {
+  return static_cast<const char*>(p) + static_cast<size_t>(elements) * dtype_size(dtype);
+}
+void* offset_by(void* p, DType dtype, int64_t elements) {
+  return static_cast<char*>(p) + static_cast<size_t>(elements) * dtype_size(dtype);
 }
 
-template <typename T>
-inline T round_nearest(float x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    return T(x);
-  }
-}
-
-template <typename P>
-inline P round_stochastic(float x, uint32_t random_bits) {
-  if constexpr (std::is_same_v<P, BFloat16>) {
-    return BFloat16::from_bits(f32_to_bf16_bits_stochastic(x, random_bits));
-  } else {
-    return Half::from_bits(f32_to_f16_bits_stochastic(x, random_bits));
-  }
-}
-
-// Elements [begin, begin + n) of the update; `begin` indexes the random stream.
-template <typename P, typename G, typename S>
+// Elements [begin, begin + n) of the update; `begin` (a multiple of 4) indexes the random stream.
 void update_mixed_range(const AdamWTensors& t, int64_t begin, int64_t n,
                         const AdamWCoefficients& c) {
-  P* param = static_cast<P*>(t.param) + begin;
-  const G* grad = static_cast<const G*>(t.grad) + begin;
-  S* exp_avg = static_cast<S*>(t.exp_avg) + begin;
-  S* exp_avg_sq = static_cast<S*>(t.exp_avg_sq) + begin;
-  BFloat16* comp = t.compensation ? t.compensation + begin : nullptr;
-  Philox4x32Block block{};
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = load(grad, i);
-    const float m = g * c.one_minus_beta1 + load(exp_avg, i) * c.beta1;
-    const float v = (c.one_minus_beta2 * g) * g + load(exp_avg_sq, i) * c.beta2;
-    const float denom = std::sqrt(v) / c.bias_correction2_sqrt + c.eps;
-    const float p = load(param, i);
-    const float updated = p * c.decay + (c.neg_step_size * m) / denom;
-    exp_avg[i] = round_nearest<S>(m);
-    exp_avg_sq[i] = round_nearest<S>(v);
-    if constexpr (std::is_same_v<P, float>) {
-      param[i] = updated;
-    } else if (comp) {
-      const float total = static_cast<float>(comp[i]) + (updated - p);
-      const P rounded = P(p + total);
-      comp[i] = BFloat16(total - (static_cast<float>(rounded) - p));
-      param[i] = rounded;
+  alignas(64) float p[kBlock], g[kBlock], m[kBlock], v[kBlock], comp[kBlock];
+  for (int64_t start = begin; start < begin + n; start += kBlock) {
+    const int64_t count = std::min(kBlock, begin + n - start);
+    const size_t size = static_cast<size_t>(count);
+    convert_to_f32(offset_by(t.param, t.param_dtype, start), t.param_dtype, p, size);
+    convert_to_f32(offset_by(t.grad, t.grad_dtype, start), t.grad_dtype, g, size);
+    convert_to_f32(offset_by(t.exp_avg, t.state_dtype, start), t.state_dtype, m, size);
+    convert_to_f32(offset_by(t.exp_avg_sq, t.state_dtype, start), t.state_dtype, v, size);
+    if (t.compensation) convert_to_f32(t.compensation + start, DType::bf16, comp, size);
+    // The update of adamw_update's portable variant, then, with a compensation buffer, optimi's
+    // Kahan step: the total change c = comp + (p_new - p) is applied rounded, and what rounding
+    // lost is kept for the next step (comp = c - (round(p + c) - p)).
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) {
+      const float mi = g[i] * c.one_minus_beta1 + m[i] * c.beta1;
+      const float vi = (c.one_minus_beta2 * g[i]) * g[i] + v[i] * c.beta2;
+      const float denom = std::sqrt(vi) / c.bias_correction2_sqrt + c.eps;
+      const float updated = p[i] * c.decay + (c.neg_step_size * mi) / denom;
+      m[i] = mi;
+      v[i] = vi;
+      if (t.compensation) {
+        comp[i] += updated - p[i];
+        g[i] = p[i];             // the old value, for the compensation below
+        p[i] = p[i] + comp[i];   // rounded to the parameter's dtype when stored
+      } else {
+        p[i] = updated;
+      }
+    }
+    convert_from_f32(m, offset_by(t.exp_avg, t.state_dtype, start), t.state_dtype, size);
+    convert_from_f32(v, offset_by(t.exp_avg_sq, t.state_dtype, start), t.state_dtype, size);
+    void* param = offset_by(t.param, t.param_dtype, start);
+    if (t.param_dtype == DType::f32) {
+      std::copy(p, p + count, static_cast<float*>(param));
+    } else if (t.compensation) {
+      convert_from_f32(p, param, t.param_dtype, size);
+      convert_to_f32(param, t.param_dtype, v, size);  // the stored values
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) comp[i] -= v[i] - g[i];
+      convert_from_f32(comp, t.compensation + start, DType::bf16, size);
     } else if (t.stochastic) {
-      const uint64_t index = static_cast<uint64_t>(begin + i);
-      if (i == 0 || index % 4 == 0) block = philox_block(t.rng.seed, t.rng.offset + index / 4);
-      param[i] = round_stochastic<P>(updated, block.word[index % 4]);
+      // Element i draws word i % 4 of block offset + i / 4 of the stream, wherever it starts.
+      const PhiloxState rng{t.rng.seed, t.rng.offset + static_cast<uint64_t>(start) / 4};
+      convert_from_f32_stochastic(p, param, t.param_dtype, size, rng);
     } else {
-      param[i] = P(updated);
+      convert_from_f32(p, param, t.param_dtype, size);
     }
   }
 }
 
-using MixedFn = void (*)(const AdamWTensors&, int64_t, int64_t, const AdamWCoefficients&);
-
-template <typename P, typename G>
-MixedFn choose_state(DType state) {
-  if (state == DType::f32) return update_mixed_range<P, G, float>;
-  if (state == DType::bf16) return update_mixed_range<P, G, BFloat16>;
-  return nullptr;
-}
-
-template <typename P>
-MixedFn choose_grad(DType grad, DType state) {
-  if (grad == DType::f32) return choose_state<P, float>(state);
-  if (grad == DType::bf16) return choose_state<P, BFloat16>(state);
-  if (grad == DType::f16) return choose_state<P, Half>(state);
-  return nullptr;
-}
-
-MixedFn choose_mixed(const AdamWTensors& t) {
-  if (t.param_dtype == DType::f32) return choose_grad<float>(t.grad_dtype, t.state_dtype);
-  if (t.param_dtype == DType::bf16) return choose_grad<BFloat16>(t.grad_dtype, t.state_dtype);
-  if (t.param_dtype == DType::f16) return choose_grad<Half>(t.grad_dtype, t.state_dtype);
-  return nullptr;
+bool supported_mix(const AdamWTensors& t) {
+  auto floating = [](DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; };
+  return floating(t.param_dtype) && floating(t.grad_dtype) &&
+         (t.state_dtype == DType::f32 || t.state_dtype == DType::bf16);
 }
 
 }  // namespace
 
 void adamw_update_mixed(const AdamWTensors& t, int64_t n, const AdamWCoefficients& c) {
-  const MixedFn update = choose_mixed(t);
-  if (!update) {
+  if (!supported_mix(t)) {
     throw NotImplementedError(str_cat("adamw_update_mixed: parameter ", dtype_name(t.param_dtype),
                                       ", gradient ", dtype_name(t.grad_dtype), ", state ",
                                       dtype_name(t.state_dtype), " is not a supported mix"));
   }
   const int64_t threads = std::clamp<int64_t>(n / kGrain, 1, omp_get_max_threads());
-  // Chunks of whole 64-byte lines of the narrowest array, the same for any thread count.
-  const int64_t chunk = ((n + threads - 1) / threads + 31) & ~int64_t{31};
+  // Chunks of whole blocks, so every chunk but the last starts on a multiple of kBlock.
+  const int64_t chunk = ((n + threads - 1) / threads + kBlock - 1) / kBlock * kBlock;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t t_index = 0; t_index < threads; ++t_index) {
     const int64_t begin = std::min(n, t_index * chunk);
     const int64_t count = std::min(n, begin + chunk) - begin;
-    if (count > 0) update(t, begin, count, c);
+    if (count > 0) update_mixed_range(t, begin, count, c);
   }
 }
 
