@@ -28,7 +28,8 @@ PrecisionRecipe precision_recipe(Precision precision, bool kahan_summation) {
     throw ValueError(str_cat("precision: Kahan summation is for pure_bf16 (bf16 weights), not ",
                              precision_name(precision), ", whose weights are f32"));
   }
-  PrecisionRecipe r{.precision = precision};
+  PrecisionRecipe r;
+  r.precision = precision;
   switch (precision) {
     case Precision::fp32:
       break;

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "core/dtype_convert.h"
 #include "core/error.h"
