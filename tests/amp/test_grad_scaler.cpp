@@ -24,6 +24,7 @@
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
 #include "optim/adamw.h"
+#include "optim/golden_lines.h"
 
 namespace headroom {
 namespace {
@@ -100,12 +101,7 @@ void expect_error(const std::function<void()>& fn, const std::string& message) {
   }
 }
 
-std::vector<float> read_floats(std::istream& in) {
-  std::vector<float> values;
-  std::string word;
-  while (in >> word) values.push_back(std::strtof(word.c_str(), nullptr));
-  return values;
-}
+using optim_test::read_floats;
 
 // The fixture, as its generator's docstring describes it.
 struct Golden {

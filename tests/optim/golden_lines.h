@@ -39,4 +39,12 @@ inline std::vector<double> read_numbers(std::istringstream& in) {
   return values;
 }
 
+// The rest of the line as floats, each parsed straight to the nearest float.
+inline std::vector<float> read_floats(std::istream& in) {
+  std::vector<float> values;
+  std::string word;
+  while (in >> word) values.push_back(std::strtof(word.c_str(), nullptr));
+  return values;
+}
+
 }  // namespace headroom::optim_test

@@ -15,6 +15,7 @@
 #include "memory/device_memory.h"
 #include "ops/elementwise.h"
 #include "optim/adamw.h"
+#include "optim/golden_lines.h"
 
 namespace headroom {
 namespace {
@@ -25,12 +26,7 @@ Tensor leaf(const std::vector<float>& values, const Shape& shape) {
   return t;
 }
 
-std::vector<float> read_floats(std::istringstream& in) {
-  std::vector<float> values;
-  std::string word;
-  while (in >> word) values.push_back(std::strtof(word.c_str(), nullptr));
-  return values;
-}
+using optim_test::read_floats;
 
 // The fixture, as its generator's docstring describes it.
 struct Golden {
