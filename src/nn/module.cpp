@@ -16,17 +16,18 @@ void Module::register_parameter(const std::string& name, Tensor& slot, const Ten
 }
 
 void Module::collect(const std::string& prefix,
-                     std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& [name, slot] : parameters_) out.emplace_back(prefix + name, *slot);
+                     std::vector<std::pair<std::string, Tensor*>>& out) const {
+  for (const auto& [name, slot] : parameters_) out.emplace_back(prefix + name, slot);
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-  std::vector<std::pair<std::string, Tensor>> all, unique;
+  std::vector<std::pair<std::string, Tensor*>> all;
   collect("", all);
+  std::vector<std::pair<std::string, Tensor>> unique;
   std::unordered_set<const AutogradMeta*> seen;
-  for (auto& entry : all) {
-    if (seen.insert(entry.second.autograd_meta()).second) unique.push_back(std::move(entry));
+  for (auto& [name, slot] : all) {
+    if (seen.insert(slot->autograd_meta()).second) unique.emplace_back(std::move(name), *slot);
   }
   return unique;
 }
@@ -54,9 +55,9 @@ void Module::to(DType dtype) {
   NoGradGuard no_grad;
   // Slots holding one tensor (tied weights registered twice) get one converted tensor.
   std::unordered_map<const AutogradMeta*, Tensor> converted;
-  std::vector<Tensor*> slots;
-  collect_slots(slots);
-  for (Tensor* slot : slots) {
+  std::vector<std::pair<std::string, Tensor*>> slots;
+  collect("", slots);
+  for (const auto& [name, slot] : slots) {
     if (!is_floating(slot->dtype()) || slot->dtype() == dtype) continue;
     auto [it, inserted] = converted.try_emplace(slot->autograd_meta());
     if (inserted) {
@@ -65,11 +66,6 @@ void Module::to(DType dtype) {
     }
     *slot = it->second;
   }
-}
-
-void Module::collect_slots(std::vector<Tensor*>& out) const {
-  for (const auto& [name, slot] : parameters_) out.push_back(slot);
-  for (const auto& [name, child] : children_) child->collect_slots(out);
 }
 
 void Module::train(bool mode) {

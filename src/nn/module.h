@@ -54,8 +54,8 @@ class Module {
   }
 
  private:
-  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
-  void collect_slots(std::vector<Tensor*>& out) const;
+  // Every parameter slot of the tree with its dotted name, depth first, ties included.
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) const;
 
   std::vector<std::pair<std::string, Tensor*>> parameters_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
