@@ -235,9 +235,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
         }
       }
       if (has_bias && ctx.needs_input_grad(2)) {
-        const Tensor gf = f32_contiguous(g);
         gb = Tensor::empty(Shape{dims.out}, DType::f32, device);
-        if (cpu) cpu::sum_middle(gf.data<float>(), 1, dims.rows, dims.out, gb.data<float>());
+        if (bf16) {
+          // The column sums as ones[1, rows] @ g in fp32, without an fp32 copy of g.
+          const Tensor ones = Tensor::ones({dims.rows}, DType::bf16, device);
+          if (cpu) {
+            cpu::gemm_bf16(false, false, 1, dims.out, dims.rows, 1.0f, ones.data<BFloat16>(),
+                           dims.rows, g.data<BFloat16>(), dims.out, 0.0f, gb.data_ptr(),
+                           DType::f32, dims.out);
+          }
+        } else if (cpu) {
+          cpu::sum_middle(g.data<float>(), 1, dims.rows, dims.out, gb.data<float>());
+        }
       }
       return {gx, gw, gb};
     });
