@@ -55,7 +55,14 @@ class AdamW final : public Optimizer {
   // One update of every parameter that has a gradient; the others (grad undefined) are skipped
   // and their step count stays. Records no autograd history.
   void step() override;
-  std::string name() const override { return "adamw_torch"; }
+  // The `optim` name: "adamw_torch", or "adamw_bf16" with bf16 states.
+  std::string name() const override {
+    return options_.state_dtype == DType::bf16 ? "adamw_bf16" : "adamw_torch";
+  }
+  // exp_avg, exp_avg_sq (and compensation) per parameter that has stepped, its step count, and
+  // the stochastic-rounding generator's position, so that a resumed run rounds as the original.
+  OptimizerStateDict state_dict() const override;
+  void load_state_dict(const OptimizerStateDict& state) override;
 
   const AdamWOptions& options() const { return options_; }
   // The state of parameter `index` of group `group`.

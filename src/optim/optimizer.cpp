@@ -2,6 +2,7 @@
 #include "optim/optimizer.h"
 
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace headroom {
 
@@ -39,6 +40,73 @@ double Optimizer::lr() const { return groups_.empty() ? 0.0 : group_lr(0); }
 void Optimizer::set_lr(double lr) {
   check_lr(lr);
   for (ParamGroup& group : groups_) group.lr = lr;
+}
+
+OptimizerStateDict Optimizer::state_dict() const {
+  throw NotImplementedError(str_cat(name(), ": state_dict is not implemented"));
+}
+
+void Optimizer::load_state_dict(const OptimizerStateDict&) {
+  throw NotImplementedError(str_cat(name(), ": load_state_dict is not implemented"));
+}
+
+nlohmann::json Optimizer::state_dict_meta() const {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const ParamGroup& group : groups_) {
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& [param_name, param] : group.params) names.push_back(param_name);
+    groups.push_back({{"lr", group.lr.value_or(0.0)},
+                      {"weight_decay", group.weight_decay.value_or(0.0)},
+                      {"params", std::move(names)}});
+  }
+  return {{"optimizer", name()}, {"param_groups", std::move(groups)}};
+}
+
+void Optimizer::load_state_dict_meta(const nlohmann::json& meta) {
+  const std::string saved = meta.value("optimizer", std::string());
+  if (saved != name()) {
+    throw ValueError(str_cat(name(), ": load_state_dict: the state is of optimizer '", saved,
+                             "', not '", name(), "'"));
+  }
+  const nlohmann::json& groups = meta.at("param_groups");
+  if (!groups.is_array() || groups.size() != groups_.size()) {
+    throw ValueError(str_cat(name(), ": load_state_dict: ", groups.size(),
+                             " parameter groups saved, this optimizer has ", groups_.size()));
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const nlohmann::json& names = groups[g].at("params");
+    if (names.size() != groups_[g].params.size()) {
+      throw ValueError(str_cat(name(), ": load_state_dict: group ", g, " holds ", names.size(),
+                               " parameters saved, ", groups_[g].params.size(), " here"));
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i].get<std::string>() != groups_[g].params[i].first) {
+        throw ValueError(str_cat(name(), ": load_state_dict: parameter ", i, " of group ", g,
+                                 " is '", names[i].get<std::string>(), "' saved, '",
+                                 groups_[g].params[i].first, "' here"));
+      }
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    set_group_lr(g, groups[g].at("lr").get<double>());
+    groups_[g].weight_decay = groups[g].at("weight_decay").get<double>();
+  }
+}
+
+Tensor Optimizer::load_state_tensor(const OptimizerStateDict& state, const std::string& key,
+                                    const Shape& shape, DType dtype, Device device) const {
+  for (const auto& [tensor_name, tensor] : state.tensors) {
+    if (tensor_name != key) continue;
+    if (tensor.shape() != shape || tensor.dtype() != dtype) {
+      throw ValueError(str_cat(name(), ": load_state_dict: '", key, "' is ",
+                               dtype_name(tensor.dtype()), tensor.shape(), ", expected ",
+                               dtype_name(dtype), shape));
+    }
+    Tensor copy = Tensor::empty(shape, dtype, device);
+    copy.copy_(tensor);
+    return copy;
+  }
+  throw ValueError(str_cat(name(), ": load_state_dict: the state has no tensor '", key, "'"));
 }
 
 void Optimizer::check_lr(double lr) const {

@@ -5,9 +5,20 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "optim/param_groups.h"
 
 namespace headroom {
+
+// What an optimizer checkpoints, as torch's optimizer.state_dict(): its state tensors by name
+// ("state.<group>.<index>.<key>", e.g. "state.0.3.exp_avg") and everything else as JSON:
+// {"optimizer": name, "param_groups": [{"lr": .., "weight_decay": .., "params": [names]}],
+//  "state": {"<group>.<index>": {"step": ..}}, plus any optimizer-wide entries (RNG state)}.
+struct OptimizerStateDict {
+  nlohmann::json meta = nlohmann::json::object();
+  std::vector<NamedTensor> tensors;
+};
 
 class Optimizer {
  public:
@@ -23,6 +34,20 @@ class Optimizer {
   // The optimizer's name as HF's `optim` option spells it, for messages.
   virtual std::string name() const = 0;
 
+  // The state to checkpoint, and its restoration into an optimizer built over the same
+  // parameters (ValueError naming the entry on any mismatch of name, shape, dtype or count).
+  // After load_state_dict the next steps equal those of the optimizer that was saved.
+  virtual OptimizerStateDict state_dict() const;
+  virtual void load_state_dict(const OptimizerStateDict& state);
+
+  // Optimizers that apply each update inside backward (LOMO, through post-accumulate-grad hooks)
+  // keep no gradients: a training loop runs backward_passes() backward passes per step (2 when
+  // clipping by global norm: the first only measures the norm), calling begin_backward_pass(i)
+  // before each, then step() to finish, and never accumulates gradients over micro-batches.
+  virtual bool updates_in_backward() const { return false; }
+  virtual int backward_passes() const { return 1; }
+  virtual void begin_backward_pass(int /*pass*/) {}
+
   // Groups in order; after construction every group's lr and weight_decay are set.
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Learning rate of group `group` (IndexError past the end); set_group_lr checks the value as
@@ -37,6 +62,16 @@ class Optimizer {
   Optimizer() = default;
   // Called by set_group_lr before it stores `lr`: throws ValueError for a value out of range.
   virtual void check_lr(double lr) const;
+
+  // For state_dict implementations: {"optimizer": name(), "param_groups": [...]}, and its
+  // counterpart, which checks the saved optimizer name and groups (count, parameter names) against
+  // this optimizer's and restores each group's lr and weight_decay.
+  nlohmann::json state_dict_meta() const;
+  void load_state_dict_meta(const nlohmann::json& meta);
+  // A copy of the tensor `key` of `state` on `device`, which must have `shape` and `dtype`
+  // (ValueError naming the key otherwise, or when it is missing).
+  Tensor load_state_tensor(const OptimizerStateDict& state, const std::string& key,
+                           const Shape& shape, DType dtype, Device device) const;
 
   std::vector<ParamGroup> groups_;
 };

@@ -1,0 +1,47 @@
+// Tokenizers: the interface the data pipeline and generation use, the byte-level tokenizer
+// (token id = byte value, the default for presets), and the loader that picks one for a model
+// directory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace headroom {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Text to token ids, without special tokens (no BOS/EOS added).
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Ids back to text; decode(encode(t)) == t for any valid UTF-8 text.
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // The id placed between documents when they are packed; nullopt when the tokenizer has none.
+  virtual std::optional<int32_t> eos_token_id() const = 0;
+  // "byte", "gpt2_bpe" or "sentencepiece".
+  virtual std::string kind() const = 0;
+  // A digest of the tokenizer's kind and files: token caches are keyed by it.
+  virtual std::string fingerprint() const = 0;
+};
+
+// Every byte is one token: vocab 256, no end-of-text id.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int64_t vocab_size() const override { return 256; }
+  std::optional<int32_t> eos_token_id() const override { return std::nullopt; }
+  std::string kind() const override { return "byte"; }
+  std::string fingerprint() const override { return "byte"; }
+};
+
+// The tokenizer of a model directory: tokenizer.json or vocab.json + merges.txt (GPT-2 BPE),
+// tokenizer.model (SentencePiece), or, with none of them, the byte-level tokenizer.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir);
+
+}  // namespace headroom

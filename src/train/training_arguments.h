@@ -1,0 +1,76 @@
+// The options of `headroom train` and `headroom eval`, named and defaulted as HF TrainingArguments
+// (plus run_clm / TRL names for the data: max_seq_length, validation_split_percentage). Fields
+// marked "headroom" are our additions. apps/ fills it from flags and config files; train/ runs it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace headroom {
+
+struct TrainingArguments {
+  // What to train and on what.
+  std::string model = "gpt2-tiny";  // headroom: a preset (gpt2-tiny, gpt2, llama-tiny, ...) or a
+                                    // directory with config.json (+ safetensors, tokenizer files)
+  std::string data;                 // a text file, a directory of them, or JSONL with "text"
+  std::string output_dir = "trainer_output";
+  std::string device = "auto";      // headroom: auto (cuda when present, else cpu), cpu, cuda, meta
+  std::optional<int64_t> max_seq_length;  // TRL's name; unset: the model's context length
+  double validation_split_percentage = 5.0;  // run_clm's held-out share of the data
+
+  // Batches and length of training.
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  int64_t max_steps = -1;       // > 0 overrides num_train_epochs
+  double num_train_epochs = 3.0;
+
+  // Optimizer, schedule, clipping (see optim/optimizer_factory.h for `optim` names).
+  std::string optim = "adamw_torch";
+  std::string optim_args;
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;   // 0 disables clipping
+  std::string lr_scheduler_type = "linear";
+  double warmup_ratio = 0.0;
+  int64_t warmup_steps = 0;     // > 0 overrides warmup_ratio
+
+  // Precision and memory savers.
+  bool bf16 = false;
+  bool fp16 = false;
+  std::string precision;        // headroom: fp32 | bf16 | fp16 | pure_bf16; overrides bf16/fp16
+  bool gradient_checkpointing = false;
+  std::string gradient_checkpointing_policy = "full";  // headroom: full | every_N | selective
+
+  // Reproducibility.
+  int64_t seed = 42;
+  std::optional<int64_t> data_seed;  // unset: seed
+
+  // Logging, evaluation, checkpoints.
+  int64_t logging_steps = 500;
+  bool logging_first_step = false;
+  std::string eval_strategy = "no";     // no | steps
+  std::optional<int64_t> eval_steps;    // unset: logging_steps
+  std::string save_strategy = "steps";  // no | steps
+  int64_t save_steps = 500;
+  std::optional<int64_t> save_total_limit;
+  std::string resume_from_checkpoint;   // a checkpoint directory, or "last" (newest in output_dir)
+  bool disable_tqdm = false;            // plain log lines even on a terminal
+
+  // Data loading.
+  int64_t dataloader_num_workers = 0;
+  std::optional<int64_t> dataloader_prefetch_factor;  // unset: 2 when there are workers
+  bool dataloader_persistent_workers = false;
+  bool dataloader_pin_memory = true;
+  bool dataloader_drop_last = false;
+
+  // headroom: the sample printed at the end of training.
+  std::string sample_prompt = "\n";
+  int64_t sample_max_new_tokens = 200;
+};
+
+}  // namespace headroom
