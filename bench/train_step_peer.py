@@ -38,6 +38,9 @@ def parse_args():
     # 1.13); pure_bf16: model.to(bfloat16), torch.optim.AdamW on bf16 weights and states.
     parser.add_argument("--precision", default="fp32",
                         choices=["fp32", "bf16", "fp16", "pure_bf16"])
+    # none, or full: every block under torch.utils.checkpoint(use_reentrant=False), as HF's
+    # gradient_checkpointing_enable does (bench/memory_tradeoff's checkpointing rows).
+    parser.add_argument("--checkpointing", default="none", choices=["none", "full"])
     return parser.parse_args()
 
 
@@ -80,6 +83,7 @@ def main():
     try:
         import torch
         import torch.nn.functional as F
+        import torch.utils.checkpoint
         from torch import nn
     except ImportError as e:
         print("peer: torch is not importable (%s)" % e)
@@ -141,7 +145,10 @@ def main():
             t = input_ids.shape[1]
             x = self.wte(input_ids) + self.wpe(torch.arange(t))
             for block in self.h:
-                x = block(x)
+                if args.checkpointing == "full":
+                    x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+                else:
+                    x = block(x)
             logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied LM head
             return F.cross_entropy(logits.view(-1, args.vocab), targets.reshape(-1))
 
