@@ -41,6 +41,10 @@ def parse_args():
     # none, or full: every block under torch.utils.checkpoint(use_reentrant=False), as HF's
     # gradient_checkpointing_enable does (bench/memory_tradeoff's checkpointing rows).
     parser.add_argument("--checkpointing", default="none", choices=["none", "full"])
+    # The batches as int64 ids, [steps][batch][context + 1], instead of the splitmix64 ones; and
+    # clip_grad_norm_ before each step when > 0 (bench/memory_tradeoff).
+    parser.add_argument("--batches", default="")
+    parser.add_argument("--max-grad-norm", type=float, default=0.0)
     return parser.parse_args()
 
 
@@ -181,9 +185,16 @@ def main():
                                 bool(args.foreach)))
 
     batches = []
+    if args.batches:
+        with open(args.batches, "rb") as f:
+            ids = torch.frombuffer(bytearray(f.read()), dtype=torch.int64)
+        ids = ids.view(-1, args.batch, args.context + 1)
     for step in range(args.warmup + args.steps):
-        tokens = torch.tensor(batch_tokens(args, step), dtype=torch.long).view(
-            args.batch, args.context + 1)
+        if args.batches:
+            tokens = ids[step].clone()
+        else:
+            tokens = torch.tensor(batch_tokens(args, step), dtype=torch.long).view(
+                args.batch, args.context + 1)
         batches.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
 
     rss_before = rss_bytes()
@@ -198,6 +209,8 @@ def main():
             loss = model.loss(input_ids, targets)
         t1 = time.perf_counter()
         loss.backward()
+        if args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
         t2 = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
