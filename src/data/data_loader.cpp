@@ -224,8 +224,13 @@ std::optional<TokenBatch> DataLoader::next() {
     if (!options_.persistent_workers) workers_.reset();  // PyTorch joins them at epoch end
     return std::nullopt;
   }
+  // The position advances only once the batch is in hand, so a failed batch can be asked again.
   const std::vector<int64_t>* order = order_for_epoch();
-  if (options_.num_workers == 0) return assemble(order, batch_index_++);
+  if (options_.num_workers == 0) {
+    TokenBatch batch = assemble(order, batch_index_);
+    ++batch_index_;
+    return batch;
+  }
   if (workers_ == nullptr) {
     workers_ = std::make_unique<WorkerPool>(*this, options_.num_workers,
                                             options_.prefetch_factor.value_or(2));
@@ -234,7 +239,9 @@ std::optional<TokenBatch> DataLoader::next() {
     workers_->start(options_.shuffle ? order_ : nullptr, batch_index_, num_batches_);
     workers_started_epoch_ = true;
   }
-  return workers_->take(batch_index_++);
+  TokenBatch batch = workers_->take(batch_index_);
+  ++batch_index_;
+  return batch;
 }
 
 TokenBatch DataLoader::batch_at(int64_t epoch, int64_t index) const {

@@ -54,11 +54,9 @@ TEST(TokenCorpus, EmptyCorpusIsAnError) {
 
 TEST(TokenCorpus, SecondLoadReadsTheCacheWithoutTokenizing) {
   TempDir dir;
-  write_bytes(dir.file("a.txt"), "hello");
-  write_bytes(dir.file("b.jsonl"), "{\"text\": \"big\"}\n{\"text\": \"world\"}\n");
   std::filesystem::create_directories(dir.file("data"));
-  std::filesystem::rename(dir.file("a.txt"), dir.file("data/a.txt"));
-  std::filesystem::rename(dir.file("b.jsonl"), dir.file("data/b.jsonl"));
+  write_bytes(dir.file("data/a.txt"), "hello");
+  write_bytes(dir.file("data/b.jsonl"), "{\"text\": \"big\"}\n{\"text\": \"world\"}\n");
   const TokenizeOptions options{.cache_dir = dir.file("cache/tokens"), .num_threads = 1};
 
   CountingTokenizer first;
@@ -147,11 +145,9 @@ TEST(TokenCorpus, TruncatedAlteredOrForeignCacheIsRebuilt) {
 
 TEST(TokenCorpus, LargeVocabularyStoresFourByteTokens) {
   TempDir dir;
-  write_bytes(dir.file("a.txt"), "ab");
-  write_bytes(dir.file("b.txt"), "c");
   std::filesystem::create_directories(dir.file("data"));
-  std::filesystem::rename(dir.file("a.txt"), dir.file("data/a.txt"));
-  std::filesystem::rename(dir.file("b.txt"), dir.file("data/b.txt"));
+  write_bytes(dir.file("data/a.txt"), "ab");
+  write_bytes(dir.file("data/b.txt"), "c");
   const TokenizeOptions options{.cache_dir = dir.file("cache")};
   CountingTokenizer tokenizer(65536);
   const auto built = load_token_corpus(dir.file("data"), tokenizer, options);
