@@ -2,7 +2,6 @@
 #include "apps/config_file.h"
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,7 @@
 #include <toml++/toml.h>
 #include <yaml-cpp/yaml.h>
 
+#include "apps/option_value.h"
 #include "core/error.h"
 
 namespace headroom {
@@ -21,7 +21,9 @@ std::string read_text(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw ValueError(str_cat(path, ": is a directory"));
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ValueError(str_cat(path, ": cannot open the config file (", std::strerror(errno), ")"));
+  if (!in) {
+    throw ValueError(str_cat(path, ": cannot open the config file (", std::strerror(errno), ")"));
+  }
   std::ostringstream content;
   content << in.rdbuf();
   return content.str();
@@ -127,19 +129,15 @@ ConfigValue yaml_scalar(const YAML::Node& node) {
     v.boolean = s[0] == 't' || s[0] == 'T';
     return v;
   }
-  const bool has_digit = s.find_first_of("0123456789") != std::string::npos;
-  const char* begin = s.data() + (s.starts_with('+') ? 1 : 0);
-  const char* end = s.data() + s.size();
-  int64_t integer = 0;
-  if (auto [stop, ec] = std::from_chars(begin, end, integer); has_digit && ec == std::errc() && stop == end) {
+  // Words such as inf and nan stay strings, though from_chars would read them.
+  if (s.find_first_of("0123456789") == std::string::npos) return v;
+  const std::string_view number = std::string_view(s).substr(s.starts_with('+') ? 1 : 0);
+  if (const std::optional<int64_t> integer = whole_number<int64_t>(number)) {
     v.kind = ConfigValue::Kind::integer;
-    v.integer = integer;
-    return v;
-  }
-  double real = 0.0;
-  if (auto [stop, ec] = std::from_chars(begin, end, real); has_digit && ec == std::errc() && stop == end) {
+    v.integer = *integer;
+  } else if (const std::optional<double> real = whole_number<double>(number)) {
     v.kind = ConfigValue::Kind::real;
-    v.real = real;
+    v.real = *real;
   }
   return v;
 }
@@ -176,12 +174,18 @@ std::vector<ConfigEntry> read_yaml(const std::string& path, const std::string& c
 
 std::string ConfigValue::describe() const {
   switch (kind) {
-    case Kind::null: return "null";
-    case Kind::boolean: return str_cat("the boolean ", boolean ? "true" : "false");
-    case Kind::integer: return str_cat("the integer ", integer);
-    case Kind::real: return str_cat("the number ", text);
-    case Kind::string: return str_cat("the string '", text, "'");
-    case Kind::other: return text;
+    case Kind::null:
+      return "null";
+    case Kind::boolean:
+      return str_cat("the boolean ", boolean ? "true" : "false");
+    case Kind::integer:
+      return str_cat("the integer ", integer);
+    case Kind::real:
+      return str_cat("the number ", text);
+    case Kind::string:
+      return str_cat("the string '", text, "'");
+    case Kind::other:
+      return text;
   }
   return text;
 }

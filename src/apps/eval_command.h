@@ -1,5 +1,6 @@
 // `headroom eval`: the loss and perplexity of a model on a text file, in consecutive windows of
-// max_seq_length + 1 tokens (train/trainer.h evaluate_file), printed as one line or one JSON object.
+// max_seq_length + 1 tokens (train/trainer.h evaluate_file), printed as one line or one JSON
+// object.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@ namespace headroom {
 struct EvalOptions {
   std::string model;
   std::string data;
-  std::string max_seq_length;              // text, converted by option_value for one error style
+  std::string max_seq_length;  // text, converted by option_value for one error style
   std::string per_device_eval_batch_size = "8";
   std::string device = "auto";
   bool json = false;

@@ -12,24 +12,18 @@
 namespace headroom {
 
 int64_t parse_integer_value(std::string_view text, std::string_view where) {
-  int64_t value = 0;
-  const char* end = text.data() + text.size();
-  auto [stop, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || stop != end) {
-    throw ValueError(str_cat(where, ": '", text, "' is not an integer"));
-  }
-  return value;
+  const std::optional<int64_t> value = whole_number<int64_t>(text);
+  if (!value) throw ValueError(str_cat(where, ": '", text, "' is not an integer"));
+  return *value;
 }
 
 double parse_real_value(std::string_view text, std::string_view where) {
-  double value = 0.0;
-  const char* end = text.data() + text.size();
-  auto [stop, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || stop != end) {
-    throw ValueError(str_cat(where, ": '", text, "' is not a number"));
+  const std::optional<double> value = whole_number<double>(text);
+  if (!value) throw ValueError(str_cat(where, ": '", text, "' is not a number"));
+  if (!std::isfinite(*value)) {
+    throw ValueError(str_cat(where, ": '", text, "' is not a finite number"));
   }
-  if (!std::isfinite(value)) throw ValueError(str_cat(where, ": '", text, "' is not a finite number"));
-  return value;
+  return *value;
 }
 
 bool parse_bool_value(std::string_view text, std::string_view where) {
@@ -42,8 +36,8 @@ bool parse_bool_value(std::string_view text, std::string_view where) {
   for (const char* no : {"no", "false", "f", "n", "0"}) {
     if (lower == no) return false;
   }
-  throw ValueError(str_cat(where, ": '", text,
-                           "' is not a boolean (yes/no, true/false, t/f, y/n, 1/0)"));
+  throw ValueError(
+      str_cat(where, ": '", text, "' is not a boolean (yes/no, true/false, t/f, y/n, 1/0)"));
 }
 
 std::string format_real(double value) {

@@ -3,7 +3,6 @@
 #include "apps/train_command.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -22,10 +21,13 @@ std::string help_default(const TrainOption& option) {
 
 void add_train_options(CLI::App& train) {
   train.add_option("--config", "a TOML, JSON or YAML file of option = value; flags override it")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   for (const TrainOption& option : train_options()) {
     std::string names = str_cat("--", option.name);
-    if (const std::string kebab = kebab_case(option.name); kebab != option.name) names += ",--" + kebab;
+    if (const std::string kebab = kebab_case(option.name); kebab != option.name) {
+      names += ",--" + kebab;
+    }
     CLI::Option* added = train.add_option(names, option.help)
                              ->group(option.group)
                              ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

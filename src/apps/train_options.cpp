@@ -33,52 +33,70 @@ std::vector<TrainOption> make_train_options() {
   const char* loading = "Data loading";
   const char* other = "Seeds and the sample";
   return {
-      {"model", data, "a preset (gpt2-tiny, gpt2, llama-tiny, ...) or a directory with config.json", &A::model},
-      {"data", data, "training text: a text file, a directory of them, or JSONL with \"text\" (required)", &A::data},
+      {"model", data, "a preset (gpt2-tiny, gpt2, llama-tiny, ...) or a directory with config.json",
+       &A::model},
+      {"data", data,
+       "training text: a text file, a directory of them, or JSONL with \"text\" (required)",
+       &A::data},
       {"output_dir", data, "where checkpoints, logs and the loss plot go", &A::output_dir},
       {"device", data, "auto (cuda when present, else cpu), cpu, cuda, cuda:N or meta", &A::device},
-      {"max_seq_length", data, "tokens per sequence (default: the model's context length)", &A::max_seq_length},
-      {"validation_split_percentage", data, "percent of the data held out for evaluation", &A::validation_split_percentage},
-      {"per_device_train_batch_size", batches, "sequences per micro-batch", &A::per_device_train_batch_size},
-      {"per_device_eval_batch_size", batches, "sequences per evaluation batch", &A::per_device_eval_batch_size},
-      {"gradient_accumulation_steps", batches, "micro-batches per optimizer step", &A::gradient_accumulation_steps},
+      {"max_seq_length", data, "tokens per sequence (default: the model's context length)",
+       &A::max_seq_length},
+      {"validation_split_percentage", data, "percent of the data held out for evaluation",
+       &A::validation_split_percentage},
+      {"per_device_train_batch_size", batches, "sequences per micro-batch",
+       &A::per_device_train_batch_size},
+      {"per_device_eval_batch_size", batches, "sequences per evaluation batch",
+       &A::per_device_eval_batch_size},
+      {"gradient_accumulation_steps", batches, "micro-batches per optimizer step",
+       &A::gradient_accumulation_steps},
       {"max_steps", batches, "optimizer steps; -1: num_train_epochs decides", &A::max_steps},
-      {"num_train_epochs", batches, "passes over the data (when max_steps is -1)", &A::num_train_epochs},
+      {"num_train_epochs", batches, "passes over the data (when max_steps is -1)",
+       &A::num_train_epochs},
       {"optim", optimizer, "the optimizer: " + joined(optimizer_names()), &A::optim},
       {"optim_args", optimizer, "extra optimizer options, \"key=value,key=value\"", &A::optim_args},
       {"learning_rate", optimizer, "peak learning rate", &A::learning_rate},
-      {"weight_decay", optimizer, "decoupled weight decay (not on biases and norm weights)", &A::weight_decay},
+      {"weight_decay", optimizer, "decoupled weight decay (not on biases and norm weights)",
+       &A::weight_decay},
       {"adam_beta1", optimizer, "AdamW's beta1", &A::adam_beta1},
       {"adam_beta2", optimizer, "AdamW's beta2", &A::adam_beta2},
       {"adam_epsilon", optimizer, "AdamW's epsilon", &A::adam_epsilon},
-      {"max_grad_norm", optimizer, "clip the total gradient norm to this; 0: no clipping", &A::max_grad_norm},
-      {"lr_scheduler_type", optimizer, "linear, cosine, cosine_with_restarts, polynomial, constant, "
-                                       "constant_with_warmup or inverse_sqrt", &A::lr_scheduler_type},
-      {"warmup_ratio", optimizer, "share of the steps spent warming up (when warmup_steps is 0)", &A::warmup_ratio},
+      {"max_grad_norm", optimizer, "clip the total gradient norm to this; 0: no clipping",
+       &A::max_grad_norm},
+      {"lr_scheduler_type", optimizer,
+       "linear, cosine, cosine_with_restarts, polynomial, constant, "
+       "constant_with_warmup or inverse_sqrt",
+       &A::lr_scheduler_type},
+      {"warmup_ratio", optimizer, "share of the steps spent warming up (when warmup_steps is 0)",
+       &A::warmup_ratio},
       {"warmup_steps", optimizer, "warm-up steps; > 0 overrides warmup_ratio", &A::warmup_steps},
       {"bf16", precision, "bf16 autocast with fp32 master weights", &A::bf16},
-      {"fp16", precision, "fp16 autocast with fp32 master weights and dynamic loss scaling", &A::fp16},
-      {"precision", precision, "fp32, bf16, fp16 or pure_bf16 (bf16 weights, gradients and "
-                               "optimizer states); overrides bf16 and fp16", &A::precision},
-      {"gradient_checkpointing", precision, "recompute activations in backward instead of keeping them",
-       &A::gradient_checkpointing},
+      {"fp16", precision, "fp16 autocast with fp32 master weights and dynamic loss scaling",
+       &A::fp16},
+      {"precision", precision,
+       "fp32, bf16, fp16 or pure_bf16 (bf16 weights, gradients and "
+       "optimizer states); overrides bf16 and fp16",
+       &A::precision},
+      {"gradient_checkpointing", precision,
+       "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",
        &A::gradient_checkpointing_policy},
       {"logging_steps", logging, "log the loss and learning rate every N steps", &A::logging_steps},
       {"logging_first_step", logging, "log the first step too", &A::logging_first_step},
       {"eval_strategy", logging, "no or steps", &A::eval_strategy},
-      {"eval_steps", logging, "evaluate every N steps with eval_strategy steps (default: logging_steps)",
-       &A::eval_steps},
+      {"eval_steps", logging,
+       "evaluate every N steps with eval_strategy steps (default: logging_steps)", &A::eval_steps},
       {"save_strategy", logging, "no or steps", &A::save_strategy},
       {"save_steps", logging, "save a checkpoint every N steps", &A::save_steps},
-      {"save_total_limit", logging, "keep at most N checkpoints (default: all)", &A::save_total_limit},
-      {"resume_from_checkpoint", logging, "a checkpoint directory, or last (the newest in output_dir)",
-       &A::resume_from_checkpoint},
+      {"save_total_limit", logging, "keep at most N checkpoints (default: all)",
+       &A::save_total_limit},
+      {"resume_from_checkpoint", logging,
+       "a checkpoint directory, or last (the newest in output_dir)", &A::resume_from_checkpoint},
       {"disable_tqdm", logging, "plain log lines even on a terminal", &A::disable_tqdm},
       {"dataloader_num_workers", loading, "worker threads loading batches; 0: the main thread",
        &A::dataloader_num_workers},
-      {"dataloader_prefetch_factor", loading, "batches each worker loads ahead (default: 2 with workers)",
-       &A::dataloader_prefetch_factor},
+      {"dataloader_prefetch_factor", loading,
+       "batches each worker loads ahead (default: 2 with workers)", &A::dataloader_prefetch_factor},
       {"dataloader_persistent_workers", loading, "keep the workers between epochs",
        &A::dataloader_persistent_workers},
       {"dataloader_pin_memory", loading, "page-locked batch buffers for faster copies to a GPU",
@@ -202,7 +220,8 @@ void apply_config_file(TrainingArguments& args, const std::string& path, OptionO
   for (const ConfigEntry& entry : read_config_file(path)) {
     const TrainOption* option = find_train_option(entry.key);
     if (!option) {
-      throw ValueError(str_cat(path, ": unknown key '", entry.key, "' (see headroom train --help)"));
+      throw ValueError(
+          str_cat(path, ": unknown key '", entry.key, "' (see headroom train --help)"));
     }
     if (auto [it, inserted] = seen.emplace(option->name, entry.key); !inserted) {
       throw ValueError(str_cat(path, ": ", option->name, " is given twice (as '", it->second,
@@ -288,8 +307,8 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   bool every_n = false;
   if (policy.starts_with("every_")) {
     const std::string n = policy.substr(6);
-    every_n = !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos &&
-              std::stoll(n) > 0;
+    every_n = !n.empty() && n.size() <= 9 &&
+              n.find_first_not_of("0123456789") == std::string::npos && std::stoll(n) > 0;
   }
   check(policy == "full" || policy == "selective" || every_n, "gradient_checkpointing_policy",
         "unknown value '", policy, "' (expected full, selective or every_N with N >= 1)");
@@ -299,14 +318,16 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   // is ignored, as in HF.
   check(a.logging_steps > 0, "logging_steps", a.logging_steps, " is not positive");
   one_of(a.eval_strategy, "eval_strategy", {"no", "steps"});
-  check(!a.eval_steps || *a.eval_steps > 0, "eval_steps", a.eval_steps.value_or(0), " is not positive");
+  check(!a.eval_steps || *a.eval_steps > 0, "eval_steps", a.eval_steps.value_or(0),
+        " is not positive");
   one_of(a.save_strategy, "save_strategy", {"no", "steps"});
-  check(a.save_steps > 0 || a.save_strategy == "no", "save_steps", a.save_steps, " is not positive");
+  check(a.save_steps > 0 || a.save_strategy == "no", "save_steps", a.save_steps,
+        " is not positive");
   check(!a.save_total_limit || *a.save_total_limit > 0, "save_total_limit",
         a.save_total_limit.value_or(0), " is not positive");
   if (!a.resume_from_checkpoint.empty() && a.resume_from_checkpoint != "last") {
-    check(std::filesystem::is_directory(a.resume_from_checkpoint, ec), "resume_from_checkpoint", "'",
-          a.resume_from_checkpoint, "' is not a directory");
+    check(std::filesystem::is_directory(a.resume_from_checkpoint, ec), "resume_from_checkpoint",
+          "'", a.resume_from_checkpoint, "' is not a directory");
   }
 
   // Data loading: torch.utils.data.DataLoader's rules.

@@ -31,7 +31,8 @@ constexpr Rgb kText{30, 30, 30};
 
 Rgb palette_color(size_t index) {
   const uint32_t rgb = plot_series_color(index);
-  return {static_cast<uint8_t>(rgb >> 16), static_cast<uint8_t>(rgb >> 8), static_cast<uint8_t>(rgb)};
+  return {static_cast<uint8_t>(rgb >> 16), static_cast<uint8_t>(rgb >> 8),
+          static_cast<uint8_t>(rgb)};
 }
 
 int text_width(std::string_view text, int scale) {
@@ -45,7 +46,9 @@ struct Rect {
 class Canvas {
  public:
   Canvas(int width, int height)
-      : width_(width), height_(height), pixels_(static_cast<size_t>(width) * height * 3, 255),
+      : width_(width),
+        height_(height),
+        pixels_(static_cast<size_t>(width) * height * 3, 255),
         clip_{0, 0, width, height} {}
 
   int width() const { return width_; }
@@ -94,8 +97,11 @@ class Canvas {
       for (int row = 0; row < kGlyphHeight; ++row) {
         const uint8_t bits = glyph_row(text[i], row);
         for (int col = 0; col < kGlyphWidth; ++col) {
-          if (bits & (0x10 >> col)) fill_rect({gx + col * scale, y + row * scale,
-                                               gx + (col + 1) * scale, y + (row + 1) * scale}, c);
+          if (bits & (0x10 >> col)) {
+            fill_rect(
+                {gx + col * scale, y + row * scale, gx + (col + 1) * scale, y + (row + 1) * scale},
+                c);
+          }
         }
       }
     }
@@ -129,10 +135,14 @@ class StrokeMask {
 
   void segment(double x0, double y0, double x1, double y1, double half_width) {
     const double dx = x1 - x0, dy = y1 - y0, length2 = dx * dx + dy * dy;
-    const int bx0 = std::max(clip_.x0, static_cast<int>(std::floor(std::min(x0, x1) - half_width - 1)));
-    const int bx1 = std::min(clip_.x1 - 1, static_cast<int>(std::ceil(std::max(x0, x1) + half_width + 1)));
-    const int by0 = std::max(clip_.y0, static_cast<int>(std::floor(std::min(y0, y1) - half_width - 1)));
-    const int by1 = std::min(clip_.y1 - 1, static_cast<int>(std::ceil(std::max(y0, y1) + half_width + 1)));
+    const int bx0 =
+        std::max(clip_.x0, static_cast<int>(std::floor(std::min(x0, x1) - half_width - 1)));
+    const int bx1 =
+        std::min(clip_.x1 - 1, static_cast<int>(std::ceil(std::max(x0, x1) + half_width + 1)));
+    const int by0 =
+        std::max(clip_.y0, static_cast<int>(std::floor(std::min(y0, y1) - half_width - 1)));
+    const int by1 =
+        std::min(clip_.y1 - 1, static_cast<int>(std::ceil(std::max(y0, y1) + half_width + 1)));
     for (int y = by0; y <= by1; ++y) {
       for (int x = bx0; x <= bx1; ++x) {
         const double px = x + 0.5 - x0, py = y + 0.5 - y0;
@@ -254,14 +264,16 @@ bool drawable(double x, double y, bool log_y) {
 void check_input(const std::string& path, const std::vector<PlotSeries>& series,
                  const PlotOptions& options) {
   if (series.empty()) throw ValueError(str_cat(path, ": a plot needs at least one series"));
-  if (options.width < 160 || options.width > 8192 || options.height < 120 || options.height > 8192) {
+  if (options.width < 160 || options.width > 8192 || options.height < 120 ||
+      options.height > 8192) {
     throw ValueError(str_cat(path, ": plot size ", options.width, "x", options.height,
                              " is outside 160x120 .. 8192x8192"));
   }
   bool any = false;
   for (size_t i = 0; i < series.size(); ++i) {
     const PlotSeries& s = series[i];
-    const std::string name = s.label.empty() ? str_cat("series ", i) : str_cat("series '", s.label, "'");
+    const std::string name =
+        s.label.empty() ? str_cat("series ", i) : str_cat("series '", s.label, "'");
     if (s.x.size() != s.y.size()) {
       throw ValueError(str_cat(path, ": ", name, " has ", s.x.size(), " x values and ", s.y.size(),
                                " y values"));
@@ -327,8 +339,8 @@ bool encode_rgb_png(const Canvas& canvas, PngBuffer& out) {
 uint32_t plot_series_color(size_t index) {
   // matplotlib's tab10, the colours readers of loss curves are used to.
   static constexpr std::array<uint32_t, 10> kTab10 = {0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728,
-                                                     0x9467bd, 0x8c564b, 0xe377c2, 0x7f7f7f,
-                                                     0xbcbd22, 0x17becf};
+                                                      0x9467bd, 0x8c564b, 0xe377c2, 0x7f7f7f,
+                                                      0xbcbd22, 0x17becf};
   return kTab10[index % kTab10.size()];
 }
 
@@ -349,16 +361,20 @@ void write_plot_png(const std::string& path, const std::vector<PlotSeries>& seri
   }
   const int width = options.width, height = options.height;
   const Axis x_axis = linear_axis(x_lo, x_hi, std::max(2, width / 110));
-  const Axis y_axis = log_y ? log_axis(y_lo, y_hi) : linear_axis(y_lo, y_hi, std::max(2, height / 70));
+  const Axis y_axis =
+      log_y ? log_axis(y_lo, y_hi) : linear_axis(y_lo, y_hi, std::max(2, height / 70));
 
   // Layout: the margins hold the title, the tick labels and the axis labels.
   int y_label_width = 0;
-  for (const std::string& label : y_axis.labels) y_label_width = std::max(y_label_width, text_width(label, 1));
+  for (const std::string& label : y_axis.labels) {
+    y_label_width = std::max(y_label_width, text_width(label, 1));
+  }
   const int top = options.title.empty() ? 16 : 12 + 2 * kGlyphHeight + 12;
   const int bottom = 10 + kGlyphHeight + 10 + (options.x_label.empty() ? 0 : kGlyphHeight + 10);
   const int left = 12 + (options.y_label.empty() ? 0 : kGlyphHeight + 10) + y_label_width + 8;
   const int right = 16 + (x_axis.labels.empty() ? 0 : text_width(x_axis.labels.back(), 1) / 2);
-  const Rect plot{left, top, std::max(left + 40, width - right), std::max(top + 40, height - bottom)};
+  const Rect plot{left, top, std::max(left + 40, width - right),
+                  std::max(top + 40, height - bottom)};
   const double plot_w = plot.x1 - 1 - plot.x0, plot_h = plot.y1 - 1 - plot.y0;
   auto to_x = [&](double x) { return plot.x0 + 0.5 + x_axis.fraction(x) * plot_w; };
   auto to_y = [&](double y) { return plot.y1 - 0.5 - y_axis.fraction(y) * plot_h; };
@@ -388,7 +404,8 @@ void write_plot_png(const std::string& path, const std::vector<PlotSeries>& seri
                 height - 10 - kGlyphHeight, options.x_label, kText);
   }
   if (!options.y_label.empty()) {
-    canvas.text_up(12, (plot.y0 + plot.y1 + text_width(options.y_label, 1)) / 2, options.y_label, kText);
+    canvas.text_up(12, (plot.y0 + plot.y1 + text_width(options.y_label, 1)) / 2, options.y_label,
+                   kText);
   }
 
   // Lines, broken at points that cannot be drawn (NaN, infinite, y <= 0 on a log axis).
@@ -412,7 +429,9 @@ void write_plot_png(const std::string& path, const std::vector<PlotSeries>& seri
     if (!s.markers) continue;
     canvas.set_clip(inside);
     for (size_t k = 0; k < s.x.size(); ++k) {
-      if (drawable(s.x[k], s.y[k], log_y)) canvas.disc(to_x(s.x[k]), to_y(s.y[k]), 3.5, palette_color(i));
+      if (drawable(s.x[k], s.y[k], log_y)) {
+        canvas.disc(to_x(s.x[k]), to_y(s.y[k]), 3.5, palette_color(i));
+      }
     }
     canvas.reset_clip();
     if (!s.point_labels) continue;
@@ -435,7 +454,8 @@ void write_plot_png(const std::string& path, const std::vector<PlotSeries>& seri
   }
   if (!listed.empty()) {
     const int row = kGlyphHeight + 7, sample = 24;
-    const int box_w = 8 + sample + 6 + legend_text + 8, box_h = 6 + row * static_cast<int>(listed.size()) + 1;
+    const int box_w = 8 + sample + 6 + legend_text + 8,
+              box_h = 6 + row * static_cast<int>(listed.size()) + 1;
     const Rect box{plot.x1 - 10 - box_w, plot.y0 + 10, plot.x1 - 10, plot.y0 + 10 + box_h};
     canvas.fill_rect(box, kWhite);
     canvas.outline_rect(box, {190, 190, 190});
@@ -456,7 +476,8 @@ void write_plot_png(const std::string& path, const std::vector<PlotSeries>& seri
 
   PngBuffer png;
   if (!encode_rgb_png(canvas, png)) {
-    throw Error(str_cat(path, ": PNG encoding failed (", png.error.empty() ? "libpng" : png.error, ")"));
+    throw Error(
+        str_cat(path, ": PNG encoding failed (", png.error.empty() ? "libpng" : png.error, ")"));
   }
   write_file_atomically(path, png.bytes);
 }

@@ -26,7 +26,8 @@ struct CliRun {
 CliRun run_cli(const std::string& args) {
   TempDir dir;
   const std::string out = dir.file("out"), err = dir.file("err");
-  const std::string command = std::string(HEADROOM_CLI_PATH) + " " + args + " >" + out + " 2>" + err;
+  const std::string command =
+      std::string(HEADROOM_CLI_PATH) + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(command.c_str());
   CliRun run;
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -97,8 +98,9 @@ TEST(HeadroomCli, EvalHelpAndErrors) {
   const std::string data = dir.file("data.txt");
   write_bytes(data, "some text\n");
   expect_usage_error("eval --data " + data + " --max_seq_length 8", "--model");
-  expect_usage_error("eval --model gpt2-tiny --data " + dir.file("absent.txt") + " --max_seq_length 8",
-                     "absent.txt");
+  expect_usage_error(
+      "eval --model gpt2-tiny --data " + dir.file("absent.txt") + " --max_seq_length 8",
+      "absent.txt");
   expect_usage_error("eval --model gpt2-tiny --data " + data + " --max-seq-length 0",
                      "--max_seq_length: 0 is not positive");
   expect_usage_error("eval --model gpt2-tiny --data " + data + " --max_seq_length 8 --device tpu",

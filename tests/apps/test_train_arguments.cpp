@@ -48,10 +48,12 @@ TEST_F(TrainArguments, DefaultsAreHfTrainingArguments) {
 }
 
 TEST_F(TrainArguments, SnakeAndKebabCase) {
-  const TrainingArguments snake = parse({"--per_device_train_batch_size", "4", "--learning_rate", "1e-3",
-                                         "--lr_scheduler_type", "cosine", "--eval_steps=50"});
-  const TrainingArguments kebab = parse({"--per-device-train-batch-size", "4", "--learning-rate=1e-3",
-                                         "--lr-scheduler-type", "cosine", "--eval-steps", "50"});
+  const TrainingArguments snake =
+      parse({"--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--lr_scheduler_type",
+             "cosine", "--eval_steps=50"});
+  const TrainingArguments kebab =
+      parse({"--per-device-train-batch-size", "4", "--learning-rate=1e-3", "--lr-scheduler-type",
+             "cosine", "--eval-steps", "50"});
   for (const TrainingArguments& args : {snake, kebab}) {
     EXPECT_EQ(args.per_device_train_batch_size, 4);
     EXPECT_EQ(args.learning_rate, 1e-3);
@@ -89,7 +91,8 @@ TEST_F(TrainArguments, LastFlagWins) {
 }
 
 TEST_F(TrainArguments, ConfigInEachFormat) {
-  const std::string toml = dir_.file("run.toml"), json = dir_.file("run.json"), yaml = dir_.file("run.yaml");
+  const std::string toml = dir_.file("run.toml"), json = dir_.file("run.json"),
+                    yaml = dir_.file("run.yaml");
   write_bytes(toml,
               "per_device_train_batch_size = 4\nlearning-rate = 3e-4\nbf16 = true\n"
               "lr_scheduler_type = \"cosine\"\nnum_train_epochs = 2\neval_steps = 25\n"
@@ -139,7 +142,8 @@ TEST_F(TrainArguments, ConfigErrorsNameTheFileKeyAndValue) {
   expect_invalid({"--config", toml}, {toml, "unknown key 'no_such_option'"});
 
   write_bytes(toml, "per_device_train_batch_size = \"eight\"\n");
-  expect_invalid({"--config", toml}, {toml, "per_device_train_batch_size", "expected an integer", "'eight'"});
+  expect_invalid({"--config", toml},
+                 {toml, "per_device_train_batch_size", "expected an integer", "'eight'"});
 
   const std::string json = dir_.file("bad.json");
   write_bytes(json, "{\"bf16\": \"yes\"}");
@@ -161,38 +165,50 @@ TEST_F(TrainArguments, ConfigErrorsNameTheFileKeyAndValue) {
   write_bytes(yaml, "seed: [1\n");
   expect_invalid({"--config", yaml}, {yaml, ":"});
 
-  expect_invalid({"--config", dir_.file("run.ini")}, {"run.ini", "unknown config file type '.ini'"});
+  expect_invalid({"--config", dir_.file("run.ini")},
+                 {"run.ini", "unknown config file type '.ini'"});
   expect_invalid({"--config", dir_.file("missing.toml")}, {"missing.toml", "cannot open"});
 }
 
 TEST_F(TrainArguments, ChecksNameTheOptionAndValue) {
-  expect_invalid({"--per_device_train_batch_size", "-3"}, {"--per_device_train_batch_size", "-3", "not positive"});
-  expect_invalid({"--per_device_train_batch_size", "8x"}, {"--per_device_train_batch_size", "'8x'", "not an integer"});
+  expect_invalid({"--per_device_train_batch_size", "-3"},
+                 {"--per_device_train_batch_size", "-3", "not positive"});
+  expect_invalid({"--per_device_train_batch_size", "8x"},
+                 {"--per_device_train_batch_size", "'8x'", "not an integer"});
   expect_invalid({"--learning_rate", "fast"}, {"--learning_rate", "'fast'", "not a number"});
-  expect_invalid({"--lr_scheduler_type", "sawtooth"}, {"--lr_scheduler_type", "sawtooth", "cosine"});
-  expect_invalid({"--lr_scheduler_type", "reduce_lr_on_plateau"}, {"--lr_scheduler_type", "reduce_lr_on_plateau"});
+  expect_invalid({"--lr_scheduler_type", "sawtooth"},
+                 {"--lr_scheduler_type", "sawtooth", "cosine"});
+  expect_invalid({"--lr_scheduler_type", "reduce_lr_on_plateau"},
+                 {"--lr_scheduler_type", "reduce_lr_on_plateau"});
   expect_invalid({"--optim", "adamw_9bit"}, {"--optim", "adamw_9bit", "adamw_torch"});
   expect_invalid({"--precision", "fp12"}, {"--precision", "fp12", "pure_bf16"});
   expect_invalid({"--bf16", "--fp16"}, {"--bf16 and --fp16 are both true"});
-  expect_invalid({"--gradient_checkpointing_policy", "every_0"}, {"gradient_checkpointing_policy", "every_0"});
+  expect_invalid({"--gradient_checkpointing_policy", "every_0"},
+                 {"gradient_checkpointing_policy", "every_0"});
   expect_invalid({"--eval_strategy", "epoch"}, {"--eval_strategy", "'epoch'", "no, steps"});
   expect_invalid({"--eval_steps", "0"}, {"--eval_steps", "0", "not positive"});
   expect_invalid({"--max_steps", "0"}, {"--max_steps", "-1"});
   expect_invalid({"--warmup_ratio", "1.5"}, {"--warmup_ratio", "1.5", "[0, 1]"});
   expect_invalid({"--device", "tpu"}, {"--device", "tpu"});
-  expect_invalid({"--dataloader_prefetch_factor", "2"}, {"--dataloader_prefetch_factor", "dataloader_num_workers"});
-  expect_invalid({"--resume_from_checkpoint", dir_.file("nope")}, {"--resume_from_checkpoint", "nope"});
+  expect_invalid({"--dataloader_prefetch_factor", "2"},
+                 {"--dataloader_prefetch_factor", "dataloader_num_workers"});
+  expect_invalid({"--resume_from_checkpoint", dir_.file("nope")},
+                 {"--resume_from_checkpoint", "nope"});
   expect_invalid({"--no_such_option", "1"}, {"--no_such_option"});
 
   const std::string config = dir_.file("run.toml");
   write_bytes(config, "per-device-train-batch-size = -1\n");
-  expect_invalid({"--config", config}, {config, "per-device-train-batch-size", "-1", "not positive"});
+  expect_invalid({"--config", config},
+                 {config, "per-device-train-batch-size", "-1", "not positive"});
 }
 
 TEST_F(TrainArguments, DataIsRequiredAndMustExist) {
   expect_error<ValueError>([] { parse_train_arguments({}); }, {"--data is required"});
-  expect_error<ValueError>([&] { parse_train_arguments({"--data", dir_.file("absent.txt")}); },
-                           {"--data", "absent.txt", "does not exist"});
+  expect_error<ValueError>(
+      [&] {
+        parse_train_arguments({"--data", dir_.file("absent.txt")});
+      },
+      {"--data", "absent.txt", "does not exist"});
 }
 
 TEST_F(TrainArguments, EvalStrategyStepsFallsBackToLoggingSteps) {

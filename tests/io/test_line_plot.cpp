@@ -52,7 +52,8 @@ Image read_png(const std::string& path) {
 // With HEADROOM_KEEP_PLOTS=DIR the plots are copied there, to be looked at.
 void keep_for_viewing(const std::string& path) {
   if (const char* dir = std::getenv("HEADROOM_KEEP_PLOTS")) {
-    std::filesystem::copy_file(path, std::filesystem::path(dir) / std::filesystem::path(path).filename(),
+    std::filesystem::copy_file(path,
+                               std::filesystem::path(dir) / std::filesystem::path(path).filename(),
                                std::filesystem::copy_options::overwrite_existing);
   }
 }
@@ -84,8 +85,9 @@ TEST(LinePlot, DecodesAsRgbOfTheAskedSize) {
   const Image image = read_png(path);
   EXPECT_EQ(image.width, 640u);
   EXPECT_EQ(image.height, 400u);
-  EXPECT_EQ(image.format, static_cast<uint32_t>(PNG_FORMAT_RGB));  // colour type RGB, 8 bits, no alpha
-  EXPECT_EQ(image.at(0, 0), 0xffffffu);                            // white background
+  EXPECT_EQ(image.format,
+            static_cast<uint32_t>(PNG_FORMAT_RGB));  // colour type RGB, 8 bits, no alpha
+  EXPECT_EQ(image.at(0, 0), 0xffffffu);              // white background
   // No temporary file is left beside it.
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.str()), {}), 1);
 }
@@ -118,7 +120,9 @@ TEST(LinePlot, AKnownLineHasItsSeriesColour) {
   // The markers of series 1 are drawn in its colour.
   int marker_pixels = 0;
   for (uint32_t y = 0; y < image.height; ++y) {
-    for (uint32_t x = 0; x < image.width; ++x) marker_pixels += image.at(x, y) == plot_series_color(1);
+    for (uint32_t x = 0; x < image.width; ++x) {
+      marker_pixels += image.at(x, y) == plot_series_color(1);
+    }
   }
   EXPECT_GT(marker_pixels, 10);
 }
@@ -131,7 +135,8 @@ TEST(LinePlot, LogAxisMarkersAndPointLabels) {
   points.markers = true;
   points.point_labels = true;
   points.labels = {"ckpt full", "ckpt every_2", "bf16", "fp32"};
-  PlotSeries nan_gap = series("with a gap", {1, 2, 3, 4, 5, 6}, {0.5, 0.45, std::nan(""), 0.3, 0.28, -1});
+  PlotSeries nan_gap =
+      series("with a gap", {1, 2, 3, 4, 5, 6}, {0.5, 0.45, std::nan(""), 0.3, 0.28, -1});
   PlotOptions options;
   options.title = "memory vs time";
   options.x_label = "peak GiB";
@@ -150,22 +155,33 @@ TEST(LinePlot, BadInputIsAValueError) {
   expect_error<ValueError>([&] { write_plot_png(path, {}, {}); }, {path, "at least one series"});
   expect_error<ValueError>([&] { write_plot_png(path, {series("empty", {}, {})}, {}); },
                            {path, "series 'empty' has no points"});
-  expect_error<ValueError>([&] { write_plot_png(path, {series("", {1, 2}, {1})}, {}); },
-                           {path, "series 0", "2 x values and 1 y values"});
+  expect_error<ValueError>(
+      [&] {
+        write_plot_png(path, {series("", {1, 2}, {1})}, {});
+      },
+      {path, "series 0", "2 x values and 1 y values"});
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  expect_error<ValueError>([&] { write_plot_png(path, {series("a", {1, 2}, {nan, nan})}, {}); },
-                           {path, "no point"});
+  expect_error<ValueError>(
+      [&] {
+        write_plot_png(path, {series("a", {1, 2}, {nan, nan})}, {});
+      },
+      {path, "no point"});
   PlotOptions log_y;
   log_y.log_y = true;
-  expect_error<ValueError>([&] { write_plot_png(path, {series("a", {1, 2}, {0, -1})}, log_y); },
-                           {path, "positive y"});
+  expect_error<ValueError>(
+      [&] {
+        write_plot_png(path, {series("a", {1, 2}, {0, -1})}, log_y);
+      },
+      {path, "positive y"});
   PlotOptions tiny;
   tiny.width = 10;
-  expect_error<ValueError>([&] { write_plot_png(path, {series("a", {1}, {1})}, tiny); }, {path, "10x600"});
+  expect_error<ValueError>([&] { write_plot_png(path, {series("a", {1}, {1})}, tiny); },
+                           {path, "10x600"});
   PlotSeries labelled = series("a", {1, 2}, {1, 2});
   labelled.point_labels = true;
   labelled.labels = {"one"};
-  expect_error<ValueError>([&] { write_plot_png(path, {labelled}, {}); }, {"1 point labels for 2 points"});
+  expect_error<ValueError>([&] { write_plot_png(path, {labelled}, {}); },
+                           {"1 point labels for 2 points"});
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 
