@@ -1,11 +1,26 @@
-// The `headroom` command. Errors print on one line: usage errors exit 2, others 1.
+// The `headroom` command. Errors print on one line, `headroom: error: ...`: usage errors and bad
+// values (CLI11 parse errors, ValueError) exit 2, everything else 1.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "apps/demo_command.h"
+#include "apps/eval_command.h"
+#include "apps/train_command.h"
 #include "core/error.h"
+
+namespace {
+
+int report_error(std::string message, const char* suffix, int exit_code) {
+  std::replace(message.begin(), message.end(), '\n', ' ');  // one line, whatever the source
+  std::fprintf(stderr, "headroom: error: %s%s\n", message.c_str(), suffix);
+  return exit_code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"headroom: train transformer models in as little GPU memory as possible"};
@@ -13,9 +28,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   headroom::DemoOptions demo;
   CLI::App* demo_command = headroom::add_demo_command(app, demo);
+  CLI::App* train_command = headroom::add_train_command(app);
+  headroom::EvalOptions eval;
+  CLI::App* eval_command = headroom::add_eval_command(app, eval);
   try {
     app.parse(argc, argv);
     if (demo_command->parsed()) return headroom::run_demo(demo);
+    if (train_command->parsed()) return headroom::run_train_command(*train_command);
+    if (eval_command->parsed()) return headroom::run_eval(eval);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -23,14 +43,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "headroom: error: %s (see --help)\n", e.what());
-    return 2;
+    return report_error(e.what(), " (see --help)", 2);
   } catch (const headroom::ValueError& e) {
-    std::fprintf(stderr, "headroom: error: %s\n", e.what());
-    return 2;
+    return report_error(e.what(), "", 2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "headroom: error: %s\n", e.what());
-    return 1;
+    return report_error(e.what(), "", 1);
   }
   return 0;
 }

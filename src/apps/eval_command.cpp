@@ -1,0 +1,81 @@
+// `headroom eval` on CLI11, with the same option spellings and value checks as `headroom train`.
+#include "apps/eval_command.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "apps/option_value.h"
+#include "core/device.h"
+#include "core/error.h"
+
+namespace headroom {
+
+CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Loss and perplexity of a model on a text file (consecutive windows, no shuffling)");
+  auto last = CLI::MultiOptionPolicy::TakeLast;
+  eval->add_option("--model", o.model, "a preset or a model directory (config.json + weights)")
+      ->required()
+      ->multi_option_policy(last);
+  eval->add_option("--data", o.data, "a text file, a directory of them, or JSONL with \"text\"")
+      ->required()
+      ->multi_option_policy(last);
+  eval->add_option("--max_seq_length,--max-seq-length", o.max_seq_length,
+                   "tokens per window (each window scores this many predictions)")
+      ->type_name("INT")
+      ->required()
+      ->multi_option_policy(last);
+  eval->add_option("--per_device_eval_batch_size,--per-device-eval-batch-size",
+                   o.per_device_eval_batch_size, "windows per batch")
+      ->type_name("INT")
+      ->capture_default_str()
+      ->multi_option_policy(last);
+  eval->add_option("--device", o.device,
+                   "auto (cuda when present, else cpu), cpu, cuda, cuda:N or meta")
+      ->capture_default_str()
+      ->multi_option_policy(last);
+  eval->add_flag("--json", o.json, "print one JSON object instead of the line");
+  return eval;
+}
+
+std::string format_eval_result(const EvalResult& r, bool json) {
+  if (json) {
+    nlohmann::json out = nlohmann::json::object();
+    out["loss"] = r.loss;
+    out["perplexity"] = r.perplexity;
+    out["tokens"] = r.tokens;
+    return out.dump();
+  }
+  char line[128];
+  std::snprintf(line, sizeof line, "loss: %.4f  perplexity: %.2f  tokens: %lld", r.loss,
+                r.perplexity, static_cast<long long>(r.tokens));
+  return line;
+}
+
+int run_eval(const EvalOptions& o) {
+  const int64_t length = parse_integer_value(o.max_seq_length, "--max_seq_length");
+  if (length <= 0) throw ValueError(str_cat("--max_seq_length: ", length, " is not positive"));
+  const int64_t batch =
+      parse_integer_value(o.per_device_eval_batch_size, "--per_device_eval_batch_size");
+  if (batch <= 0) {
+    throw ValueError(str_cat("--per_device_eval_batch_size: ", batch, " is not positive"));
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(o.data, ec)) {
+    throw ValueError(str_cat("--data: '", o.data, "' does not exist"));
+  }
+  if (o.device != "auto") {
+    try {
+      Device::parse(o.device);
+    } catch (const ValueError& e) {
+      throw ValueError(str_cat("--device: ", e.what()));
+    }
+  }
+  const EvalResult result = evaluate_file(o.model, o.data, length, batch, o.device);
+  std::printf("%s\n", format_eval_result(result, o.json).c_str());
+  return 0;
+}
+
+}  // namespace headroom

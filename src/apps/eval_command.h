@@ -1,0 +1,36 @@
+// `headroom eval`: the loss and perplexity of a model on a text file, in consecutive windows of
+// max_seq_length + 1 tokens (train/trainer.h evaluate_file), printed as one line or one JSON
+// object.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "train/trainer.h"
+
+namespace CLI {
+class App;
+}
+
+namespace headroom {
+
+struct EvalOptions {
+  std::string model;
+  std::string data;
+  std::string max_seq_length;  // text, converted by option_value for one error style
+  std::string per_device_eval_batch_size = "8";
+  std::string device = "auto";
+  bool json = false;
+};
+
+CLI::App* add_eval_command(CLI::App& app, EvalOptions& options);
+// ValueError naming the option for a missing data file, a non-positive length or batch, or an
+// unknown device; then evaluate_file and the report on stdout.
+int run_eval(const EvalOptions& options);
+
+// "loss: 3.2145  perplexity: 24.89  tokens: 1024" (4 and 2 decimals), or with json
+// {"loss": 3.2145..., "perplexity": 24.89..., "tokens": 1024} (full precision; an infinite
+// perplexity is null, as JSON has no infinity).
+std::string format_eval_result(const EvalResult& result, bool json);
+
+}  // namespace headroom

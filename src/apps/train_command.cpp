@@ -1,0 +1,97 @@
+// `headroom train` on CLI11: every option is registered as text and converted by train_options,
+// so flags and config files share one set of conversions and error messages.
+#include "apps/train_command.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+
+#include "apps/train_options.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace headroom {
+namespace {
+
+std::string help_default(const TrainOption& option) {
+  std::string text = option_value_text(TrainingArguments{}, option);
+  if (text == "\n") return "\\n";  // sample_prompt's newline, shown as Python would write it
+  return text;
+}
+
+void add_train_options(CLI::App& train) {
+  train.add_option("--config", "a TOML, JSON or YAML file of option = value; flags override it")
+      ->type_name("FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (const TrainOption& option : train_options()) {
+    std::string names = str_cat("--", option.name);
+    if (const std::string kebab = kebab_case(option.name); kebab != option.name) {
+      names += ",--" + kebab;
+    }
+    CLI::Option* added = train.add_option(names, option.help)
+                             ->group(option.group)
+                             ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    const std::string shown = help_default(option);
+    if (std::holds_alternative<bool TrainingArguments::*>(option.field)) {
+      // HF's booleans: `--bf16` alone, or `--bf16 true|false|1|0|yes|no`.
+      added->expected(0, 1)->option_text(str_cat("[BOOL]=", shown));
+    } else {
+      added->type_name(option_type_name(option));
+      if (!shown.empty()) added->option_text(str_cat(option_type_name(option), "=", shown));
+    }
+  }
+  train.footer(
+      "Every option is also accepted in kebab-case in config files (bf16 = true, "
+      "per-device-train-batch-size = 4).\nBooleans: --bf16 alone means true; --bf16 false, 0, no "
+      "turn it off.");
+}
+
+}  // namespace
+
+CLI::App* add_train_command(CLI::App& app) {
+  CLI::App* train = app.add_subcommand(
+      "train", "Train or fine-tune a language model (options as HF TrainingArguments)");
+  add_train_options(*train);
+  return train;
+}
+
+TrainingArguments train_arguments_from(const CLI::App& train) {
+  TrainingArguments args;
+  OptionOrigins origins;
+  if (const CLI::Option* config = train.get_option("--config"); config->count() > 0) {
+    apply_config_file(args, config->results().back(), origins);
+  }
+  for (const TrainOption& option : train_options()) {
+    const CLI::Option* flag = train.get_option(str_cat("--", option.name));
+    if (flag->count() == 0) continue;
+    const std::string origin = str_cat("--", option.name);
+    // A bare boolean flag leaves no result: it means true.
+    const std::string text = flag->results().empty() ? std::string() : flag->results().back();
+    set_option_from_text(args, option, text, origin);
+    origins[option.name] = origin;
+  }
+  validate_training_arguments(args, origins);
+  return args;
+}
+
+int run_train_command(const CLI::App& train) {
+  const TrainingArguments args = train_arguments_from(train);
+  if (args.eval_steps && args.eval_strategy == "no") {
+    std::fprintf(stderr, "headroom: warning: eval_steps is ignored with eval_strategy no\n");
+  }
+  return run_training(args);
+}
+
+TrainingArguments parse_train_arguments(const std::vector<std::string>& args) {
+  CLI::App train{"headroom train", "train"};
+  add_train_options(train);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+  try {
+    train.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    throw ValueError(e.what());
+  }
+  return train_arguments_from(train);
+}
+
+}  // namespace headroom

@@ -1,0 +1,352 @@
+// The table of `headroom train` options over TrainingArguments, value setting from the command line
+// and config files, and the checks on the merged arguments.
+#include "apps/train_options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "amp/precision.h"
+#include "apps/option_value.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer_factory.h"
+
+namespace headroom {
+namespace {
+
+using A = TrainingArguments;
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+std::vector<TrainOption> make_train_options() {
+  const char* data = "Model and data";
+  const char* batches = "Batches and length";
+  const char* optimizer = "Optimizer and schedule";
+  const char* precision = "Precision and memory";
+  const char* logging = "Logging, evaluation, checkpoints";
+  const char* loading = "Data loading";
+  const char* other = "Seeds and the sample";
+  return {
+      {"model", data, "a preset (gpt2-tiny, gpt2, llama-tiny, ...) or a directory with config.json",
+       &A::model},
+      {"data", data,
+       "training text: a text file, a directory of them, or JSONL with \"text\" (required)",
+       &A::data},
+      {"output_dir", data, "where checkpoints, logs and the loss plot go", &A::output_dir},
+      {"device", data, "auto (cuda when present, else cpu), cpu, cuda, cuda:N or meta", &A::device},
+      {"max_seq_length", data, "tokens per sequence (default: the model's context length)",
+       &A::max_seq_length},
+      {"validation_split_percentage", data, "percent of the data held out for evaluation",
+       &A::validation_split_percentage},
+      {"per_device_train_batch_size", batches, "sequences per micro-batch",
+       &A::per_device_train_batch_size},
+      {"per_device_eval_batch_size", batches, "sequences per evaluation batch",
+       &A::per_device_eval_batch_size},
+      {"gradient_accumulation_steps", batches, "micro-batches per optimizer step",
+       &A::gradient_accumulation_steps},
+      {"max_steps", batches, "optimizer steps; -1: num_train_epochs decides", &A::max_steps},
+      {"num_train_epochs", batches, "passes over the data (when max_steps is -1)",
+       &A::num_train_epochs},
+      {"optim", optimizer, "the optimizer: " + joined(optimizer_names()), &A::optim},
+      {"optim_args", optimizer, "extra optimizer options, \"key=value,key=value\"", &A::optim_args},
+      {"learning_rate", optimizer, "peak learning rate", &A::learning_rate},
+      {"weight_decay", optimizer, "decoupled weight decay (not on biases and norm weights)",
+       &A::weight_decay},
+      {"adam_beta1", optimizer, "AdamW's beta1", &A::adam_beta1},
+      {"adam_beta2", optimizer, "AdamW's beta2", &A::adam_beta2},
+      {"adam_epsilon", optimizer, "AdamW's epsilon", &A::adam_epsilon},
+      {"max_grad_norm", optimizer, "clip the total gradient norm to this; 0: no clipping",
+       &A::max_grad_norm},
+      {"lr_scheduler_type", optimizer,
+       "linear, cosine, cosine_with_restarts, polynomial, constant, "
+       "constant_with_warmup or inverse_sqrt",
+       &A::lr_scheduler_type},
+      {"warmup_ratio", optimizer, "share of the steps spent warming up (when warmup_steps is 0)",
+       &A::warmup_ratio},
+      {"warmup_steps", optimizer, "warm-up steps; > 0 overrides warmup_ratio", &A::warmup_steps},
+      {"bf16", precision, "bf16 autocast with fp32 master weights", &A::bf16},
+      {"fp16", precision, "fp16 autocast with fp32 master weights and dynamic loss scaling",
+       &A::fp16},
+      {"precision", precision,
+       "fp32, bf16, fp16 or pure_bf16 (bf16 weights, gradients and "
+       "optimizer states); overrides bf16 and fp16",
+       &A::precision},
+      {"gradient_checkpointing", precision,
+       "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
+      {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",
+       &A::gradient_checkpointing_policy},
+      {"logging_steps", logging, "log the loss and learning rate every N steps", &A::logging_steps},
+      {"logging_first_step", logging, "log the first step too", &A::logging_first_step},
+      {"eval_strategy", logging, "no or steps", &A::eval_strategy},
+      {"eval_steps", logging,
+       "evaluate every N steps with eval_strategy steps (default: logging_steps)", &A::eval_steps},
+      {"save_strategy", logging, "no or steps", &A::save_strategy},
+      {"save_steps", logging, "save a checkpoint every N steps", &A::save_steps},
+      {"save_total_limit", logging, "keep at most N checkpoints (default: all)",
+       &A::save_total_limit},
+      {"resume_from_checkpoint", logging,
+       "a checkpoint directory, or last (the newest in output_dir)", &A::resume_from_checkpoint},
+      {"disable_tqdm", logging, "plain log lines even on a terminal", &A::disable_tqdm},
+      {"dataloader_num_workers", loading, "worker threads loading batches; 0: the main thread",
+       &A::dataloader_num_workers},
+      {"dataloader_prefetch_factor", loading,
+       "batches each worker loads ahead (default: 2 with workers)", &A::dataloader_prefetch_factor},
+      {"dataloader_persistent_workers", loading, "keep the workers between epochs",
+       &A::dataloader_persistent_workers},
+      {"dataloader_pin_memory", loading, "page-locked batch buffers for faster copies to a GPU",
+       &A::dataloader_pin_memory},
+      {"dataloader_drop_last", loading, "drop the last incomplete batch", &A::dataloader_drop_last},
+      {"seed", other, "seed of initialisation, dropout and shuffling", &A::seed},
+      {"data_seed", other, "seed of the data shuffling (default: seed)", &A::data_seed},
+      {"sample_prompt", other, "prompt of the sample printed after training", &A::sample_prompt},
+      {"sample_max_new_tokens", other, "tokens generated for the sample; 0: no sample",
+       &A::sample_max_new_tokens},
+  };
+}
+
+// Visitor overloads for TrainingField.
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+
+}  // namespace
+
+const std::vector<TrainOption>& train_options() {
+  static const std::vector<TrainOption> options = make_train_options();
+  return options;
+}
+
+std::string kebab_case(std::string_view snake_name) {
+  std::string name(snake_name);
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+const TrainOption* find_train_option(std::string_view name) {
+  std::string snake(name);
+  std::replace(snake.begin(), snake.end(), '-', '_');
+  for (const TrainOption& option : train_options()) {
+    if (snake == option.name) return &option;
+  }
+  return nullptr;
+}
+
+const char* option_type_name(const TrainOption& option) {
+  return std::visit(Overloaded{
+                        [](std::string A::*) { return "TEXT"; },
+                        [](int64_t A::*) { return "INT"; },
+                        [](std::optional<int64_t> A::*) { return "INT"; },
+                        [](double A::*) { return "FLOAT"; },
+                        [](bool A::*) { return "BOOL"; },
+                    },
+                    option.field);
+}
+
+std::string option_value_text(const TrainingArguments& args, const TrainOption& option) {
+  return std::visit(Overloaded{
+                        [&](std::string A::*f) { return args.*f; },
+                        [&](int64_t A::*f) { return std::to_string(args.*f); },
+                        [&](std::optional<int64_t> A::*f) {
+                          return (args.*f) ? std::to_string(*(args.*f)) : std::string();
+                        },
+                        [&](double A::*f) { return format_real(args.*f); },
+                        [&](bool A::*f) { return std::string((args.*f) ? "true" : "false"); },
+                    },
+                    option.field);
+}
+
+void set_option_from_text(TrainingArguments& args, const TrainOption& option, std::string_view text,
+                          const std::string& origin) {
+  std::visit(Overloaded{
+                 [&](std::string A::*f) { args.*f = std::string(text); },
+                 [&](int64_t A::*f) { args.*f = parse_integer_value(text, origin); },
+                 [&](std::optional<int64_t> A::*f) { args.*f = parse_integer_value(text, origin); },
+                 [&](double A::*f) { args.*f = parse_real_value(text, origin); },
+                 [&](bool A::*f) { args.*f = text.empty() || parse_bool_value(text, origin); },
+             },
+             option.field);
+}
+
+void set_option_from_config(TrainingArguments& args, const TrainOption& option,
+                            const ConfigValue& value, const std::string& origin) {
+  using Kind = ConfigValue::Kind;
+  auto wrong = [&](const char* expected) {
+    return ValueError(str_cat(origin, ": expected ", expected, ", got ", value.describe()));
+  };
+  std::visit(Overloaded{
+                 [&](std::string A::*f) {
+                   if (value.kind != Kind::string) throw wrong("a string");
+                   args.*f = value.text;
+                 },
+                 [&](int64_t A::*f) {
+                   if (value.kind != Kind::integer) throw wrong("an integer");
+                   args.*f = value.integer;
+                 },
+                 [&](std::optional<int64_t> A::*f) {
+                   if (value.kind == Kind::null) {
+                     args.*f = std::nullopt;
+                   } else if (value.kind == Kind::integer) {
+                     args.*f = value.integer;
+                   } else {
+                     throw wrong("an integer or null");
+                   }
+                 },
+                 [&](double A::*f) {
+                   if (value.kind == Kind::integer) {
+                     args.*f = static_cast<double>(value.integer);
+                   } else if (value.kind == Kind::real && std::isfinite(value.real)) {
+                     args.*f = value.real;
+                   } else {
+                     throw wrong("a finite number");
+                   }
+                 },
+                 [&](bool A::*f) {
+                   if (value.kind != Kind::boolean) throw wrong("true or false");
+                   args.*f = value.boolean;
+                 },
+             },
+             option.field);
+}
+
+void apply_config_file(TrainingArguments& args, const std::string& path, OptionOrigins& origins) {
+  std::map<std::string, std::string> seen;  // snake name -> the key as written
+  for (const ConfigEntry& entry : read_config_file(path)) {
+    const TrainOption* option = find_train_option(entry.key);
+    if (!option) {
+      throw ValueError(
+          str_cat(path, ": unknown key '", entry.key, "' (see headroom train --help)"));
+    }
+    if (auto [it, inserted] = seen.emplace(option->name, entry.key); !inserted) {
+      throw ValueError(str_cat(path, ": ", option->name, " is given twice (as '", it->second,
+                               "' and as '", entry.key, "')"));
+    }
+    const std::string origin = str_cat(path, ": ", entry.key);
+    set_option_from_config(args, *option, entry.value, origin);
+    origins[option->name] = origin;
+  }
+}
+
+void validate_training_arguments(const TrainingArguments& a, const OptionOrigins& origins) {
+  auto where = [&](const char* name) {
+    auto it = origins.find(name);
+    return it == origins.end() ? std::string(name) : it->second;
+  };
+  auto check = [&](bool ok, const char* name, const auto&... message) {
+    if (!ok) throw ValueError(str_cat(where(name), ": ", message...));
+  };
+  auto one_of = [&](const std::string& value, const char* name, std::vector<std::string> choices) {
+    const bool ok = std::find(choices.begin(), choices.end(), value) != choices.end();
+    check(ok, name, "unknown value '", value, "' (expected one of ", joined(choices), ")");
+  };
+  auto rethrow_named = [&](const char* name, auto&& parse) {
+    try {
+      parse();
+    } catch (const Error& e) {  // ValueError, or NotImplementedError for HF names not offered
+      throw ValueError(str_cat(where(name), ": ", e.what()));
+    }
+  };
+
+  // Model and data.
+  check(!a.model.empty(), "model", "must not be empty");
+  if (a.data.empty()) {
+    throw ValueError("--data is required: a text file, a directory of text files or a JSONL file");
+  }
+  std::error_code ec;
+  check(std::filesystem::exists(a.data, ec), "data", "'", a.data, "' does not exist");
+  check(!a.output_dir.empty(), "output_dir", "must not be empty");
+  if (a.device != "auto") rethrow_named("device", [&] { Device::parse(a.device); });
+  check(!a.max_seq_length || *a.max_seq_length > 0, "max_seq_length", a.max_seq_length.value_or(0),
+        " is not positive");
+  check(a.validation_split_percentage >= 0 && a.validation_split_percentage < 100,
+        "validation_split_percentage", format_real(a.validation_split_percentage),
+        " is outside [0, 100)");
+
+  // Batches and length.
+  check(a.per_device_train_batch_size > 0, "per_device_train_batch_size",
+        a.per_device_train_batch_size, " is not positive");
+  check(a.per_device_eval_batch_size > 0, "per_device_eval_batch_size",
+        a.per_device_eval_batch_size, " is not positive");
+  check(a.gradient_accumulation_steps > 0, "gradient_accumulation_steps",
+        a.gradient_accumulation_steps, " is not positive");
+  check(a.max_steps == -1 || a.max_steps > 0, "max_steps", a.max_steps,
+        " must be positive, or -1 to train for num_train_epochs");
+  check(a.max_steps > 0 || a.num_train_epochs > 0, "num_train_epochs",
+        format_real(a.num_train_epochs), " is not positive (and max_steps is -1)");
+
+  // Optimizer and schedule.
+  one_of(a.optim, "optim", optimizer_names());
+  rethrow_named("optim_args", [&] { parse_optim_args(a.optim_args); });
+  check(a.learning_rate >= 0, "learning_rate", format_real(a.learning_rate), " is negative");
+  check(a.weight_decay >= 0, "weight_decay", format_real(a.weight_decay), " is negative");
+  check(a.adam_beta1 >= 0 && a.adam_beta1 < 1, "adam_beta1", format_real(a.adam_beta1),
+        " is outside [0, 1)");
+  check(a.adam_beta2 >= 0 && a.adam_beta2 < 1, "adam_beta2", format_real(a.adam_beta2),
+        " is outside [0, 1)");
+  check(a.adam_epsilon >= 0, "adam_epsilon", format_real(a.adam_epsilon), " is negative");
+  check(a.max_grad_norm >= 0, "max_grad_norm", format_real(a.max_grad_norm),
+        " is negative (0 turns clipping off)");
+  rethrow_named("lr_scheduler_type", [&] { parse_scheduler_type(a.lr_scheduler_type); });
+  check(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "warmup_ratio", format_real(a.warmup_ratio),
+        " is outside [0, 1]");
+  check(a.warmup_steps >= 0, "warmup_steps", a.warmup_steps, " is negative");
+
+  // Precision and memory.
+  if (a.bf16 && a.fp16) {
+    throw ValueError(str_cat(where("bf16"), " and ", where("fp16"),
+                             " are both true: choose one (or set precision)"));
+  }
+  if (!a.precision.empty()) rethrow_named("precision", [&] { parse_precision(a.precision); });
+  const std::string& policy = a.gradient_checkpointing_policy;
+  bool every_n = false;
+  if (policy.starts_with("every_")) {
+    const std::string n = policy.substr(6);
+    every_n = !n.empty() && n.size() <= 9 &&
+              n.find_first_not_of("0123456789") == std::string::npos && std::stoll(n) > 0;
+  }
+  check(policy == "full" || policy == "selective" || every_n, "gradient_checkpointing_policy",
+        "unknown value '", policy, "' (expected full, selective or every_N with N >= 1)");
+
+  // Logging, evaluation, checkpoints. HF's eval_strategy "steps" without eval_steps evaluates
+  // every logging_steps (TrainingArguments.__post_init__); eval_steps with eval_strategy "no"
+  // is ignored, as in HF.
+  check(a.logging_steps > 0, "logging_steps", a.logging_steps, " is not positive");
+  one_of(a.eval_strategy, "eval_strategy", {"no", "steps"});
+  check(!a.eval_steps || *a.eval_steps > 0, "eval_steps", a.eval_steps.value_or(0),
+        " is not positive");
+  one_of(a.save_strategy, "save_strategy", {"no", "steps"});
+  check(a.save_steps > 0 || a.save_strategy == "no", "save_steps", a.save_steps,
+        " is not positive");
+  check(!a.save_total_limit || *a.save_total_limit > 0, "save_total_limit",
+        a.save_total_limit.value_or(0), " is not positive");
+  if (!a.resume_from_checkpoint.empty() && a.resume_from_checkpoint != "last") {
+    check(std::filesystem::is_directory(a.resume_from_checkpoint, ec), "resume_from_checkpoint",
+          "'", a.resume_from_checkpoint, "' is not a directory");
+  }
+
+  // Data loading: torch.utils.data.DataLoader's rules.
+  check(a.dataloader_num_workers >= 0, "dataloader_num_workers", a.dataloader_num_workers,
+        " is negative");
+  if (a.dataloader_prefetch_factor) {
+    check(*a.dataloader_prefetch_factor > 0, "dataloader_prefetch_factor",
+          *a.dataloader_prefetch_factor, " is not positive");
+    check(a.dataloader_num_workers > 0, "dataloader_prefetch_factor",
+          "needs dataloader_num_workers > 0 (batches are loaded in the main thread)");
+  }
+  check(!a.dataloader_persistent_workers || a.dataloader_num_workers > 0,
+        "dataloader_persistent_workers", "needs dataloader_num_workers > 0");
+
+  // Seeds and the sample.
+  check(a.seed >= 0, "seed", a.seed, " is negative");
+  check(!a.data_seed || *a.data_seed >= 0, "data_seed", a.data_seed.value_or(0), " is negative");
+  check(a.sample_max_new_tokens >= 0, "sample_max_new_tokens", a.sample_max_new_tokens,
+        " is negative");
+}
+
+}  // namespace headroom

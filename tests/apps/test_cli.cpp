@@ -1,0 +1,121 @@
+// The `headroom` binary as a user meets it: --help of train and eval, and usage errors on one
+// line `headroom: error: ...` with exit code 2, naming the option or file at fault.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "apps/eval_command.h"
+#include "apps/train_options.h"
+#include "io/io_test_helpers.h"
+
+namespace headroom {
+namespace {
+
+using io_test::read_bytes;
+using io_test::TempDir;
+using io_test::write_bytes;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs `headroom <args>` (args as shell words) and collects its exit code and output.
+CliRun run_cli(const std::string& args) {
+  TempDir dir;
+  const std::string out = dir.file("out"), err = dir.file("err");
+  const std::string command =
+      std::string(HEADROOM_CLI_PATH) + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(command.c_str());
+  CliRun run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = read_bytes(out);
+  run.err = read_bytes(err);
+  return run;
+}
+
+// One line, `headroom: error: ...`, holding `piece`; exit code 2.
+void expect_usage_error(const std::string& args, const std::string& piece) {
+  SCOPED_TRACE(args);
+  const CliRun run = run_cli(args);
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_EQ(run.err.rfind("headroom: error: ", 0), 0u) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "not one line: " << run.err;
+  EXPECT_NE(run.err.find(piece), std::string::npos) << run.err;
+}
+
+TEST(HeadroomCli, TrainHelpListsEveryOptionWithItsDefault) {
+  const CliRun run = run_cli("train --help");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const TrainingArguments defaults;
+  for (const TrainOption& option : train_options()) {
+    const std::string snake = std::string("--") + option.name;
+    const size_t at = run.out.find(snake);
+    ASSERT_NE(at, std::string::npos) << snake;
+    const std::string line = run.out.substr(at, run.out.find('\n', at) - at);
+    EXPECT_NE(line.find("--" + kebab_case(option.name)), std::string::npos) << line;
+    const std::string value = option_value_text(defaults, option);
+    if (!value.empty() && value != "\n") {
+      EXPECT_NE(line.find("=" + value), std::string::npos) << line;
+    }
+  }
+  EXPECT_NE(run.out.find("--config"), std::string::npos);
+  EXPECT_NE(run.out.find("--per_device_train_batch_size,--per-device-train-batch-size INT=8"),
+            std::string::npos);
+  EXPECT_NE(run.out.find("--bf16 [BOOL]=false"), std::string::npos);
+}
+
+TEST(HeadroomCli, TrainUsageErrorsExitTwoOnOneLine) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt");
+  write_bytes(data, "some text\n");
+  expect_usage_error("train --no_such_option 3", "--no_such_option");
+  expect_usage_error("train --data " + data + " --per_device_train_batch_size -1",
+                     "--per_device_train_batch_size: -1 is not positive");
+  expect_usage_error("train --data " + data + " --lr-scheduler-type sawtooth", "sawtooth");
+  expect_usage_error("train --data " + data + " --optim sgd_9000", "sgd_9000");
+  expect_usage_error("train --data " + data + " --precision fp12", "fp12");
+  expect_usage_error("train --data " + data + " --bf16 --fp16", "both true");
+  expect_usage_error("train --data " + dir.file("absent.txt"), "absent.txt");
+  expect_usage_error("train", "--data is required");
+  const std::string config = dir.file("run.json");
+  write_bytes(config, "{\"bf16\": true, \"colour\": \"blue\"}");
+  expect_usage_error("train --data " + data + " --config " + config, "unknown key 'colour'");
+  write_bytes(config, "{\n  \"seed\": 1,\n}");
+  expect_usage_error("train --data " + data + " --config " + config, "run.json");
+}
+
+TEST(HeadroomCli, EvalHelpAndErrors) {
+  const CliRun help = run_cli("eval --help");
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  for (const char* option : {"--model", "--data", "--max_seq_length", "--max-seq-length",
+                             "--per_device_eval_batch_size", "--device", "--json"}) {
+    EXPECT_NE(help.out.find(option), std::string::npos) << option;
+  }
+  TempDir dir;
+  const std::string data = dir.file("data.txt");
+  write_bytes(data, "some text\n");
+  expect_usage_error("eval --data " + data + " --max_seq_length 8", "--model");
+  expect_usage_error(
+      "eval --model gpt2-tiny --data " + dir.file("absent.txt") + " --max_seq_length 8",
+      "absent.txt");
+  expect_usage_error("eval --model gpt2-tiny --data " + data + " --max-seq-length 0",
+                     "--max_seq_length: 0 is not positive");
+  expect_usage_error("eval --model gpt2-tiny --data " + data + " --max_seq_length 8 --device tpu",
+                     "--device");
+  expect_usage_error("eval --model gpt2-tiny --data " + data +
+                         " --max_seq_length 8 --per-device-eval-batch-size x",
+                     "--per_device_eval_batch_size: 'x' is not an integer");
+}
+
+TEST(HeadroomCli, EvalReport) {
+  const EvalResult result{.loss = 2.0, .perplexity = 7.38905609893065, .tokens = 1024};
+  EXPECT_EQ(format_eval_result(result, false), "loss: 2.0000  perplexity: 7.39  tokens: 1024");
+  EXPECT_EQ(format_eval_result(result, true),
+            "{\"loss\":2.0,\"perplexity\":7.38905609893065,\"tokens\":1024}");
+}
+
+}  // namespace
+}  // namespace headroom
