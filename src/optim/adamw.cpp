@@ -52,17 +52,10 @@ void check_param(const std::string& name, const Tensor& param) {
   }
 }
 
-std::vector<NamedTensor> unnamed(const std::vector<Tensor>& params) {
-  std::vector<NamedTensor> named;
-  named.reserve(params.size());
-  for (size_t i = 0; i < params.size(); ++i) named.emplace_back(std::to_string(i), params[i]);
-  return named;
-}
-
 }  // namespace
 
 AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
-    : AdamW(unnamed(params), options) {}
+    : AdamW(numbered_params(params), options) {}
 
 AdamW::AdamW(const std::vector<NamedTensor>& named_params, const AdamWOptions& options)
     : AdamW(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
@@ -189,7 +182,7 @@ OptimizerStateDict AdamW::state_dict() const {
 void AdamW::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
   std::vector<std::vector<AdamWState>> states(groups_.size());
-  const nlohmann::json& per_param = saved.meta.at("state");
+  const nlohmann::json& per_param = state_dict_entry(saved.meta, "state");
   for (size_t g = 0; g < groups_.size(); ++g) {
     states[g].resize(groups_[g].params.size());
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
@@ -197,7 +190,7 @@ void AdamW::load_state_dict(const OptimizerStateDict& saved) {
       if (!per_param.contains(key)) continue;
       const Tensor& param = groups_[g].params[i].second;
       AdamWState& state = states[g][i];
-      state.step = per_param[key].at("step").get<int64_t>();
+      state.step = state_dict_entry(per_param[key], "step").get<int64_t>();
       state.exp_avg = load_state_tensor(saved, str_cat("state.", key, ".exp_avg"), param.shape(),
                                         options_.state_dtype, param.device());
       state.exp_avg_sq = load_state_tensor(saved, str_cat("state.", key, ".exp_avg_sq"),
@@ -208,9 +201,9 @@ void AdamW::load_state_dict(const OptimizerStateDict& saved) {
       }
     }
   }
-  const nlohmann::json& rng = saved.meta.at("rounding_generator");
-  rounding_generator_.manual_seed(rng.at("seed").get<uint64_t>());
-  rounding_generator_.set_offset(rng.at("offset").get<uint64_t>());
+  const nlohmann::json& rng = state_dict_entry(saved.meta, "rounding_generator");
+  rounding_generator_.manual_seed(state_dict_entry(rng, "seed").get<uint64_t>());
+  rounding_generator_.set_offset(state_dict_entry(rng, "offset").get<uint64_t>());
   states_ = std::move(states);
 }
 

@@ -68,6 +68,8 @@ class Optimizer {
   // this optimizer's and restores each group's lr and weight_decay.
   nlohmann::json state_dict_meta() const;
   void load_state_dict_meta(const nlohmann::json& meta);
+  // meta[key], or ValueError naming the missing entry.
+  const nlohmann::json& state_dict_entry(const nlohmann::json& meta, const std::string& key) const;
   // A copy of the tensor `key` of `state` on `device`, which must have `shape` and `dtype`
   // (ValueError naming the key otherwise, or when it is missing).
   Tensor load_state_tensor(const OptimizerStateDict& state, const std::string& key,

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "optim/adamw.h"
+#include "optim/adamw_8bit.h"
 
 namespace headroom {
 
@@ -31,9 +32,24 @@ std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
   return std::make_unique<AdamW>(std::move(groups), options);
 }
 
+// bitsandbytes' AdamW8bit with the TrainingArguments HF passes it (lr, betas, eps, weight_decay).
+std::unique_ptr<Optimizer> make_adamw_8bit(const OptimizerArguments& args,
+                                           std::vector<ParamGroup> groups) {
+  check_no_extras(args.optim, parse_optim_args(args.optim_args));
+  AdamW8bitOptions options;
+  options.lr = args.learning_rate;
+  options.beta1 = args.adam_beta1;
+  options.beta2 = args.adam_beta2;
+  options.eps = args.adam_epsilon;
+  options.weight_decay = args.weight_decay;
+  return std::make_unique<AdamW8bit>(std::move(groups), options);
+}
+
 }  // namespace
 
-std::vector<std::string> optimizer_names() { return {"adamw_torch", "adamw_bf16"}; }
+std::vector<std::string> optimizer_names() {
+  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adamw_bnb_8bit"};
+}
 
 std::map<std::string, std::string> parse_optim_args(const std::string& optim_args) {
   std::map<std::string, std::string> result;
@@ -64,6 +80,9 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
     return make_adamw(args, std::move(groups), DType::f32);
   }
   if (args.optim == "adamw_bf16") return make_adamw(args, std::move(groups), DType::bf16);
+  if (args.optim == "adamw_8bit" || args.optim == "adamw_bnb_8bit") {
+    return make_adamw_8bit(args, std::move(groups));
+  }
   std::string known;
   for (const std::string& name : optimizer_names()) known += (known.empty() ? "" : ", ") + name;
   throw ValueError(str_cat("optim: unknown optimizer '", args.optim, "' (one of ", known, ")"));
