@@ -3,7 +3,6 @@
 #include "optim/adamw.h"
 
 #include <cmath>
-#include <unordered_set>
 
 #include "backend/cpu/adamw.h"
 #include "core/error.h"
@@ -15,18 +14,7 @@ namespace headroom {
 namespace {
 
 void check_options(const AdamWOptions& o) {
-  // torch.optim.AdamW's checks and messages.
-  if (!(o.lr >= 0.0)) throw ValueError(str_cat("AdamW: Invalid learning rate: ", o.lr));
-  if (!(o.eps >= 0.0)) throw ValueError(str_cat("AdamW: Invalid epsilon value: ", o.eps));
-  if (!(o.beta1 >= 0.0 && o.beta1 < 1.0)) {
-    throw ValueError(str_cat("AdamW: Invalid beta parameter at index 0: ", o.beta1));
-  }
-  if (!(o.beta2 >= 0.0 && o.beta2 < 1.0)) {
-    throw ValueError(str_cat("AdamW: Invalid beta parameter at index 1: ", o.beta2));
-  }
-  if (!(o.weight_decay >= 0.0)) {
-    throw ValueError(str_cat("AdamW: Invalid weight_decay value: ", o.weight_decay));
-  }
+  check_adam_hyperparameters("AdamW", o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
   if (o.state_dtype != DType::f32 && o.state_dtype != DType::bf16) {
     throw NotImplementedError(str_cat("AdamW: state_dtype ", dtype_name(o.state_dtype),
                                       "; only f32 and bf16 states are supported"));
@@ -54,6 +42,22 @@ void check_param(const std::string& name, const Tensor& param) {
 
 }  // namespace
 
+void check_adam_hyperparameters(const char* optimizer, double lr, double beta1, double beta2,
+                                double eps, double weight_decay) {
+  // torch.optim.AdamW's checks and messages.
+  if (!(lr >= 0.0)) throw ValueError(str_cat(optimizer, ": Invalid learning rate: ", lr));
+  if (!(eps >= 0.0)) throw ValueError(str_cat(optimizer, ": Invalid epsilon value: ", eps));
+  if (!(beta1 >= 0.0 && beta1 < 1.0)) {
+    throw ValueError(str_cat(optimizer, ": Invalid beta parameter at index 0: ", beta1));
+  }
+  if (!(beta2 >= 0.0 && beta2 < 1.0)) {
+    throw ValueError(str_cat(optimizer, ": Invalid beta parameter at index 1: ", beta2));
+  }
+  if (!(weight_decay >= 0.0)) {
+    throw ValueError(str_cat(optimizer, ": Invalid weight_decay value: ", weight_decay));
+  }
+}
+
 AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
     : AdamW(numbered_params(params), options) {}
 
@@ -62,25 +66,14 @@ AdamW::AdamW(const std::vector<NamedTensor>& named_params, const AdamWOptions& o
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
     : options_(options), rounding_generator_(options.rounding_seed) {
-  groups_ = std::move(groups);
   check_options(options_);
-  std::unordered_set<const AutogradMeta*> seen;
-  for (ParamGroup& group : groups_) {
-    AdamWOptions group_options = options_;
-    group_options.lr = group.lr.value_or(options_.lr);
-    group_options.weight_decay = group.weight_decay.value_or(options_.weight_decay);
-    check_options(group_options);
-    group.lr = group_options.lr;
-    group.weight_decay = group_options.weight_decay;
-    for (const auto& [name, param] : group.params) {
-      check_param(name, param);
-      if (!seen.insert(param.autograd_meta()).second) {
-        throw ValueError(str_cat("AdamW: parameter '", name,
-                                 "' appears more than once in the parameter groups"));
-      }
-    }
-    states_.emplace_back(group.params.size());
-  }
+  auto check_group = [this](double lr, double weight_decay) {
+    check_adam_hyperparameters("AdamW", lr, options_.beta1, options_.beta2, options_.eps,
+                               weight_decay);
+  };
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group,
+                   check_param);
+  for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
 }
 
 void AdamW::step() {

@@ -3,11 +3,11 @@
 #include "optim/adamw_8bit.h"
 
 #include <cmath>
-#include <unordered_set>
 
 #include "backend/cpu/adamw_8bit.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "optim/adamw.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -15,17 +15,7 @@ namespace headroom {
 namespace {
 
 void check_options(const AdamW8bitOptions& o) {
-  if (!(o.lr >= 0.0)) throw ValueError(str_cat("AdamW8bit: Invalid learning rate: ", o.lr));
-  if (!(o.eps >= 0.0)) throw ValueError(str_cat("AdamW8bit: Invalid epsilon value: ", o.eps));
-  if (!(o.beta1 >= 0.0 && o.beta1 < 1.0)) {
-    throw ValueError(str_cat("AdamW8bit: Invalid beta parameter at index 0: ", o.beta1));
-  }
-  if (!(o.beta2 >= 0.0 && o.beta2 < 1.0)) {
-    throw ValueError(str_cat("AdamW8bit: Invalid beta parameter at index 1: ", o.beta2));
-  }
-  if (!(o.weight_decay >= 0.0)) {
-    throw ValueError(str_cat("AdamW8bit: Invalid weight_decay value: ", o.weight_decay));
-  }
+  check_adam_hyperparameters("AdamW8bit", o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
   if (o.min_8bit_size < 0) {
     throw ValueError(str_cat("AdamW8bit: min_8bit_size ", o.min_8bit_size, " must be >= 0"));
   }
@@ -84,25 +74,14 @@ AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, const AdamW8bitOptions& opt
     : options_(options),
       signed_map_(cpu::create_dynamic_map(true)),
       unsigned_map_(cpu::create_dynamic_map(false)) {
-  groups_ = std::move(groups);
   check_options(options_);
-  std::unordered_set<const AutogradMeta*> seen;
-  for (ParamGroup& group : groups_) {
-    AdamW8bitOptions group_options = options_;
-    group_options.lr = group.lr.value_or(options_.lr);
-    group_options.weight_decay = group.weight_decay.value_or(options_.weight_decay);
-    check_options(group_options);
-    group.lr = group_options.lr;
-    group.weight_decay = group_options.weight_decay;
-    for (const auto& [name, param] : group.params) {
-      check_param(name, param);
-      if (!seen.insert(param.autograd_meta()).second) {
-        throw ValueError(str_cat("AdamW8bit: parameter '", name,
-                                 "' appears more than once in the parameter groups"));
-      }
-    }
-    states_.emplace_back(group.params.size());
-  }
+  auto check_group = [this](double lr, double weight_decay) {
+    check_adam_hyperparameters("AdamW8bit", lr, options_.beta1, options_.beta2, options_.eps,
+                               weight_decay);
+  };
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group,
+                   check_param);
+  for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
 }
 
 void AdamW8bit::step() {

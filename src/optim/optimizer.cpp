@@ -1,6 +1,8 @@
 // Optimizer: the parts shared by every optimizer (gradients, learning rates per group).
 #include "optim/optimizer.h"
 
+#include <unordered_set>
+
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -48,6 +50,26 @@ OptimizerStateDict Optimizer::state_dict() const {
 
 void Optimizer::load_state_dict(const OptimizerStateDict&) {
   throw NotImplementedError(str_cat(name(), ": load_state_dict is not implemented"));
+}
+
+void Optimizer::set_param_groups(
+    std::vector<ParamGroup> groups, double default_lr, double default_weight_decay,
+    const std::function<void(double, double)>& check_group,
+    const std::function<void(const std::string&, const Tensor&)>& check_param) {
+  groups_ = std::move(groups);
+  std::unordered_set<const AutogradMeta*> seen;
+  for (ParamGroup& group : groups_) {
+    group.lr = group.lr.value_or(default_lr);
+    group.weight_decay = group.weight_decay.value_or(default_weight_decay);
+    check_group(*group.lr, *group.weight_decay);
+    for (const auto& [param_name, param] : group.params) {
+      check_param(param_name, param);
+      if (!seen.insert(param.autograd_meta()).second) {
+        throw ValueError(str_cat(name(), ": parameter '", param_name,
+                                 "' appears more than once in the parameter groups"));
+      }
+    }
+  }
 }
 
 nlohmann::json Optimizer::state_dict_meta() const {

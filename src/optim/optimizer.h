@@ -2,6 +2,7 @@
 // schedulers and GradScaler need), step, zero_grad. State dtype and layout belong to each optimizer.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,14 @@ class Optimizer {
   Optimizer() = default;
   // Called by set_group_lr before it stores `lr`: throws ValueError for a value out of range.
   virtual void check_lr(double lr) const;
+
+  // Stores `groups` with each unset lr / weight_decay taken from the defaults, checking each
+  // group's pair with check_group(lr, weight_decay), each parameter with check_param(name, param),
+  // and that no parameter appears twice (ValueError naming it).
+  void set_param_groups(std::vector<ParamGroup> groups, double default_lr,
+                        double default_weight_decay,
+                        const std::function<void(double, double)>& check_group,
+                        const std::function<void(const std::string&, const Tensor&)>& check_param);
 
   // For state_dict implementations: {"optimizer": name(), "param_groups": [...]}, and its
   // counterpart, which checks the saved optimizer name and groups (count, parameter names) against

@@ -17,32 +17,32 @@ void check_no_extras(const std::string& optim, const std::map<std::string, std::
   }
 }
 
-std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
-                                      std::vector<ParamGroup> groups, DType state_dtype) {
+// The Adam options HF passes from TrainingArguments: lr, betas, eps and weight_decay.
+template <typename Options>
+Options adam_options(const OptimizerArguments& args) {
   check_no_extras(args.optim, parse_optim_args(args.optim_args));
-  AdamWOptions options;
+  Options options;
   options.lr = args.learning_rate;
   options.beta1 = args.adam_beta1;
   options.beta2 = args.adam_beta2;
   options.eps = args.adam_epsilon;
   options.weight_decay = args.weight_decay;
+  return options;
+}
+
+std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
+                                      std::vector<ParamGroup> groups, DType state_dtype) {
+  AdamWOptions options = adam_options<AdamWOptions>(args);
   options.state_dtype = state_dtype;
   options.kahan_summation = args.kahan_summation;
   options.rounding_seed = args.seed ^ 0x5eedull;
   return std::make_unique<AdamW>(std::move(groups), options);
 }
 
-// bitsandbytes' AdamW8bit with the TrainingArguments HF passes it (lr, betas, eps, weight_decay).
+// bitsandbytes' AdamW8bit, as HF builds it for adamw_8bit and adamw_bnb_8bit.
 std::unique_ptr<Optimizer> make_adamw_8bit(const OptimizerArguments& args,
                                            std::vector<ParamGroup> groups) {
-  check_no_extras(args.optim, parse_optim_args(args.optim_args));
-  AdamW8bitOptions options;
-  options.lr = args.learning_rate;
-  options.beta1 = args.adam_beta1;
-  options.beta2 = args.adam_beta2;
-  options.eps = args.adam_epsilon;
-  options.weight_decay = args.weight_decay;
-  return std::make_unique<AdamW8bit>(std::move(groups), options);
+  return std::make_unique<AdamW8bit>(std::move(groups), adam_options<AdamW8bitOptions>(args));
 }
 
 }  // namespace
