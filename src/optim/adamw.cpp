@@ -3,7 +3,6 @@
 #include "optim/adamw.h"
 
 #include <cmath>
-#include <unordered_set>
 
 #include "backend/cpu/adamw.h"
 #include "core/error.h"
@@ -15,18 +14,7 @@ namespace headroom {
 namespace {
 
 void check_options(const AdamWOptions& o) {
-  // torch.optim.AdamW's checks and messages.
-  if (!(o.lr >= 0.0)) throw ValueError(str_cat("AdamW: Invalid learning rate: ", o.lr));
-  if (!(o.eps >= 0.0)) throw ValueError(str_cat("AdamW: Invalid epsilon value: ", o.eps));
-  if (!(o.beta1 >= 0.0 && o.beta1 < 1.0)) {
-    throw ValueError(str_cat("AdamW: Invalid beta parameter at index 0: ", o.beta1));
-  }
-  if (!(o.beta2 >= 0.0 && o.beta2 < 1.0)) {
-    throw ValueError(str_cat("AdamW: Invalid beta parameter at index 1: ", o.beta2));
-  }
-  if (!(o.weight_decay >= 0.0)) {
-    throw ValueError(str_cat("AdamW: Invalid weight_decay value: ", o.weight_decay));
-  }
+  check_adam_hyperparameters("AdamW", o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
   if (o.state_dtype != DType::f32 && o.state_dtype != DType::bf16) {
     throw NotImplementedError(str_cat("AdamW: state_dtype ", dtype_name(o.state_dtype),
                                       "; only f32 and bf16 states are supported"));
@@ -52,42 +40,40 @@ void check_param(const std::string& name, const Tensor& param) {
   }
 }
 
-std::vector<NamedTensor> unnamed(const std::vector<Tensor>& params) {
-  std::vector<NamedTensor> named;
-  named.reserve(params.size());
-  for (size_t i = 0; i < params.size(); ++i) named.emplace_back(std::to_string(i), params[i]);
-  return named;
-}
-
 }  // namespace
 
+void check_adam_hyperparameters(const char* optimizer, double lr, double beta1, double beta2,
+                                double eps, double weight_decay) {
+  // torch.optim.AdamW's checks and messages.
+  if (!(lr >= 0.0)) throw ValueError(str_cat(optimizer, ": Invalid learning rate: ", lr));
+  if (!(eps >= 0.0)) throw ValueError(str_cat(optimizer, ": Invalid epsilon value: ", eps));
+  if (!(beta1 >= 0.0 && beta1 < 1.0)) {
+    throw ValueError(str_cat(optimizer, ": Invalid beta parameter at index 0: ", beta1));
+  }
+  if (!(beta2 >= 0.0 && beta2 < 1.0)) {
+    throw ValueError(str_cat(optimizer, ": Invalid beta parameter at index 1: ", beta2));
+  }
+  if (!(weight_decay >= 0.0)) {
+    throw ValueError(str_cat(optimizer, ": Invalid weight_decay value: ", weight_decay));
+  }
+}
+
 AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
-    : AdamW(unnamed(params), options) {}
+    : AdamW(numbered_params(params), options) {}
 
 AdamW::AdamW(const std::vector<NamedTensor>& named_params, const AdamWOptions& options)
     : AdamW(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
     : options_(options), rounding_generator_(options.rounding_seed) {
-  groups_ = std::move(groups);
   check_options(options_);
-  std::unordered_set<const AutogradMeta*> seen;
-  for (ParamGroup& group : groups_) {
-    AdamWOptions group_options = options_;
-    group_options.lr = group.lr.value_or(options_.lr);
-    group_options.weight_decay = group.weight_decay.value_or(options_.weight_decay);
-    check_options(group_options);
-    group.lr = group_options.lr;
-    group.weight_decay = group_options.weight_decay;
-    for (const auto& [name, param] : group.params) {
-      check_param(name, param);
-      if (!seen.insert(param.autograd_meta()).second) {
-        throw ValueError(str_cat("AdamW: parameter '", name,
-                                 "' appears more than once in the parameter groups"));
-      }
-    }
-    states_.emplace_back(group.params.size());
-  }
+  auto check_group = [this](double lr, double weight_decay) {
+    check_adam_hyperparameters("AdamW", lr, options_.beta1, options_.beta2, options_.eps,
+                               weight_decay);
+  };
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group,
+                   check_param);
+  for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
 }
 
 void AdamW::step() {
@@ -189,7 +175,7 @@ OptimizerStateDict AdamW::state_dict() const {
 void AdamW::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
   std::vector<std::vector<AdamWState>> states(groups_.size());
-  const nlohmann::json& per_param = saved.meta.at("state");
+  const nlohmann::json& per_param = state_dict_entry(saved.meta, "state");
   for (size_t g = 0; g < groups_.size(); ++g) {
     states[g].resize(groups_[g].params.size());
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
@@ -197,7 +183,7 @@ void AdamW::load_state_dict(const OptimizerStateDict& saved) {
       if (!per_param.contains(key)) continue;
       const Tensor& param = groups_[g].params[i].second;
       AdamWState& state = states[g][i];
-      state.step = per_param[key].at("step").get<int64_t>();
+      state.step = state_dict_entry(per_param[key], "step").get<int64_t>();
       state.exp_avg = load_state_tensor(saved, str_cat("state.", key, ".exp_avg"), param.shape(),
                                         options_.state_dtype, param.device());
       state.exp_avg_sq = load_state_tensor(saved, str_cat("state.", key, ".exp_avg_sq"),
@@ -208,9 +194,9 @@ void AdamW::load_state_dict(const OptimizerStateDict& saved) {
       }
     }
   }
-  const nlohmann::json& rng = saved.meta.at("rounding_generator");
-  rounding_generator_.manual_seed(rng.at("seed").get<uint64_t>());
-  rounding_generator_.set_offset(rng.at("offset").get<uint64_t>());
+  const nlohmann::json& rng = state_dict_entry(saved.meta, "rounding_generator");
+  rounding_generator_.manual_seed(state_dict_entry(rng, "seed").get<uint64_t>());
+  rounding_generator_.set_offset(state_dict_entry(rng, "offset").get<uint64_t>());
   states_ = std::move(states);
 }
 

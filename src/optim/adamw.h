@@ -42,6 +42,11 @@ struct AdamWState {
   int64_t step = 0;     // steps taken with a gradient
 };
 
+// torch.optim.AdamW's range checks of lr, betas, eps and weight_decay: ValueError with torch's
+// message, prefixed by `optimizer`. Shared by the Adam family.
+void check_adam_hyperparameters(const char* optimizer, double lr, double beta1, double beta2,
+                                double eps, double weight_decay);
+
 class AdamW final : public Optimizer {
  public:
   // Parameters must be f32, bf16 or f16 leaves (NotImplementedError names any other dtype) on the

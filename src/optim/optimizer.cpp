@@ -1,6 +1,8 @@
 // Optimizer: the parts shared by every optimizer (gradients, learning rates per group).
 #include "optim/optimizer.h"
 
+#include <unordered_set>
+
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -50,6 +52,26 @@ void Optimizer::load_state_dict(const OptimizerStateDict&) {
   throw NotImplementedError(str_cat(name(), ": load_state_dict is not implemented"));
 }
 
+void Optimizer::set_param_groups(
+    std::vector<ParamGroup> groups, double default_lr, double default_weight_decay,
+    const std::function<void(double, double)>& check_group,
+    const std::function<void(const std::string&, const Tensor&)>& check_param) {
+  groups_ = std::move(groups);
+  std::unordered_set<const AutogradMeta*> seen;
+  for (ParamGroup& group : groups_) {
+    group.lr = group.lr.value_or(default_lr);
+    group.weight_decay = group.weight_decay.value_or(default_weight_decay);
+    check_group(*group.lr, *group.weight_decay);
+    for (const auto& [param_name, param] : group.params) {
+      check_param(param_name, param);
+      if (!seen.insert(param.autograd_meta()).second) {
+        throw ValueError(str_cat(name(), ": parameter '", param_name,
+                                 "' appears more than once in the parameter groups"));
+      }
+    }
+  }
+}
+
 nlohmann::json Optimizer::state_dict_meta() const {
   nlohmann::json groups = nlohmann::json::array();
   for (const ParamGroup& group : groups_) {
@@ -68,13 +90,13 @@ void Optimizer::load_state_dict_meta(const nlohmann::json& meta) {
     throw ValueError(str_cat(name(), ": load_state_dict: the state is of optimizer '", saved,
                              "', not '", name(), "'"));
   }
-  const nlohmann::json& groups = meta.at("param_groups");
+  const nlohmann::json& groups = state_dict_entry(meta, "param_groups");
   if (!groups.is_array() || groups.size() != groups_.size()) {
     throw ValueError(str_cat(name(), ": load_state_dict: ", groups.size(),
                              " parameter groups saved, this optimizer has ", groups_.size()));
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const nlohmann::json& names = groups[g].at("params");
+    const nlohmann::json& names = state_dict_entry(groups[g], "params");
     if (names.size() != groups_[g].params.size()) {
       throw ValueError(str_cat(name(), ": load_state_dict: group ", g, " holds ", names.size(),
                                " parameters saved, ", groups_[g].params.size(), " here"));
@@ -88,9 +110,17 @@ void Optimizer::load_state_dict_meta(const nlohmann::json& meta) {
     }
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
-    set_group_lr(g, groups[g].at("lr").get<double>());
-    groups_[g].weight_decay = groups[g].at("weight_decay").get<double>();
+    set_group_lr(g, state_dict_entry(groups[g], "lr").get<double>());
+    groups_[g].weight_decay = state_dict_entry(groups[g], "weight_decay").get<double>();
   }
+}
+
+const nlohmann::json& Optimizer::state_dict_entry(const nlohmann::json& meta,
+                                                  const std::string& key) const {
+  if (!meta.is_object() || !meta.contains(key)) {
+    throw ValueError(str_cat(name(), ": load_state_dict: the state has no entry '", key, "'"));
+  }
+  return meta[key];
 }
 
 Tensor Optimizer::load_state_tensor(const OptimizerStateDict& state, const std::string& key,

@@ -2,6 +2,7 @@
 // schedulers and GradScaler need), step, zero_grad. State dtype and layout belong to each optimizer.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,11 +64,21 @@ class Optimizer {
   // Called by set_group_lr before it stores `lr`: throws ValueError for a value out of range.
   virtual void check_lr(double lr) const;
 
+  // Stores `groups` with each unset lr / weight_decay taken from the defaults, checking each
+  // group's pair with check_group(lr, weight_decay), each parameter with check_param(name, param),
+  // and that no parameter appears twice (ValueError naming it).
+  void set_param_groups(std::vector<ParamGroup> groups, double default_lr,
+                        double default_weight_decay,
+                        const std::function<void(double, double)>& check_group,
+                        const std::function<void(const std::string&, const Tensor&)>& check_param);
+
   // For state_dict implementations: {"optimizer": name(), "param_groups": [...]}, and its
   // counterpart, which checks the saved optimizer name and groups (count, parameter names) against
   // this optimizer's and restores each group's lr and weight_decay.
   nlohmann::json state_dict_meta() const;
   void load_state_dict_meta(const nlohmann::json& meta);
+  // meta[key], or ValueError naming the missing entry.
+  const nlohmann::json& state_dict_entry(const nlohmann::json& meta, const std::string& key) const;
   // A copy of the tensor `key` of `state` on `device`, which must have `shape` and `dtype`
   // (ValueError naming the key otherwise, or when it is missing).
   Tensor load_state_tensor(const OptimizerStateDict& state, const std::string& key,

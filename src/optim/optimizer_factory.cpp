@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "optim/adamw.h"
+#include "optim/adamw_8bit.h"
 
 namespace headroom {
 
@@ -16,24 +17,39 @@ void check_no_extras(const std::string& optim, const std::map<std::string, std::
   }
 }
 
-std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
-                                      std::vector<ParamGroup> groups, DType state_dtype) {
+// The Adam options HF passes from TrainingArguments: lr, betas, eps and weight_decay.
+template <typename Options>
+Options adam_options(const OptimizerArguments& args) {
   check_no_extras(args.optim, parse_optim_args(args.optim_args));
-  AdamWOptions options;
+  Options options;
   options.lr = args.learning_rate;
   options.beta1 = args.adam_beta1;
   options.beta2 = args.adam_beta2;
   options.eps = args.adam_epsilon;
   options.weight_decay = args.weight_decay;
+  return options;
+}
+
+std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
+                                      std::vector<ParamGroup> groups, DType state_dtype) {
+  AdamWOptions options = adam_options<AdamWOptions>(args);
   options.state_dtype = state_dtype;
   options.kahan_summation = args.kahan_summation;
   options.rounding_seed = args.seed ^ 0x5eedull;
   return std::make_unique<AdamW>(std::move(groups), options);
 }
 
+// bitsandbytes' AdamW8bit, as HF builds it for adamw_8bit and adamw_bnb_8bit.
+std::unique_ptr<Optimizer> make_adamw_8bit(const OptimizerArguments& args,
+                                           std::vector<ParamGroup> groups) {
+  return std::make_unique<AdamW8bit>(std::move(groups), adam_options<AdamW8bitOptions>(args));
+}
+
 }  // namespace
 
-std::vector<std::string> optimizer_names() { return {"adamw_torch", "adamw_bf16"}; }
+std::vector<std::string> optimizer_names() {
+  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adamw_bnb_8bit"};
+}
 
 std::map<std::string, std::string> parse_optim_args(const std::string& optim_args) {
   std::map<std::string, std::string> result;
@@ -64,6 +80,9 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
     return make_adamw(args, std::move(groups), DType::f32);
   }
   if (args.optim == "adamw_bf16") return make_adamw(args, std::move(groups), DType::bf16);
+  if (args.optim == "adamw_8bit" || args.optim == "adamw_bnb_8bit") {
+    return make_adamw_8bit(args, std::move(groups));
+  }
   std::string known;
   for (const std::string& name : optimizer_names()) known += (known.empty() ? "" : ", ") + name;
   throw ValueError(str_cat("optim: unknown optimizer '", args.optim, "' (one of ", known, ")"));

@@ -1,0 +1,48 @@
+// bitsandbytes' AdamW updates on the CPU: the 8-bit blockwise kernel (states as codes of the
+// dynamic maps with an fp32 absmax per block of 256) and the 32-bit kernel it uses for small
+// tensors. optim/adamw_8bit.cpp computes the coefficients and drives them.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/blockwise_quant.h"
+#include "core/dtype.h"
+
+namespace headroom::cpu {
+
+// bitsandbytes' state block: one absmax per 256 elements of each state.
+constexpr int64_t kAdam8bitBlockSize = 256;
+
+// The step's scalars in fp32, as bitsandbytes' kernels receive and compute them:
+// correction2 = sqrt(1 - beta2^step), step_size = -lr * correction2 / (1 - beta1^step),
+// decay = 1 - lr * weight_decay. See Note [bitsandbytes AdamW order of operations].
+struct BnbAdamCoefficients {
+  float beta1;
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float eps_correction2;  // eps * correction2
+  float step_size;
+  float decay;
+};
+
+// The 32-bit update (kOptimizer32bit2State) of n elements in place; `grad` is f32, bf16 or f16.
+void bnb_adam32_update(float* param, const void* grad, DType grad_dtype, float* exp_avg,
+                       float* exp_avg_sq, int64_t n, const BnbAdamCoefficients& c);
+
+// The 8-bit blockwise update (kOptimizerStatic8bit2StateBlockwise) of n elements in place:
+// exp_avg as codes of `signed_map`, exp_avg_sq of `unsigned_map`, absmax1 / absmax2 one float per
+// block of kAdam8bitBlockSize. OpenMP over blocks.
+struct Adam8bitState {
+  uint8_t* exp_avg;
+  uint8_t* exp_avg_sq;
+  float* absmax1;
+  float* absmax2;
+  const QuantizationMap* signed_map;
+  const QuantizationMap* unsigned_map;
+};
+void bnb_adam8bit_blockwise_update(float* param, const void* grad, DType grad_dtype,
+                                   const Adam8bitState& state, int64_t n,
+                                   const BnbAdamCoefficients& c);
+
+}  // namespace headroom::cpu

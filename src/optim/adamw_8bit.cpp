@@ -1,0 +1,203 @@
+// AdamW8bit: option checks, lazy state (8-bit or fp32 by size), the step's fp32 coefficients as
+// bitsandbytes computes them, handed to the kernels in backend/cpu/adamw_8bit.cpp.
+#include "optim/adamw_8bit.h"
+
+#include <cmath>
+
+#include "backend/cpu/adamw_8bit.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "optim/adamw.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+void check_options(const AdamW8bitOptions& o) {
+  check_adam_hyperparameters("AdamW8bit", o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
+  if (o.min_8bit_size < 0) {
+    throw ValueError(str_cat("AdamW8bit: min_8bit_size ", o.min_8bit_size, " must be >= 0"));
+  }
+}
+
+void check_param(const std::string& name, const Tensor& param) {
+  if (!param.defined()) {
+    throw ValueError(str_cat("AdamW8bit: parameter '", name, "' is undefined"));
+  }
+  if (param.dtype() != DType::f32) {
+    throw NotImplementedError(str_cat("AdamW8bit: parameter '", name, "' is ",
+                                      dtype_name(param.dtype()),
+                                      "; only f32 parameters are supported"));
+  }
+  if (!param.is_leaf()) {
+    throw ValueError(str_cat("AdamW8bit: can't optimize a non-leaf tensor ('", name, "')"));
+  }
+  if (!param.is_contiguous()) {
+    throw ValueError(str_cat("AdamW8bit: parameter '", name, "' is not contiguous"));
+  }
+}
+
+int64_t block_count(int64_t numel) {
+  return (numel + cpu::kAdam8bitBlockSize - 1) / cpu::kAdam8bitBlockSize;
+}
+
+// bitsandbytes passes lr, betas, eps and weight_decay to its kernels as fp32 and computes the
+// bias corrections there (powf; here pow in double, rounded once, which is within an ulp).
+cpu::BnbAdamCoefficients coefficients(const AdamW8bitOptions& o, double lr, double weight_decay,
+                                      int64_t step) {
+  const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
+  const float lr_f = static_cast<float>(lr);
+  const float correction1 =
+      1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));
+  const float correction2 = std::sqrt(
+      1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), static_cast<double>(step))));
+  return {.beta1 = beta1,
+          .one_minus_beta1 = 1.0f - beta1,
+          .beta2 = beta2,
+          .one_minus_beta2 = 1.0f - beta2,
+          .eps_correction2 = static_cast<float>(o.eps) * correction2,
+          .step_size = -lr_f * correction2 / correction1,
+          .decay = 1.0f - lr_f * static_cast<float>(weight_decay)};
+}
+
+}  // namespace
+
+AdamW8bit::AdamW8bit(const std::vector<Tensor>& params, const AdamW8bitOptions& options)
+    : AdamW8bit(numbered_params(params), options) {}
+
+AdamW8bit::AdamW8bit(const std::vector<NamedTensor>& named_params,
+                     const AdamW8bitOptions& options)
+    : AdamW8bit(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
+
+AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, const AdamW8bitOptions& options)
+    : options_(options),
+      signed_map_(cpu::create_dynamic_map(true)),
+      unsigned_map_(cpu::create_dynamic_map(false)) {
+  check_options(options_);
+  auto check_group = [this](double lr, double weight_decay) {
+    check_adam_hyperparameters("AdamW8bit", lr, options_.beta1, options_.beta2, options_.eps,
+                               weight_decay);
+  };
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group,
+                   check_param);
+  for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
+}
+
+void AdamW8bit::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& [name, param] = groups_[g].params[i];
+      Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      const DType grad_dtype = grad.dtype();
+      if (grad_dtype != DType::f32 && grad_dtype != DType::bf16 && grad_dtype != DType::f16) {
+        throw NotImplementedError(str_cat("AdamW8bit: the gradient of '", name, "' is ",
+                                          dtype_name(grad_dtype),
+                                          "; only f32, bf16 and f16 gradients are supported"));
+      }
+      const bool compute = computes_on_cpu("AdamW8bit", param.device());
+      const bool eight_bit = uses_8bit_state(param.numel());
+      AdamW8bitState& state = states_[g][i];
+      if (!state.state1.defined()) {
+        // As bitsandbytes: codes 0 with absmax 0 (every value 0), or fp32 zeros.
+        const DType dtype = eight_bit ? DType::u8 : DType::f32;
+        state.state1 = Tensor::zeros(param.shape(), dtype, param.device());
+        state.state2 = Tensor::zeros(param.shape(), dtype, param.device());
+        if (eight_bit) {
+          state.absmax1 = Tensor::zeros({block_count(param.numel())}, DType::f32, param.device());
+          state.absmax2 = Tensor::zeros({block_count(param.numel())}, DType::f32, param.device());
+        }
+      }
+      ++state.step;
+      if (!compute) continue;
+      const cpu::BnbAdamCoefficients c =
+          coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay, state.step);
+      grad = grad.contiguous();
+      if (eight_bit) {
+        cpu::bnb_adam8bit_blockwise_update(
+            param.data<float>(), grad.data_ptr(), grad_dtype,
+            {.exp_avg = state.state1.data<uint8_t>(),
+             .exp_avg_sq = state.state2.data<uint8_t>(),
+             .absmax1 = state.absmax1.data<float>(),
+             .absmax2 = state.absmax2.data<float>(),
+             .signed_map = &signed_map_,
+             .unsigned_map = &unsigned_map_},
+            param.numel(), c);
+      } else {
+        cpu::bnb_adam32_update(param.data<float>(), grad.data_ptr(), grad_dtype,
+                               state.state1.data<float>(), state.state2.data<float>(),
+                               param.numel(), c);
+      }
+    }
+  }
+}
+
+void AdamW8bit::check_lr(double lr) const {
+  AdamW8bitOptions checked = options_;
+  checked.lr = lr;
+  check_options(checked);
+}
+
+OptimizerStateDict AdamW8bit::state_dict() const {
+  OptimizerStateDict result{.meta = state_dict_meta(), .tensors = {}};
+  nlohmann::json per_param = nlohmann::json::object();
+  for (size_t g = 0; g < states_.size(); ++g) {
+    for (size_t i = 0; i < states_[g].size(); ++i) {
+      const AdamW8bitState& state = states_[g][i];
+      if (!state.state1.defined()) continue;
+      const std::string key = str_cat(g, ".", i);
+      per_param[key] = {{"step", state.step}};
+      result.tensors.emplace_back(str_cat("state.", key, ".state1"), state.state1);
+      result.tensors.emplace_back(str_cat("state.", key, ".state2"), state.state2);
+      if (state.absmax1.defined()) {
+        result.tensors.emplace_back(str_cat("state.", key, ".absmax1"), state.absmax1);
+        result.tensors.emplace_back(str_cat("state.", key, ".absmax2"), state.absmax2);
+      }
+    }
+  }
+  result.meta["state"] = std::move(per_param);
+  result.meta["min_8bit_size"] = options_.min_8bit_size;
+  return result;
+}
+
+void AdamW8bit::load_state_dict(const OptimizerStateDict& saved) {
+  load_state_dict_meta(saved.meta);
+  const nlohmann::json& per_param = state_dict_entry(saved.meta, "state");
+  std::vector<std::vector<AdamW8bitState>> states(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    states[g].resize(groups_[g].params.size());
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const std::string key = str_cat(g, ".", i);
+      if (!per_param.contains(key)) continue;
+      const Tensor& param = groups_[g].params[i].second;
+      const bool eight_bit = uses_8bit_state(param.numel());
+      const DType dtype = eight_bit ? DType::u8 : DType::f32;
+      AdamW8bitState& state = states[g][i];
+      state.step = state_dict_entry(per_param[key], "step").get<int64_t>();
+      const std::string prefix = str_cat("state.", key, ".");
+      state.state1 =
+          load_state_tensor(saved, prefix + "state1", param.shape(), dtype, param.device());
+      state.state2 =
+          load_state_tensor(saved, prefix + "state2", param.shape(), dtype, param.device());
+      if (eight_bit) {
+        const Shape blocks{block_count(param.numel())};
+        state.absmax1 =
+            load_state_tensor(saved, prefix + "absmax1", blocks, DType::f32, param.device());
+        state.absmax2 =
+            load_state_tensor(saved, prefix + "absmax2", blocks, DType::f32, param.device());
+      }
+    }
+  }
+  states_ = std::move(states);
+}
+
+const AdamW8bitState& AdamW8bit::state(size_t group, size_t index) const {
+  if (group >= states_.size() || index >= states_[group].size()) {
+    throw IndexError(str_cat("AdamW8bit::state: no parameter ", index, " in group ", group));
+  }
+  return states_[group][index];
+}
+
+}  // namespace headroom
