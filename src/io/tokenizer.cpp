@@ -1,6 +1,7 @@
-// ByteTokenizer and load_tokenizer.
+// ByteTokenizer, load_tokenizer and the fingerprint every tokenizer uses.
 #include "io/tokenizer.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -35,6 +36,28 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
     }
   }
   return std::make_unique<ByteTokenizer>();
+}
+
+std::string tokenizer_fingerprint(std::string_view kind,
+                                  std::initializer_list<std::string_view> file_bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  const auto add = [&](std::string_view bytes) {
+    for (const char c : bytes) {
+      hash ^= static_cast<unsigned char>(c);
+      hash *= 0x100000001b3ull;
+    }
+  };
+  add(kind);
+  for (const std::string_view bytes : file_bytes) {
+    // The length (8 bytes, little-endian) keeps ("ab", "c") and ("a", "bc") apart.
+    char length[8];
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((bytes.size() >> (8 * i)) & 0xFF);
+    add(std::string_view(length, sizeof(length)));
+    add(bytes);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+  return hex;
 }
 
 }  // namespace headroom

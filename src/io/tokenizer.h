@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -43,5 +44,9 @@ class ByteTokenizer final : public Tokenizer {
 // The tokenizer of a model directory: tokenizer.json or vocab.json + merges.txt (GPT-2 BPE),
 // tokenizer.model (SentencePiece), or, with none of them, the byte-level tokenizer.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir);
+
+// FNV-1a 64 over the kind and each file's length and bytes, as 16 hex digits.
+std::string tokenizer_fingerprint(std::string_view kind,
+                                  std::initializer_list<std::string_view> file_bytes);
 
 }  // namespace headroom
