@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/gpt2_bpe_tokenizer.h"
+#include "io/sentencepiece_tokenizer.h"
 
 namespace headroom {
 
@@ -27,13 +29,26 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   namespace fs = std::filesystem;
-  if (!model_dir.empty()) {
-    for (const char* file : {"tokenizer.json", "vocab.json", "tokenizer.model"}) {
-      if (fs::exists(fs::path(model_dir) / file)) {
-        throw NotImplementedError(str_cat(model_dir, "/", file,
-                                          ": this tokenizer format is not supported yet"));
-      }
-    }
+  if (model_dir.empty()) return std::make_unique<ByteTokenizer>();
+  if (!fs::is_directory(model_dir)) {
+    throw ValueError(str_cat(model_dir, ": is not a directory (the model directory to take the "
+                             "tokenizer from)"));
+  }
+  const auto file = [&](const char* name) { return (fs::path(model_dir) / name).string(); };
+  if (fs::exists(file("tokenizer.json"))) {
+    return Gpt2BpeTokenizer::from_tokenizer_json(file("tokenizer.json"));
+  }
+  const bool vocab = fs::exists(file("vocab.json")), merges = fs::exists(file("merges.txt"));
+  if (vocab && merges) {
+    return Gpt2BpeTokenizer::from_vocab_and_merges(file("vocab.json"), file("merges.txt"));
+  }
+  if (fs::exists(file("tokenizer.model"))) {
+    return std::make_unique<SentencePieceTokenizer>(file("tokenizer.model"));
+  }
+  if (vocab || merges) {
+    throw ValueError(str_cat(model_dir, ": has ", vocab ? "vocab.json" : "merges.txt",
+                             " without ", vocab ? "merges.txt" : "vocab.json",
+                             "; a GPT-2 BPE tokenizer needs both"));
   }
   return std::make_unique<ByteTokenizer>();
 }
