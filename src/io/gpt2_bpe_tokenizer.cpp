@@ -450,7 +450,9 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
     if (found->single_word &&
         ((start > 0 && word_char_at(char_before(start))) ||
          (end < text.size() && word_char_at(end)))) {
-      continue;  // a word character just before or after: not a match (HF's single_word)
+      // A word character just before or after: not a match (HF's single_word). Word characters
+      // are letters, numbers and '_'; HF's also include combining marks, which we do not class.
+      continue;
     }
     if (found->lstrip) {
       while (start > done && class_at(char_before(start)) == CharClass::whitespace) {

@@ -2,6 +2,7 @@
 // pieces, and the errors of malformed tokenizer.json files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "io/gpt2_bpe_tokenizer.h"
@@ -151,8 +152,36 @@ TEST(TokenizerGpt2Bpe, AddedTokenOptions) {
   EXPECT_EQ(tokenizer.encode("ab  <x>  a"), (std::vector<int32_t>{3, 4, 0}));
   // single_word: "ab!" after "b" is no match; '!' has no token and, with no unk, is dropped.
   EXPECT_EQ(tokenizer.encode("ab! bab!"), (std::vector<int32_t>{5, 2, 1, 3}));
+  // Where HF tokenizers matches a single_word token (asked with add_tokens on the fixture).
+  const auto matches = [&](std::string_view text) {
+    const std::vector<int32_t> ids = tokenizer.encode(text);
+    return std::find(ids.begin(), ids.end(), 5) != ids.end();
+  };
+  EXPECT_TRUE(matches("-ab!-"));
+  EXPECT_FALSE(matches("_ab!"));
+  EXPECT_FALSE(matches("1ab!"));
+  EXPECT_FALSE(matches("éab!"));
+  EXPECT_FALSE(matches("ab!é"));
+  EXPECT_FALSE(matches("ab!_"));
   EXPECT_EQ(tokenizer.vocab_size(), 6);
   EXPECT_EQ(tokenizer.eos_token_id(), std::nullopt);
+}
+
+TEST(TokenizerGpt2Bpe, IgnoreMergesAndUnknownBytes) {
+  Gpt2BpeTokenizer::Spec spec;
+  spec.source = "test";
+  const char* vocab[] = {"a", "b", "c", "ab", "abc", "<unk>"};
+  for (int32_t i = 0; i < 6; ++i) spec.vocab[vocab[i]] = i;
+  spec.merges = {{"a", "b"}};  // no merge reaches "abc"
+  Gpt2BpeTokenizer::Spec ignoring = spec;
+  ignoring.ignore_merges = true;
+  ignoring.unk_token = "<unk>";
+  EXPECT_EQ(Gpt2BpeTokenizer(spec).encode("abc"), (std::vector<int32_t>{3, 2}));
+  // A whole word in the vocabulary is one token (Llama 3's ignore_merges); a byte without a
+  // token is the unk token, or dropped without one, as in HF.
+  EXPECT_EQ(Gpt2BpeTokenizer(ignoring).encode("abc"), (std::vector<int32_t>{4}));
+  EXPECT_EQ(Gpt2BpeTokenizer(ignoring).encode("abd"), (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(Gpt2BpeTokenizer(spec).encode("abd"), (std::vector<int32_t>{3}));
 }
 
 TEST(TokenizerGpt2Bpe, CorruptTokenizerJsonNamesFileAndField) {
