@@ -1,9 +1,12 @@
-// ByteTokenizer and load_tokenizer.
+// ByteTokenizer, load_tokenizer and the fingerprint every tokenizer uses.
 #include "io/tokenizer.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/gpt2_bpe_tokenizer.h"
+#include "io/sentencepiece_tokenizer.h"
 
 namespace headroom {
 
@@ -26,15 +29,50 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   namespace fs = std::filesystem;
-  if (!model_dir.empty()) {
-    for (const char* file : {"tokenizer.json", "vocab.json", "tokenizer.model"}) {
-      if (fs::exists(fs::path(model_dir) / file)) {
-        throw NotImplementedError(str_cat(model_dir, "/", file,
-                                          ": this tokenizer format is not supported yet"));
-      }
-    }
+  if (model_dir.empty()) return std::make_unique<ByteTokenizer>();
+  if (!fs::is_directory(model_dir)) {
+    throw ValueError(str_cat(model_dir, ": is not a directory (the model directory to take the "
+                             "tokenizer from)"));
+  }
+  const auto file = [&](const char* name) { return (fs::path(model_dir) / name).string(); };
+  if (fs::exists(file("tokenizer.json"))) {
+    return Gpt2BpeTokenizer::from_tokenizer_json(file("tokenizer.json"));
+  }
+  const bool vocab = fs::exists(file("vocab.json")), merges = fs::exists(file("merges.txt"));
+  if (vocab && merges) {
+    return Gpt2BpeTokenizer::from_vocab_and_merges(file("vocab.json"), file("merges.txt"));
+  }
+  if (fs::exists(file("tokenizer.model"))) {
+    return std::make_unique<SentencePieceTokenizer>(file("tokenizer.model"));
+  }
+  if (vocab || merges) {
+    throw ValueError(str_cat(model_dir, ": has ", vocab ? "vocab.json" : "merges.txt",
+                             " without ", vocab ? "merges.txt" : "vocab.json",
+                             "; a GPT-2 BPE tokenizer needs both"));
   }
   return std::make_unique<ByteTokenizer>();
+}
+
+std::string tokenizer_fingerprint(std::string_view kind,
+                                  std::initializer_list<std::string_view> file_bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  const auto add = [&](std::string_view bytes) {
+    for (const char c : bytes) {
+      hash ^= static_cast<unsigned char>(c);
+      hash *= 0x100000001b3ull;
+    }
+  };
+  add(kind);
+  for (const std::string_view bytes : file_bytes) {
+    // The length (8 bytes, little-endian) keeps ("ab", "c") and ("a", "bc") apart.
+    char length[8];
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((bytes.size() >> (8 * i)) & 0xFF);
+    add(std::string_view(length, sizeof(length)));
+    add(bytes);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+  return hex;
 }
 
 }  // namespace headroom

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -40,8 +41,13 @@ class ByteTokenizer final : public Tokenizer {
   std::string fingerprint() const override { return "byte"; }
 };
 
-// The tokenizer of a model directory: tokenizer.json or vocab.json + merges.txt (GPT-2 BPE),
-// tokenizer.model (SentencePiece), or, with none of them, the byte-level tokenizer.
+// The tokenizer of a model directory, the first found of: tokenizer.json, vocab.json +
+// merges.txt (GPT-2 byte-level BPE), tokenizer.model (SentencePiece); with none of them the
+// byte-level tokenizer. A corrupt or unsupported file is an error naming it.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir);
+
+// FNV-1a 64 over the kind and each file's length and bytes, as 16 hex digits.
+std::string tokenizer_fingerprint(std::string_view kind,
+                                  std::initializer_list<std::string_view> file_bytes);
 
 }  // namespace headroom

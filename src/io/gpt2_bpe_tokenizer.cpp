@@ -1,0 +1,642 @@
+// Gpt2BpeTokenizer: the two file readers, the added-token split, the GPT-2 pre-tokenizer as a
+// hand-written scanner, the byte-to-character mapping, and rank-ordered merging with a cache.
+#include "io/gpt2_bpe_tokenizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "io/unicode_classes.h"
+
+namespace headroom {
+
+// Note [GPT-2 byte-level BPE]
+// encode(text) follows HF tokenizers step by step, so that ids equal HF's for any text:
+// 1. Added tokens (tokenizer.json's added_tokens, e.g. <|endoftext|>) are found first, leftmost
+//    and longest first, anywhere in the text; they become their ids and split the text.
+// 2. Each remaining segment gets a leading space if add_prefix_space, then is cut by GPT-2's
+//    regex  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//    (pretoken_end scans it by hand: alternatives in order, first match wins as in Oniguruma).
+// 3. Each piece's bytes map to printable characters (bytes_to_unicode: 'Ġ' is the space), one
+//    base token per byte, and adjacent tokens merge lowest rank first, leftmost first among
+//    equal ranks (HF's word.rs priority queue, which gives GPT-2's encoder.py results).
+// decode maps each token back to its bytes and joins them.
+
+namespace {
+
+using json = nlohmann::json;
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 bytes for
+// U+0100 upwards in byte order, so every token is a printable string.
+std::array<char32_t, 256> bytes_to_unicode() {
+  std::array<char32_t, 256> table{};
+  char32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    table[b] = printable ? static_cast<char32_t>(b) : next++;
+  }
+  return table;
+}
+
+const std::array<char32_t, 256>& byte_chars() {
+  static const std::array<char32_t, 256> table = bytes_to_unicode();
+  return table;
+}
+
+// The bytes a token string stands for: its characters through the inverse of bytes_to_unicode,
+// or, when a character has no byte (an added token such as "<mask> "), its own UTF-8 bytes, as
+// HF's ByteLevel decoder does.
+std::string token_to_bytes(std::string_view token) {
+  static const std::unordered_map<char32_t, char> inverse = [] {
+    std::unordered_map<char32_t, char> m;
+    for (int b = 0; b < 256; ++b) m[byte_chars()[b]] = static_cast<char>(b);
+    return m;
+  }();
+  std::string bytes;
+  for (size_t pos = 0; pos < token.size();) {
+    const Utf8Char c = decode_utf8(token, pos);
+    const auto it = inverse.find(c.code_point);
+    if (it == inverse.end()) return std::string(token);
+    bytes += it->second;
+    pos += c.length;
+  }
+  return bytes;
+}
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+const json& member(const json& object, const char* name, const std::string& where,
+                   const std::string& source) {
+  if (!object.is_object() || !object.contains(name)) {
+    throw ValueError(str_cat(source, ": ", where.empty() ? "" : where + ": ", "field '", name,
+                             "' is missing"));
+  }
+  return object[name];
+}
+
+bool optional_bool(const json& object, const char* name, bool fallback, const std::string& where,
+                   const std::string& source) {
+  if (!object.contains(name) || object[name].is_null()) return fallback;
+  if (!object[name].is_boolean()) {
+    throw ValueError(str_cat(source, ": field '", where, ".", name, "' is ",
+                             describe_json(object[name]), ", expected true or false"));
+  }
+  return object[name].get<bool>();
+}
+
+int32_t token_id(const json& value, const std::string& field, const std::string& source) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+      value.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+    throw ValueError(str_cat(source, ": field '", field, "' is ", describe_json(value),
+                             ", expected a token id (an integer >= 0)"));
+  }
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
+std::unordered_map<std::string, int32_t> read_vocab(const json& vocab, const std::string& field,
+                                                    const std::string& source) {
+  if (!vocab.is_object()) {
+    throw ValueError(str_cat(source, ": field '", field, "' is ", describe_json(vocab),
+                             ", expected an object of token: id"));
+  }
+  std::unordered_map<std::string, int32_t> out;
+  out.reserve(vocab.size());
+  for (const auto& [token, id] : vocab.items()) {
+    out.emplace(token, token_id(id, str_cat(field, "[\"", token, "\"]"), source));
+  }
+  return out;
+}
+
+// One merge, "a b" (tokenizers before 0.20, merges.txt) or ["a", "b"].
+std::pair<std::string, std::string> read_merge(const json& merge, size_t index,
+                                               const std::string& source) {
+  if (merge.is_string()) {
+    const std::string& text = merge.get_ref<const std::string&>();
+    const size_t space = text.find(' ');
+    if (space != std::string::npos && space > 0 && space + 1 < text.size() &&
+        text.find(' ', space + 1) == std::string::npos) {
+      return {text.substr(0, space), text.substr(space + 1)};
+    }
+  } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+             merge[1].is_string()) {
+    return {merge[0].get<std::string>(), merge[1].get<std::string>()};
+  }
+  throw ValueError(str_cat(source, ": field 'model.merges[", index, "]' is ",
+                           describe_json(merge), ", expected \"left right\" or [left, right]"));
+}
+
+void require_type(const json& component, const char* field, std::initializer_list<const char*> ok,
+                  const std::string& source) {
+  if (component.is_null()) return;
+  const json& type = member(component, "type", field, source);
+  for (const char* name : ok) {
+    if (type == name) return;
+  }
+  throw NotImplementedError(str_cat(source, ": ", field, ".type ", describe_json(type),
+                                    " is not supported by the GPT-2 byte-level BPE tokenizer"));
+}
+
+}  // namespace
+
+// Merged pre-tokens, as HF's BPE cache: bounded, and it stops growing when full, as the frequent
+// words come first. Open addressing over one slot array with the words and ids in two arenas, so
+// that a lookup touches a few cache lines (a node-based map spent half the encode time here).
+class Gpt2BpeTokenizer::WordCache {
+ public:
+  static constexpr size_t kMaxWordBytes = 64;
+
+  // Appends the ids of `word` and returns true when it is cached.
+  bool find(std::string_view word, uint64_t hash, std::vector<int32_t>& ids) {
+    std::lock_guard lock(mutex_);
+    for (size_t i = hash & kMask;; i = (i + 1) & kMask) {
+      const Slot& slot = slots_[i];
+      if (slot.hash == 0) return false;
+      if (slot.hash == hash && slot.word_length == word.size() &&
+          std::memcmp(words_.data() + slot.word_offset, word.data(), word.size()) == 0) {
+        ids.insert(ids.end(), ids_.begin() + slot.ids_offset,
+                   ids_.begin() + slot.ids_offset + slot.id_count);
+        return true;
+      }
+    }
+  }
+
+  void insert(std::string_view word, uint64_t hash, std::span<const int32_t> ids) {
+    std::lock_guard lock(mutex_);
+    if (used_ == kMaxWords || ids.size() > kMaxWordBytes) return;
+    size_t i = hash & kMask;
+    for (; slots_[i].hash != 0; i = (i + 1) & kMask) {
+      if (slots_[i].hash == hash && slots_[i].word_length == word.size() &&
+          std::memcmp(words_.data() + slots_[i].word_offset, word.data(), word.size()) == 0) {
+        return;  // another thread merged it meanwhile
+      }
+    }
+    slots_[i] = {hash, static_cast<uint32_t>(words_.size()), static_cast<uint32_t>(ids_.size()),
+                 static_cast<uint16_t>(word.size()), static_cast<uint16_t>(ids.size())};
+    words_.append(word);
+    ids_.insert(ids_.end(), ids.begin(), ids.end());
+    ++used_;
+  }
+
+  // FNV-1a with a final mix (the low bits pick the slot), never 0, which marks an empty slot.
+  static uint64_t hash(std::string_view word) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char c : word) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    h ^= h >> 29;
+    return h | 1;
+  }
+
+ private:
+  static constexpr size_t kSlots = 8192;  // half full at most
+  static constexpr size_t kMaxWords = kSlots / 2;
+  static constexpr size_t kMask = kSlots - 1;
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t word_offset = 0, ids_offset = 0;
+    uint16_t word_length = 0, id_count = 0;
+  };
+  std::mutex mutex_;
+  std::vector<Slot> slots_ = std::vector<Slot>(kSlots);
+  std::string words_;
+  std::vector<int32_t> ids_;
+  size_t used_ = 0;
+};
+
+struct Gpt2BpeTokenizer::Segment {
+  std::string_view text;
+  int32_t added_id;  // -1 for text to encode
+};
+
+std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const std::string& path) {
+  const std::string bytes = read_text_file(path);
+  const json root = parse_json(bytes, path);
+  if (!root.is_object()) {
+    throw ValueError(str_cat(path, ": is ", describe_json(root), ", expected an object"));
+  }
+  Spec spec;
+  spec.source = path;
+  spec.fingerprint = tokenizer_fingerprint("gpt2_bpe", {bytes});
+
+  const json& model = member(root, "model", "", path);
+  const json& type = member(model, "type", "model", path);
+  if (type != "BPE") {
+    throw NotImplementedError(str_cat(path, ": model.type ", describe_json(type),
+                                      " is not supported (only \"BPE\")"));
+  }
+  spec.vocab = read_vocab(member(model, "vocab", "model", path), "model.vocab", path);
+  const json& merges = member(model, "merges", "model", path);
+  if (!merges.is_array()) {
+    throw ValueError(str_cat(path, ": field 'model.merges' is ", describe_json(merges),
+                             ", expected an array"));
+  }
+  spec.merges.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) spec.merges.push_back(read_merge(merges[i], i, path));
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    spec.unk_token = model["unk_token"].get<std::string>();
+  }
+  spec.ignore_merges = optional_bool(model, "ignore_merges", false, "model", path);
+  for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(unsupported) && !model[unsupported].is_null() && model[unsupported] != "") {
+      throw NotImplementedError(str_cat(path, ": model.", unsupported, " ",
+                                        describe_json(model[unsupported]), " is not supported"));
+    }
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0) {
+    throw NotImplementedError(str_cat(path, ": model.dropout ", describe_json(model["dropout"]),
+                                      " is not supported (BPE dropout is for training only)"));
+  }
+  if (optional_bool(model, "byte_fallback", false, "model", path)) {
+    throw NotImplementedError(str_cat(path, ": model.byte_fallback true is not supported"));
+  }
+
+  if (root.contains("normalizer") && !root["normalizer"].is_null()) {
+    throw NotImplementedError(str_cat(path, ": normalizer ", describe_json(root["normalizer"]),
+                                      " is not supported (GPT-2 has none)"));
+  }
+  const json& pre = member(root, "pre_tokenizer", "", path);
+  if (pre.is_null()) {
+    throw NotImplementedError(str_cat(path, ": pre_tokenizer null is not supported (GPT-2's is "
+                                            "ByteLevel)"));
+  }
+  require_type(pre, "pre_tokenizer", {"ByteLevel"}, path);
+  spec.add_prefix_space = optional_bool(pre, "add_prefix_space", true, "pre_tokenizer", path);
+  spec.use_regex = optional_bool(pre, "use_regex", true, "pre_tokenizer", path);
+  if (root.contains("decoder")) require_type(root["decoder"], "decoder", {"ByteLevel"}, path);
+
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    const json& added = root["added_tokens"];
+    if (!added.is_array()) {
+      throw ValueError(str_cat(path, ": field 'added_tokens' is ", describe_json(added),
+                               ", expected an array"));
+    }
+    for (size_t i = 0; i < added.size(); ++i) {
+      const std::string where = str_cat("added_tokens[", i, "]");
+      const json& content = member(added[i], "content", where, path);
+      if (!content.is_string() || content.get_ref<const std::string&>().empty()) {
+        throw ValueError(str_cat(path, ": field '", where, ".content' is ", describe_json(content),
+                                 ", expected a non-empty string"));
+      }
+      AddedToken token;
+      token.content = content.get<std::string>();
+      token.id = token_id(member(added[i], "id", where, path), where + ".id", path);
+      token.single_word = optional_bool(added[i], "single_word", false, where, path);
+      token.lstrip = optional_bool(added[i], "lstrip", false, where, path);
+      token.rstrip = optional_bool(added[i], "rstrip", false, where, path);
+      spec.added_tokens.push_back(std::move(token));
+    }
+  }
+  return std::make_unique<Gpt2BpeTokenizer>(std::move(spec));
+}
+
+std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_vocab_and_merges(
+    const std::string& vocab_path, const std::string& merges_path) {
+  const std::string vocab_bytes = read_text_file(vocab_path);
+  const std::string merges_bytes = read_text_file(merges_path);
+  Spec spec;
+  spec.source = str_cat(vocab_path, " + ", merges_path);
+  spec.fingerprint = tokenizer_fingerprint("gpt2_bpe", {vocab_bytes, merges_bytes});
+  spec.vocab = read_vocab(parse_json(vocab_bytes, vocab_path), "(vocabulary)", vocab_path);
+  std::istringstream lines(merges_bytes);
+  std::string line;
+  for (size_t number = 1; std::getline(lines, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (number == 1 && line.starts_with("#version"))) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || space == 0 || space + 1 == line.size() ||
+        line.find(' ', space + 1) != std::string::npos) {
+      throw ValueError(str_cat(merges_path, ": line ", number, " is \"", line,
+                               "\", expected two tokens separated by one space"));
+    }
+    spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  spec.add_prefix_space = false;
+  if (const auto it = spec.vocab.find("<|endoftext|>"); it != spec.vocab.end()) {
+    spec.added_tokens.push_back({.content = it->first, .id = it->second});
+  }
+  return std::make_unique<Gpt2BpeTokenizer>(std::move(spec));
+}
+
+Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
+    : vocab_(std::move(spec.vocab)),
+      added_tokens_(std::move(spec.added_tokens)),
+      add_prefix_space_(spec.add_prefix_space),
+      use_regex_(spec.use_regex),
+      ignore_merges_(spec.ignore_merges),
+      fingerprint_(std::move(spec.fingerprint)) {
+  const std::string& source = spec.source;
+  int32_t max_id = -1;
+  for (const auto& [token, id] : vocab_) max_id = std::max(max_id, id);
+  for (const AddedToken& t : added_tokens_) max_id = std::max(max_id, t.id);
+  // Ids index tables: a few holes are fine, an id far past the token count is a corrupt file.
+  const size_t tokens = vocab_.size() + added_tokens_.size();
+  if (static_cast<size_t>(max_id) > 2 * tokens + 256) {
+    throw ValueError(str_cat(source, ": token id ", max_id, " is far beyond the ", tokens,
+                             " tokens of the vocabulary"));
+  }
+  token_bytes_.resize(static_cast<size_t>(max_id + 1));
+  has_token_.assign(token_bytes_.size(), false);
+  for (const auto& [token, id] : vocab_) {
+    if (has_token_[id]) {
+      throw ValueError(str_cat(source, ": token id ", id, " is given to two tokens, one is \"",
+                               token, "\""));
+    }
+    token_bytes_[id] = token_to_bytes(token);
+    has_token_[id] = true;
+  }
+  for (const AddedToken& t : added_tokens_) {
+    token_bytes_[t.id] = token_to_bytes(t.content);
+    has_token_[t.id] = true;
+  }
+
+  for (int b = 0; b < 256; ++b) {
+    std::string ch;
+    append_utf8(ch, byte_chars()[b]);
+    const auto it = vocab_.find(ch);
+    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+  }
+  if (spec.unk_token) {
+    const auto it = vocab_.find(*spec.unk_token);
+    if (it == vocab_.end()) {
+      throw ValueError(str_cat(source, ": unk_token \"", *spec.unk_token,
+                               "\" is not in the vocabulary"));
+    }
+    unk_id_ = it->second;
+  }
+
+  merges_.reserve(spec.merges.size());
+  for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
+    const auto& [left, right] = spec.merges[rank];
+    const auto id_of = [&](const std::string& token) {
+      const auto it = vocab_.find(token);
+      if (it == vocab_.end()) {
+        throw ValueError(str_cat(source, ": merge ", rank, " (\"", left, " ", right,
+                                 "\") uses \"", token, "\", which is not in the vocabulary"));
+      }
+      return it->second;
+    };
+    const int32_t l = id_of(left), r = id_of(right), merged = id_of(left + right);
+    // A repeated pair keeps its first (lowest) rank.
+    merges_.emplace(pair_key(l, r), Merge{static_cast<int32_t>(rank), merged});
+  }
+
+  for (size_t i = 0; i < added_tokens_.size(); ++i) {
+    added_by_first_byte_[static_cast<unsigned char>(added_tokens_[i].content[0])].push_back(i);
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (!added_by_first_byte_[b].empty()) added_first_bytes_ += static_cast<char>(b);
+  }
+  for (auto& candidates : added_by_first_byte_) {
+    std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+      return added_tokens_[a].content.size() > added_tokens_[b].content.size();
+    });
+  }
+  if (const auto id = token_to_id("<|endoftext|>")) eos_token_id_ = *id;
+  for (auto& shard : cache_) shard = std::make_unique<WordCache>();
+}
+
+Gpt2BpeTokenizer::~Gpt2BpeTokenizer() = default;
+
+std::optional<int32_t> Gpt2BpeTokenizer::token_to_id(std::string_view token) const {
+  for (const AddedToken& t : added_tokens_) {
+    if (t.content == token) return t.id;
+  }
+  if (const auto it = vocab_.find(std::string(token)); it != vocab_.end()) return it->second;
+  return std::nullopt;
+}
+
+std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
+    std::string_view text) const {
+  std::vector<Segment> segments;
+  if (added_tokens_.empty()) {
+    segments.push_back({text, -1});
+    return segments;
+  }
+  // The start of the character that ends just before `pos`.
+  const auto char_before = [&](size_t pos) {
+    do --pos;
+    while (pos > 0 && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80);
+    return pos;
+  };
+  const auto class_at = [&](size_t pos) { return char_class(decode_utf8(text, pos).code_point); };
+  const auto word_char_at = [&](size_t pos) {
+    const CharClass c = class_at(pos);
+    return c == CharClass::letter || c == CharClass::number || text[pos] == '_';
+  };
+  size_t done = 0;  // text before this is in segments
+  for (size_t pos = 0; pos < text.size();) {
+    // Skip to the next byte that can start an added token (memchr when there is one such byte).
+    pos = added_first_bytes_.size() == 1 ? text.find(added_first_bytes_[0], pos)
+                                         : text.find_first_of(added_first_bytes_, pos);
+    if (pos == std::string_view::npos) break;
+    const std::vector<size_t>& candidates = added_by_first_byte_[static_cast<unsigned char>(text[pos])];
+    const AddedToken* found = nullptr;
+    for (size_t i : candidates) {
+      if (text.substr(pos).starts_with(added_tokens_[i].content)) {
+        found = &added_tokens_[i];
+        break;
+      }
+    }
+    if (found == nullptr) {
+      ++pos;
+      continue;
+    }
+    size_t start = pos, end = pos + found->content.size();
+    pos = end;
+    if (found->single_word &&
+        ((start > 0 && word_char_at(char_before(start))) ||
+         (end < text.size() && word_char_at(end)))) {
+      // A word character just before or after: not a match (HF's single_word). Word characters
+      // are letters, numbers and '_'; HF's also include combining marks, which we do not class.
+      continue;
+    }
+    if (found->lstrip) {
+      while (start > done && class_at(char_before(start)) == CharClass::whitespace) {
+        start = char_before(start);
+      }
+    }
+    if (found->rstrip) {
+      while (end < text.size() && class_at(end) == CharClass::whitespace) {
+        end += decode_utf8(text, end).length;
+      }
+      pos = end;
+    }
+    if (start > done) segments.push_back({text.substr(done, start - done), -1});
+    segments.push_back({{}, found->id});
+    done = end;
+  }
+  if (done < text.size()) segments.push_back({text.substr(done), -1});
+  return segments;
+}
+
+std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  for (const Segment& segment : split_on_added_tokens(text)) {
+    if (segment.added_id >= 0) {
+      ids.push_back(segment.added_id);
+    } else {
+      encode_segment(segment.text, ids);
+    }
+  }
+  return ids;
+}
+
+void Gpt2BpeTokenizer::encode_segment(std::string_view segment, std::vector<int32_t>& ids) const {
+  std::string prefixed;
+  if (add_prefix_space_ && !segment.starts_with(' ')) {
+    prefixed = str_cat(" ", segment);
+    segment = prefixed;
+  }
+  if (!use_regex_) {
+    encode_word(segment, ids);
+    return;
+  }
+  for (size_t pos = 0; pos < segment.size();) {
+    const size_t end = pretoken_end(segment, pos);
+    encode_word(segment.substr(pos, end - pos), ids);
+    pos = end;
+  }
+}
+
+size_t Gpt2BpeTokenizer::pretoken_end(std::string_view s, size_t i) {
+  const size_t n = s.size();
+  // 's|'t|'re|'ve|'m|'ll|'d (lowercase only, as the regex is case-sensitive)
+  if (s[i] == '\'' && i + 1 < n) {
+    const char c = s[i + 1];
+    if (c == 's' || c == 't' || c == 'm' || c == 'd') return i + 2;
+    if (i + 2 < n) {
+      const char d = s[i + 2];
+      if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) return i + 3;
+    }
+  }
+  // A run of one class: letters, numbers or other (not whitespace).
+  const auto run_end = [&](size_t pos, CharClass cls) {
+    while (pos < n) {
+      const Utf8Char c = decode_utf8(s, pos);
+      if (char_class(c.code_point) != cls) break;
+      pos += c.length;
+    }
+    return pos;
+  };
+  // ` ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+`: an optional space, then a run of the class that
+  // follows it.
+  if (s[i] == ' ' && i + 1 < n) {
+    const CharClass next = char_class(decode_utf8(s, i + 1).code_point);
+    if (next != CharClass::whitespace) return run_end(i + 1, next);
+  }
+  const Utf8Char first = decode_utf8(s, i);
+  const CharClass cls = char_class(first.code_point);
+  if (cls != CharClass::whitespace) return run_end(i, cls);
+  // `\s+(?!\S)|\s+`: the whitespace run, less its last character when a non-space follows and
+  // the run has more than one (that character then starts the next piece, e.g. " word").
+  size_t last = i, pos = i;
+  while (pos < n) {
+    const Utf8Char c = decode_utf8(s, pos);
+    if (char_class(c.code_point) != CharClass::whitespace) break;
+    last = pos;
+    pos += c.length;
+  }
+  if (pos < n && last > i) return last;
+  return pos;
+}
+
+void Gpt2BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& ids) const {
+  if (word.size() == 1 && byte_ids_[static_cast<unsigned char>(word[0])] >= 0) {
+    ids.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  if (word.size() > WordCache::kMaxWordBytes) {
+    bpe(word, ids);
+    return;
+  }
+  const uint64_t hash = WordCache::hash(word);
+  WordCache& shard = *cache_[hash >> 60];
+  if (shard.find(word, hash, ids)) return;
+  const size_t first = ids.size();
+  bpe(word, ids);
+  shard.insert(word, hash, std::span(ids).subspan(first));
+}
+
+void Gpt2BpeTokenizer::bpe(std::string_view word, std::vector<int32_t>& ids) const {
+  if (ignore_merges_) {
+    std::string token;
+    for (char b : word) append_utf8(token, byte_chars()[static_cast<unsigned char>(b)]);
+    if (const auto it = vocab_.find(token); it != vocab_.end()) {
+      ids.push_back(it->second);
+      return;
+    }
+  }
+  // A doubly linked list of symbols; a merged-away symbol gets id -1.
+  struct Symbol {
+    int32_t id, prev, next;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(word.size());
+  for (char b : word) {
+    int32_t id = byte_ids_[static_cast<unsigned char>(b)];
+    if (id < 0) {
+      // HF drops a character with no token unless there is an unk token.
+      if (!unk_id_) continue;
+      id = *unk_id_;
+    }
+    const auto index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, index - 1, index + 1});
+  }
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+
+  struct Candidate {
+    int32_t rank, pos, new_id;
+    // std::push_heap keeps the largest on top: invert, so lowest rank, then leftmost, comes first.
+    bool operator<(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  std::vector<Candidate> queue;
+  const auto push = [&](int32_t pos) {
+    const Symbol& a = symbols[pos];
+    if (a.next < 0) return;
+    if (const auto it = merges_.find(pair_key(a.id, symbols[a.next].id)); it != merges_.end()) {
+      queue.push_back({it->second.rank, pos, it->second.new_id});
+      std::push_heap(queue.begin(), queue.end());
+    }
+  };
+  for (int32_t pos = 0; pos + 1 < static_cast<int32_t>(symbols.size()); ++pos) push(pos);
+  while (!queue.empty()) {
+    std::pop_heap(queue.begin(), queue.end());
+    const Candidate top = queue.back();
+    queue.pop_back();
+    Symbol& left = symbols[top.pos];
+    if (left.id < 0 || left.next < 0) continue;
+    // Stale entry: one of the pair merged since it was queued.
+    const auto it = merges_.find(pair_key(left.id, symbols[left.next].id));
+    if (it == merges_.end() || it->second.new_id != top.new_id) continue;
+    Symbol& right = symbols[left.next];
+    left.id = top.new_id;
+    left.next = right.next;
+    right.id = -1;
+    if (left.next >= 0) symbols[left.next].prev = top.pos;
+    if (left.prev >= 0) push(left.prev);
+    push(top.pos);
+  }
+  for (int32_t pos = 0; pos >= 0; pos = symbols[pos].next) ids.push_back(symbols[pos].id);
+}
+
+std::string Gpt2BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  std::string bytes;
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= vocab_size() || !has_token_[id]) {
+      throw ValueError(str_cat("gpt2_bpe tokenizer: token id ", id,
+                               " is not in the vocabulary (size ", vocab_size(), ")"));
+    }
+    bytes += token_bytes_[id];
+  }
+  return utf8_lossy(bytes);
+}
+
+}  // namespace headroom

@@ -1,0 +1,99 @@
+// GPT-2's byte-level BPE, read from HF tokenizers' tokenizer.json or from GPT-2's original
+// vocab.json + merges.txt, encoding exactly as HF tokenizers does (see Note [GPT-2 byte-level BPE]).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "io/tokenizer.h"
+
+namespace headroom {
+
+class Gpt2BpeTokenizer final : public Tokenizer {
+ public:
+  // HF tokenizers' tokenizer.json with model.type "BPE" and the ByteLevel pre-tokenizer.
+  // ValueError names the file and field of a malformed file; NotImplementedError one that asks
+  // for a normalizer, pre-tokenizer or BPE option this class does not have.
+  static std::unique_ptr<Gpt2BpeTokenizer> from_tokenizer_json(const std::string& path);
+  // GPT-2's files; "<|endoftext|>", when in the vocabulary, is a special token as in
+  // transformers' GPT2TokenizerFast.
+  static std::unique_ptr<Gpt2BpeTokenizer> from_vocab_and_merges(const std::string& vocab_path,
+                                                                 const std::string& merges_path);
+
+  std::vector<int32_t> encode(std::string_view text) const override;
+  // Invalid UTF-8 in the joined bytes (a token sequence cut inside a character) becomes U+FFFD
+  // as in HF's ByteLevel decoder; an id outside the vocabulary is a ValueError.
+  std::string decode(std::span<const int32_t> ids) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(token_bytes_.size()); }
+  std::optional<int32_t> eos_token_id() const override { return eos_token_id_; }
+  std::string kind() const override { return "gpt2_bpe"; }
+  std::string fingerprint() const override { return fingerprint_; }
+
+  // The id of a token as the vocabulary spells it (byte-level form, e.g. "Ġthe"), or of an added
+  // token by its content.
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+
+  // One piece of the pre-tokenizer: the end of GPT-2's regex match that starts at `pos`.
+  static size_t pretoken_end(std::string_view text, size_t pos);
+
+  // What a tokenizer is made of; the factories fill it from the files.
+  struct AddedToken {
+    std::string content;
+    int32_t id = 0;
+    bool single_word = false, lstrip = false, rstrip = false;
+  };
+  struct Spec {
+    std::string source;  // the file(s), for error messages
+    std::unordered_map<std::string, int32_t> vocab;
+    std::vector<std::pair<std::string, std::string>> merges;  // by rank
+    std::vector<AddedToken> added_tokens;
+    std::optional<std::string> unk_token;
+    bool add_prefix_space = false;
+    bool use_regex = true;
+    bool ignore_merges = false;
+    std::string fingerprint;
+  };
+  explicit Gpt2BpeTokenizer(Spec spec);
+  ~Gpt2BpeTokenizer() override;
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t new_id;
+  };
+  struct Segment;
+
+  std::vector<Segment> split_on_added_tokens(std::string_view text) const;
+  void encode_segment(std::string_view segment, std::vector<int32_t>& ids) const;
+  void encode_word(std::string_view word, std::vector<int32_t>& ids) const;
+  void bpe(std::string_view word, std::vector<int32_t>& ids) const;
+
+  class WordCache;
+  static constexpr size_t kCacheShards = 16;
+  // Pre-tokens already merged (see WordCache), sharded so that data loader workers rarely wait.
+  std::array<std::unique_ptr<WordCache>, kCacheShards> cache_;
+
+  std::unordered_map<std::string, int32_t> vocab_;          // byte-level token -> id
+  std::unordered_map<uint64_t, Merge> merges_;              // (left id, right id) -> merge
+  std::array<int32_t, 256> byte_ids_{};                     // a byte's one-character token, or -1
+  std::optional<int32_t> unk_id_;
+  std::vector<AddedToken> added_tokens_;
+  std::array<std::vector<size_t>, 256> added_by_first_byte_;  // longest first
+  std::string added_first_bytes_;                           // each distinct first byte once
+  std::vector<std::string> token_bytes_;                    // id -> the bytes it decodes to
+  std::vector<bool> has_token_;
+  std::optional<int32_t> eos_token_id_;
+  bool add_prefix_space_ = false;
+  bool use_regex_ = true;
+  bool ignore_merges_ = false;
+  std::string fingerprint_;
+};
+
+}  // namespace headroom

@@ -1,0 +1,82 @@
+// The byte tokenizer, load_tokenizer's choice of files, and fingerprints.
+#include "io/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "io/io_test_helpers.h"
+#include "io/tokenizer_reference.h"
+
+namespace headroom {
+namespace {
+
+using io_test::expect_error;
+using io_test::TempDir;
+using io_test::tokenizer_fixture;
+
+TEST(TokenizerByte, EveryByteIsOneToken) {
+  const ByteTokenizer tokenizer;
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  const std::vector<int32_t> ids = tokenizer.encode(all);
+  ASSERT_EQ(ids.size(), 256u);
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(ids[b], b);
+  EXPECT_EQ(tokenizer.decode(ids), all);
+  EXPECT_EQ(tokenizer.vocab_size(), 256);
+  EXPECT_EQ(tokenizer.eos_token_id(), std::nullopt);
+  expect_error<ValueError>([&] { tokenizer.decode(std::vector<int32_t>{256}); }, {"256"});
+}
+
+void copy_fixture(const std::string& from, const TempDir& to, const std::string& name) {
+  std::filesystem::copy_file(tokenizer_fixture(from), to.file(name));
+}
+
+TEST(TokenizerLoad, PicksTheFirstFileFound) {
+  TempDir dir;
+  EXPECT_EQ(load_tokenizer(dir.str())->kind(), "byte");
+  EXPECT_EQ(load_tokenizer("")->kind(), "byte");
+
+  copy_fixture("sentencepiece/tokenizer.model", dir, "tokenizer.model");
+  const auto sp = load_tokenizer(dir.str());
+  EXPECT_EQ(sp->kind(), "sentencepiece");
+  EXPECT_EQ(sp->vocab_size(), 1000);
+
+  copy_fixture("gpt2_bpe/vocab.json", dir, "vocab.json");
+  copy_fixture("gpt2_bpe/merges.txt", dir, "merges.txt");
+  const auto files = load_tokenizer(dir.str());
+  EXPECT_EQ(files->kind(), "gpt2_bpe");
+  EXPECT_EQ(files->eos_token_id(), 0);
+
+  copy_fixture("gpt2_bpe/tokenizer.json", dir, "tokenizer.json");
+  const auto json = load_tokenizer(dir.str());
+  EXPECT_EQ(json->kind(), "gpt2_bpe");
+  EXPECT_EQ(json->encode("It's 2024."), files->encode("It's 2024."));
+  // Token caches are keyed by the fingerprint: the same kind from other files differs.
+  EXPECT_NE(json->fingerprint(), files->fingerprint());
+  EXPECT_EQ(json->fingerprint(), load_tokenizer(dir.str())->fingerprint());
+  EXPECT_EQ(json->fingerprint().size(), 16u);
+  EXPECT_NE(sp->fingerprint(), json->fingerprint());
+}
+
+TEST(TokenizerLoad, CorruptOrIncompleteFilesAreErrors) {
+  TempDir dir;
+  copy_fixture("gpt2_bpe/vocab.json", dir, "vocab.json");
+  expect_error<ValueError>([&] { load_tokenizer(dir.str()); },
+                           {dir.str(), "vocab.json without merges.txt"});
+  io_test::write_bytes(dir.file("tokenizer.json"), "{\"model\": {\"type\": \"BPE\", ");
+  expect_error<ValueError>([&] { load_tokenizer(dir.str()); },
+                           {dir.file("tokenizer.json"), "invalid JSON"});
+  expect_error<ValueError>([&] { load_tokenizer(dir.file("no-such-model")); },
+                           {dir.file("no-such-model"), "is not a directory"});
+}
+
+TEST(TokenizerFingerprint, HashesKindAndFileBoundaries) {
+  EXPECT_EQ(tokenizer_fingerprint("", {}), "cbf29ce484222325");  // FNV-1a 64 offset basis
+  EXPECT_NE(tokenizer_fingerprint("gpt2_bpe", {"ab", "c"}),
+            tokenizer_fingerprint("gpt2_bpe", {"a", "bc"}));
+  EXPECT_NE(tokenizer_fingerprint("gpt2_bpe", {"x"}), tokenizer_fingerprint("sentencepiece", {"x"}));
+}
+
+}  // namespace
+}  // namespace headroom
