@@ -45,25 +45,27 @@ struct StepResult {
   int64_t after_backward = 0;  // the gradients (and the loss) once backward is over
 };
 
-StepResult train_step(const HfConfig& config, const std::string& policy) {
-  auto model = make_causal_lm(config, kCPU, /*seed=*/17);
+StepResult train_step(const HfConfig& config, const std::string& policy, Device device = kCPU) {
+  auto model = make_causal_lm(config, device, /*seed=*/17);
   enable_gradient_checkpointing(*model, parse_checkpoint_policy(policy));
   std::vector<int64_t> ids_values, target_values;
   for (int64_t i = 0; i < kBatch * kTokens; ++i) {
     ids_values.push_back((i * 37 + 11) % 128);
     target_values.push_back((i * 53 + 5) % 128);
   }
-  const Tensor ids = Tensor::from_ints(ids_values, {kBatch, kTokens});
-  const Tensor targets = Tensor::from_ints(target_values, {kBatch, kTokens});
+  const bool meta = device.type == DeviceType::meta;
+  const Tensor ids = meta ? Tensor::empty({kBatch, kTokens}, DType::i64, device)
+                          : Tensor::from_ints(ids_values, {kBatch, kTokens});
+  const Tensor targets = meta ? ids : Tensor::from_ints(target_values, {kBatch, kTokens});
   manual_seed(1234);  // the dropout masks
   StepResult run;
-  const auto before = static_cast<int64_t>(memory_allocated(kCPU));
+  const auto before = static_cast<int64_t>(memory_allocated(device));
   run.loss = model->loss(ids, targets);
-  run.kept = static_cast<int64_t>(memory_allocated(kCPU)) - before;
-  reset_peak_memory_stats(kCPU);
+  run.kept = static_cast<int64_t>(memory_allocated(device)) - before;
+  reset_peak_memory_stats(device);
   backward(run.loss);
-  run.backward_peak = static_cast<int64_t>(max_memory_allocated(kCPU)) - before;
-  run.after_backward = static_cast<int64_t>(memory_allocated(kCPU)) - before;
+  run.backward_peak = static_cast<int64_t>(max_memory_allocated(device)) - before;
+  run.after_backward = static_cast<int64_t>(memory_allocated(device)) - before;
   for (const auto& [name, p] : model->named_parameters()) run.grads.emplace_back(name, p.grad());
   return run;
 }
@@ -157,6 +159,20 @@ TEST(GradientCheckpointing, Gpt2ActivationMemoryPerPolicy) {
 
 TEST(GradientCheckpointing, LlamaActivationMemoryPerPolicy) {
   expect_activation_memory(small_llama(), llama_block_bytes(small_llama()));
+}
+
+// The meta device, the planner's dry run, gives the CPU's figures for every policy, recompute
+// included.
+TEST(GradientCheckpointing, MetaDeviceGivesTheCpuFigures) {
+  for (const char* policy : {"none", "full", "every_2", "selective"}) {
+    for (const HfConfig& config : {HfConfig(small_gpt2()), HfConfig(small_llama())}) {
+      const StepResult cpu = train_step(config, policy);
+      const StepResult meta = train_step(config, policy, Device{DeviceType::meta, 0});
+      EXPECT_EQ(meta.kept, cpu.kept) << policy;
+      EXPECT_EQ(meta.backward_peak, cpu.backward_peak) << policy;
+      EXPECT_EQ(meta.after_backward, cpu.after_backward) << policy;
+    }
+  }
 }
 
 TEST(GradientCheckpointing, DisableRestoresPlainBlocks) {
