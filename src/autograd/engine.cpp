@@ -36,6 +36,21 @@ void add_to_buffer(std::vector<Tensor>& buffer, uint32_t i, Tensor grad) {
   }
 }
 
+thread_local uint64_t current_task_id = 0;
+thread_local uint64_t next_task_id = 1;
+
+// Sets the thread's graph task id for the scope of one backward call (calls may nest).
+class GraphTaskScope {
+ public:
+  GraphTaskScope() : previous_(current_task_id) { current_task_id = next_task_id++; }
+  ~GraphTaskScope() { current_task_id = previous_; }
+  GraphTaskScope(const GraphTaskScope&) = delete;
+  GraphTaskScope& operator=(const GraphTaskScope&) = delete;
+
+ private:
+  uint64_t previous_;
+};
+
 struct ByReverseSequence {
   bool operator()(const Node* a, const Node* b) const {
     return a->sequence_nr() < b->sequence_nr();
@@ -43,6 +58,8 @@ struct ByReverseSequence {
 };
 
 }  // namespace
+
+uint64_t current_graph_task_id() { return current_task_id; }
 
 void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
   backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad_output}, retain_graph);
@@ -56,6 +73,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   }
   NoGradGuard no_grad;
   AutocastOffGuard autocast_off;
+  GraphTaskScope task;
   std::vector<std::shared_ptr<Node>> keep_alive;
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   std::vector<std::pair<Edge, Tensor>> starts;

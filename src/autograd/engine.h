@@ -1,6 +1,7 @@
 // Backward: runs the recorded graph from the roots to the leaves.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"
@@ -20,5 +21,10 @@ void backward(const Tensor& root, const Tensor& grad_output = Tensor(), bool ret
 // Several roots at once, as torch.autograd.backward(tensors, grad_tensors).
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
               bool retain_graph = false);
+
+// The id of the backward call running on this thread (torch's _current_graph_task_id): each
+// call gets a fresh one, so a saved-tensor hook can tell two backward passes through one
+// retained graph apart (activation checkpointing recomputes once per pass). 0 outside backward.
+uint64_t current_graph_task_id();
 
 }  // namespace headroom

@@ -6,7 +6,17 @@
 
 namespace headroom {
 
-Tensor BackwardContext::saved(size_t i) const { return node_.unpack_saved(i); }
+Tensor BackwardContext::saved(size_t i) const {
+  if (i >= is_unpacked_.size()) {
+    unpacked_.resize(i + 1);
+    is_unpacked_.resize(i + 1, false);
+  }
+  if (!is_unpacked_[i]) {
+    unpacked_[i] = node_.unpack_saved(i);
+    is_unpacked_[i] = true;
+  }
+  return unpacked_[i];
+}
 
 bool BackwardContext::needs_input_grad(size_t i) const { return node_.needs_input_grad(i); }
 

@@ -33,6 +33,9 @@ class BackwardContext {
   const Tensor& grad_output(size_t i = 0) const { return grad_outputs_.at(i); }
   // Moves the gradient out, for backwards that can reuse its buffer.
   Tensor take_grad_output(size_t i = 0) { return std::move(grad_outputs_.at(i)); }
+  // Saved tensor i, unpacked on first use and then reused for the rest of this backward: each
+  // saved tensor is unpacked once per backward pass (as torch's ctx.saved_tensors), which
+  // activation checkpointing relies on to free a recomputed tensor once its node has it.
   Tensor saved(size_t i) const;
   bool needs_input_grad(size_t i) const;
   // False when the saved tensors are released right after this backward (no retain_graph): the
@@ -42,6 +45,8 @@ class BackwardContext {
  private:
   const FunctionNode& node_;
   std::vector<Tensor>& grad_outputs_;
+  mutable std::vector<Tensor> unpacked_;
+  mutable std::vector<bool> is_unpacked_;
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(BackwardContext& ctx)>;

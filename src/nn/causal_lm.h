@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "nn/block_runner.h"
 #include "nn/model_config.h"
 #include "nn/module.h"
 
@@ -20,6 +21,20 @@ class CausalLM : public Module {
   virtual HfConfig config() const = 0;
   // Names of parameters that share another's tensor (GPT-2's lm_head.weight): not saved.
   virtual std::vector<std::string> tied_parameter_names() const { return {}; }
+  // The number of transformer blocks (n_layer, num_hidden_layers).
+  virtual int64_t num_blocks() const = 0;
+
+  // How the blocks and their projections run; empty runners call them directly. See
+  // Note [Block runners] (memsave's enable_gradient_checkpointing sets them).
+  void set_block_runners(BlockRunners runners) { *runners_ = std::move(runners); }
+  const BlockRunners& block_runners() const { return *runners_; }
+
+ protected:
+  // Shared with the blocks, which read it at every forward.
+  const BlockRunners* runners() const { return runners_.get(); }
+
+ private:
+  std::unique_ptr<BlockRunners> runners_ = std::make_unique<BlockRunners>();
 };
 
 // A model with HF's initialisation drawn from a generator seeded with `seed`.

@@ -16,8 +16,10 @@ Tensor maybe_dropout(const Tensor& x, double p, bool training) {
 
 }  // namespace
 
-GPT2Attention::GPT2Attention(const GPT2Config& config, Device device)
+GPT2Attention::GPT2Attention(const GPT2Config& config, Device device,
+                             const BlockRunners* runners)
     : config_(config),
+      runners_(runners),
       c_attn_(register_module("c_attn", std::make_unique<Linear>(config.n_embd, 3 * config.n_embd,
                                                                   true, WeightLayout::in_out,
                                                                   device))),
@@ -27,17 +29,18 @@ GPT2Attention::GPT2Attention(const GPT2Config& config, Device device)
 
 Tensor GPT2Attention::forward(const Tensor& x) const {
   const int64_t b = x.size(0), t = x.size(1), d = config_.n_embd, h = config_.n_head;
-  const std::vector<Tensor> qkv = split(c_attn_.forward(x), {d, d, d}, -1);
+  const std::vector<Tensor> qkv = split(run_matmul(runners_, c_attn_, x), {d, d, d}, -1);
   auto heads = [&](const Tensor& part) { return transpose(reshape(part, {b, t, h, d / h}), 1, 2); };
   const double p = is_training() ? config_.attn_pdrop : 0.0;
   Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                           /*is_causal=*/true, std::nullopt, p);
   y = reshape(transpose(y, 1, 2), {b, t, d});
-  return maybe_dropout(c_proj_.forward(y), config_.resid_pdrop, is_training());
+  return maybe_dropout(run_matmul(runners_, c_proj_, y), config_.resid_pdrop, is_training());
 }
 
-GPT2MLP::GPT2MLP(const GPT2Config& config, Device device)
+GPT2MLP::GPT2MLP(const GPT2Config& config, Device device, const BlockRunners* runners)
     : config_(config),
+      runners_(runners),
       c_fc_(register_module("c_fc", std::make_unique<Linear>(config.n_embd,
                                                               config.effective_n_inner(), true,
                                                               WeightLayout::in_out, device))),
@@ -46,26 +49,27 @@ GPT2MLP::GPT2MLP(const GPT2Config& config, Device device)
                                                                   WeightLayout::in_out, device))) {}
 
 Tensor GPT2MLP::forward(const Tensor& x) const {
-  return maybe_dropout(c_proj_.forward(gelu(c_fc_.forward(x))), config_.resid_pdrop,
-                       is_training());
+  const Tensor hidden = gelu(run_matmul(runners_, c_fc_, x));
+  return maybe_dropout(run_matmul(runners_, c_proj_, hidden), config_.resid_pdrop, is_training());
 }
 
-GPT2Block::GPT2Block(const GPT2Config& config, Device device)
+GPT2Block::GPT2Block(const GPT2Config& config, Device device, const BlockRunners* runners)
     : config_(config),
       ln_1_(register_module("ln_1", std::make_unique<LayerNorm>(config.n_embd,
                                                                 config.layer_norm_epsilon, device))),
-      attn_(register_module("attn", std::make_unique<GPT2Attention>(config, device))),
+      attn_(register_module("attn", std::make_unique<GPT2Attention>(config, device, runners))),
       ln_2_(register_module("ln_2", std::make_unique<LayerNorm>(config.n_embd,
                                                                 config.layer_norm_epsilon, device))),
-      mlp_(register_module("mlp", std::make_unique<GPT2MLP>(config, device))) {}
+      mlp_(register_module("mlp", std::make_unique<GPT2MLP>(config, device, runners))) {}
 
 Tensor GPT2Block::forward(const Tensor& x) const {
   const Tensor h = add(x, attn_.forward(ln_1_.forward(x)));
   return add(h, mlp_.forward(ln_2_.forward(h)));
 }
 
-GPT2Model::GPT2Model(const GPT2Config& config, Device device)
+GPT2Model::GPT2Model(const GPT2Config& config, Device device, const BlockRunners* runners)
     : config_(config),
+      runners_(runners),
       wte_(register_module("wte", std::make_unique<Embedding>(config.vocab_size, config.n_embd,
                                                               device))),
       wpe_(register_module("wpe", std::make_unique<Embedding>(config.n_positions, config.n_embd,
@@ -73,7 +77,7 @@ GPT2Model::GPT2Model(const GPT2Config& config, Device device)
   auto h = std::make_unique<Module>();
   for (int64_t i = 0; i < config.n_layer; ++i) {
     blocks_.push_back(
-        &h->register_child(std::to_string(i), std::make_unique<GPT2Block>(config, device)));
+        &h->register_child(std::to_string(i), std::make_unique<GPT2Block>(config, device, runners)));
   }
   register_module("h", std::move(h));
   ln_f_ = &register_module("ln_f", std::make_unique<LayerNorm>(config.n_embd,
@@ -94,13 +98,17 @@ Tensor GPT2Model::forward(const Tensor& input_ids) const {
                                           input_ids.device());
   Tensor x = add(wte_.forward(input_ids), wpe_.forward(positions));
   x = maybe_dropout(x, config_.embd_pdrop, is_training());
-  for (const GPT2Block* block : blocks_) x = block->forward(x);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const GPT2Block* block = blocks_[i];
+    x = run_block(runners_, static_cast<int64_t>(i),
+                  [block](const Tensor& in) { return block->forward(in); }, x);
+  }
   return ln_f_->forward(x);
 }
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Device device, uint64_t seed)
     : config_(config),
-      transformer_(register_module("transformer", std::make_unique<GPT2Model>(config, device))) {
+      transformer_(register_module("transformer", std::make_unique<GPT2Model>(config, device, runners()))) {
   if (config.n_embd % config.n_head != 0) {
     throw ValueError(str_cat("GPT-2 config: n_embd ", config.n_embd,
                              " is not a multiple of n_head ", config.n_head));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "nn/block_runner.h"
 #include "nn/causal_lm.h"
 #include "nn/layers.h"
 
@@ -13,29 +14,32 @@ namespace headroom {
 
 class GPT2Attention : public Module {
  public:
-  GPT2Attention(const GPT2Config& config, Device device);
+  // runners: the model's (Note [Block runners]); null runs the projections directly.
+  GPT2Attention(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;  // [B, T, D]
 
  private:
   const GPT2Config config_;
+  const BlockRunners* runners_;
   Linear& c_attn_;
   Linear& c_proj_;
 };
 
 class GPT2MLP : public Module {
  public:
-  GPT2MLP(const GPT2Config& config, Device device);
+  GPT2MLP(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;
 
  private:
   const GPT2Config config_;
+  const BlockRunners* runners_;
   Linear& c_fc_;
   Linear& c_proj_;
 };
 
 class GPT2Block : public Module {
  public:
-  GPT2Block(const GPT2Config& config, Device device);
+  GPT2Block(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;
 
  private:
@@ -49,12 +53,13 @@ class GPT2Block : public Module {
 // HF's "transformer": embeddings, blocks, final norm. Returns the final hidden states.
 class GPT2Model : public Module {
  public:
-  GPT2Model(const GPT2Config& config, Device device);
+  GPT2Model(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& input_ids) const;
   const Embedding& wte() const { return wte_; }
 
  private:
   const GPT2Config config_;
+  const BlockRunners* runners_;
   Embedding& wte_;
   Embedding& wpe_;
   std::vector<GPT2Block*> blocks_;
@@ -70,6 +75,7 @@ class GPT2LMHeadModel : public CausalLM {
   Tensor hidden_states(const Tensor& input_ids);
   HfConfig config() const override { return config_; }
   std::vector<std::string> tied_parameter_names() const override { return {"lm_head.weight"}; }
+  int64_t num_blocks() const override { return config_.n_layer; }
 
  private:
   const GPT2Config config_;

@@ -11,11 +11,13 @@ namespace headroom {
 
 class LlamaAttention : public Module {
  public:
-  LlamaAttention(const LlamaConfig& config, Device device);
+  // runners: the model's (Note [Block runners]); null runs the projections directly.
+  LlamaAttention(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;
 
  private:
   const LlamaConfig config_;
+  const BlockRunners* runners_;
   Linear& q_proj_;
   Linear& k_proj_;
   Linear& v_proj_;
@@ -24,10 +26,11 @@ class LlamaAttention : public Module {
 
 class LlamaMLP : public Module {
  public:
-  LlamaMLP(const LlamaConfig& config, Device device);
+  LlamaMLP(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;
 
  private:
+  const BlockRunners* runners_;
   Linear& gate_proj_;
   Linear& up_proj_;
   Linear& down_proj_;
@@ -35,7 +38,8 @@ class LlamaMLP : public Module {
 
 class LlamaDecoderLayer : public Module {
  public:
-  LlamaDecoderLayer(const LlamaConfig& config, Device device);
+  LlamaDecoderLayer(const LlamaConfig& config, Device device,
+                    const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;
 
  private:
@@ -48,12 +52,13 @@ class LlamaDecoderLayer : public Module {
 // HF's "model": embeddings, layers, final norm. Returns the final hidden states.
 class LlamaModel : public Module {
  public:
-  LlamaModel(const LlamaConfig& config, Device device);
+  LlamaModel(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& input_ids) const;
   const Embedding& embed_tokens() const { return embed_tokens_; }
 
  private:
   const LlamaConfig config_;
+  const BlockRunners* runners_;
   Embedding& embed_tokens_;
   std::vector<LlamaDecoderLayer*> layers_;
   RMSNorm* norm_ = nullptr;
@@ -67,6 +72,7 @@ class LlamaForCausalLM : public CausalLM {
   Tensor hidden_states(const Tensor& input_ids);
   HfConfig config() const override { return config_; }
   std::vector<std::string> tied_parameter_names() const override;
+  int64_t num_blocks() const override { return config_.num_hidden_layers; }
 
  private:
   const Tensor& head_weight() const;

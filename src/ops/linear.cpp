@@ -198,10 +198,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
     return linear((*cast)[0], (*cast)[1], (*cast)[2], layout);
   }
   const LinearDims dims = linear_dims(x, weight, bias, layout);
-  Tensor out = linear_forward(x, weight, bias, layout, dims);
-  if (auto node = make_function_node("LinearBackward", {x, weight, bias})) {
+  // The node saves its inputs before the GEMM runs: a recompute under selective checkpointing
+  // stops right after these saves and never repeats the GEMM (Note [Selective checkpointing]).
+  auto node = make_function_node("LinearBackward", {x, weight, bias});
+  if (node) {
     node->save(x);
     node->save(weight);
+  }
+  Tensor out = linear_forward(x, weight, bias, layout, dims);
+  if (node) {
     const bool has_bias = bias.defined();
     const Shape x_shape = x.shape();
     node->set_backward([dims, layout, has_bias, x_shape](BackwardContext& ctx) -> std::vector<Tensor> {
