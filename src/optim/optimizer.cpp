@@ -1,8 +1,11 @@
 // Optimizer: the parts shared by every optimizer (gradients, learning rates per group).
 #include "optim/optimizer.h"
 
+#include <unordered_set>
+
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/op_support.h"
 
 namespace headroom {
 
@@ -107,6 +110,53 @@ Tensor Optimizer::load_state_tensor(const OptimizerStateDict& state, const std::
     return copy;
   }
   throw ValueError(str_cat(name(), ": load_state_dict: the state has no tensor '", key, "'"));
+}
+
+void Optimizer::set_param_groups(std::vector<ParamGroup> groups, double default_lr,
+                                 double default_weight_decay) {
+  groups_ = std::move(groups);
+  std::unordered_set<const void*> seen;  // a leaf's AutogradMeta, or its data when it has none
+  for (ParamGroup& group : groups_) {
+    group.lr = group.lr.value_or(default_lr);
+    group.weight_decay = group.weight_decay.value_or(default_weight_decay);
+    check_lr(*group.lr);
+    if (!(*group.weight_decay >= 0.0)) {
+      throw ValueError(str_cat(name(), ": Invalid weight_decay value: ", *group.weight_decay));
+    }
+    for (const auto& [param_name, param] : group.params) {
+      if (!param.defined()) {
+        throw ValueError(str_cat(name(), ": parameter '", param_name, "' is undefined"));
+      }
+      if (param.dtype() != DType::f32 && param.dtype() != DType::bf16) {
+        throw NotImplementedError(str_cat(name(), ": parameter '", param_name, "' is ",
+                                          dtype_name(param.dtype()),
+                                          "; only f32 and bf16 parameters are supported"));
+      }
+      if (!param.is_leaf()) {
+        throw ValueError(str_cat(name(), ": can't optimize a non-leaf tensor ('", param_name,
+                                 "')"));
+      }
+      if (!param.is_contiguous()) {
+        throw ValueError(str_cat(name(), ": parameter '", param_name, "' is not contiguous"));
+      }
+      const void* identity = param.autograd_meta() != nullptr
+                                 ? static_cast<const void*>(param.autograd_meta())
+                                 : param.data_ptr();
+      if (!seen.insert(identity).second) {
+        throw ValueError(str_cat(name(), ": parameter '", param_name,
+                                 "' appears more than once in the parameter groups"));
+      }
+    }
+  }
+}
+
+Tensor Optimizer::f32_grad(const std::string& param_name, const Tensor& grad) const {
+  if (grad.dtype() != DType::f32 && grad.dtype() != DType::bf16 && grad.dtype() != DType::f16) {
+    throw NotImplementedError(str_cat(name(), ": the gradient of '", param_name, "' is ",
+                                      dtype_name(grad.dtype()),
+                                      "; only f32, bf16 and f16 gradients are supported"));
+  }
+  return f32_contiguous(grad);
 }
 
 void Optimizer::check_lr(double lr) const {

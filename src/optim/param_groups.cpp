@@ -7,6 +7,13 @@ namespace {
 bool decays(const Tensor& param) { return param.ndim() >= 2; }
 }  // namespace
 
+std::vector<NamedTensor> unnamed_parameters(const std::vector<Tensor>& params) {
+  std::vector<NamedTensor> named;
+  named.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) named.emplace_back(std::to_string(i), params[i]);
+  return named;
+}
+
 std::vector<std::string> decay_parameter_names(const std::vector<NamedTensor>& named_params) {
   std::vector<std::string> names;
   for (const auto& [name, param] : named_params) {

@@ -21,6 +21,9 @@ struct ParamGroup {
   std::optional<double> weight_decay = std::nullopt;
 };
 
+// Parameters given without names are named by their position: "0", "1", ...
+std::vector<NamedTensor> unnamed_parameters(const std::vector<Tensor>& params);
+
 // Names of the parameters with at least 2 dimensions (weights of linear layers and embeddings).
 // These are the ones HF Trainer decays: it leaves out biases and LayerNorm / RMSNorm weights,
 // which in the models headroom builds are exactly the 1-D parameters.
