@@ -269,54 +269,46 @@ void Adafactor::step() {
 OptimizerStateDict Adafactor::state_dict() const {
   OptimizerStateDict result{.meta = state_dict_meta(), .tensors = {}};
   nlohmann::json per_param = nlohmann::json::object();
-  for (size_t g = 0; g < states_.size(); ++g) {
-    for (size_t i = 0; i < states_[g].size(); ++i) {
-      const AdafactorState& state = states_[g][i];
-      if (state.step == 0) continue;
-      const std::string key = str_cat(g, ".", i);
-      per_param[key] = {{"step", state.step}, {"RMS", state.rms}, {"lr", state.lr}};
-      for (const auto& [state_name, tensor] :
-           {std::pair<const char*, const Tensor*>{"exp_avg_sq_row", &state.exp_avg_sq_row},
-            {"exp_avg_sq_col", &state.exp_avg_sq_col},
-            {"exp_avg_sq", &state.exp_avg_sq},
-            {"exp_avg", &state.exp_avg}}) {
-        if (tensor->defined()) {
-          result.tensors.emplace_back(str_cat("state.", key, ".", state_name), *tensor);
-        }
+  for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor&) {
+    const AdafactorState& state = states_[g][i];
+    if (state.step == 0) return;
+    per_param[key] = {{"step", state.step}, {"RMS", state.rms}, {"lr", state.lr}};
+    for (const auto& [state_name, tensor] :
+         {std::pair<const char*, const Tensor*>{"exp_avg_sq_row", &state.exp_avg_sq_row},
+          {"exp_avg_sq_col", &state.exp_avg_sq_col},
+          {"exp_avg_sq", &state.exp_avg_sq},
+          {"exp_avg", &state.exp_avg}}) {
+      if (tensor->defined()) {
+        result.tensors.emplace_back(str_cat("state.", key, ".", state_name), *tensor);
       }
     }
-  }
+  });
   result.meta["state"] = std::move(per_param);
   return result;
 }
 
 void Adafactor::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
-  std::vector<std::vector<AdafactorState>> states(groups_.size());
-  const nlohmann::json& per_param = saved.meta.at("state");
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    states[g].resize(groups_[g].params.size());
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const std::string key = str_cat(g, ".", i);
-      if (!per_param.contains(key)) continue;
-      const Tensor& param = groups_[g].params[i].second;
-      AdafactorState& state = states[g][i];
-      state.step = per_param[key].at("step").get<int64_t>();
-      state.rms = per_param[key].at("RMS").get<double>();
-      state.lr = per_param[key].at("lr").get<double>();
-      auto load = [&](const char* state_name, const Shape& shape) {
-        return load_state_tensor(saved, str_cat("state.", key, ".", state_name), shape,
-                                 DType::f32, param.device());
-      };
-      if (param.ndim() >= 2) {
-        state.exp_avg_sq_row = load("exp_avg_sq_row", row_shape(param.shape()));
-        state.exp_avg_sq_col = load("exp_avg_sq_col", col_shape(param.shape()));
-      } else {
-        state.exp_avg_sq = load("exp_avg_sq", param.shape());
-      }
-      if (options_.beta1) state.exp_avg = load("exp_avg", param.shape());
+  std::vector<std::vector<AdafactorState>> states;
+  for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
+                                  const Tensor& param, const nlohmann::json& entry) {
+    AdafactorState& state = states[g][i];
+    state.step = entry.at("step").get<int64_t>();
+    state.rms = entry.at("RMS").get<double>();
+    state.lr = entry.at("lr").get<double>();
+    auto load = [&](const char* state_name, const Shape& shape) {
+      return load_state_tensor(saved, str_cat("state.", key, ".", state_name), shape, DType::f32,
+                               param.device());
+    };
+    if (param.ndim() >= 2) {
+      state.exp_avg_sq_row = load("exp_avg_sq_row", row_shape(param.shape()));
+      state.exp_avg_sq_col = load("exp_avg_sq_col", col_shape(param.shape()));
+    } else {
+      state.exp_avg_sq = load("exp_avg_sq", param.shape());
     }
-  }
+    if (options_.beta1) state.exp_avg = load("exp_avg", param.shape());
+  });
   states_ = std::move(states);
 }
 

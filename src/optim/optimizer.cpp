@@ -112,6 +112,22 @@ Tensor Optimizer::load_state_tensor(const OptimizerStateDict& state, const std::
   throw ValueError(str_cat(name(), ": load_state_dict: the state has no tensor '", key, "'"));
 }
 
+void Optimizer::for_each_param(const ParamVisitor& fn) const {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      fn(g, i, str_cat(g, ".", i), groups_[g].params[i].second);
+    }
+  }
+}
+
+void Optimizer::for_each_saved_state(const OptimizerStateDict& saved,
+                                     const SavedStateVisitor& fn) const {
+  const nlohmann::json& per_param = saved.meta.at("state");
+  for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor& param) {
+    if (per_param.contains(key)) fn(g, i, key, param, per_param[key]);
+  });
+}
+
 void Optimizer::set_param_groups(std::vector<ParamGroup> groups, double default_lr,
                                  double default_weight_decay) {
   groups_ = std::move(groups);

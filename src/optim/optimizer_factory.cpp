@@ -38,18 +38,25 @@ std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
   return std::make_unique<AdamW>(std::move(groups), options);
 }
 
-// Takes `key` out of `extras` as a number (HF writes them as Python literals), if present.
+// Takes `key` out of `extras`, if present, and parses it: a number, or a Python bool.
+std::optional<std::string> take(std::map<std::string, std::string>& extras,
+                                const std::string& key) {
+  const auto it = extras.find(key);
+  if (it == extras.end()) return std::nullopt;
+  std::string text = std::move(it->second);
+  extras.erase(it);
+  return text;
+}
+
 std::optional<double> take_number(const std::string& optim,
                                   std::map<std::string, std::string>& extras,
                                   const std::string& key) {
-  const auto it = extras.find(key);
-  if (it == extras.end()) return std::nullopt;
-  const std::string text = it->second;
-  extras.erase(it);
+  const std::optional<std::string> text = take(extras, key);
+  if (!text) return std::nullopt;
   char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0') {
-    throw ValueError(str_cat("optim_args: ", key, "=", text, " is not a number (", optim, ")"));
+  const double value = std::strtod(text->c_str(), &end);
+  if (text->empty() || *end != '\0') {
+    throw ValueError(str_cat("optim_args: ", key, "=", *text, " is not a number (", optim, ")"));
   }
   return value;
 }
@@ -57,13 +64,12 @@ std::optional<double> take_number(const std::string& optim,
 std::optional<bool> take_bool(const std::string& optim,
                               std::map<std::string, std::string>& extras,
                               const std::string& key) {
-  const auto it = extras.find(key);
-  if (it == extras.end()) return std::nullopt;
-  const std::string text = it->second;
-  extras.erase(it);
-  if (text == "True" || text == "true" || text == "1") return true;
-  if (text == "False" || text == "false" || text == "0") return false;
-  throw ValueError(str_cat("optim_args: ", key, "=", text, " is not True or False (", optim, ")"));
+  const std::optional<std::string> text = take(extras, key);
+  if (!text) return std::nullopt;
+  if (*text == "True" || *text == "true" || *text == "1") return true;
+  if (*text == "False" || *text == "false" || *text == "0") return false;
+  throw ValueError(
+      str_cat("optim_args: ", key, "=", *text, " is not True or False (", optim, ")"));
 }
 
 // HF's sgd: torch.optim.SGD with learning_rate; momentum 0 unless optim_args sets it.

@@ -93,40 +93,32 @@ void SGD::step() {
 OptimizerStateDict SGD::state_dict() const {
   OptimizerStateDict result{.meta = state_dict_meta(), .tensors = {}};
   nlohmann::json per_param = nlohmann::json::object();
-  for (size_t g = 0; g < states_.size(); ++g) {
-    for (size_t i = 0; i < states_[g].size(); ++i) {
-      const SGDState& state = states_[g][i];
-      if (state.step == 0) continue;
-      const std::string key = str_cat(g, ".", i);
-      per_param[key] = {{"step", state.step}};
-      if (state.momentum_buffer.defined()) {
-        result.tensors.emplace_back(str_cat("state.", key, ".momentum_buffer"),
-                                    state.momentum_buffer);
-      }
+  for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor&) {
+    const SGDState& state = states_[g][i];
+    if (state.step == 0) return;
+    per_param[key] = {{"step", state.step}};
+    if (state.momentum_buffer.defined()) {
+      result.tensors.emplace_back(str_cat("state.", key, ".momentum_buffer"),
+                                  state.momentum_buffer);
     }
-  }
+  });
   result.meta["state"] = std::move(per_param);
   return result;
 }
 
 void SGD::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
-  std::vector<std::vector<SGDState>> states(groups_.size());
-  const nlohmann::json& per_param = saved.meta.at("state");
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    states[g].resize(groups_[g].params.size());
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const std::string key = str_cat(g, ".", i);
-      if (!per_param.contains(key)) continue;
-      const Tensor& param = groups_[g].params[i].second;
-      states[g][i].step = per_param[key].at("step").get<int64_t>();
-      if (options_.momentum != 0.0) {
-        states[g][i].momentum_buffer =
-            load_state_tensor(saved, str_cat("state.", key, ".momentum_buffer"), param.shape(),
-                              DType::f32, param.device());
-      }
+  std::vector<std::vector<SGDState>> states;
+  for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
+                                  const Tensor& param, const nlohmann::json& entry) {
+    states[g][i].step = entry.at("step").get<int64_t>();
+    if (options_.momentum != 0.0) {
+      states[g][i].momentum_buffer =
+          load_state_tensor(saved, str_cat("state.", key, ".momentum_buffer"), param.shape(),
+                            DType::f32, param.device());
     }
-  }
+  });
   states_ = std::move(states);
 }
 

@@ -44,13 +44,9 @@ inline OptimGolden read_optim_golden(const std::string& file) {
   OptimGolden golden;
   for_each_golden_line(file, [&](const std::string& keyword, std::istringstream& in) {
     if (keyword == "param") {
-      std::string name;
-      int ndim = 0;
-      in >> name >> ndim;
-      std::vector<int64_t> dims(ndim);
-      for (int64_t& d : dims) in >> d;
+      auto [name, shape] = read_param(in);
       golden.names.push_back(name);
-      golden.shapes[name] = Shape(dims);
+      golden.shapes[name] = shape;
     } else if (keyword == "init") {
       std::string name;
       in >> name;
