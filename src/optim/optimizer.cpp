@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/op_support.h"
 
 namespace headroom {
 
@@ -57,14 +58,17 @@ void Optimizer::set_param_groups(
     const std::function<void(double, double)>& check_group,
     const std::function<void(const std::string&, const Tensor&)>& check_param) {
   groups_ = std::move(groups);
-  std::unordered_set<const AutogradMeta*> seen;
+  std::unordered_set<const void*> seen;  // a leaf's AutogradMeta, or its data when it has none
   for (ParamGroup& group : groups_) {
     group.lr = group.lr.value_or(default_lr);
     group.weight_decay = group.weight_decay.value_or(default_weight_decay);
     check_group(*group.lr, *group.weight_decay);
     for (const auto& [param_name, param] : group.params) {
       check_param(param_name, param);
-      if (!seen.insert(param.autograd_meta()).second) {
+      const void* identity = param.autograd_meta() != nullptr
+                                 ? static_cast<const void*>(param.autograd_meta())
+                                 : param.data_ptr();
+      if (!seen.insert(identity).second) {
         throw ValueError(str_cat(name(), ": parameter '", param_name,
                                  "' appears more than once in the parameter groups"));
       }
@@ -137,6 +141,59 @@ Tensor Optimizer::load_state_tensor(const OptimizerStateDict& state, const std::
     return copy;
   }
   throw ValueError(str_cat(name(), ": load_state_dict: the state has no tensor '", key, "'"));
+}
+
+void Optimizer::for_each_param(const ParamVisitor& fn) const {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      fn(g, i, str_cat(g, ".", i), groups_[g].params[i].second);
+    }
+  }
+}
+
+void Optimizer::for_each_saved_state(const OptimizerStateDict& saved,
+                                     const SavedStateVisitor& fn) const {
+  const nlohmann::json& per_param = saved.meta.at("state");
+  for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor& param) {
+    if (per_param.contains(key)) fn(g, i, key, param, per_param[key]);
+  });
+}
+
+void Optimizer::set_param_groups(std::vector<ParamGroup> groups, double default_lr,
+                                 double default_weight_decay) {
+  auto check_group = [this](double lr, double weight_decay) {
+    check_lr(lr);
+    if (!(weight_decay >= 0.0)) {
+      throw ValueError(str_cat(name(), ": Invalid weight_decay value: ", weight_decay));
+    }
+  };
+  auto check_param = [this](const std::string& param_name, const Tensor& param) {
+    if (!param.defined()) {
+      throw ValueError(str_cat(name(), ": parameter '", param_name, "' is undefined"));
+    }
+    if (param.dtype() != DType::f32 && param.dtype() != DType::bf16) {
+      throw NotImplementedError(str_cat(name(), ": parameter '", param_name, "' is ",
+                                        dtype_name(param.dtype()),
+                                        "; only f32 and bf16 parameters are supported"));
+    }
+    if (!param.is_leaf()) {
+      throw ValueError(str_cat(name(), ": can't optimize a non-leaf tensor ('", param_name,
+                               "')"));
+    }
+    if (!param.is_contiguous()) {
+      throw ValueError(str_cat(name(), ": parameter '", param_name, "' is not contiguous"));
+    }
+  };
+  set_param_groups(std::move(groups), default_lr, default_weight_decay, check_group, check_param);
+}
+
+Tensor Optimizer::f32_grad(const std::string& param_name, const Tensor& grad) const {
+  if (grad.dtype() != DType::f32 && grad.dtype() != DType::bf16 && grad.dtype() != DType::f16) {
+    throw NotImplementedError(str_cat(name(), ": the gradient of '", param_name, "' is ",
+                                      dtype_name(grad.dtype()),
+                                      "; only f32, bf16 and f16 gradients are supported"));
+  }
+  return f32_contiguous(grad);
 }
 
 void Optimizer::check_lr(double lr) const {

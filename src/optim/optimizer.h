@@ -84,6 +84,28 @@ class Optimizer {
   Tensor load_state_tensor(const OptimizerStateDict& state, const std::string& key,
                            const Shape& shape, DType dtype, Device device) const;
 
+  // For state_dict / load_state_dict implementations: fn(group, index, key, param) for every
+  // parameter in order, key being "<group>.<index>" as in "state.<key>.<name>"; and, after
+  // load_state_dict_meta, fn(group, index, key, param, entry) for every parameter whose state
+  // `saved` holds, entry being meta["state"][key].
+  using ParamVisitor = std::function<void(size_t group, size_t index, const std::string& key,
+                                          const Tensor& param)>;
+  using SavedStateVisitor =
+      std::function<void(size_t group, size_t index, const std::string& key,
+                         const Tensor& param, const nlohmann::json& entry)>;
+  void for_each_param(const ParamVisitor& fn) const;
+  void for_each_saved_state(const OptimizerStateDict& saved, const SavedStateVisitor& fn) const;
+
+  // For constructors of optimizers over f32 / bf16 parameters: takes `groups`, gives each group
+  // without its own lr / weight_decay the defaults, checks them (check_lr; weight_decay >= 0) and
+  // every parameter: defined, f32 or bf16 (NotImplementedError naming the dtype otherwise), a
+  // contiguous leaf, in one group only (ValueError naming the parameter).
+  void set_param_groups(std::vector<ParamGroup> groups, double default_lr,
+                        double default_weight_decay);
+  // The gradient of parameter `name` as contiguous f32: the gradient itself when it already is,
+  // else a copy (NotImplementedError unless it is f32, bf16 or f16).
+  Tensor f32_grad(const std::string& name, const Tensor& grad) const;
+
   std::vector<ParamGroup> groups_;
 };
 

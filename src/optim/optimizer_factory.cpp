@@ -1,9 +1,16 @@
 // make_optimizer: HF optim names to optimizers.
 #include "optim/optimizer_factory.h"
 
+#include <cstdlib>
+#include <optional>
+
 #include "core/error.h"
+#include "optim/adafactor.h"
 #include "optim/adamw.h"
 #include "optim/adamw_8bit.h"
+#include "optim/lion.h"
+#include "optim/lomo.h"
+#include "optim/sgd.h"
 
 namespace headroom {
 
@@ -43,12 +50,102 @@ std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
 std::unique_ptr<Optimizer> make_adamw_8bit(const OptimizerArguments& args,
                                            std::vector<ParamGroup> groups) {
   return std::make_unique<AdamW8bit>(std::move(groups), adam_options<AdamW8bitOptions>(args));
+// Takes `key` out of `extras`, if present, and parses it: a number, or a Python bool.
+std::optional<std::string> take(std::map<std::string, std::string>& extras,
+                                const std::string& key) {
+  const auto it = extras.find(key);
+  if (it == extras.end()) return std::nullopt;
+  std::string text = std::move(it->second);
+  extras.erase(it);
+  return text;
+}
+
+std::optional<double> take_number(const std::string& optim,
+                                  std::map<std::string, std::string>& extras,
+                                  const std::string& key) {
+  const std::optional<std::string> text = take(extras, key);
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  const double value = std::strtod(text->c_str(), &end);
+  if (text->empty() || *end != '\0') {
+    throw ValueError(str_cat("optim_args: ", key, "=", *text, " is not a number (", optim, ")"));
+  }
+  return value;
+}
+
+std::optional<bool> take_bool(const std::string& optim,
+                              std::map<std::string, std::string>& extras,
+                              const std::string& key) {
+  const std::optional<std::string> text = take(extras, key);
+  if (!text) return std::nullopt;
+  if (*text == "True" || *text == "true" || *text == "1") return true;
+  if (*text == "False" || *text == "false" || *text == "0") return false;
+  throw ValueError(
+      str_cat("optim_args: ", key, "=", *text, " is not True or False (", optim, ")"));
+}
+
+// HF's sgd: torch.optim.SGD with learning_rate; momentum 0 unless optim_args sets it.
+std::unique_ptr<Optimizer> make_sgd(const OptimizerArguments& args,
+                                    std::vector<ParamGroup> groups) {
+  auto extras = parse_optim_args(args.optim_args);
+  SGDOptions options;
+  options.lr = args.learning_rate;
+  options.weight_decay = args.weight_decay;
+  options.momentum = take_number(args.optim, extras, "momentum").value_or(0.0);
+  options.dampening = take_number(args.optim, extras, "dampening").value_or(0.0);
+  options.nesterov = take_bool(args.optim, extras, "nesterov").value_or(false);
+  check_no_extras(args.optim, extras);
+  return std::make_unique<SGD>(std::move(groups), options);
+}
+
+// HF's lion_32bit: betas from adam_beta1 / adam_beta2.
+std::unique_ptr<Optimizer> make_lion(const OptimizerArguments& args,
+                                     std::vector<ParamGroup> groups) {
+  check_no_extras(args.optim, parse_optim_args(args.optim_args));
+  return std::make_unique<Lion>(std::move(groups), LionOptions{.lr = args.learning_rate,
+                                                               .beta1 = args.adam_beta1,
+                                                               .beta2 = args.adam_beta2,
+                                                               .weight_decay = args.weight_decay});
+}
+
+// HF Trainer's adafactor: scale_parameter and relative_step off, lr = learning_rate; optim_args
+// may set HF's Adafactor options (relative_step=True drops the lr, as HF requires).
+std::unique_ptr<Optimizer> make_adafactor(const OptimizerArguments& args,
+                                          std::vector<ParamGroup> groups) {
+  auto extras = parse_optim_args(args.optim_args);
+  AdafactorOptions options;
+  options.lr = args.learning_rate;
+  options.weight_decay = args.weight_decay;
+  options.scale_parameter = take_bool(args.optim, extras, "scale_parameter").value_or(false);
+  options.relative_step = take_bool(args.optim, extras, "relative_step").value_or(false);
+  options.warmup_init = take_bool(args.optim, extras, "warmup_init").value_or(false);
+  if (options.relative_step) options.lr.reset();
+  options.eps1 = take_number(args.optim, extras, "eps1").value_or(options.eps1);
+  options.eps2 = take_number(args.optim, extras, "eps2").value_or(options.eps2);
+  options.clip_threshold =
+      take_number(args.optim, extras, "clip_threshold").value_or(options.clip_threshold);
+  options.decay_rate = take_number(args.optim, extras, "decay_rate").value_or(options.decay_rate);
+  options.beta1 = take_number(args.optim, extras, "beta1");
+  check_no_extras(args.optim, extras);
+  return std::make_unique<Adafactor>(std::move(groups), options);
+}
+
+// HF's lomo: Lomo with learning_rate and weight_decay; clipping from optim_args.
+std::unique_ptr<Optimizer> make_lomo(const OptimizerArguments& args,
+                                     std::vector<ParamGroup> groups) {
+  auto extras = parse_optim_args(args.optim_args);
+  LomoOptions options{.lr = args.learning_rate, .weight_decay = args.weight_decay};
+  options.clip_grad_norm = take_number(args.optim, extras, "clip_grad_norm");
+  options.clip_grad_value = take_number(args.optim, extras, "clip_grad_value");
+  check_no_extras(args.optim, extras);
+  return std::make_unique<Lomo>(std::move(groups), options);
 }
 
 }  // namespace
 
 std::vector<std::string> optimizer_names() {
-  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adamw_bnb_8bit"};
+  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adamw_bnb_8bit", "sgd", "lion",
+          "lion_32bit", "adafactor", "lomo"};
 }
 
 std::map<std::string, std::string> parse_optim_args(const std::string& optim_args) {
@@ -83,6 +180,10 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
   if (args.optim == "adamw_8bit" || args.optim == "adamw_bnb_8bit") {
     return make_adamw_8bit(args, std::move(groups));
   }
+  if (args.optim == "sgd") return make_sgd(args, std::move(groups));
+  if (args.optim == "lion" || args.optim == "lion_32bit") return make_lion(args, std::move(groups));
+  if (args.optim == "adafactor") return make_adafactor(args, std::move(groups));
+  if (args.optim == "lomo") return make_lomo(args, std::move(groups));
   std::string known;
   for (const std::string& name : optimizer_names()) known += (known.empty() ? "" : ", ") + name;
   throw ValueError(str_cat("optim: unknown optimizer '", args.optim, "' (one of ", known, ")"));

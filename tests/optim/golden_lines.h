@@ -9,7 +9,10 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "core/shape.h"
 
 namespace headroom::optim_test {
 
@@ -45,6 +48,16 @@ inline std::vector<float> read_floats(std::istream& in) {
   std::string word;
   while (in >> word) values.push_back(std::strtof(word.c_str(), nullptr));
   return values;
+}
+
+// The rest of a "param <name> <ndim> <dims...>" line.
+inline std::pair<std::string, Shape> read_param(std::istream& in) {
+  std::string name;
+  int ndim = 0;
+  in >> name >> ndim;
+  std::vector<int64_t> dims(ndim);
+  for (int64_t& d : dims) in >> d;
+  return {name, Shape(dims)};
 }
 
 }  // namespace headroom::optim_test

@@ -56,12 +56,9 @@ Golden read_golden() {
   const auto read_line = [&](const std::string& kind, std::istringstream& in) {
     std::string name;
     if (kind == "param") {
-      int ndim = 0;
-      in >> name >> ndim;
-      std::vector<int64_t> dims(ndim);
-      for (int64_t& d : dims) in >> d;
-      golden.names.push_back(name);
-      golden.shapes[name] = Shape(dims);
+      auto [param_name, shape] = optim_test::read_param(in);
+      golden.names.push_back(param_name);
+      golden.shapes[param_name] = shape;
     } else if (kind == "grad") {
       in >> name;
       golden.grads[name] = to_floats(read_numbers(in));

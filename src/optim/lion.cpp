@@ -1,0 +1,125 @@
+// Lion: option checks, lazy state, and the update kernel (one pass over p, g, m).
+#include "optim/lion.h"
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+void check_options(const LionOptions& o) {
+  if (!(o.lr >= 0.0)) throw ValueError(str_cat("Lion: Invalid learning rate: ", o.lr));
+  if (!(o.beta1 >= 0.0 && o.beta1 < 1.0)) {
+    throw ValueError(str_cat("Lion: Invalid beta parameter at index 0: ", o.beta1));
+  }
+  if (!(o.beta2 >= 0.0 && o.beta2 < 1.0)) {
+    throw ValueError(str_cat("Lion: Invalid beta parameter at index 1: ", o.beta2));
+  }
+  if (!(o.weight_decay >= 0.0)) {
+    throw ValueError(str_cat("Lion: Invalid weight_decay value: ", o.weight_decay));
+  }
+}
+
+struct LionCoefficients {
+  float decay;  // 1 - lr * weight_decay
+  float lr;
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+};
+
+// Note [Lion update]
+// lion_pytorch's step, per element, every scalar rounded to float and every product rounded
+// (no fused multiply-add, as the NumPy transcription in tools/gen_optim_golden.py):
+//   p = p * (1 - lr*wd);  u = sign(m*beta1 + g*(1-beta1));  p = p - u*lr;
+//   m = m*beta2 + g*(1-beta2)
+// sign(0) = 0, so an element whose interpolation is exactly 0 does not move.
+void lion_update(float* param, const float* grad, float* exp_avg, int64_t n,
+                 const LionCoefficients& c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float m = exp_avg[i];
+    const float interpolated = m * c.beta1 + g * c.one_minus_beta1;
+    const float sign = static_cast<float>((interpolated > 0.0f) - (interpolated < 0.0f));
+    param[i] = param[i] * c.decay - sign * c.lr;
+    exp_avg[i] = m * c.beta2 + g * c.one_minus_beta2;
+  }
+}
+
+}  // namespace
+
+Lion::Lion(const std::vector<Tensor>& params, const LionOptions& options)
+    : Lion(numbered_params(params), options) {}
+
+Lion::Lion(const std::vector<NamedTensor>& named_params, const LionOptions& options)
+    : Lion(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
+
+Lion::Lion(std::vector<ParamGroup> groups, const LionOptions& options) : options_(options) {
+  check_options(options_);
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay);
+  for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
+}
+
+void Lion::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const double lr = *groups_[g].lr;
+    const LionCoefficients c{.decay = static_cast<float>(1.0 - lr * *groups_[g].weight_decay),
+                             .lr = static_cast<float>(lr),
+                             .beta1 = static_cast<float>(options_.beta1),
+                             .one_minus_beta1 = static_cast<float>(1.0 - options_.beta1),
+                             .beta2 = static_cast<float>(options_.beta2),
+                             .one_minus_beta2 = static_cast<float>(1.0 - options_.beta2)};
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& [param_name, param] = groups_[g].params[i];
+      if (!param.grad().defined()) continue;
+      LionState& state = states_[g][i];
+      if (!state.exp_avg.defined()) {
+        state.exp_avg = Tensor::zeros(param.shape(), DType::f32, param.device());
+      }
+      ++state.step;
+      if (!computes_on_cpu("Lion", param.device())) continue;
+      const Tensor grad = f32_grad(param_name, param.grad());
+      const Tensor value = f32_contiguous(param);  // the parameter itself when f32
+      lion_update(value.data<float>(), grad.data<float>(), state.exp_avg.data<float>(),
+                  param.numel(), c);
+      if (value.storage() != param.storage()) param.copy_(value);
+    }
+  }
+}
+
+OptimizerStateDict Lion::state_dict() const {
+  OptimizerStateDict result{.meta = state_dict_meta(), .tensors = {}};
+  nlohmann::json per_param = nlohmann::json::object();
+  for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor&) {
+    const LionState& state = states_[g][i];
+    if (!state.exp_avg.defined()) return;
+    per_param[key] = {{"step", state.step}};
+    result.tensors.emplace_back(str_cat("state.", key, ".exp_avg"), state.exp_avg);
+  });
+  result.meta["state"] = std::move(per_param);
+  return result;
+}
+
+void Lion::load_state_dict(const OptimizerStateDict& saved) {
+  load_state_dict_meta(saved.meta);
+  std::vector<std::vector<LionState>> states;
+  for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
+                                  const Tensor& param, const nlohmann::json& entry) {
+    states[g][i].step = entry.at("step").get<int64_t>();
+    states[g][i].exp_avg = load_state_tensor(saved, str_cat("state.", key, ".exp_avg"),
+                                             param.shape(), DType::f32, param.device());
+  });
+  states_ = std::move(states);
+}
+
+const LionState& Lion::state(size_t group, size_t index) const {
+  if (group >= states_.size() || index >= states_[group].size()) {
+    throw IndexError(str_cat("Lion::state: no parameter ", index, " in group ", group));
+  }
+  return states_[group][index];
+}
+
+}  // namespace headroom

@@ -1,0 +1,181 @@
+// LOMO: the hooks, the two-pass norm and the fused update (See Note [LOMO backward passes]).
+#include "optim/lomo.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/accumulate_grad.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+void check_options(const LomoOptions& o) {
+  if (!(o.lr >= 0.0)) throw ValueError(str_cat("Lomo: Invalid learning rate: ", o.lr));
+  if (!(o.weight_decay >= 0.0)) {
+    throw ValueError(str_cat("Lomo: Invalid weight_decay value: ", o.weight_decay));
+  }
+  if (o.clip_grad_norm && !(*o.clip_grad_norm > 0.0)) {
+    throw ValueError(str_cat("Lomo: clip_grad_norm should be positive, got ", *o.clip_grad_norm));
+  }
+  if (o.clip_grad_value && !(*o.clip_grad_value > 0.0)) {
+    throw ValueError(
+        str_cat("Lomo: clip_grad_value should be positive, got ", *o.clip_grad_value));
+  }
+}
+
+struct LomoCoefficients {
+  float lr;
+  bool decay;
+  float decay_factor;  // 1 - lr * weight_decay
+  bool clip_value;
+  float clip_grad_value;
+  bool clip_norm;
+  float clip_coef;
+};
+
+// Lomo.fuse_update per element, every product rounded (as the NumPy transcription in
+// tools/gen_optim_golden.py): clamp, scale by clip_coef, decay, step.
+void lomo_update(float* param, const float* grad, int64_t n, const LomoCoefficients& c) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = grad[i];
+    if (c.clip_value) g = std::min(std::max(g, -c.clip_grad_value), c.clip_grad_value);
+    if (c.clip_norm) g = g * c.clip_coef;
+    float p = param[i];
+    if (c.decay) p = p * c.decay_factor;
+    param[i] = p - g * c.lr;
+  }
+}
+
+// torch.norm(grad_fp32, 2.0), accumulated in double and rounded to float.
+float l2_norm(const float* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(std::sqrt(sum));
+}
+
+}  // namespace
+
+Lomo::Lomo(const std::vector<Tensor>& params, const LomoOptions& options)
+    : Lomo(numbered_params(params), options) {}
+
+Lomo::Lomo(const std::vector<NamedTensor>& named_params, const LomoOptions& options)
+    : Lomo(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
+
+Lomo::Lomo(std::vector<ParamGroup> groups, const LomoOptions& options) : options_(options) {
+  check_options(options_);
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& param = groups_[g].params[i].second;
+      if (!param.requires_grad()) continue;  // never gets a gradient
+      const int handle = register_post_accumulate_grad_hook(
+          param, [this, g, i](const Tensor&) { on_gradient(g, i); });
+      hooks_.emplace_back(param, handle);
+    }
+  }
+}
+
+Lomo::~Lomo() {
+  for (const auto& [param, handle] : hooks_) remove_post_accumulate_grad_hook(param, handle);
+}
+
+void Lomo::begin_backward_pass(int pass) {
+  if (pass < 0 || pass >= backward_passes()) {
+    throw ValueError(str_cat("Lomo: begin_backward_pass(", pass, "): this optimizer runs ",
+                             backward_passes(), " backward pass(es) per step"));
+  }
+  if (options_.clip_grad_norm && pass == 0) {
+    phase_ = Phase::measuring;
+    norm_sum_of_squares_ = 0.0;
+    clip_coef_.reset();
+    return;
+  }
+  if (options_.clip_grad_norm) {
+    const float norm = static_cast<float>(std::sqrt(norm_sum_of_squares_));
+    grad_norm_ = norm;
+    clip_coef_ = std::min(1.0f, static_cast<float>(*options_.clip_grad_norm) / (norm + 1e-6f));
+  }
+  phase_ = Phase::updating;
+}
+
+void Lomo::on_gradient(size_t group, size_t index) {
+  const auto& [param_name, param] = groups_[group].params[index];
+  if (phase_ == Phase::measuring) {
+    NoGradGuard no_grad;
+    if (computes_on_cpu("Lomo", param.device())) {
+      const Tensor grad = f32_grad(param_name, param.grad());
+      const double norm = l2_norm(grad.data<float>(), grad.numel());
+      norm_sum_of_squares_ += norm * norm;
+    }
+    param.set_grad(Tensor());
+    return;
+  }
+  if (phase_ == Phase::idle && options_.clip_grad_norm) {
+    throw ValueError(str_cat("Lomo: clip_grad_norm=", *options_.clip_grad_norm,
+                             " needs two backward passes per step: call begin_backward_pass(0) "
+                             "before the first and begin_backward_pass(1) before the second"));
+  }
+  apply(group, index);
+}
+
+void Lomo::apply(size_t group, size_t index) {
+  NoGradGuard no_grad;
+  const auto& [param_name, param] = groups_[group].params[index];
+  if (computes_on_cpu("Lomo", param.device())) {
+    const double lr = *groups_[group].lr;
+    const double weight_decay = *groups_[group].weight_decay;
+    const LomoCoefficients c{
+        .lr = static_cast<float>(lr),
+        .decay = weight_decay > 0.0,
+        .decay_factor = static_cast<float>(1.0 - lr * weight_decay),
+        .clip_value = options_.clip_grad_value.has_value(),
+        .clip_grad_value = static_cast<float>(options_.clip_grad_value.value_or(0.0)),
+        .clip_norm = clip_coef_.has_value(),
+        .clip_coef = clip_coef_.value_or(1.0f)};
+    const Tensor grad = f32_grad(param_name, param.grad());
+    const Tensor value = f32_contiguous(param);  // the parameter itself when f32
+    lomo_update(value.data<float>(), grad.data<float>(), param.numel(), c);
+    if (value.storage() != param.storage()) param.copy_(value);
+  }
+  param.set_grad(Tensor());  // freed at once: the point of LOMO
+}
+
+void Lomo::step() {
+  if (phase_ == Phase::measuring) {
+    phase_ = Phase::idle;
+    throw ValueError("Lomo: step() right after pass 0 of clip_grad_norm: run pass 1 (the update) "
+                     "first");
+  }
+  if (phase_ == Phase::idle && options_.clip_grad_norm) {
+    for (const ParamGroup& group : groups_) {
+      for (const auto& [param_name, param] : group.params) {
+        if (param.grad().defined()) {
+          throw ValueError(str_cat("Lomo: clip_grad_norm=", *options_.clip_grad_norm,
+                                   " needs the global norm first: call begin_backward_pass(0) "
+                                   "and (1) around two backward passes"));
+        }
+      }
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      if (groups_[g].params[i].second.grad().defined()) apply(g, i);
+    }
+  }
+  phase_ = Phase::idle;
+  clip_coef_.reset();
+}
+
+OptimizerStateDict Lomo::state_dict() const {
+  OptimizerStateDict result{.meta = state_dict_meta(), .tensors = {}};
+  result.meta["state"] = nlohmann::json::object();
+  return result;
+}
+
+void Lomo::load_state_dict(const OptimizerStateDict& saved) { load_state_dict_meta(saved.meta); }
+
+}  // namespace headroom

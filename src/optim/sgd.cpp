@@ -1,0 +1,132 @@
+// SGD: torch's checks and its update, element by element with the multiply-adds that PyTorch's
+// AVX2 kernels fuse (add_ with alpha is fma(b, alpha, a); see Note [AdamW order of operations]).
+#include "optim/sgd.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+
+namespace {
+
+void check_options(const SGDOptions& o) {
+  if (!(o.lr >= 0.0)) throw ValueError(str_cat("SGD: Invalid learning rate: ", o.lr));
+  if (!(o.momentum >= 0.0)) throw ValueError(str_cat("SGD: Invalid momentum value: ", o.momentum));
+  if (!(o.weight_decay >= 0.0)) {
+    throw ValueError(str_cat("SGD: Invalid weight_decay value: ", o.weight_decay));
+  }
+  if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0)) {
+    throw ValueError(str_cat("SGD: Nesterov momentum requires a momentum and zero dampening "
+                             "(momentum=", o.momentum, ", dampening=", o.dampening, ")"));
+  }
+}
+
+struct SGDCoefficients {
+  float neg_lr;
+  float weight_decay;
+  float momentum;
+  float one_minus_dampening;
+  bool nesterov;
+};
+
+// torch's per-tensor sequence, per element. `buffer` null: no momentum; `first`: the buffer is
+// the decayed gradient itself (torch.clone(d_p)).
+void sgd_update(float* param, const float* grad, float* buffer, bool first, int64_t n,
+                const SGDCoefficients& c) {
+  for (int64_t i = 0; i < n; ++i) {
+    float d = grad[i];
+    if (c.weight_decay != 0.0f) d = std::fma(param[i], c.weight_decay, d);
+    if (buffer != nullptr) {
+      const float b = first ? d : std::fma(d, c.one_minus_dampening, buffer[i] * c.momentum);
+      buffer[i] = b;
+      d = c.nesterov ? std::fma(b, c.momentum, d) : b;
+    }
+    param[i] = std::fma(d, c.neg_lr, param[i]);
+  }
+}
+
+}  // namespace
+
+SGD::SGD(const std::vector<Tensor>& params, const SGDOptions& options)
+    : SGD(numbered_params(params), options) {}
+
+SGD::SGD(const std::vector<NamedTensor>& named_params, const SGDOptions& options)
+    : SGD(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options) : options_(options) {
+  check_options(options_);
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay);
+  for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const SGDCoefficients c{.neg_lr = static_cast<float>(-*groups_[g].lr),
+                            .weight_decay = static_cast<float>(*groups_[g].weight_decay),
+                            .momentum = static_cast<float>(options_.momentum),
+                            .one_minus_dampening = static_cast<float>(1.0 - options_.dampening),
+                            .nesterov = options_.nesterov};
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& [param_name, param] = groups_[g].params[i];
+      if (!param.grad().defined()) continue;
+      SGDState& state = states_[g][i];
+      const bool first = state.step == 0 || !state.momentum_buffer.defined();
+      if (options_.momentum != 0.0 && !state.momentum_buffer.defined()) {
+        state.momentum_buffer = Tensor::empty(param.shape(), DType::f32, param.device());
+      }
+      ++state.step;
+      if (!computes_on_cpu("SGD", param.device())) continue;
+      const Tensor grad = f32_grad(param_name, param.grad());
+      const Tensor value = f32_contiguous(param);  // the parameter itself when f32
+      sgd_update(value.data<float>(), grad.data<float>(),
+                 state.momentum_buffer.defined() ? state.momentum_buffer.data<float>() : nullptr,
+                 first, param.numel(), c);
+      if (value.storage() != param.storage()) param.copy_(value);
+    }
+  }
+}
+
+OptimizerStateDict SGD::state_dict() const {
+  OptimizerStateDict result{.meta = state_dict_meta(), .tensors = {}};
+  nlohmann::json per_param = nlohmann::json::object();
+  for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor&) {
+    const SGDState& state = states_[g][i];
+    if (state.step == 0) return;
+    per_param[key] = {{"step", state.step}};
+    if (state.momentum_buffer.defined()) {
+      result.tensors.emplace_back(str_cat("state.", key, ".momentum_buffer"),
+                                  state.momentum_buffer);
+    }
+  });
+  result.meta["state"] = std::move(per_param);
+  return result;
+}
+
+void SGD::load_state_dict(const OptimizerStateDict& saved) {
+  load_state_dict_meta(saved.meta);
+  std::vector<std::vector<SGDState>> states;
+  for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
+                                  const Tensor& param, const nlohmann::json& entry) {
+    states[g][i].step = entry.at("step").get<int64_t>();
+    if (options_.momentum != 0.0) {
+      states[g][i].momentum_buffer =
+          load_state_tensor(saved, str_cat("state.", key, ".momentum_buffer"), param.shape(),
+                            DType::f32, param.device());
+    }
+  });
+  states_ = std::move(states);
+}
+
+const SGDState& SGD::state(size_t group, size_t index) const {
+  if (group >= states_.size() || index >= states_[group].size()) {
+    throw IndexError(str_cat("SGD::state: no parameter ", index, " in group ", group));
+  }
+  return states_[group][index];
+}
+
+}  // namespace headroom
