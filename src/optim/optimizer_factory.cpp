@@ -50,6 +50,8 @@ std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
 std::unique_ptr<Optimizer> make_adamw_8bit(const OptimizerArguments& args,
                                            std::vector<ParamGroup> groups) {
   return std::make_unique<AdamW8bit>(std::move(groups), adam_options<AdamW8bitOptions>(args));
+}
+
 // Takes `key` out of `extras`, if present, and parses it: a number, or a Python bool.
 std::optional<std::string> take(std::map<std::string, std::string>& extras,
                                 const std::string& key) {

@@ -23,7 +23,7 @@ struct OptimizerArguments {
   double adam_epsilon = 1e-8;
   // HF's `optim_args`: "key=value,key=value" extras for the chosen optimizer (e.g.
   // "momentum=0.9,nesterov=True" for sgd); a key the optimizer does not know is a ValueError.
-  std::string optim_args;
+  std::string optim_args = "";
   // From the precision recipe, for low-precision (pure bf16) parameters: Kahan-compensated
   // updates instead of stochastic rounding, and the rounding stream's seed.
   bool kahan_summation = false;
