@@ -77,7 +77,7 @@ double best_of(int runs, F&& f) {
 std::vector<double> torch_bf16_gflops(const std::vector<Shape>& shapes) {
   const char* python = "/usr/bin/python3";
   const std::filesystem::path script =
-      std::filesystem::path(__FILE__).parent_path() / "gemm_bench_peer.py";
+      std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "gemm_bench_peer.py";
   if (access(python, X_OK) != 0 || !std::filesystem::exists(script)) return {};
   std::string command =
       headroom::str_cat(python, " ", script.string(), " --threads ", omp_get_max_threads());

@@ -125,7 +125,7 @@ std::string read_text(const Options& o) {
   if (path.empty()) {
     path = "/usr/share/games/fortunes/fortunes";
     if (!std::filesystem::exists(path)) {
-      path = (std::filesystem::path(__FILE__).parent_path().parent_path() / "README.md").string();
+      path = (std::filesystem::path(HEADROOM_SOURCE_DIR) / "README.md").string();
     }
   }
   std::ifstream file(path, std::ios::binary);
@@ -246,7 +246,7 @@ Result run_row(const Options& o, const Row& row, const std::vector<std::vector<i
 void run_peer(const Options& o, const Row& row, const std::string& batches_file, Result& r) {
   const char* python = "/usr/bin/python3";
   const std::filesystem::path script =
-      std::filesystem::path(__FILE__).parent_path() / "train_step_peer.py";
+      std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "train_step_peer.py";
   if (row.peer.empty() || access(python, X_OK) != 0 || !std::filesystem::exists(script)) return;
   const std::string threads = std::to_string(omp_get_max_threads());
   setenv("OMP_NUM_THREADS", threads.c_str(), 1);

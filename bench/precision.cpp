@@ -162,7 +162,7 @@ Result run_peer(const Options& o, const std::string& precision) {
   Result r;
   const char* python = "/usr/bin/python3";
   const std::filesystem::path script =
-      std::filesystem::path(__FILE__).parent_path() / "train_step_peer.py";
+      std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "train_step_peer.py";
   if (access(python, X_OK) != 0 || !std::filesystem::exists(script)) return r;
   const std::string threads = std::to_string(omp_get_max_threads());
   setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
@@ -237,7 +237,7 @@ std::vector<double> loss_curve(const Options& o, const PrecisionRecipe& recipe,
 
 int print_curves(const Options& o) {
   const std::filesystem::path path =
-      o.text.empty() ? std::filesystem::path(__FILE__).parent_path().parent_path() / "README.md"
+      o.text.empty() ? std::filesystem::path(HEADROOM_SOURCE_DIR) / "README.md"
                      : std::filesystem::path(o.text);
   std::ifstream file(path, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());

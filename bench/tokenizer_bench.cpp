@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   std::printf("%-22s %12.2f %12.2f\n", "decode", decoded / decode_s / 1e6, tokens / decode_s / 1e6);
   std::printf("tokens %zu, id digest %016llx\n", tokens, static_cast<unsigned long long>(digest));
 
-  const fs::path script = "bench/tokenizer_bench_peer.py";
+  const fs::path script = fs::path(HEADROOM_SOURCE_DIR) / "bench" / "tokenizer_bench_peer.py";
   if (no_peer || tokenizer->kind() != "gpt2_bpe" || !fs::exists(script) ||
       !fs::exists(fs::path(model) / "tokenizer.json")) {
     std::printf("peer: skipped\n");

@@ -177,7 +177,7 @@ Result run_headroom(const Options& o) {
 bool run_peer(const Options& o, Result& peer, std::string& torch_version) {
   const char* python = "/usr/bin/python3";
   const std::filesystem::path script =
-      std::filesystem::path(__FILE__).parent_path() / "train_step_peer.py";
+      std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "train_step_peer.py";
   if (access(python, X_OK) != 0 || !std::filesystem::exists(script)) {
     std::printf("peer: skipped (%s or %s missing)\n", python, script.c_str());
     return false;
