@@ -451,6 +451,11 @@ int Trainer::train() {
   ProgressBar progress(max_steps_, global_step_, isatty(STDERR_FILENO) && !args_.disable_tqdm);
   progress_ = &progress;
   const int64_t eval_steps = args_.eval_steps.value_or(args_.logging_steps);
+  if (args_.eval_strategy == "steps" && data_->eval_batch_count(args_.per_device_eval_batch_size) == 0) {
+    std::fprintf(stderr, "warning: eval_strategy=steps, but the data has no eval split "
+                         "(validation_split_percentage %g): no evaluation\n",
+                 args_.validation_split_percentage);
+  }
   // The report is of this run: earlier work in the process (a test, a failed resume) not counted.
   reset_peak_memory_stats(device_);
   const auto run_start = Clock::now();

@@ -81,7 +81,12 @@ class Trainer {
 
   int64_t global_step() const { return global_step_; }
   int64_t max_steps() const { return max_steps_; }
-  // Every log and eval entry so far (trainer_state.json's log_history), and the step losses.
+  // Every entry logged so far (trainer_state.json's log_history; metrics.jsonl holds each but the
+  // summary as a line): training entries {loss (mean over the logging interval of the per-step sums of
+  // loss / accumulation steps), grad_norm (before clipping; null without clipping), lr (after
+  // the step's scheduler update, as HF logs it), epoch, step, loss_scale, tokens_per_s,
+  // peak_allocated_bytes, peak_reserved_bytes}, eval entries {eval_loss, eval_perplexity,
+  // eval_tokens, eval_runtime, epoch, step}, and a final {train_runtime, ...} summary.
   const nlohmann::ordered_json& log_history() const { return log_history_; }
   CausalLM& model() { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }

@@ -90,10 +90,16 @@ void expect_resume_repeats_losses(const std::string& precision) {
   }
   EXPECT_EQ(resumed.model().parameters()[0].to_float_vector(),
             full.model().parameters()[0].to_float_vector());
+  EXPECT_EQ(fs::exists(tmp.path() / "out" / "checkpoint-2" / "scaler.json"), precision == "fp16");
 }
 
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesFp32) { expect_resume_repeats_losses("fp32"); }
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesBf16) { expect_resume_repeats_losses("bf16"); }
+// The GradScaler's state (scaler.json) and AdamW's stochastic-rounding stream come back too.
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesFp16) { expect_resume_repeats_losses("fp16"); }
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16) {
+  expect_resume_repeats_losses("pure_bf16");
+}
 
 class CorruptCheckpoint : public ::testing::Test {
  protected:
