@@ -13,7 +13,12 @@ std::string format_number(double value, int digits) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   char text[64];
-  std::snprintf(text, sizeof(text), "%.*g", digits, value);
+  // Large values (tokens/s) in full rather than as 1.387e+04.
+  if (std::abs(value) >= 1e4 && std::abs(value) < 1e15) {
+    std::snprintf(text, sizeof(text), "%.0f", value);
+  } else {
+    std::snprintf(text, sizeof(text), "%.*g", digits, value);
+  }
   return text;
 }
 

@@ -459,6 +459,7 @@ int Trainer::train() {
   // The report is of this run: earlier work in the process (a test, a failed resume) not counted.
   reset_peak_memory_stats(device_);
   const auto run_start = Clock::now();
+  const int64_t tokens_at_start = total_tokens_;  // a resumed run's rate counts its own tokens
   int stop_signal = 0;
   while (global_step_ < max_steps_) {
     const auto step_start = Clock::now();
@@ -508,7 +509,7 @@ int Trainer::train() {
     const double runtime = seconds_since(run_start);
     nlohmann::ordered_json summary = {
         {"train_runtime", runtime},
-        {"train_tokens_per_second", static_cast<double>(total_tokens_) / runtime},
+        {"train_tokens_per_second", static_cast<double>(total_tokens_ - tokens_at_start) / runtime},
         {"train_tokens", total_tokens_},
         {"step", global_step_}};
     log_history_.push_back(summary);
@@ -580,7 +581,12 @@ void Trainer::finish_run(bool stopped) {
 
 namespace {
 
-void stop_signal_handler(int signal_number) { request_training_stop(signal_number); }
+// The first SIGINT / SIGTERM asks for a clean stop; the default action comes back for the next
+// one, so a second Ctrl-C ends a run that is stuck (signal() is async-signal-safe).
+void stop_signal_handler(int signal_number) {
+  request_training_stop(signal_number);
+  std::signal(signal_number, SIG_DFL);
+}
 
 }  // namespace
 
