@@ -1,17 +1,646 @@
-// Placeholder until the trainer lands on main (issue 6): both entry points refuse to run.
+// The Trainer: HF Trainer's loop for causal LMs on headroom's precision recipes, with
+// checkpoints that resume bit-identically and an exact memory report.
 #include "train/trainer.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "amp/autocast.h"
+#include "autograd/engine.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/generator.h"
+#include "core/grad_mode.h"
+#include "io/line_plot.h"
+#include "io/pretrained.h"
+#include "memory/device_memory.h"
+#include "nn/model_presets.h"
+#include "ops/ops.h"
+#include "optim/clip_grad.h"
+#include "optim/optimizer_factory.h"
+#include "train/checkpoint.h"
+#include "train/generate.h"
+#include "train/model_source.h"
+#include "train/progress.h"
+#include "train/text_batch_source.h"
 
 namespace headroom {
 
-int run_training(const TrainingArguments&) {
-  throw NotImplementedError("headroom train: the trainer is not built yet");
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the stop flag is set from signal handlers");
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-EvalResult evaluate_file(const std::string&, const std::string&, int64_t, int64_t,
-                         const std::string&) {
-  throw NotImplementedError("headroom eval: the evaluator is not built yet");
+Precision resolve_precision(const TrainingArguments& args) {
+  if (!args.precision.empty()) return parse_precision(args.precision);
+  if (args.bf16 && args.fp16) throw ValueError("bf16 and fp16: both are set; choose one");
+  if (args.bf16) return Precision::bf16;
+  if (args.fp16) return Precision::fp16;
+  return Precision::fp32;
+}
+
+void check_arguments(const TrainingArguments& args) {
+  auto at_least = [](const char* name, int64_t value, int64_t limit) {
+    if (value < limit) throw ValueError(str_cat(name, ": ", value, " is below ", limit));
+  };
+  at_least("per_device_train_batch_size", args.per_device_train_batch_size, 1);
+  at_least("per_device_eval_batch_size", args.per_device_eval_batch_size, 1);
+  at_least("gradient_accumulation_steps", args.gradient_accumulation_steps, 1);
+  at_least("logging_steps", args.logging_steps, 1);
+  if (args.max_steps <= 0 && !(args.num_train_epochs > 0.0)) {
+    throw ValueError(str_cat("num_train_epochs: ", args.num_train_epochs,
+                             " must be > 0 when max_steps (", args.max_steps, ") is not set"));
+  }
+  if (args.eval_strategy != "no" && args.eval_strategy != "steps") {
+    throw ValueError(str_cat("eval_strategy: '", args.eval_strategy, "' (one of no, steps)"));
+  }
+  if (args.save_strategy != "no" && args.save_strategy != "steps") {
+    throw ValueError(str_cat("save_strategy: '", args.save_strategy, "' (one of no, steps)"));
+  }
+  if (args.save_strategy == "steps") at_least("save_steps", args.save_steps, 1);
+  if (args.eval_steps) at_least("eval_steps", *args.eval_steps, 1);
+  if (args.max_grad_norm < 0.0) {
+    throw ValueError(str_cat("max_grad_norm: ", args.max_grad_norm, " is below 0"));
+  }
+  if (args.data.empty()) throw ValueError("data: no training data given");
+}
+
+int64_t sum_nbytes(const std::vector<Tensor>& tensors) {
+  int64_t total = 0;
+  for (const Tensor& t : tensors) {
+    if (t.defined()) total += static_cast<int64_t>(t.nbytes());
+  }
+  return total;
+}
+
+int64_t grad_bytes(const CausalLM& model) {
+  int64_t total = 0;
+  for (const Tensor& p : model.parameters()) {
+    const Tensor g = p.grad();
+    if (g.defined()) total += static_cast<int64_t>(g.nbytes());
+  }
+  return total;
+}
+
+// Mean cross-entropy over every label of `count` batches, weighted by their token counts.
+EvalResult evaluate_batches(CausalLM& model, int64_t count,
+                            const std::function<TokenBatch(int64_t)>& batch_at, Device device,
+                            std::optional<DType> autocast_dtype) {
+  EvalResult result;
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  double total = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    const TokenBatch batch = batch_at(i);
+    Autocast region(device.type, autocast_dtype, autocast_dtype.has_value());
+    const double loss = model.loss(batch.input_ids, batch.labels).item();
+    const int64_t tokens = batch.labels.numel();
+    total += loss * static_cast<double>(tokens);
+    result.tokens += tokens;
+  }
+  model.train(was_training);
+  result.loss = result.tokens > 0 ? total / static_cast<double>(result.tokens) : NAN;
+  result.perplexity = std::exp(result.loss);
+  return result;
+}
+
+std::string dump_json(const nlohmann::ordered_json& value) { return value.dump(2) + "\n"; }
+
+}  // namespace
+
+void request_training_stop(int signal_number) { g_stop_signal.store(signal_number); }
+
+int training_stop_requested() { return g_stop_signal.load(); }
+
+Trainer::Trainer(TrainingArguments args, BatchSourceFactory make_data)
+    : args_(std::move(args)), make_data_(std::move(make_data)) {
+  check_arguments(args_);
+  if (!make_data_) make_data_ = make_text_batch_source;
+  device_ = resolve_device(args_.device);
+  recipe_ = precision_recipe(resolve_precision(args_));
+  build();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::build() {
+  scaler_.reset();
+  scheduler_.reset();
+  optimizer_.reset();
+  data_.reset();
+  model_.reset();
+  manual_seed(static_cast<uint64_t>(args_.seed));
+  ModelAndTokenizer loaded =
+      load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed));
+  model_ = std::move(loaded.model);
+  tokenizer_ = std::move(loaded.tokenizer);
+  const int64_t context = context_length(model_->config());
+  const int64_t t = args_.max_seq_length.value_or(context);
+  if (t < 1 || t > context) {
+    throw ValueError(str_cat("max_seq_length: ", t, " is outside [1, ", context,
+                             "] (the model's context length)"));
+  }
+  window_ = t + 1;
+  model_->to(recipe_.param_dtype);
+  model_->train();
+  // Gradient checkpointing: the single call site for memsave's
+  // enable_gradient_checkpointing(*model_, args_.gradient_checkpointing_policy).
+  if (args_.gradient_checkpointing) {
+    throw NotImplementedError(
+        "gradient_checkpointing: activation checkpointing (memsave) is not in this build");
+  }
+  data_ = make_data_(args_, *tokenizer_, window_, device_);
+
+  // Optimizers: the single call site; make_optimizer knows every `optim` name. The pure bf16
+  // recipe keeps AdamW's moments in bf16 (Note [Precision recipes]).
+  OptimizerArguments options;
+  options.optim = args_.optim;
+  if (options.optim == "adamw_torch" && recipe_.optimizer_state_dtype == DType::bf16) {
+    options.optim = "adamw_bf16";
+  }
+  options.optim_args = args_.optim_args;
+  options.learning_rate = args_.learning_rate;
+  options.weight_decay = args_.weight_decay;
+  options.adam_beta1 = args_.adam_beta1;
+  options.adam_beta2 = args_.adam_beta2;
+  options.adam_epsilon = args_.adam_epsilon;
+  options.kahan_summation = recipe_.kahan_summation;
+  options.seed = static_cast<uint64_t>(args_.seed);
+  optimizer_ = make_optimizer(options, model_->named_parameters());
+  if (optimizer_->updates_in_backward()) {
+    if (args_.gradient_accumulation_steps > 1) {
+      throw ValueError(str_cat("gradient_accumulation_steps: ", args_.gradient_accumulation_steps,
+                               " with optim ", optimizer_->name(),
+                               ", which updates in backward and keeps no gradients to accumulate"
+                               " (limit 1)"));
+    }
+    if (recipe_.loss_scaling) {
+      throw NotImplementedError(str_cat("optim ", optimizer_->name(),
+                                        " with fp16 loss scaling is not supported; use bf16"));
+    }
+  }
+
+  // HF: num_update_steps_per_epoch = len(dataloader) // gradient_accumulation_steps (at least 1).
+  steps_per_epoch_ =
+      std::max<int64_t>(1, data_->batches_per_epoch() / args_.gradient_accumulation_steps);
+  max_steps_ = args_.max_steps > 0
+                   ? args_.max_steps
+                   : static_cast<int64_t>(std::ceil(args_.num_train_epochs *
+                                                    static_cast<double>(steps_per_epoch_)));
+  SchedulerOptions schedule;
+  schedule.type = parse_scheduler_type(args_.lr_scheduler_type);
+  schedule.num_training_steps = max_steps_;
+  schedule.num_warmup_steps = args_.warmup_steps;
+  schedule.warmup_ratio = args_.warmup_ratio;
+  scheduler_ = std::make_unique<LRScheduler>(*optimizer_, schedule);
+  scaler_ = std::make_unique<GradScaler>(GradScalerOptions{.enabled = recipe_.loss_scaling});
+
+  global_step_ = 0;
+  log_history_ = nlohmann::ordered_json::array();
+  interval_loss_ = interval_seconds_ = 0.0;
+  interval_steps_ = interval_tokens_ = total_tokens_ = 0;
+  last_saved_step_ = -1;
+  memory_ = MemoryBreakdown{};
+  memory_.parameters = sum_nbytes(model_->parameters());
+}
+
+double Trainer::epoch() const {
+  return static_cast<double>(data_->batches_consumed()) /
+         static_cast<double>(data_->batches_per_epoch());
+}
+
+// ---- checkpoints ----
+
+nlohmann::ordered_json Trainer::trainer_state() const {
+  return {{"global_step", global_step_},
+          {"epoch", epoch()},
+          {"max_steps", max_steps_},
+          {"num_train_epochs", args_.num_train_epochs},
+          {"logging_steps", args_.logging_steps},
+          {"eval_steps", args_.eval_steps.value_or(args_.logging_steps)},
+          {"save_steps", args_.save_steps},
+          {"train_batch_size", args_.per_device_train_batch_size},
+          {"best_metric", nullptr},
+          {"best_model_checkpoint", nullptr},
+          {"log_history", log_history_},
+          {"headroom",
+           {{"precision", recipe_.name()},
+            {"gradient_accumulation_steps", args_.gradient_accumulation_steps},
+            {"interval_loss", interval_loss_},
+            {"interval_steps", interval_steps_},
+            {"interval_tokens", interval_tokens_},
+            {"interval_seconds", interval_seconds_},
+            {"total_tokens", total_tokens_}}}};
+}
+
+std::string Trainer::save_checkpoint() {
+  const std::string dir = commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
+    const fs::path root(tmp);
+    save_pretrained(*model_, tmp);
+    const OptimizerStateDict state = optimizer_->state_dict();
+    save_safetensors((root / kOptimizerFile).string(), state.tensors,
+                     {{kOptimizerMetaKey, state.meta.dump()}});
+    write_file_atomically((root / kSchedulerFile).string(),
+                          dump_json(nlohmann::ordered_json(scheduler_->state_dict())));
+    if (scaler_->is_enabled()) {
+      write_file_atomically((root / kScalerFile).string(),
+                            dump_json(nlohmann::ordered_json(scaler_->state_dict())));
+    }
+    const Generator& generator = default_generator();
+    const nlohmann::ordered_json rng = {
+        {"generator", {{"seed", generator.seed()}, {"offset", generator.offset()}}},
+        {"data", nlohmann::ordered_json(data_->state_dict())}};
+    write_file_atomically((root / kRngStateFile).string(), dump_json(rng));
+    write_file_atomically((root / kTrainerStateFile).string(), dump_json(trainer_state()));
+  });
+  last_saved_step_ = global_step_;
+  if (args_.save_total_limit) {
+    for (const std::string& deleted : rotate_checkpoints(args_.output_dir, *args_.save_total_limit)) {
+      std::printf("Deleting older checkpoint [%s] due to save_total_limit\n", deleted.c_str());
+    }
+  }
+  return dir;
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), device_);
+  const fs::path root(dir);
+  with_checkpoint_file(saved.weights->path(), [&] { load_weights(*model_, *saved.weights); });
+  with_checkpoint_file((root / kOptimizerFile).string(),
+                       [&] { optimizer_->load_state_dict(saved.optimizer); });
+  with_checkpoint_file((root / kSchedulerFile).string(),
+                       [&] { scheduler_->load_state_dict(saved.scheduler); });
+  if (scaler_->is_enabled()) {
+    with_checkpoint_file((root / kScalerFile).string(),
+                         [&] { scaler_->load_state_dict(saved.scaler); });
+  }
+  with_checkpoint_file((root / kRngStateFile).string(), [&] {
+    data_->load_state_dict(saved.rng_state.at("data"));
+    const nlohmann::json& generator = saved.rng_state.at("generator");
+    default_generator().manual_seed(generator.at("seed").get<uint64_t>());
+    default_generator().set_offset(generator.at("offset").get<uint64_t>());
+  });
+  with_checkpoint_file((root / kTrainerStateFile).string(), [&] {
+    const nlohmann::ordered_json& state = saved.trainer_state;
+    global_step_ = state.at("global_step").get<int64_t>();
+    log_history_ = state.at("log_history");
+    if (state.contains("headroom")) {
+      const nlohmann::ordered_json& extra = state.at("headroom");
+      interval_loss_ = extra.value("interval_loss", 0.0);
+      interval_steps_ = extra.value("interval_steps", int64_t{0});
+      interval_tokens_ = extra.value("interval_tokens", int64_t{0});
+      interval_seconds_ = extra.value("interval_seconds", 0.0);
+      total_tokens_ = extra.value("total_tokens", int64_t{0});
+    }
+  });
+  last_saved_step_ = global_step_;
+}
+
+void Trainer::resume() {
+  const std::string& target = args_.resume_from_checkpoint;
+  if (target != "last") {
+    load_checkpoint(target);
+    std::printf("Resumed from %s at step %lld\n", target.c_str(),
+                static_cast<long long>(global_step_));
+    return;
+  }
+  auto checkpoints = list_checkpoints(args_.output_dir);
+  std::string last_error;
+  bool dirty = false;  // a failed load may have changed some state: rebuild before the next try
+  for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+    try {
+      if (dirty) build();
+      dirty = true;
+      load_checkpoint(it->second);
+      std::printf("Resumed from %s at step %lld\n", it->second.c_str(),
+                  static_cast<long long>(global_step_));
+      return;
+    } catch (const std::exception& e) {
+      last_error = e.what();
+      std::fprintf(stderr, "warning: skipping checkpoint %s: %s\n", it->second.c_str(), e.what());
+    }
+  }
+  throw ValueError(str_cat("resume_from_checkpoint=last: no valid ", kCheckpointPrefix,
+                           "* in output_dir '", args_.output_dir, "'",
+                           last_error.empty() ? "" : str_cat(" (last error: ", last_error, ")")));
+}
+
+// ---- the loop ----
+
+double Trainer::train_step(int64_t& tokens) {
+  const int64_t accumulation = args_.gradient_accumulation_steps;
+  const std::optional<DType> autocast_dtype = recipe_.autocast_dtype;
+  double step_loss = 0.0;
+  auto forward = [&](const TokenBatch& batch) {
+    const int64_t before = static_cast<int64_t>(memory_allocated(device_));
+    Autocast region(device_.type, autocast_dtype, autocast_dtype.has_value());
+    Tensor loss = model_->loss(batch.input_ids, batch.labels);
+    memory_.activations = std::max(
+        memory_.activations, static_cast<int64_t>(memory_allocated(device_)) - before);
+    return loss;
+  };
+  if (optimizer_->updates_in_backward()) {
+    // LOMO-style: each pass reruns forward (the graph is freed by backward) with the same dropout
+    // masks, restored from the generator's offset; the optimizer updates inside backward.
+    const TokenBatch batch = data_->next_batch();
+    tokens += batch.labels.numel();
+    Generator& generator = default_generator();
+    const uint64_t offset = generator.offset();
+    for (int pass = 0; pass < optimizer_->backward_passes(); ++pass) {
+      generator.set_offset(offset);
+      optimizer_->begin_backward_pass(pass);
+      const Tensor loss = forward(batch);
+      if (pass == 0) step_loss = loss.item();
+      backward(loss);
+    }
+    optimizer_->step();
+    scheduler_->step();
+    return step_loss;
+  }
+  for (int64_t micro = 0; micro < accumulation; ++micro) {
+    const TokenBatch batch = data_->next_batch();
+    tokens += batch.labels.numel();
+    Tensor loss = forward(batch);
+    // HF divides each micro-batch's loss by the accumulation steps and logs their sum.
+    if (accumulation > 1) loss = scale(loss, 1.0 / static_cast<double>(accumulation));
+    step_loss += loss.item();
+    backward(scaler_->scale(loss));
+  }
+  return step_loss;
+}
+
+void Trainer::append_metrics(const nlohmann::ordered_json& entry) {
+  log_history_.push_back(entry);
+  std::ofstream out(fs::path(args_.output_dir) / "metrics.jsonl", std::ios::app);
+  out << entry.dump() << "\n";
+  if (progress_) {
+    progress_->print_line(format_log_line(entry));
+  } else {
+    std::printf("%s\n", format_log_line(entry).c_str());
+  }
+}
+
+void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
+  nlohmann::ordered_json entry = {{"loss", loss}};
+  entry["grad_norm"] = std::isnan(grad_norm) ? nlohmann::ordered_json() : nlohmann::ordered_json(grad_norm);
+  entry["lr"] = optimizer_->lr();
+  entry["epoch"] = epoch();
+  entry["step"] = global_step_;
+  entry["loss_scale"] = scaler_->get_scale();
+  entry["tokens_per_s"] = tokens_per_s;
+  entry["peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(device_));
+  entry["peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(device_));
+  append_metrics(entry);
+}
+
+void Trainer::log_eval() {
+  const auto start = Clock::now();
+  const EvalResult result = evaluate();
+  if (result.tokens == 0) return;
+  nlohmann::ordered_json entry = {{"eval_loss", result.loss},
+                                  {"eval_perplexity", result.perplexity},
+                                  {"eval_tokens", result.tokens},
+                                  {"eval_runtime", seconds_since(start)},
+                                  {"epoch", epoch()},
+                                  {"step", global_step_}};
+  append_metrics(entry);
+}
+
+EvalResult Trainer::evaluate() {
+  const int64_t batch = args_.per_device_eval_batch_size;
+  return evaluate_batches(
+      *model_, data_->eval_batch_count(batch),
+      [&](int64_t i) { return data_->eval_batch(i, batch); }, device_, recipe_.autocast_dtype);
+}
+
+int Trainer::train() {
+  if (!args_.resume_from_checkpoint.empty()) resume();
+  fs::create_directories(args_.output_dir);
+  {
+    // metrics.jsonl holds this run's log_history: a resumed run starts from the checkpoint's.
+    std::string lines;
+    for (const auto& entry : log_history_) lines += entry.dump() + "\n";
+    write_file_atomically((fs::path(args_.output_dir) / "metrics.jsonl").string(), lines);
+  }
+  std::printf("Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld windows of %lld "
+              "tokens, %lld micro-batches per epoch\n",
+              args_.model.c_str(), static_cast<double>(model_->num_parameters()) / 1e6,
+              recipe_.name().c_str(), device_.str().c_str(), static_cast<long long>(max_steps_),
+              static_cast<long long>(args_.gradient_accumulation_steps),
+              static_cast<long long>(args_.per_device_train_batch_size),
+              static_cast<long long>(window_ - 1),
+              static_cast<long long>(data_->batches_per_epoch()));
+  std::fflush(stdout);
+  ProgressBar progress(max_steps_, global_step_, isatty(STDERR_FILENO) && !args_.disable_tqdm);
+  progress_ = &progress;
+  const int64_t eval_steps = args_.eval_steps.value_or(args_.logging_steps);
+  if (args_.eval_strategy == "steps" && data_->eval_batch_count(args_.per_device_eval_batch_size) == 0) {
+    std::fprintf(stderr, "warning: eval_strategy=steps, but the data has no eval split "
+                         "(validation_split_percentage %g): no evaluation\n",
+                 args_.validation_split_percentage);
+  }
+  // The report is of this run: earlier work in the process (a test, a failed resume) not counted.
+  reset_peak_memory_stats(device_);
+  const auto run_start = Clock::now();
+  const int64_t tokens_at_start = total_tokens_;  // a resumed run's rate counts its own tokens
+  int stop_signal = 0;
+  while (global_step_ < max_steps_) {
+    const auto step_start = Clock::now();
+    int64_t tokens = 0;
+    const double loss = train_step(tokens);
+    double grad_norm = NAN;
+    if (!optimizer_->updates_in_backward()) {
+      memory_.gradients = std::max(memory_.gradients, grad_bytes(*model_));
+      if (args_.max_grad_norm > 0.0) {
+        scaler_->unscale_(*optimizer_);  // clip the true gradients
+        grad_norm = clip_grad_norm_(*optimizer_, args_.max_grad_norm);
+      }
+      scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
+      scaler_->update();
+      scheduler_->step();
+      optimizer_->zero_grad();
+    }
+    ++global_step_;
+    const double step_seconds = seconds_since(step_start);
+    total_tokens_ += tokens;
+    interval_loss_ += loss;
+    interval_steps_ += 1;
+    interval_tokens_ += tokens;
+    interval_seconds_ += step_seconds;
+    progress.update(global_step_, loss, optimizer_->lr(), static_cast<double>(tokens) / step_seconds,
+                    static_cast<int64_t>(max_memory_allocated(device_)));
+    if (global_step_ % args_.logging_steps == 0 || (args_.logging_first_step && global_step_ == 1) ||
+        global_step_ == max_steps_) {
+      log_step(interval_loss_ / static_cast<double>(interval_steps_), grad_norm,
+               static_cast<double>(interval_tokens_) / interval_seconds_);
+      interval_loss_ = interval_seconds_ = 0.0;
+      interval_steps_ = interval_tokens_ = 0;
+    }
+    if (args_.eval_strategy == "steps" && global_step_ % eval_steps == 0) log_eval();
+    if (args_.save_strategy == "steps" && global_step_ % args_.save_steps == 0) save_checkpoint();
+    if ((stop_signal = training_stop_requested()) != 0) break;
+  }
+  if (stop_signal != 0) {
+    g_stop_signal.store(0);
+    if (last_saved_step_ != global_step_) save_checkpoint();
+    progress.finish();
+    std::printf("Stopped by signal %d after step %lld; checkpoint saved in %s\n", stop_signal,
+                static_cast<long long>(global_step_),
+                (fs::path(args_.output_dir) / str_cat(kCheckpointPrefix, global_step_)).c_str());
+  } else {
+    progress.finish();
+    const double runtime = seconds_since(run_start);
+    nlohmann::ordered_json summary = {
+        {"train_runtime", runtime},
+        {"train_tokens_per_second", static_cast<double>(total_tokens_ - tokens_at_start) / runtime},
+        {"train_tokens", total_tokens_},
+        {"step", global_step_}};
+    log_history_.push_back(summary);
+    std::printf("%s\n", format_log_line(summary).c_str());
+  }
+  progress_ = nullptr;
+  finish_run(stop_signal != 0);
+  return stop_signal != 0 ? 128 + stop_signal : 0;
+}
+
+void Trainer::finish_run(bool stopped) {
+  const fs::path out(args_.output_dir);
+  if (!stopped) {
+    // As run_clm's trainer.save_model(): the trained model (and state) in output_dir itself.
+    save_pretrained(*model_, args_.output_dir);
+    write_file_atomically((out / kTrainerStateFile).string(), dump_json(trainer_state()));
+  }
+
+  memory_.optimizer_states = 0;
+  for (const NamedTensor& entry : optimizer_->state_dict().tensors) {
+    memory_.optimizer_states += static_cast<int64_t>(entry.second.nbytes());
+  }
+  memory_.peak_allocated = static_cast<int64_t>(max_memory_allocated(device_));
+  memory_.peak_reserved = static_cast<int64_t>(max_memory_reserved(device_));
+  memory_.finish();
+  std::printf("%s%s", memory_summary(device_).c_str(), memory_.format().c_str());
+  write_file_atomically((out / "memory.json").string(),
+                        dump_json(memory_report_json(memory_, device_)));
+
+  PlotSeries train_series, eval_series;
+  train_series.label = "train loss";
+  eval_series.label = "eval loss";
+  for (const auto& entry : log_history_) {
+    if (entry.contains("loss")) {
+      train_series.x.push_back(entry["step"].get<double>());
+      train_series.y.push_back(entry["loss"].get<double>());
+    } else if (entry.contains("eval_loss")) {
+      eval_series.x.push_back(entry["step"].get<double>());
+      eval_series.y.push_back(entry["eval_loss"].get<double>());
+    }
+  }
+  std::vector<PlotSeries> series;
+  if (!train_series.x.empty()) series.push_back(train_series);
+  if (!eval_series.x.empty()) series.push_back(eval_series);
+  if (!series.empty()) {
+    try {
+      write_plot_png((out / "loss.png").string(), series,
+                     {.title = str_cat(args_.model, " loss"), .x_label = "step", .y_label = "loss"});
+    } catch (const NotImplementedError& e) {
+      std::printf("loss.png skipped: %s\n", e.what());
+    }
+  }
+
+  if (!stopped && args_.sample_max_new_tokens > 0) {
+    std::vector<int32_t> prompt = tokenizer_->encode(args_.sample_prompt);
+    if (prompt.empty()) prompt.push_back(tokenizer_->eos_token_id().value_or(0));
+    const std::vector<int32_t> ids =
+        generate(*model_, prompt,
+                 {.max_new_tokens = args_.sample_max_new_tokens, .temperature = 0.8, .top_k = 40,
+                  .seed = static_cast<uint64_t>(args_.seed),
+                  .autocast_dtype = recipe_.autocast_dtype});
+    sample_ = tokenizer_->decode(ids);
+    std::printf("--- sample (top-k 40, temperature 0.8) ---\n%s\n---\n", sample_.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// ---- entry points ----
+
+namespace {
+
+// The first SIGINT / SIGTERM asks for a clean stop; the default action comes back for the next
+// one, so a second Ctrl-C ends a run that is stuck (signal() is async-signal-safe).
+void stop_signal_handler(int signal_number) {
+  request_training_stop(signal_number);
+  std::signal(signal_number, SIG_DFL);
+}
+
+}  // namespace
+
+int run_training(const TrainingArguments& args) {
+  struct sigaction action = {}, old_int = {}, old_term = {};
+  action.sa_handler = stop_signal_handler;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+  struct Restore {
+    struct sigaction* old_int;
+    struct sigaction* old_term;
+    ~Restore() {
+      sigaction(SIGINT, old_int, nullptr);
+      sigaction(SIGTERM, old_term, nullptr);
+    }
+  } restore{&old_int, &old_term};
+  Trainer trainer(args);
+  return trainer.train();
+}
+
+EvalResult evaluate_file(const std::string& model, const std::string& data,
+                         int64_t max_seq_length, int64_t batch_size, const std::string& device) {
+  if (batch_size < 1) throw ValueError(str_cat("batch_size: ", batch_size, " is below 1"));
+  const Device target = resolve_device(device);
+  ModelAndTokenizer loaded = load_model_and_tokenizer(model, target, 0);
+  const int64_t context = context_length(loaded.model->config());
+  const int64_t t = max_seq_length > 0 ? max_seq_length : context;
+  if (t > context) {
+    throw ValueError(str_cat("max_seq_length: ", t, " exceeds the model's context length ", context));
+  }
+  const std::vector<int32_t> tokens = tokenize_data(data, *loaded.tokenizer);
+  const int64_t window = t + 1;
+  const int64_t windows = static_cast<int64_t>(tokens.size()) / window;
+  if (windows == 0) {
+    throw ValueError(str_cat("data '", data, "': ", tokens.size(),
+                             " tokens, fewer than one window of ", window,
+                             " (max_seq_length + 1)"));
+  }
+  auto batch_at = [&](int64_t index) {
+    const int64_t first = index * batch_size;
+    const int64_t rows = std::min(batch_size, windows - first);
+    std::vector<int64_t> ids, labels;
+    for (int64_t w = first; w < first + rows; ++w) {
+      const int32_t* start = tokens.data() + w * window;
+      ids.insert(ids.end(), start, start + t);
+      labels.insert(labels.end(), start + 1, start + window);
+    }
+    TokenBatch batch{Tensor::from_ints(ids, {rows, t}), Tensor::from_ints(labels, {rows, t})};
+    if (!target.is_cpu()) batch = {batch.input_ids.to(target), batch.labels.to(target)};
+    return batch;
+  };
+  return evaluate_batches(*loaded.model, (windows + batch_size - 1) / batch_size, batch_at, target,
+                          std::nullopt);
 }
 
 }  // namespace headroom

@@ -2,13 +2,29 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "amp/grad_scaler.h"
+#include "amp/precision.h"
+#include "io/tokenizer.h"
+#include "nn/causal_lm.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+#include "train/batch_source.h"
+#include "train/memory_report.h"
 #include "train/training_arguments.h"
 
 namespace headroom {
 
-// Runs `headroom train` with `args`; returns the process exit code (0, or 130 after SIGINT).
+class ProgressBar;  // train/progress.h
+
+// Runs `headroom train` with `args`: SIGINT / SIGTERM stop it after the current step with a
+// checkpoint. Returns the process exit code: 0, or 128 + the signal (130, 143) after a stop.
 int run_training(const TrainingArguments& args);
 
 struct EvalResult {
@@ -19,9 +35,106 @@ struct EvalResult {
 
 // `headroom eval`: the data's token stream cut, in order, into consecutive windows of
 // max_seq_length + 1 tokens (the incomplete tail dropped), scored by `model` (a preset or a
-// model directory) in batches of `batch_size` windows.
+// model directory) in batches of `batch_size` windows. max_seq_length <= 0: the model's context.
+// ValueError naming the data when it holds less than one window.
 EvalResult evaluate_file(const std::string& model, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size,
                          const std::string& device = "auto");
+
+// Asks the running Trainer to stop after its current step, save a checkpoint and return
+// 128 + signal_number. Only stores to a lock-free atomic, so signal handlers may call it.
+void request_training_stop(int signal_number);
+// The pending request's signal number, or 0.
+int training_stop_requested();
+
+// How the trainer gets its data: the DataLoader of data/ plugs in here. `window` is
+// max_seq_length + 1 tokens; batches go to `device`.
+using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>(
+    const TrainingArguments& args, const Tokenizer& tokenizer, int64_t window, Device device)>;
+
+// HF's Trainer for causal LMs: see train() for the loop.
+class Trainer {
+ public:
+  // Builds the model and tokenizer from args.model (seeded by args.seed), the data through
+  // `make_data` (default: make_text_batch_source), the optimizer, scheduler and scaler from the
+  // precision recipe. ValueError naming the option for arguments out of range.
+  explicit Trainer(TrainingArguments args, BatchSourceFactory make_data = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Resumes from args.resume_from_checkpoint when it is set, then trains to max_steps: each step
+  // runs gradient_accumulation_steps micro-batches (loss / accumulation steps, as HF), unscales
+  // and clips, steps the optimizer through the scaler, the scheduler, and zeroes the gradients;
+  // then logs (logging_steps), evaluates (eval_strategy "steps"), saves (save_steps) and checks
+  // for a stop request. At the end: the model in output_dir, memory report, loss curve, sample.
+  // Returns 0, or 128 + signal after a stop request (the checkpoint of that step saved).
+  int train();
+
+  // Mean loss and perplexity over the eval split (eval mode, no_grad, the run's autocast).
+  // tokens == 0 when there is no eval split.
+  EvalResult evaluate();
+
+  // Writes output_dir/checkpoint-<global_step> (see train/checkpoint.h) and applies
+  // save_total_limit. Returns its path.
+  std::string save_checkpoint();
+
+  int64_t global_step() const { return global_step_; }
+  int64_t max_steps() const { return max_steps_; }
+  // Every entry logged so far (trainer_state.json's log_history; metrics.jsonl holds each but the
+  // summary as a line): training entries {loss (mean over the logging interval of the per-step sums of
+  // loss / accumulation steps), grad_norm (before clipping; null without clipping), lr (after
+  // the step's scheduler update, as HF logs it), epoch, step, loss_scale, tokens_per_s,
+  // peak_allocated_bytes, peak_reserved_bytes}, eval entries {eval_loss, eval_perplexity,
+  // eval_tokens, eval_runtime, epoch, step}, and a final {train_runtime, ...} summary.
+  const nlohmann::ordered_json& log_history() const { return log_history_; }
+  CausalLM& model() { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  BatchSource& data() { return *data_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const PrecisionRecipe& recipe() const { return recipe_; }
+  const MemoryBreakdown& memory_breakdown() const { return memory_; }
+  // The sample printed at the end of train() (empty before, or with sample_max_new_tokens 0).
+  const std::string& sample() const { return sample_; }
+
+ private:
+  void build();
+  void resume();
+  void load_checkpoint(const std::string& dir);
+  double train_step(int64_t& tokens);
+  void log_step(double loss, double grad_norm, double tokens_per_s);
+  void log_eval();
+  void append_metrics(const nlohmann::ordered_json& entry);
+  nlohmann::ordered_json trainer_state() const;
+  double epoch() const;
+  void finish_run(bool stopped);
+
+  TrainingArguments args_;
+  BatchSourceFactory make_data_;
+  Device device_;
+  PrecisionRecipe recipe_;
+  int64_t window_ = 0;
+  std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<BatchSource> data_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LRScheduler> scheduler_;
+  std::unique_ptr<GradScaler> scaler_;
+
+  int64_t global_step_ = 0;
+  int64_t max_steps_ = 0;
+  int64_t steps_per_epoch_ = 1;
+  nlohmann::ordered_json log_history_ = nlohmann::ordered_json::array();
+  // The logging interval's running sums (saved in checkpoints, so a resumed run logs the same).
+  double interval_loss_ = 0.0;
+  int64_t interval_steps_ = 0;
+  int64_t interval_tokens_ = 0;
+  double interval_seconds_ = 0.0;
+  int64_t total_tokens_ = 0;
+  int64_t last_saved_step_ = -1;
+  MemoryBreakdown memory_;
+  std::string sample_;
+  ProgressBar* progress_ = nullptr;  // while train() runs: log lines go around the bar
+};
 
 }  // namespace headroom

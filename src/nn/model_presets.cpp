@@ -1,0 +1,126 @@
+// The preset table: GPT-2 sizes as the openai-community hub configs, Llama sizes as meta-llama's
+// config.json files, and the tiny byte-level models the default training run uses.
+#include "nn/model_presets.h"
+
+#include <functional>
+#include <utility>
+
+#include "core/error.h"
+
+namespace headroom {
+
+namespace {
+
+GPT2Config gpt2_sized(int64_t n_embd, int64_t n_layer, int64_t n_head) {
+  GPT2Config config;  // GPT2Config's defaults are the 124M model
+  config.n_embd = n_embd;
+  config.n_layer = n_layer;
+  config.n_head = n_head;
+  return config;
+}
+
+// Small enough for a useful run in a couple of minutes on two CPU cores. Byte vocabulary, so no
+// BOS / EOS ids (50256 would lie outside it); no dropout, which only slows such short runs.
+GPT2Config gpt2_tiny() {
+  GPT2Config config;
+  config.vocab_size = 256;
+  config.n_positions = 256;
+  config.n_embd = 128;
+  config.n_layer = 4;
+  config.n_head = 4;
+  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0;
+  config.bos_token_id = std::nullopt;
+  config.eos_token_id = {};
+  return config;
+}
+
+LlamaConfig llama_tiny() {
+  LlamaConfig config;
+  config.vocab_size = 256;
+  config.hidden_size = 128;
+  config.intermediate_size = 352;
+  config.num_hidden_layers = 4;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.max_position_embeddings = 256;
+  config.rms_norm_eps = 1e-5;
+  config.bos_token_id = std::nullopt;
+  config.eos_token_id = {};
+  return config;
+}
+
+// meta-llama/Llama-2-{7b,13b,70b}-hf: context 4096, rms_norm_eps 1e-5, saved in float16.
+LlamaConfig llama2_sized(int64_t hidden, int64_t intermediate, int64_t layers, int64_t heads,
+                         int64_t kv_heads) {
+  LlamaConfig config;
+  config.hidden_size = hidden;
+  config.intermediate_size = intermediate;
+  config.num_hidden_layers = layers;
+  config.num_attention_heads = heads;
+  config.num_key_value_heads = kv_heads;
+  config.max_position_embeddings = 4096;
+  config.rms_norm_eps = 1e-5;
+  config.torch_dtype = DType::f16;
+  return config;
+}
+
+// meta-llama/Meta-Llama-3-8B.
+LlamaConfig llama3_8b() {
+  LlamaConfig config = llama2_sized(4096, 14336, 32, 32, 8);
+  config.vocab_size = 128256;
+  config.max_position_embeddings = 8192;
+  config.rope_theta = 500000.0;
+  config.bos_token_id = 128000;
+  config.eos_token_id = {128001};
+  config.torch_dtype = DType::bf16;
+  return config;
+}
+
+const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() {
+  static const std::vector<std::pair<std::string, std::function<HfConfig()>>> table = {
+      {"gpt2-tiny", [] { return HfConfig(gpt2_tiny()); }},
+      {"gpt2", [] { return HfConfig(GPT2Config{}); }},
+      {"gpt2-medium", [] { return HfConfig(gpt2_sized(1024, 24, 16)); }},
+      {"gpt2-large", [] { return HfConfig(gpt2_sized(1280, 36, 20)); }},
+      {"gpt2-xl", [] { return HfConfig(gpt2_sized(1600, 48, 25)); }},
+      {"llama-tiny", [] { return HfConfig(llama_tiny()); }},
+      {"llama-7b", [] { return HfConfig(llama2_sized(4096, 11008, 32, 32, 32)); }},
+      {"llama-13b", [] { return HfConfig(llama2_sized(5120, 13824, 40, 40, 40)); }},
+      {"llama-70b", [] { return HfConfig(llama2_sized(8192, 28672, 80, 64, 8)); }},
+      {"llama-3-8b", [] { return HfConfig(llama3_8b()); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, make] : presets()) names.push_back(name);
+  return names;
+}
+
+std::optional<HfConfig> find_model_preset(std::string_view name) {
+  for (const auto& [preset, make] : presets()) {
+    if (preset == name) return make();
+  }
+  return std::nullopt;
+}
+
+HfConfig model_preset(std::string_view name) {
+  if (std::optional<HfConfig> config = find_model_preset(name)) return *config;
+  std::string known;
+  for (const std::string& preset : model_preset_names()) known += (known.empty() ? "" : ", ") + preset;
+  throw ValueError(str_cat("model: unknown preset '", name, "' (one of ", known, ")"));
+}
+
+int64_t context_length(const HfConfig& config) {
+  if (const auto* gpt2 = std::get_if<GPT2Config>(&config)) return gpt2->n_positions;
+  return std::get<LlamaConfig>(config).max_position_embeddings;
+}
+
+int64_t vocab_size(const HfConfig& config) {
+  return std::visit([](const auto& c) { return c.vocab_size; }, config);
+}
+
+}  // namespace headroom

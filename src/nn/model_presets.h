@@ -1,0 +1,28 @@
+// Named model shapes for `--model`: tiny byte-level models that train on two CPU cores, GPT-2's
+// hub sizes and Meta's Llama configs (which the memory planner sizes without building them).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nn/model_config.h"
+
+namespace headroom {
+
+// The preset names, in the order --help lists them.
+std::vector<std::string> model_preset_names();
+
+// The config of preset `name`, or nullopt when there is no such preset.
+std::optional<HfConfig> find_model_preset(std::string_view name);
+
+// The config of preset `name`; ValueError naming it and listing the presets otherwise.
+HfConfig model_preset(std::string_view name);
+
+// The model's context length: GPT-2's n_positions, Llama's max_position_embeddings.
+int64_t context_length(const HfConfig& config);
+int64_t vocab_size(const HfConfig& config);
+
+}  // namespace headroom

@@ -1,0 +1,48 @@
+// The seam between the trainer and its data: a stream of training micro-batches whose position
+// can be saved in a checkpoint and restored, plus the held-out split. TextBatchSource is the
+// minimal implementation; data/'s DataLoader plugs in behind the same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+
+namespace headroom {
+
+class Tokenizer;
+struct TrainingArguments;
+
+// One micro-batch: input ids and next-token labels, [batch, T] i64 each (-100 = ignored).
+struct TokenBatch {
+  Tensor input_ids;
+  Tensor labels;
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+
+  // The next training micro-batch. After the last one of an epoch the next epoch starts (in its
+  // own shuffled order), so the stream never ends; the trainer decides how many steps to take.
+  virtual TokenBatch next_batch() = 0;
+  // Micro-batches in one epoch (> 0), for num_train_epochs and the logged `epoch`.
+  virtual int64_t batches_per_epoch() const = 0;
+  // Micro-batches handed out so far, over all epochs.
+  virtual int64_t batches_consumed() const = 0;
+
+  // The held-out split, in order, in batches of `batch_size` windows (the last may be smaller).
+  virtual int64_t eval_batch_count(int64_t batch_size) const = 0;
+  virtual TokenBatch eval_batch(int64_t index, int64_t batch_size) const = 0;
+
+  // The position (and whatever else decides the batches to come), as JSON; stored in a
+  // checkpoint's rng_state.json. After load_state_dict, next_batch() continues exactly where the
+  // saved source stood. ValueError naming the key when the state does not fit this source.
+  virtual nlohmann::json state_dict() const = 0;
+  virtual void load_state_dict(const nlohmann::json& state) = 0;
+};
+
+}  // namespace headroom

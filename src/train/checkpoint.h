@@ -1,0 +1,69 @@
+// Trainer checkpoints on disk: output_dir/checkpoint-STEP/ with HF's file roles (weights, config,
+// optimizer, scheduler, scaler, RNG and trainer state), committed atomically, rotated by
+// save_total_limit, found again by "last", and read back fully checked before anything is applied.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "optim/optimizer.h"
+
+namespace headroom {
+
+// The files of a checkpoint directory. HF writes optimizer.pt, scheduler.pt, scaler.pt and
+// rng_state.pth (pickles); headroom writes safetensors and JSON under the same roles.
+inline constexpr const char* kCheckpointPrefix = "checkpoint-";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kSchedulerFile = "scheduler.json";
+inline constexpr const char* kScalerFile = "scaler.json";
+inline constexpr const char* kRngStateFile = "rng_state.json";
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+// The safetensors metadata key holding the optimizer's JSON state (OptimizerStateDict::meta).
+inline constexpr const char* kOptimizerMetaKey = "optimizer_state";
+
+// The checkpoint-STEP directories in `output_dir`, oldest step first (HF's _sorted_checkpoints
+// orders by the number too). Temporary directories of unfinished saves are not listed.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& output_dir);
+
+// Creates a fresh temporary directory in `output_dir`, lets `write_files` fill it (each file
+// written atomically, so each is fsynced), fsyncs the directory, renames it to
+// output_dir/checkpoint-STEP (replacing one of that name) and fsyncs output_dir. A crash or an
+// error leaves either no checkpoint-STEP or a complete one; the temporary directory is removed on
+// error. Returns the checkpoint's path.
+std::string commit_checkpoint(const std::string& output_dir, int64_t step,
+                              const std::function<void(const std::string& dir)>& write_files);
+
+// HF's _rotate_checkpoints: when more than `save_total_limit` checkpoints exist, the oldest are
+// deleted until that many remain (a limit of 0 or below keeps them all). Returns those deleted.
+std::vector<std::string> rotate_checkpoints(const std::string& output_dir,
+                                            int64_t save_total_limit);
+
+// Everything in a checkpoint directory, parsed and opened, before any of it is applied.
+struct CheckpointContents {
+  std::string dir;
+  std::unique_ptr<SafetensorsCheckpoint> weights;  // model.safetensors (and config.json present)
+  OptimizerStateDict optimizer;
+  nlohmann::json scheduler;
+  nlohmann::json scaler;  // null when the checkpoint has no scaler.json
+  nlohmann::json rng_state;
+  nlohmann::ordered_json trainer_state;  // key order kept, as it is shown again
+};
+
+// Reads a checkpoint: every file must be there (scaler.json when `needs_scaler`), JSON must parse,
+// safetensors headers must be whole and consistent with the file sizes, trainer_state.json needs
+// an integer global_step >= 0 and a log_history array, rng_state.json a generator seed and offset.
+// ValueError naming the file at fault. Optimizer tensors are loaded onto `device`.
+CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device);
+
+// Runs `apply`; an exception that does not name `path` is rethrown as a ValueError that does, so
+// that a checkpoint's errors always say which file was bad.
+void with_checkpoint_file(const std::string& path, const std::function<void()>& apply);
+
+}  // namespace headroom

@@ -1,0 +1,45 @@
+// Presets and model directories behind one `--model` argument.
+#include "train/model_source.h"
+
+#include <filesystem>
+#include <optional>
+
+#include "core/error.h"
+#include "io/pretrained.h"
+#include "nn/model_presets.h"
+
+namespace headroom {
+
+ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device,
+                                           uint64_t seed) {
+  ModelAndTokenizer result;
+  if (std::optional<HfConfig> preset = find_model_preset(model)) {
+    result.model = make_causal_lm(*preset, device, seed);
+    result.tokenizer = std::make_unique<ByteTokenizer>();
+  } else if (std::filesystem::is_directory(model)) {
+    if (!std::filesystem::exists(std::filesystem::path(model) / "config.json")) {
+      throw ValueError(str_cat("model: directory '", model, "' has no config.json"));
+    }
+    result.model = load_pretrained(model, device, seed);
+    result.tokenizer = load_tokenizer(model);
+  } else {
+    std::string known;
+    for (const std::string& name : model_preset_names()) known += (known.empty() ? "" : ", ") + name;
+    throw ValueError(str_cat("model: '", model, "' is neither a preset (", known,
+                             ") nor a model directory"));
+  }
+  const int64_t model_vocab = vocab_size(result.model->config());
+  if (result.tokenizer->vocab_size() > model_vocab) {
+    throw ValueError(str_cat("model '", model, "': the ", result.tokenizer->kind(),
+                             " tokenizer has ", result.tokenizer->vocab_size(),
+                             " tokens, more than the model's vocab_size ", model_vocab));
+  }
+  return result;
+}
+
+Device resolve_device(const std::string& device) {
+  if (device == "auto") return cuda_is_available() ? Device{DeviceType::cuda, 0} : kCPU;
+  return Device::parse(device);
+}
+
+}  // namespace headroom

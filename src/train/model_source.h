@@ -1,0 +1,30 @@
+// The `--model` argument made into a model and its tokenizer: a preset (byte-level tokenizer) or
+// a Hugging Face model directory (config.json, weights if any, tokenizer files if any).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+#include "io/tokenizer.h"
+#include "nn/causal_lm.h"
+
+namespace headroom {
+
+struct ModelAndTokenizer {
+  std::unique_ptr<CausalLM> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// `model` names a preset (nn/model_presets.h), initialised as HF does from `seed`, or a
+// directory: load_pretrained (its weights when it has any, else HF's initialisation from `seed`)
+// and load_tokenizer. ValueError naming the argument or path when it is neither, and when the
+// tokenizer's vocabulary does not fit in the model's.
+ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device,
+                                           uint64_t seed);
+
+// TrainingArguments.device: "auto" is cuda:0 when a GPU is usable, else the CPU.
+Device resolve_device(const std::string& device);
+
+}  // namespace headroom

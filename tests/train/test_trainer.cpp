@@ -1,0 +1,291 @@
+// The Trainer on a tiny byte-level GPT-2: loss falls, resumed runs repeat the uninterrupted run's
+// losses exactly, corrupt checkpoints are refused (and skipped by "last"), save_total_limit,
+// metrics.jsonl, stop requests, and accumulation equal to the big batch.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+#include "train/trainer_fixture.h"
+
+namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+using test_data::TempDir;
+using test_data::tiny_training_args;
+
+// The logged training losses by step.
+std::map<int64_t, double> step_losses(const Trainer& trainer) {
+  std::map<int64_t, double> losses;
+  for (const auto& entry : trainer.log_history()) {
+    if (entry.contains("loss")) losses[entry["step"].get<int64_t>()] = entry["loss"].get<double>();
+  }
+  return losses;
+}
+
+std::vector<std::string> checkpoint_names(const std::string& output_dir) {
+  std::vector<std::string> names;
+  for (const auto& [step, path] : list_checkpoints(output_dir)) {
+    names.push_back(fs::path(path).filename().string());
+  }
+  return names;
+}
+
+TEST(Trainer, LossFallsOnTheTinyText) {
+  TempDir tmp("trainer_loss_falls");
+  TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+  args.max_steps = 30;
+  args.save_strategy = "no";
+  args.logging_steps = 5;
+  args.sample_max_new_tokens = 8;
+  Trainer trainer(args);
+  EXPECT_EQ(trainer.train(), 0);
+  const auto losses = step_losses(trainer);
+  ASSERT_EQ(losses.size(), 6u);
+  EXPECT_LT(losses.rbegin()->second, 0.7 * losses.begin()->second);
+  EXPECT_EQ(trainer.sample().size(), 9u);  // the "\n" prompt and 8 bytes
+  EXPECT_TRUE(fs::exists(tmp.path() / "out" / "model.safetensors"));
+  const nlohmann::json memory = parse_json(read_text_file((tmp.path() / "out" / "memory.json").string()), "memory.json");
+  const nlohmann::json& parts = memory.at("breakdown");
+  EXPECT_EQ(parts.at("parameters").get<int64_t>(), trainer.model().num_parameters() * 4);
+  EXPECT_EQ(parts.at("gradients").get<int64_t>(), trainer.model().num_parameters() * 4);
+  EXPECT_EQ(parts.at("optimizer_states").get<int64_t>(), trainer.model().num_parameters() * 8);
+  EXPECT_GT(parts.at("activations").get<int64_t>(), 0);
+  EXPECT_EQ(parts.at("parameters").get<int64_t>() + parts.at("gradients").get<int64_t>() +
+                parts.at("optimizer_states").get<int64_t>() +
+                parts.at("activations").get<int64_t>() + parts.at("other").get<int64_t>(),
+            parts.at("peak_allocated_bytes").get<int64_t>());
+}
+
+// Steps 3 and 4 after resuming from checkpoint-2 equal the uninterrupted run's to the last bit:
+// weights, AdamW moments, schedule (in its 2 warmup steps), generator (dropout 0.1) and data
+// position all come back; with accumulation 2.
+void expect_resume_repeats_losses(const std::string& precision) {
+  TempDir tmp("trainer_resume_" + precision);
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.precision = precision;
+  args.gradient_accumulation_steps = 2;
+  args.per_device_train_batch_size = 2;
+  Trainer full(args);
+  ASSERT_EQ(full.train(), 0);
+  const auto expected = step_losses(full);
+  ASSERT_EQ(expected.size(), 4u);
+
+  TrainingArguments resumed_args = args;
+  resumed_args.output_dir = (tmp.path() / "resumed").string();
+  resumed_args.resume_from_checkpoint = (tmp.path() / "out" / "checkpoint-2").string();
+  Trainer resumed(resumed_args);
+  ASSERT_EQ(resumed.train(), 0);
+  const auto actual = step_losses(resumed);
+  ASSERT_EQ(actual.size(), 4u) << "the checkpoint's log_history carries steps 1-2";
+  for (int64_t step = 1; step <= 4; ++step) {
+    EXPECT_EQ(actual.at(step), expected.at(step)) << precision << " step " << step;
+  }
+  EXPECT_EQ(resumed.model().parameters()[0].to_float_vector(),
+            full.model().parameters()[0].to_float_vector());
+  EXPECT_EQ(fs::exists(tmp.path() / "out" / "checkpoint-2" / "scaler.json"), precision == "fp16");
+}
+
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesFp32) { expect_resume_repeats_losses("fp32"); }
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesBf16) { expect_resume_repeats_losses("bf16"); }
+// The GradScaler's state (scaler.json) and AdamW's stochastic-rounding stream come back too.
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesFp16) { expect_resume_repeats_losses("fp16"); }
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16) {
+  expect_resume_repeats_losses("pure_bf16");
+}
+
+class CorruptCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    args_ = tiny_training_args(tmp_.path());
+    Trainer trainer(args_);
+    ASSERT_EQ(trainer.train(), 0);
+    ASSERT_EQ(checkpoint_names(args_.output_dir),
+              (std::vector<std::string>{"checkpoint-2", "checkpoint-4"}));
+    newest_ = tmp_.path() / "out" / "checkpoint-4";
+  }
+
+  // The error of resuming from the newest checkpoint; it must name `file`.
+  void expect_refused(const std::string& file) {
+    TrainingArguments args = args_;
+    args.resume_from_checkpoint = newest_.string();
+    Trainer trainer(args);
+    try {
+      trainer.train();
+      ADD_FAILURE() << "a checkpoint with a bad " << file << " was accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+    }
+  }
+
+  void write(const std::string& file, const std::string& text) {
+    std::ofstream(newest_ / file, std::ios::trunc) << text;
+  }
+
+  TempDir tmp_{"trainer_corrupt"};
+  TrainingArguments args_;
+  fs::path newest_;
+};
+
+TEST_F(CorruptCheckpoint, TruncatedWeightsAreRefusedNamingTheFile) {
+  fs::resize_file(newest_ / "model.safetensors", fs::file_size(newest_ / "model.safetensors") / 2);
+  expect_refused("model.safetensors");
+}
+
+TEST_F(CorruptCheckpoint, MissingFileIsRefusedNamingIt) {
+  fs::remove(newest_ / "scheduler.json");
+  expect_refused("scheduler.json");
+}
+
+TEST_F(CorruptCheckpoint, BadJsonIsRefusedNamingTheFile) {
+  write("trainer_state.json", "{\"global_step\": 6, ");
+  expect_refused("trainer_state.json");
+}
+
+TEST_F(CorruptCheckpoint, WrongTensorShapeIsRefusedNamingTheFile) {
+  SafetensorsFile optimizer((newest_ / "optimizer.safetensors").string());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : optimizer.names()) {
+    Tensor t = optimizer.load(name);
+    tensors.emplace_back(name, tensors.empty() ? Tensor::zeros({3}) : t);
+  }
+  const auto metadata = optimizer.metadata();
+  save_safetensors((newest_ / "optimizer.safetensors.new").string(), tensors, metadata);
+  fs::rename(newest_ / "optimizer.safetensors.new", newest_ / "optimizer.safetensors");
+  expect_refused("optimizer.safetensors");
+}
+
+TEST_F(CorruptCheckpoint, LastSkipsACorruptNewestCheckpoint) {
+  write("rng_state.json", "not json");
+  TrainingArguments args = args_;
+  args.resume_from_checkpoint = "last";
+  args.max_steps = 3;
+  Trainer trainer(args);
+  ASSERT_EQ(trainer.train(), 0);
+  EXPECT_EQ(trainer.global_step(), 3);
+  const auto losses = step_losses(trainer);
+  EXPECT_EQ(losses.size(), 3u);  // steps 1-2 from checkpoint-2's log_history, then step 3
+}
+
+TEST(Trainer, LastWithoutCheckpointsIsAnError) {
+  TempDir tmp("trainer_no_checkpoint");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.resume_from_checkpoint = "last";
+  Trainer trainer(args);
+  EXPECT_THROW(trainer.train(), ValueError);
+}
+
+TEST(Trainer, SaveTotalLimitKeepsTheNewestCheckpoints) {
+  TempDir tmp("trainer_save_limit");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.save_steps = 1;
+  args.save_total_limit = 2;
+  Trainer trainer(args);
+  ASSERT_EQ(trainer.train(), 0);
+  EXPECT_EQ(checkpoint_names(args.output_dir),
+            (std::vector<std::string>{"checkpoint-3", "checkpoint-4"}));
+  for (const auto& entry : fs::directory_iterator(args.output_dir)) {
+    EXPECT_EQ(entry.path().filename().string().rfind("tmp-", 0), std::string::npos)
+        << "a temporary checkpoint directory was left behind";
+  }
+}
+
+TEST(Trainer, MetricsJsonlHasOneEntryPerLoggedStepAndEval) {
+  TempDir tmp("trainer_metrics");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.logging_steps = 2;
+  args.eval_strategy = "steps";
+  args.eval_steps = 2;
+  args.save_strategy = "no";
+  Trainer trainer(args);
+  ASSERT_EQ(trainer.train(), 0);
+  std::ifstream in(tmp.path() / "out" / "metrics.jsonl");
+  std::vector<nlohmann::json> train_entries, eval_entries;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json entry = parse_json(line, "metrics.jsonl");
+    (entry.contains("eval_loss") ? eval_entries : train_entries).push_back(entry);
+  }
+  ASSERT_EQ(train_entries.size(), 2u);
+  for (const nlohmann::json& entry : train_entries) {
+    for (const char* key : {"step", "epoch", "loss", "lr", "grad_norm", "loss_scale",
+                            "tokens_per_s", "peak_allocated_bytes", "peak_reserved_bytes"}) {
+      EXPECT_TRUE(entry.contains(key)) << key << " in " << entry.dump();
+    }
+    EXPECT_GT(entry["peak_allocated_bytes"].get<int64_t>(), 0);
+    EXPECT_LE(entry["peak_allocated_bytes"].get<int64_t>(),
+              entry["peak_reserved_bytes"].get<int64_t>());
+  }
+  EXPECT_EQ(train_entries[0]["step"], 2);
+  ASSERT_EQ(eval_entries.size(), 2u);
+  EXPECT_EQ(eval_entries[1]["step"], 4);
+  EXPECT_NEAR(eval_entries[1]["eval_perplexity"].get<double>(),
+              std::exp(eval_entries[1]["eval_loss"].get<double>()), 1e-9);
+}
+
+TEST(Trainer, StopRequestSavesACheckpointAndReturns128PlusTheSignal) {
+  for (int signal_number : {SIGINT, SIGTERM}) {
+    TempDir tmp("trainer_stop");
+    TrainingArguments args = tiny_training_args(tmp.path());
+    Trainer trainer(args);
+    request_training_stop(signal_number);  // what the SIGINT / SIGTERM handler does
+    EXPECT_EQ(trainer.train(), 128 + signal_number);
+    EXPECT_EQ(trainer.global_step(), 1);
+    EXPECT_EQ(training_stop_requested(), 0);
+    EXPECT_EQ(checkpoint_names(args.output_dir), std::vector<std::string>{"checkpoint-1"});
+    args.resume_from_checkpoint = "last";
+    Trainer resumed(args);
+    EXPECT_EQ(resumed.train(), 0);
+    EXPECT_EQ(resumed.global_step(), 4);
+  }
+}
+
+// Batch 4 x accumulation 1 and batch 2 x accumulation 2 see the same windows in the same order
+// (no dropout): the fp32 losses and weights agree to summation order.
+TEST(Trainer, AccumulationMatchesTheBigBatch) {
+  TempDir tmp("trainer_accumulation");
+  TrainingArguments big = tiny_training_args(tmp.path(), 0.0);
+  big.save_strategy = "no";
+  TrainingArguments accumulated = big;
+  accumulated.per_device_train_batch_size = 2;
+  accumulated.gradient_accumulation_steps = 2;
+  accumulated.output_dir = (tmp.path() / "accumulated").string();
+  Trainer a(big), b(accumulated);
+  ASSERT_EQ(a.train(), 0);
+  ASSERT_EQ(b.train(), 0);
+  const auto la = step_losses(a), lb = step_losses(b);
+  ASSERT_EQ(la.size(), lb.size());
+  for (const auto& [step, loss] : la) EXPECT_NEAR(lb.at(step), loss, 1e-5 * loss) << step;
+  const auto pa = a.model().parameters(), pb = b.model().parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const auto va = pa[i].to_float_vector(), vb = pb[i].to_float_vector();
+    for (size_t j = 0; j < va.size(); ++j) ASSERT_NEAR(va[j], vb[j], 1e-5) << i << " " << j;
+  }
+}
+
+TEST(Trainer, BadArgumentsAreValueErrorsNamingTheOption) {
+  TempDir tmp("trainer_bad_args");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.max_seq_length = 17;
+  try {
+    Trainer trainer(args);
+    ADD_FAILURE();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("max_seq_length"), std::string::npos) << e.what();
+  }
+  args = tiny_training_args(tmp.path());
+  args.eval_strategy = "epoch";
+  EXPECT_THROW(Trainer trainer(args), ValueError);
+  args = tiny_training_args(tmp.path());
+  args.model = (tmp.path() / "nowhere").string();
+  EXPECT_THROW(Trainer trainer(args), ValueError);
+}
+
+}  // namespace
+}  // namespace headroom
