@@ -1,27 +1,17 @@
 // The seam between the trainer and its data: a stream of training micro-batches whose position
-// can be saved in a checkpoint and restored, plus the held-out split. TextBatchSource is the
-// minimal implementation; data/'s DataLoader plugs in behind the same interface.
+// can be saved in a checkpoint and restored, plus the held-out split. DataLoaderBatchSource
+// (train/data_loader_batch_source.h) fills it from data/; tests may plug in others.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "core/tensor.h"
+#include "data/data_loader.h"
 
 namespace headroom {
 
-class Tokenizer;
-struct TrainingArguments;
-
-// One micro-batch: input ids and next-token labels, [batch, T] i64 each (-100 = ignored).
-struct TokenBatch {
-  Tensor input_ids;
-  Tensor labels;
-};
-
+// Batches are data/'s TokenBatch {input_ids, targets}, [batch, T] i64 each, on the run's device.
 class BatchSource {
  public:
   virtual ~BatchSource() = default;

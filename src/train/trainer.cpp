@@ -31,7 +31,8 @@
 #include "train/generate.h"
 #include "train/model_source.h"
 #include "train/progress.h"
-#include "train/text_batch_source.h"
+#include "data/token_corpus.h"
+#include "train/data_loader_batch_source.h"
 
 namespace headroom {
 
@@ -76,6 +77,7 @@ void check_arguments(const TrainingArguments& args) {
   }
   if (args.save_strategy == "steps") at_least("save_steps", args.save_steps, 1);
   if (args.eval_steps) at_least("eval_steps", *args.eval_steps, 1);
+  if (args.max_eval_samples) at_least("max_eval_samples", *args.max_eval_samples, 1);
   if (args.max_grad_norm < 0.0) {
     throw ValueError(str_cat("max_grad_norm: ", args.max_grad_norm, " is below 0"));
   }
@@ -99,7 +101,7 @@ int64_t grad_bytes(const CausalLM& model) {
   return total;
 }
 
-// Mean cross-entropy over every label of `count` batches, weighted by their token counts.
+// Mean cross-entropy over every target of `count` batches, weighted by their token counts.
 EvalResult evaluate_batches(CausalLM& model, int64_t count,
                             const std::function<TokenBatch(int64_t)>& batch_at, Device device,
                             std::optional<DType> autocast_dtype) {
@@ -111,8 +113,8 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
   for (int64_t i = 0; i < count; ++i) {
     const TokenBatch batch = batch_at(i);
     Autocast region(device.type, autocast_dtype, autocast_dtype.has_value());
-    const double loss = model.loss(batch.input_ids, batch.labels).item();
-    const int64_t tokens = batch.labels.numel();
+    const double loss = model.loss(batch.input_ids, batch.targets).item();
+    const int64_t tokens = batch.targets.numel();
     total += loss * static_cast<double>(tokens);
     result.tokens += tokens;
   }
@@ -133,7 +135,7 @@ int training_stop_requested() { return g_stop_signal.load(); }
 Trainer::Trainer(TrainingArguments args, BatchSourceFactory make_data)
     : args_(std::move(args)), make_data_(std::move(make_data)) {
   check_arguments(args_);
-  if (!make_data_) make_data_ = make_text_batch_source;
+  if (!make_data_) make_data_ = make_data_loader_batch_source;
   device_ = resolve_device(args_.device);
   recipe_ = precision_recipe(resolve_precision(args_));
   build();
@@ -351,7 +353,7 @@ double Trainer::train_step(int64_t& tokens) {
   auto forward = [&](const TokenBatch& batch) {
     const int64_t before = static_cast<int64_t>(memory_allocated(device_));
     Autocast region(device_.type, autocast_dtype, autocast_dtype.has_value());
-    Tensor loss = model_->loss(batch.input_ids, batch.labels);
+    Tensor loss = model_->loss(batch.input_ids, batch.targets);
     memory_.activations = std::max(
         memory_.activations, static_cast<int64_t>(memory_allocated(device_)) - before);
     return loss;
@@ -360,7 +362,7 @@ double Trainer::train_step(int64_t& tokens) {
     // LOMO-style: each pass reruns forward (the graph is freed by backward) with the same dropout
     // masks, restored from the generator's offset; the optimizer updates inside backward.
     const TokenBatch batch = data_->next_batch();
-    tokens += batch.labels.numel();
+    tokens += batch.targets.numel();
     Generator& generator = default_generator();
     const uint64_t offset = generator.offset();
     for (int pass = 0; pass < optimizer_->backward_passes(); ++pass) {
@@ -376,7 +378,7 @@ double Trainer::train_step(int64_t& tokens) {
   }
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     const TokenBatch batch = data_->next_batch();
-    tokens += batch.labels.numel();
+    tokens += batch.targets.numel();
     Tensor loss = forward(batch);
     // HF divides each micro-batch's loss by the accumulation steps and logs their sum.
     if (accumulation > 1) loss = scale(loss, 1.0 / static_cast<double>(accumulation));
@@ -614,25 +616,28 @@ EvalResult evaluate_file(const std::string& model, const std::string& data,
   if (t > context) {
     throw ValueError(str_cat("max_seq_length: ", t, " exceeds the model's context length ", context));
   }
-  const std::vector<int32_t> tokens = tokenize_data(data, *loaded.tokenizer);
+  // No token cache: eval writes nothing, and has no output_dir to put one in.
+  const std::shared_ptr<const TokenCorpus> tokens = load_token_corpus(data, *loaded.tokenizer);
+  // Consecutive, disjoint windows of T + 1 tokens, unlike training's PackedSequences, which
+  // advance by T (Note [Packing and the eval split]): this is what `headroom eval` specifies.
   const int64_t window = t + 1;
-  const int64_t windows = static_cast<int64_t>(tokens.size()) / window;
+  const int64_t windows = tokens->size() / window;
   if (windows == 0) {
-    throw ValueError(str_cat("data '", data, "': ", tokens.size(),
+    throw ValueError(str_cat("data '", data, "': ", tokens->size(),
                              " tokens, fewer than one window of ", window,
                              " (max_seq_length + 1)"));
   }
+  std::vector<int64_t> sequence(static_cast<size_t>(window));
   auto batch_at = [&](int64_t index) {
     const int64_t first = index * batch_size;
     const int64_t rows = std::min(batch_size, windows - first);
-    std::vector<int64_t> ids, labels;
-    for (int64_t w = first; w < first + rows; ++w) {
-      const int32_t* start = tokens.data() + w * window;
-      ids.insert(ids.end(), start, start + t);
-      labels.insert(labels.end(), start + 1, start + window);
+    TokenBatch batch{Tensor::empty({rows, t}, DType::i64), Tensor::empty({rows, t}, DType::i64)};
+    for (int64_t r = 0; r < rows; ++r) {
+      tokens->copy_to((first + r) * window, window, sequence.data());
+      std::copy(sequence.begin(), sequence.end() - 1, batch.input_ids.data<int64_t>() + r * t);
+      std::copy(sequence.begin() + 1, sequence.end(), batch.targets.data<int64_t>() + r * t);
     }
-    TokenBatch batch{Tensor::from_ints(ids, {rows, t}), Tensor::from_ints(labels, {rows, t})};
-    if (!target.is_cpu()) batch = {batch.input_ids.to(target), batch.labels.to(target)};
+    if (!target.is_cpu()) batch = {batch.input_ids.to(target), batch.targets.to(target)};
     return batch;
   };
   return evaluate_batches(*loaded.model, (windows + batch_size - 1) / batch_size, batch_at, target,

@@ -47,8 +47,8 @@ void request_training_stop(int signal_number);
 // The pending request's signal number, or 0.
 int training_stop_requested();
 
-// How the trainer gets its data: the DataLoader of data/ plugs in here. `window` is
-// max_seq_length + 1 tokens; batches go to `device`.
+// How the trainer gets its data (default: data/'s DataLoader, through DataLoaderBatchSource).
+// `window` is max_seq_length + 1 tokens; batches go to `device`.
 using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>(
     const TrainingArguments& args, const Tokenizer& tokenizer, int64_t window, Device device)>;
 
@@ -56,7 +56,7 @@ using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>(
 class Trainer {
  public:
   // Builds the model and tokenizer from args.model (seeded by args.seed), the data through
-  // `make_data` (default: make_text_batch_source), the optimizer, scheduler and scaler from the
+  // `make_data` (default: make_data_loader_batch_source), the optimizer, scheduler and scaler from the
   // precision recipe. ValueError naming the option for arguments out of range.
   explicit Trainer(TrainingArguments args, BatchSourceFactory make_data = {});
   ~Trainer();

@@ -18,6 +18,8 @@ struct TrainingArguments {
   std::string device = "auto";      // headroom: auto (cuda when present, else cpu), cpu, cuda, meta
   std::optional<int64_t> max_seq_length;  // TRL's name; unset: the model's context length
   double validation_split_percentage = 5.0;  // run_clm's held-out share of the data
+  std::optional<int64_t> max_eval_samples;   // run_clm's: eval on the first N sequences of the
+                                             // split (unset: all of it)
 
   // Batches and length of training.
   int64_t per_device_train_batch_size = 8;

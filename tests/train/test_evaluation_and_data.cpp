@@ -1,18 +1,16 @@
-// evaluate_file against a hand computation, the trainer's text batch source (split, shuffle,
-// resumable position), the model presets and generate().
+// evaluate_file against a hand computation, the model presets and generate(). The trainer's data
+// source has its own file, test_data_loader_batch_source.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <set>
 
 #include "core/error.h"
 #include "io/pretrained.h"
 #include "nn/model_presets.h"
 #include "train/generate.h"
 #include "train/model_source.h"
-#include "train/text_batch_source.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
 
@@ -65,43 +63,6 @@ TEST(EvaluateFile, TooLittleDataNamesTheFile) {
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("short.txt"), std::string::npos) << e.what();
   }
-}
-
-std::vector<int32_t> counting_tokens(int n) {
-  std::vector<int32_t> tokens(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = i % 256;
-  return tokens;
-}
-
-TEST(TextBatchSource, SplitsOffTheLastWindowsAndShufflesTheRestPerEpoch) {
-  // 105 tokens: 10 windows of 10 (5 dropped); 20% held out = the last 2.
-  TextBatchSource source(counting_tokens(105), {.window = 10, .batch_size = 3,
-                                                .validation_split_percentage = 20.0, .seed = 7});
-  EXPECT_EQ(source.train_windows(), 8);
-  EXPECT_EQ(source.eval_windows(), 2);
-  EXPECT_EQ(source.batches_per_epoch(), 3);  // 3 + 3 + 2
-  const std::vector<int64_t> epoch0 = source.epoch_order(0), epoch1 = source.epoch_order(1);
-  EXPECT_NE(epoch0, epoch1);
-  EXPECT_EQ(std::set<int64_t>(epoch0.begin(), epoch0.end()).size(), 8u);
-  const TokenBatch first = source.next_batch();
-  ASSERT_EQ(first.input_ids.shape(), Shape({3, 9}));
-  EXPECT_EQ(first.input_ids.to_int64_vector()[0], epoch0[0] * 10);
-  EXPECT_EQ(first.labels.to_int64_vector()[0], epoch0[0] * 10 + 1);
-  EXPECT_EQ(source.eval_batch(0, 4).input_ids.to_int64_vector()[0], 80);
-}
-
-TEST(TextBatchSource, RestoredStateContinuesWithTheSameBatches) {
-  const TextBatchSourceOptions options{.window = 10, .batch_size = 3,
-                                       .validation_split_percentage = 0.0, .seed = 3};
-  TextBatchSource a(counting_tokens(200), options), b(counting_tokens(200), options);
-  for (int i = 0; i < 9; ++i) a.next_batch();  // past the end of epoch 0 (7 batches)
-  b.load_state_dict(a.state_dict());
-  for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(a.next_batch().input_ids.to_int64_vector(), b.next_batch().input_ids.to_int64_vector());
-  }
-  TextBatchSource other_seed(counting_tokens(200), {.window = 10, .batch_size = 3,
-                                                    .validation_split_percentage = 0.0, .seed = 4});
-  EXPECT_THROW(other_seed.load_state_dict(a.state_dict()), ValueError);
 }
 
 TEST(ModelPresets, MatchHfConfigs) {

@@ -1,0 +1,61 @@
+// The trainer's data over data/: the corpus tokenised once (and cached), packed into sequences,
+// the eval tail split off, and a DataLoader serving the training part epoch after epoch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "core/device.h"
+#include "data/data_loader.h"
+#include "data/packed_sequences.h"
+#include "io/tokenizer.h"
+#include "train/batch_source.h"
+
+namespace headroom {
+
+struct TrainingArguments;
+
+class DataLoaderBatchSource final : public BatchSource {
+ public:
+  // Trains on `split.train` through a DataLoader with `options`; evaluates on the first
+  // max_eval_samples sequences of `split.eval` (run_clm's truncation; unset: all of them).
+  // Batches go to `device`. ValueError naming the data when the training part holds no batch.
+  DataLoaderBatchSource(TrainEvalSplit split, const DataLoaderOptions& options,
+                        std::optional<int64_t> max_eval_samples = std::nullopt,
+                        Device device = kCPU);
+
+  TokenBatch next_batch() override;
+  int64_t batches_per_epoch() const override { return loader_->size(); }
+  int64_t batches_consumed() const override;
+  int64_t eval_batch_count(int64_t batch_size) const override;
+  TokenBatch eval_batch(int64_t index, int64_t batch_size) const override;
+  // DataLoaderState's {"epoch", "batch_index", "seed"} plus {"seq_length", "train_sequences"},
+  // which must match on load: a resume on other data or another max_seq_length is a ValueError
+  // rather than a silently different stream. The saved seed orders the batches after a resume
+  // (Note [DataLoader determinism]).
+  nlohmann::json state_dict() const override;
+  void load_state_dict(const nlohmann::json& state) override;
+
+  int64_t train_sequences() const { return train_.size(); }
+  int64_t eval_sequences() const { return eval_.size(); }
+
+ private:
+  TokenBatch to_device(TokenBatch batch) const;
+
+  PackedSequences train_;
+  PackedSequences eval_;
+  DataLoaderOptions options_;
+  Device device_;
+  std::unique_ptr<DataLoader> loader_;
+};
+
+// The trainer's default source for `args`: args.data tokenised with the token cache in
+// <output_dir>/cache, split with max_seq_length = window - 1 and validation_split_percentage,
+// batches of per_device_train_batch_size shuffled by data_seed (else seed), the dataloader_*
+// options, and max_eval_samples.
+std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArguments& args,
+                                                           const Tokenizer& tokenizer,
+                                                           int64_t window, Device device);
+
+}  // namespace headroom
