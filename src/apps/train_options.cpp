@@ -44,6 +44,9 @@ std::vector<TrainOption> make_train_options() {
        &A::max_seq_length},
       {"validation_split_percentage", data, "percent of the data held out for evaluation",
        &A::validation_split_percentage},
+      {"max_eval_samples", data,
+       "evaluate on the first N sequences of the held-out split (default: all)",
+       &A::max_eval_samples},
       {"per_device_train_batch_size", batches, "sequences per micro-batch",
        &A::per_device_train_batch_size},
       {"per_device_eval_batch_size", batches, "sequences per evaluation batch",
@@ -320,6 +323,8 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   one_of(a.eval_strategy, "eval_strategy", {"no", "steps"});
   check(!a.eval_steps || *a.eval_steps > 0, "eval_steps", a.eval_steps.value_or(0),
         " is not positive");
+  check(!a.max_eval_samples || *a.max_eval_samples > 0, "max_eval_samples",
+        a.max_eval_samples.value_or(0), " is not positive");
   one_of(a.save_strategy, "save_strategy", {"no", "steps"});
   check(a.save_steps > 0 || a.save_strategy == "no", "save_steps", a.save_steps,
         " is not positive");

@@ -4,11 +4,15 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "apps/eval_command.h"
 #include "apps/train_options.h"
 #include "io/io_test_helpers.h"
+#include "nn/tiny_text.h"
 
 namespace headroom {
 namespace {
@@ -16,6 +20,7 @@ namespace {
 using io_test::read_bytes;
 using io_test::TempDir;
 using io_test::write_bytes;
+using test_data::kTinyText;
 
 struct CliRun {
   int exit_code = -1;
@@ -108,6 +113,38 @@ TEST(HeadroomCli, EvalHelpAndErrors) {
   expect_usage_error("eval --model gpt2-tiny --data " + data +
                          " --max_seq_length 8 --per-device-eval-batch-size x",
                      "--per_device_eval_batch_size: 'x' is not an integer");
+}
+
+// A few steps through the whole pipeline: token cache, DataLoader workers, eval split cut by
+// max_eval_samples, selective checkpointing, checkpoints, metrics and the plot; then eval of the
+// trained model directory.
+TEST(HeadroomCli, TrainsAFewStepsAndEvaluatesTheResult) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt"), out = dir.file("run");
+  std::string text;
+  for (int copy = 0; copy < 6; ++copy) text += std::string(kTinyText) + "\n";
+  write_bytes(data, text);  // 5% held out: more than 2 eval sequences of 33 tokens
+  const CliRun train = run_cli(
+      "train --model gpt2-tiny --data " + data + " --output_dir " + out +
+      " --max_steps 4 --logging_steps 2 --eval_strategy steps --eval_steps 2"
+      " --max_eval_samples 2 --max_seq_length 32 --per_device_train_batch_size 2"
+      " --learning_rate 1e-3 --dataloader_num_workers 2 --save_steps 2 --gradient_checkpointing"
+      " --gradient_checkpointing_policy selective --sample_max_new_tokens 0 --disable_tqdm");
+  ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
+  namespace fs = std::filesystem;
+  for (const char* file : {"metrics.jsonl", "loss.png", "checkpoint-4", "config.json"}) {
+    EXPECT_TRUE(fs::exists(fs::path(out) / file)) << file << "\n" << train.out;
+  }
+  EXPECT_NE(read_bytes(out + "/metrics.jsonl").find("\"eval_tokens\":64"), std::string::npos)
+      << "max_eval_samples 2 x 32 tokens: " << read_bytes(out + "/metrics.jsonl");
+
+  const CliRun eval = run_cli("eval --model " + out + " --data " + data +
+                              " --max_seq_length 32 --json");
+  ASSERT_EQ(eval.exit_code, 0) << eval.out << eval.err;
+  const nlohmann::json result = nlohmann::json::parse(eval.out);
+  for (const char* key : {"loss", "perplexity", "tokens"}) {
+    EXPECT_TRUE(result.contains(key)) << key << " in " << eval.out;
+  }
 }
 
 TEST(HeadroomCli, EvalReport) {
