@@ -8,6 +8,7 @@
 //   ninja -C build memory_tradeoff && build/bench/memory_tradeoff [--layers 6] [--d-model 256]
 //       [--heads 4] [--context 256] [--batch 8] [--vocab 50304] [--steps 8] [--text FILE]
 //       [--rows name,name,...] [--out DIR] [--no-peer]
+//   build/bench/memory_tradeoff --replot DIR/memory_tradeoff.csv    # the PNG again from a table
 // The text defaults to Debian's fortunes (/usr/share/games/fortunes/fortunes), read byte by byte
 // (ids 0..255 of a vocabulary padded to GPT-2's 50304, as GPT-2 pads 50257). The first 2 steps of
 // each row are warm-up; step time and tokens/s are medians over the rest; peak memory covers the
@@ -98,6 +99,7 @@ struct Options {
   bool peer = true;
   std::string text;
   std::string out = "bench/results";
+  std::string replot;
   std::vector<std::string> rows;
 };
 
@@ -108,9 +110,9 @@ Options parse_options(int argc, char** argv) {
   bench::parse_command_line(
       "memory_tradeoff",
       "[--layers N] [--d-model N] [--heads N] [--context N] [--batch N] [--vocab N] [--steps N] "
-      "[--text FILE] [--rows a,b,...] [--out DIR] [--no-peer]",
+      "[--text FILE] [--rows a,b,...] [--out DIR] [--no-peer] | --replot CSV",
       argc, argv, {{"--no-peer", &no_peer}},
-      {{"--rows", &rows}, {"--text", &o.text}, {"--out", &o.out}},
+      {{"--rows", &rows}, {"--text", &o.text}, {"--out", &o.out}, {"--replot", &o.replot}},
       {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
        {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
        {"--steps", &o.steps}});
@@ -265,10 +267,50 @@ void run_peer(const Options& o, const Row& row, const std::string& batches_file,
   r.peer_ran = true;
 }
 
+// The trade-off curve: our rows only, as PyTorch's figures are resident-set growth, not
+// allocator peaks (and its bf16 rows on CPUs without bf16 instructions are off the scale).
+PlotSeries tradeoff_series() {
+  return {.label = "headroom (peak allocated)", .lines = false, .markers = true,
+          .point_labels = true};
+}
+
+void write_tradeoff_plot(const std::string& path, const PlotSeries& ours) {
+  write_plot_png(path, {ours},
+                 {.title = "GPT-2 training step: peak memory against step time",
+                  .x_label = "step time (ms)", .y_label = "peak allocated (MiB)"});
+}
+
+// --replot CSV: the plot again from a table this program wrote, without training.
+int replot(const std::string& csv_path) {
+  std::ifstream file(csv_path);
+  if (!file) throw ValueError(str_cat("memory_tradeoff: cannot read --replot ", csv_path));
+  PlotSeries ours = tradeoff_series();
+  std::string line;
+  std::getline(file, line);  // the header
+  for (int line_number = 2; std::getline(file, line); ++line_number) {
+    std::vector<std::string> fields;
+    std::stringstream cells(line);
+    for (std::string cell; std::getline(cells, cell, ',');) fields.push_back(cell);
+    if (fields.size() < 8) {
+      throw ValueError(str_cat(csv_path, ":", line_number, ": ", fields.size(),
+                               " fields, expected at least 8"));
+    }
+    ours.labels.push_back(fields[0]);
+    ours.y.push_back(std::atof(fields[5].c_str()) / kMiB);
+    ours.x.push_back(std::atof(fields[7].c_str()));
+  }
+  const std::string png_path =
+      (std::filesystem::path(csv_path).parent_path() / "memory_tradeoff.png").string();
+  write_tradeoff_plot(png_path, ours);
+  std::printf("wrote %s\n", png_path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   const Options o = parse_options(argc, argv);
+  if (!o.replot.empty()) return replot(o.replot);
   std::vector<Row> rows;
   for (const Row& row : all_rows()) {
     if (o.rows.empty() || std::find(o.rows.begin(), o.rows.end(), row.name) != o.rows.end()) {
@@ -325,9 +367,7 @@ int main(int argc, char** argv) try {
       "configuration,precision,optim,checkpointing,accumulation,peak_allocated_bytes,"
       "peak_reserved_bytes,step_ms,tokens_per_s,final_loss,torch_step_ms,"
       "torch_peak_rss_growth_bytes\n";
-  PlotSeries ours{.label = "headroom", .lines = false, .markers = true, .point_labels = true};
-  PlotSeries peer{.label = "PyTorch (RSS growth)", .lines = false, .markers = true,
-                  .point_labels = true};
+  PlotSeries ours = tradeoff_series();
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     const Result& r = results[i];
@@ -346,20 +386,11 @@ int main(int argc, char** argv) try {
     ours.x.push_back(r.step_ms);
     ours.y.push_back(r.peak_allocated / kMiB);
     ours.labels.push_back(row.name);
-    if (r.peer_ran) {
-      peer.x.push_back(r.peer_step_ms);
-      peer.y.push_back(r.peer_rss_growth / kMiB);
-      peer.labels.push_back("torch " + row.name);
-    }
   }
   const std::filesystem::path csv_path = std::filesystem::path(o.out) / "memory_tradeoff.csv";
   const std::filesystem::path png_path = std::filesystem::path(o.out) / "memory_tradeoff.png";
   write_file_atomically(csv_path.string(), csv);
-  std::vector<PlotSeries> series{ours};
-  if (!peer.x.empty()) series.push_back(peer);
-  write_plot_png(png_path.string(), series,
-                 {.title = "GPT-2 training step: peak memory against step time",
-                  .x_label = "step time (ms)", .y_label = "peak memory (MiB)"});
+  write_tradeoff_plot(png_path.string(), ours);
   std::printf("\nwrote %s and %s\n", csv_path.c_str(), png_path.c_str());
   return 0;
 } catch (const std::exception& e) {

@@ -153,19 +153,16 @@ void AdamW::check_lr(double lr) const {
 OptimizerStateDict AdamW::state_dict() const {
   OptimizerStateDict result{.meta = state_dict_meta(), .tensors = {}};
   nlohmann::json per_param = nlohmann::json::object();
-  for (size_t g = 0; g < states_.size(); ++g) {
-    for (size_t i = 0; i < states_[g].size(); ++i) {
-      const AdamWState& state = states_[g][i];
-      if (!state.exp_avg.defined()) continue;
-      const std::string key = str_cat(g, ".", i);
-      per_param[key] = {{"step", state.step}};
-      result.tensors.emplace_back(str_cat("state.", key, ".exp_avg"), state.exp_avg);
-      result.tensors.emplace_back(str_cat("state.", key, ".exp_avg_sq"), state.exp_avg_sq);
-      if (state.compensation.defined()) {
-        result.tensors.emplace_back(str_cat("state.", key, ".compensation"), state.compensation);
-      }
+  for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor&) {
+    const AdamWState& state = states_[g][i];
+    if (!state.exp_avg.defined()) return;
+    per_param[key] = {{"step", state.step}};
+    result.tensors.emplace_back(str_cat("state.", key, ".exp_avg"), state.exp_avg);
+    result.tensors.emplace_back(str_cat("state.", key, ".exp_avg_sq"), state.exp_avg_sq);
+    if (state.compensation.defined()) {
+      result.tensors.emplace_back(str_cat("state.", key, ".compensation"), state.compensation);
     }
-  }
+  });
   result.meta["state"] = std::move(per_param);
   result.meta["rounding_generator"] = {{"seed", rounding_generator_.seed()},
                                        {"offset", rounding_generator_.offset()}};
@@ -174,26 +171,21 @@ OptimizerStateDict AdamW::state_dict() const {
 
 void AdamW::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
-  std::vector<std::vector<AdamWState>> states(groups_.size());
-  const nlohmann::json& per_param = state_dict_entry(saved.meta, "state");
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    states[g].resize(groups_[g].params.size());
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const std::string key = str_cat(g, ".", i);
-      if (!per_param.contains(key)) continue;
-      const Tensor& param = groups_[g].params[i].second;
-      AdamWState& state = states[g][i];
-      state.step = state_dict_entry(per_param[key], "step").get<int64_t>();
-      state.exp_avg = load_state_tensor(saved, str_cat("state.", key, ".exp_avg"), param.shape(),
-                                        options_.state_dtype, param.device());
-      state.exp_avg_sq = load_state_tensor(saved, str_cat("state.", key, ".exp_avg_sq"),
-                                           param.shape(), options_.state_dtype, param.device());
-      if (param.dtype() != DType::f32 && options_.kahan_summation) {
-        state.compensation = load_state_tensor(saved, str_cat("state.", key, ".compensation"),
-                                               param.shape(), DType::bf16, param.device());
-      }
+  std::vector<std::vector<AdamWState>> states;
+  for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
+                                  const Tensor& param, const nlohmann::json& entry) {
+    AdamWState& state = states[g][i];
+    state.step = state_dict_entry(entry, "step").get<int64_t>();
+    state.exp_avg = load_state_tensor(saved, str_cat("state.", key, ".exp_avg"), param.shape(),
+                                      options_.state_dtype, param.device());
+    state.exp_avg_sq = load_state_tensor(saved, str_cat("state.", key, ".exp_avg_sq"),
+                                         param.shape(), options_.state_dtype, param.device());
+    if (param.dtype() != DType::f32 && options_.kahan_summation) {
+      state.compensation = load_state_tensor(saved, str_cat("state.", key, ".compensation"),
+                                             param.shape(), DType::bf16, param.device());
     }
-  }
+  });
   const nlohmann::json& rng = state_dict_entry(saved.meta, "rounding_generator");
   rounding_generator_.manual_seed(state_dict_entry(rng, "seed").get<uint64_t>());
   rounding_generator_.set_offset(state_dict_entry(rng, "offset").get<uint64_t>());

@@ -143,53 +143,44 @@ void AdamW8bit::check_lr(double lr) const {
 OptimizerStateDict AdamW8bit::state_dict() const {
   OptimizerStateDict result{.meta = state_dict_meta(), .tensors = {}};
   nlohmann::json per_param = nlohmann::json::object();
-  for (size_t g = 0; g < states_.size(); ++g) {
-    for (size_t i = 0; i < states_[g].size(); ++i) {
-      const AdamW8bitState& state = states_[g][i];
-      if (!state.state1.defined()) continue;
-      const std::string key = str_cat(g, ".", i);
-      per_param[key] = {{"step", state.step}};
-      result.tensors.emplace_back(str_cat("state.", key, ".state1"), state.state1);
-      result.tensors.emplace_back(str_cat("state.", key, ".state2"), state.state2);
-      if (state.absmax1.defined()) {
-        result.tensors.emplace_back(str_cat("state.", key, ".absmax1"), state.absmax1);
-        result.tensors.emplace_back(str_cat("state.", key, ".absmax2"), state.absmax2);
-      }
+  for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor&) {
+    const AdamW8bitState& state = states_[g][i];
+    if (!state.state1.defined()) return;
+    per_param[key] = {{"step", state.step}};
+    result.tensors.emplace_back(str_cat("state.", key, ".state1"), state.state1);
+    result.tensors.emplace_back(str_cat("state.", key, ".state2"), state.state2);
+    if (state.absmax1.defined()) {
+      result.tensors.emplace_back(str_cat("state.", key, ".absmax1"), state.absmax1);
+      result.tensors.emplace_back(str_cat("state.", key, ".absmax2"), state.absmax2);
     }
-  }
+  });
   result.meta["state"] = std::move(per_param);
-  result.meta["min_8bit_size"] = options_.min_8bit_size;
   return result;
 }
 
 void AdamW8bit::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
-  const nlohmann::json& per_param = state_dict_entry(saved.meta, "state");
-  std::vector<std::vector<AdamW8bitState>> states(groups_.size());
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    states[g].resize(groups_[g].params.size());
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const std::string key = str_cat(g, ".", i);
-      if (!per_param.contains(key)) continue;
-      const Tensor& param = groups_[g].params[i].second;
-      const bool eight_bit = uses_8bit_state(param.numel());
-      const DType dtype = eight_bit ? DType::u8 : DType::f32;
-      AdamW8bitState& state = states[g][i];
-      state.step = state_dict_entry(per_param[key], "step").get<int64_t>();
-      const std::string prefix = str_cat("state.", key, ".");
-      state.state1 =
-          load_state_tensor(saved, prefix + "state1", param.shape(), dtype, param.device());
-      state.state2 =
-          load_state_tensor(saved, prefix + "state2", param.shape(), dtype, param.device());
-      if (eight_bit) {
-        const Shape blocks{block_count(param.numel())};
-        state.absmax1 =
-            load_state_tensor(saved, prefix + "absmax1", blocks, DType::f32, param.device());
-        state.absmax2 =
-            load_state_tensor(saved, prefix + "absmax2", blocks, DType::f32, param.device());
-      }
+  std::vector<std::vector<AdamW8bitState>> states;
+  for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
+                                  const Tensor& param, const nlohmann::json& entry) {
+    const bool eight_bit = uses_8bit_state(param.numel());
+    const DType dtype = eight_bit ? DType::u8 : DType::f32;
+    AdamW8bitState& state = states[g][i];
+    state.step = state_dict_entry(entry, "step").get<int64_t>();
+    const std::string prefix = str_cat("state.", key, ".");
+    state.state1 =
+        load_state_tensor(saved, prefix + "state1", param.shape(), dtype, param.device());
+    state.state2 =
+        load_state_tensor(saved, prefix + "state2", param.shape(), dtype, param.device());
+    if (eight_bit) {
+      const Shape blocks{block_count(param.numel())};
+      state.absmax1 =
+          load_state_tensor(saved, prefix + "absmax1", blocks, DType::f32, param.device());
+      state.absmax2 =
+          load_state_tensor(saved, prefix + "absmax2", blocks, DType::f32, param.device());
     }
-  }
+  });
   states_ = std::move(states);
 }
 

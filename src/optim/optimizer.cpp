@@ -153,7 +153,7 @@ void Optimizer::for_each_param(const ParamVisitor& fn) const {
 
 void Optimizer::for_each_saved_state(const OptimizerStateDict& saved,
                                      const SavedStateVisitor& fn) const {
-  const nlohmann::json& per_param = saved.meta.at("state");
+  const nlohmann::json& per_param = state_dict_entry(saved.meta, "state");
   for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor& param) {
     if (per_param.contains(key)) fn(g, i, key, param, per_param[key]);
   });
