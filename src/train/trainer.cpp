@@ -228,7 +228,6 @@ double Trainer::epoch() const {
          static_cast<double>(data_->batches_per_epoch());
 }
 
-// ---- checkpoints ----
 
 nlohmann::ordered_json Trainer::trainer_state() const {
   return {{"global_step", global_step_},
@@ -344,7 +343,6 @@ void Trainer::resume() {
                            last_error.empty() ? "" : str_cat(" (last error: ", last_error, ")")));
 }
 
-// ---- the loop ----
 
 double Trainer::train_step(int64_t& tokens) {
   const int64_t accumulation = args_.gradient_accumulation_steps;
@@ -575,7 +573,6 @@ void Trainer::finish_run(bool stopped) {
   std::fflush(stdout);
 }
 
-// ---- entry points ----
 
 namespace {
 
