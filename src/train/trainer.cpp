@@ -228,7 +228,6 @@ double Trainer::epoch() const {
          static_cast<double>(data_->batches_per_epoch());
 }
 
-
 nlohmann::ordered_json Trainer::trainer_state() const {
   return {{"global_step", global_step_},
           {"epoch", epoch()},
@@ -342,7 +341,6 @@ void Trainer::resume() {
                            "* in output_dir '", args_.output_dir, "'",
                            last_error.empty() ? "" : str_cat(" (last error: ", last_error, ")")));
 }
-
 
 double Trainer::train_step(int64_t& tokens) {
   const int64_t accumulation = args_.gradient_accumulation_steps;
@@ -572,7 +570,6 @@ void Trainer::finish_run(bool stopped) {
   }
   std::fflush(stdout);
 }
-
 
 namespace {
 
