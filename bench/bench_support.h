@@ -2,6 +2,7 @@
 // and running a Python peer that ends with a "RESULT key=value ..." line.
 #pragma once
 
+#include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -10,10 +11,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
+#include "nn/model_config.h"
 
 namespace headroom::bench {
 
@@ -116,6 +122,58 @@ inline void parse_command_line(const char* program, const char* usage, int argc,
       std::exit(2);
     }
   }
+}
+
+// The GPT-2 the training benchmarks build, dropout off as the peer has it.
+inline GPT2Config gpt2_config(int64_t layers, int64_t d_model, int64_t heads, int64_t context,
+                              int64_t vocab) {
+  GPT2Config config;
+  config.n_layer = layers;
+  config.n_embd = d_model;
+  config.n_head = heads;
+  config.n_positions = context;
+  config.vocab_size = vocab;
+  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0;
+  return config;
+}
+
+// One run of bench/train_step_peer.py: the model and schedule, plus any further arguments.
+struct TrainStepPeerRun {
+  int64_t layers = 0, d_model = 0, heads = 0, context = 0, batch = 0, vocab = 0;
+  int64_t steps = 0, warmup = 0;
+  uint64_t seed = 0;
+  double lr = 0.0, weight_decay = 0.0;
+  std::string extra_args = "";  // e.g. "--precision bf16"
+};
+
+// Runs the PyTorch peer with this process's thread count (OpenBLAS sizes its own pool from the
+// environment, not from torch.set_num_threads) and returns the fields of its last RESULT line;
+// nullopt, saying why, when Debian's python3 or the script is missing or it gave no result.
+inline std::optional<std::map<std::string, std::string>> run_train_step_peer(
+    const TrainStepPeerRun& run) {
+  const char* python = "/usr/bin/python3";
+  const std::filesystem::path script =
+      std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "train_step_peer.py";
+  if (access(python, X_OK) != 0 || !std::filesystem::exists(script)) {
+    std::printf("peer: skipped (%s or %s missing)\n", python, script.c_str());
+    return std::nullopt;
+  }
+  const std::string threads = std::to_string(omp_get_max_threads());
+  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
+  setenv("OMP_NUM_THREADS", threads.c_str(), 1);
+  const std::string command = str_cat(
+      python, " ", script.string(), " --layers ", run.layers, " --d-model ", run.d_model,
+      " --heads ", run.heads, " --context ", run.context, " --batch ", run.batch, " --vocab ",
+      run.vocab, " --steps ", run.steps, " --warmup ", run.warmup, " --threads ", threads,
+      " --seed ", run.seed, " --lr ", run.lr, " --weight-decay ", run.weight_decay, " ",
+      run.extra_args);
+  int status = 0;
+  const auto results = run_peer_command(command, status);
+  if (status != 0 || results.empty() || !results.back().count("step_ms")) {
+    std::printf("peer: no result (exit status %d)\n", status);
+    return std::nullopt;
+  }
+  return results.back();
 }
 
 }  // namespace headroom::bench

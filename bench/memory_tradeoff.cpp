@@ -16,7 +16,6 @@
 // torch.cuda.max_memory_allocated() reads a GPU's. PyTorch's CPU allocator keeps no statistics,
 // so its column is the growth of its resident set.
 #include <omp.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -170,17 +169,6 @@ struct Result {
   bool peer_ran = false;
 };
 
-GPT2Config model_config(const Options& o) {
-  GPT2Config config;
-  config.n_layer = o.layers;
-  config.n_embd = o.d_model;
-  config.n_head = o.heads;
-  config.n_positions = o.context;
-  config.vocab_size = o.vocab;
-  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0;
-  return config;
-}
-
 Result run_row(const Options& o, const Row& row, const std::vector<std::vector<int64_t>>& batches) {
   Result r;
   if (o.batch % row.accumulation != 0) {
@@ -190,7 +178,8 @@ Result run_row(const Options& o, const Row& row, const std::vector<std::vector<i
   const PrecisionRecipe recipe = precision_recipe(parse_precision(row.precision), false);
   empty_cache(kCPU);
   reset_peak_memory_stats(kCPU);
-  std::unique_ptr<CausalLM> model = make_causal_lm(model_config(o), kCPU, kSeed);
+  std::unique_ptr<CausalLM> model = make_causal_lm(
+      bench::gpt2_config(o.layers, o.d_model, o.heads, o.context, o.vocab), kCPU, kSeed);
   model->to(recipe.param_dtype);
   enable_gradient_checkpointing(*model, parse_checkpoint_policy(row.checkpointing));
   std::unique_ptr<Optimizer> optimizer =
@@ -246,24 +235,17 @@ Result run_row(const Options& o, const Row& row, const std::vector<std::vector<i
 
 // The PyTorch peer on the same batches (written to a file it reads).
 void run_peer(const Options& o, const Row& row, const std::string& batches_file, Result& r) {
-  const char* python = "/usr/bin/python3";
-  const std::filesystem::path script =
-      std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "train_step_peer.py";
-  if (row.peer.empty() || access(python, X_OK) != 0 || !std::filesystem::exists(script)) return;
-  const std::string threads = std::to_string(omp_get_max_threads());
-  setenv("OMP_NUM_THREADS", threads.c_str(), 1);
-  const std::string command = str_cat(
-      python, " ", script.string(), " --layers ", o.layers, " --d-model ", o.d_model, " --heads ",
-      o.heads, " --context ", o.context, " --batch ", o.batch, " --vocab ", o.vocab, " --steps ",
-      o.steps, " --warmup ", kWarmupSteps, " --threads ", threads, " --seed ", kSeed, " --lr ",
-      kLr, " --weight-decay ", kWeightDecay, " --precision ", row.peer, " --checkpointing ",
-      row.checkpointing == "full" ? "full" : "none", " --max-grad-norm 1 --batches ",
-      batches_file);
-  int status = 0;
-  const auto results = bench::run_peer_command(command, status);
-  if (status != 0 || results.empty() || !results.back().count("step_ms")) return;
-  r.peer_step_ms = std::atof(results.back().at("step_ms").c_str());
-  r.peer_rss_growth = std::atof(results.back().at("peak_rss_growth_bytes").c_str());
+  if (row.peer.empty()) return;
+  const auto fields = bench::run_train_step_peer(
+      {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
+       .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
+       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay,
+       .extra_args = str_cat("--precision ", row.peer, " --checkpointing ",
+                             row.checkpointing == "full" ? "full" : "none",
+                             " --max-grad-norm 1 --batches ", batches_file)});
+  if (!fields) return;
+  r.peer_step_ms = std::atof(fields->at("step_ms").c_str());
+  r.peer_rss_growth = std::atof(fields->at("peak_rss_growth_bytes").c_str());
   r.peer_ran = true;
 }
 
@@ -328,7 +310,6 @@ int main(int argc, char** argv) try {
     }
     write_file_atomically(batches_file, bytes);
   }
-  const GPT2Config config = model_config(o);
   std::printf("memory_tradeoff: GPT-2 %lld layers, d %lld, %lld heads, vocab %lld; batch %lld x "
               "%lld tokens; %lld timed steps (+%d warm-up); %d threads; lr %g, wd %g, "
               "max_grad_norm 1\n",
@@ -337,7 +318,6 @@ int main(int argc, char** argv) try {
               static_cast<long long>(o.batch), static_cast<long long>(o.context),
               static_cast<long long>(o.steps), kWarmupSteps, omp_get_max_threads(), kLr,
               kWeightDecay);
-  (void)config;
   std::vector<Result> results;
   for (const Row& row : rows) {
     Result r;

@@ -105,13 +105,7 @@ struct Result {
 };
 
 Result run_headroom(const Options& o, const PrecisionRecipe& recipe) {
-  GPT2Config config;
-  config.n_layer = o.layers;
-  config.n_embd = o.d_model;
-  config.n_head = o.heads;
-  config.n_positions = o.context;
-  config.vocab_size = o.vocab;
-  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0;
+  const GPT2Config config = bench::gpt2_config(o.layers, o.d_model, o.heads, o.context, o.vocab);
 
   Result r;
   empty_cache(kCPU);
@@ -160,26 +154,16 @@ Result run_headroom(const Options& o, const PrecisionRecipe& recipe) {
 
 Result run_peer(const Options& o, const std::string& precision) {
   Result r;
-  const char* python = "/usr/bin/python3";
-  const std::filesystem::path script =
-      std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "train_step_peer.py";
-  if (access(python, X_OK) != 0 || !std::filesystem::exists(script)) return r;
-  const std::string threads = std::to_string(omp_get_max_threads());
-  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
-  setenv("OMP_NUM_THREADS", threads.c_str(), 1);
-  const std::string command = str_cat(
-      python, " ", script.string(), " --layers ", o.layers, " --d-model ", o.d_model, " --heads ",
-      o.heads, " --context ", o.context, " --batch ", o.batch, " --vocab ", o.vocab, " --steps ",
-      o.steps, " --warmup ", kWarmupSteps, " --threads ", threads, " --seed ", kSeed, " --lr ",
-      kLr, " --weight-decay ", kWeightDecay, " --precision ", precision);
-  int status = 0;
-  const auto results = bench::run_peer_command(command, status);
-  if (status != 0 || results.empty() || !results.back().count("tokens_per_s")) return r;
-  const auto& f = results.back();
-  r.step_ms = std::atof(f.at("step_ms").c_str());
-  r.tokens_per_s = std::atof(f.at("tokens_per_s").c_str());
-  r.rss_growth = std::atof(f.at("peak_rss_growth_bytes").c_str());
-  r.last_loss = std::atof(f.at("last_loss").c_str());
+  const auto fields = bench::run_train_step_peer(
+      {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
+       .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
+       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay,
+       .extra_args = "--precision " + precision});
+  if (!fields || !fields->count("tokens_per_s")) return r;
+  r.step_ms = std::atof(fields->at("step_ms").c_str());
+  r.tokens_per_s = std::atof(fields->at("tokens_per_s").c_str());
+  r.rss_growth = std::atof(fields->at("peak_rss_growth_bytes").c_str());
+  r.last_loss = std::atof(fields->at("last_loss").c_str());
   r.ran = true;
   return r;
 }
@@ -188,14 +172,8 @@ Result run_peer(const Options& o, const std::string& precision) {
 // max_grad_norm 1, as a Trainer run would have them).
 std::vector<double> loss_curve(const Options& o, const PrecisionRecipe& recipe,
                                const std::string& text) {
-  GPT2Config config;
-  config.vocab_size = 256;
-  config.n_positions = 64;
-  config.n_embd = 128;
-  config.n_layer = 4;
-  config.n_head = 4;
-  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0;
   const int64_t batch = 8, context = 64;
+  const GPT2Config config = bench::gpt2_config(4, 128, 4, context, 256);
   auto model = make_causal_lm(config, kCPU, kSeed);
   model->to(recipe.param_dtype);
   AdamW optimizer(model->named_parameters(),

@@ -99,14 +99,7 @@ struct Result {
 };
 
 Result run_headroom(const Options& o) {
-  GPT2Config config;
-  config.n_layer = o.layers;
-  config.n_embd = o.d_model;
-  config.n_head = o.heads;
-  config.n_positions = o.context;
-  config.vocab_size = o.vocab;
-  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0;
-  config.initializer_range = 0.02;
+  const GPT2Config config = bench::gpt2_config(o.layers, o.d_model, o.heads, o.context, o.vocab);
 
   Result r;
   r.gflops = matmul_gflops();
@@ -175,29 +168,12 @@ Result run_headroom(const Options& o) {
 // Runs the peer; returns false (saying why) when it cannot. It prints its own lines, and one
 // "RESULT key=value ..." line that is parsed here.
 bool run_peer(const Options& o, Result& peer, std::string& torch_version) {
-  const char* python = "/usr/bin/python3";
-  const std::filesystem::path script =
-      std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "train_step_peer.py";
-  if (access(python, X_OK) != 0 || !std::filesystem::exists(script)) {
-    std::printf("peer: skipped (%s or %s missing)\n", python, script.c_str());
-    return false;
-  }
-  const std::string threads = std::to_string(omp_get_max_threads());
-  // OpenBLAS sizes its own pthread pool from the environment, not from torch.set_num_threads.
-  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
-  setenv("OMP_NUM_THREADS", threads.c_str(), 1);
-  const std::string command = str_cat(
-      python, " ", script.string(), " --layers ", o.layers, " --d-model ", o.d_model,
-      " --heads ", o.heads, " --context ", o.context, " --batch ", o.batch, " --vocab ", o.vocab,
-      " --steps ", o.steps, " --warmup ", kWarmupSteps, " --threads ", threads, " --seed ", kSeed,
-      " --lr ", kLr, " --weight-decay ", kWeightDecay);
-  int status = 0;
-  const auto results = bench::run_peer_command(command, status);
-  if (status != 0 || results.empty() || !results.back().count("tokens_per_s")) {
-    std::printf("peer: no result (exit status %d)\n", status);
-    return false;
-  }
-  std::map<std::string, std::string> fields = results.back();
+  const auto result = bench::run_train_step_peer(
+      {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
+       .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
+       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay});
+  if (!result) return false;
+  std::map<std::string, std::string> fields = *result;
   auto number = [&](const char* key) { return fields.count(key) ? std::atof(fields[key].c_str()) : 0.0; };
   peer.tokens_per_s = number("tokens_per_s");
   peer.step_ms = number("step_ms");
