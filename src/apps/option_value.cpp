@@ -1,7 +1,6 @@
 // Strict text-to-value conversions for options: the whole text must be the value.
 #include "apps/option_value.h"
 
-#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -27,15 +26,7 @@ double parse_real_value(std::string_view text, std::string_view where) {
 }
 
 bool parse_bool_value(std::string_view text, std::string_view where) {
-  std::string lower(text);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (const char* yes : {"yes", "true", "t", "y", "1"}) {
-    if (lower == yes) return true;
-  }
-  for (const char* no : {"no", "false", "f", "n", "0"}) {
-    if (lower == no) return false;
-  }
+  if (const std::optional<bool> value = bool_word(text)) return *value;
   throw ValueError(
       str_cat(where, ": '", text, "' is not a boolean (yes/no, true/false, t/f, y/n, 1/0)"));
 }

@@ -2,23 +2,13 @@
 // strictly so that `--per_device_train_batch_size 8x` is an error naming the option, not 8.
 #pragma once
 
-#include <charconv>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 
-namespace headroom {
+#include "core/text_value.h"
 
-// `text` as a T when all of it is one (std::from_chars: no leading '+' or spaces).
-template <typename T>
-std::optional<T> whole_number(std::string_view text) {
-  T value{};
-  const char* end = text.data() + text.size();
-  auto [stop, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || stop != end) return std::nullopt;
-  return value;
-}
+namespace headroom {
 
 // `where` names the option in errors ("--max_steps", "run.toml: max_steps").
 int64_t parse_integer_value(std::string_view text, std::string_view where);

@@ -1,9 +1,8 @@
 // Parsing checkpointing policies and applying them to a model through its block runners.
 #include "memsave/checkpoint_policy.h"
 
-#include <charconv>
-
 #include "core/error.h"
+#include "core/text_value.h"
 
 namespace headroom {
 
@@ -34,12 +33,8 @@ CheckpointPolicy parse_checkpoint_policy(std::string_view text) {
   if (text == "selective") return {Kind::selective};
   constexpr std::string_view prefix = "every_";
   if (text.starts_with(prefix)) {
-    const std::string_view digits = text.substr(prefix.size());
-    int64_t n = 0;
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-    if (!digits.empty() && error == std::errc() && end == digits.data() + digits.size() && n >= 1) {
-      return {Kind::every_n, n};
-    }
+    const std::optional<int64_t> n = whole_number<int64_t>(text.substr(prefix.size()));
+    if (n && *n >= 1) return {Kind::every_n, *n};
   }
   throw ValueError(str_cat("gradient_checkpointing_policy: '", text, "' is not one of none, "
                            "full, every_N (N >= 1, e.g. every_2) or selective"));

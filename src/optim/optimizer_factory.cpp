@@ -1,10 +1,10 @@
 // make_optimizer: HF optim names to optimizers.
 #include "optim/optimizer_factory.h"
 
-#include <cstdlib>
 #include <optional>
 
 #include "core/error.h"
+#include "core/text_value.h"
 #include "optim/adafactor.h"
 #include "optim/adamw.h"
 #include "optim/adamw_8bit.h"
@@ -67,9 +67,8 @@ std::optional<double> take_number(const std::string& optim,
                                   const std::string& key) {
   const std::optional<std::string> text = take(extras, key);
   if (!text) return std::nullopt;
-  char* end = nullptr;
-  const double value = std::strtod(text->c_str(), &end);
-  if (text->empty() || *end != '\0') {
+  const std::optional<double> value = whole_number<double>(*text);
+  if (!value) {
     throw ValueError(str_cat("optim_args: ", key, "=", *text, " is not a number (", optim, ")"));
   }
   return value;
@@ -80,8 +79,8 @@ std::optional<bool> take_bool(const std::string& optim,
                               const std::string& key) {
   const std::optional<std::string> text = take(extras, key);
   if (!text) return std::nullopt;
-  if (*text == "True" || *text == "true" || *text == "1") return true;
-  if (*text == "False" || *text == "false" || *text == "0") return false;
+  // HF reads optim_args booleans with strtobool: True/False and its other words.
+  if (const std::optional<bool> value = bool_word(*text)) return value;
   throw ValueError(
       str_cat("optim_args: ", key, "=", *text, " is not True or False (", optim, ")"));
 }

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/text_value.h"
 #include "io/json_file.h"
 
 namespace headroom {
@@ -39,9 +40,10 @@ void fsync_directory(const fs::path& dir) {
 std::optional<int64_t> checkpoint_step(const std::string& name) {
   const std::string prefix = kCheckpointPrefix;
   if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return {};
-  const std::string digits = name.substr(prefix.size());
-  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return {};
-  return std::stoll(digits);
+  // Digits only, as HF's "checkpoint-(\d+)": no sign.
+  const std::string_view digits = std::string_view(name).substr(prefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) return {};
+  return whole_number<int64_t>(digits);
 }
 
 nlohmann::json read_json_file(const fs::path& path) {
