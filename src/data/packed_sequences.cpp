@@ -10,8 +10,9 @@
 namespace headroom {
 
 PackedSequences::PackedSequences(std::shared_ptr<const TokenCorpus> tokens, int64_t begin,
-                                 int64_t end, int64_t max_seq_length)
-    : tokens_(std::move(tokens)), begin_(begin), end_(end), seq_length_(max_seq_length) {
+                                 int64_t end, int64_t max_seq_length, int64_t stride)
+    : tokens_(std::move(tokens)), begin_(begin), end_(end), seq_length_(max_seq_length),
+      stride_(stride == 0 ? max_seq_length : stride) {
   if (tokens_ == nullptr) throw ValueError("PackedSequences: no token corpus");
   if (max_seq_length < 1) {
     throw ValueError(str_cat("max_seq_length is ", max_seq_length, ", it must be at least 1"));
@@ -20,7 +21,13 @@ PackedSequences::PackedSequences(std::shared_ptr<const TokenCorpus> tokens, int6
     throw IndexError(str_cat(tokens_->source(), ": token range [", begin, ", ", end,
                              ") is outside the stream of ", tokens_->size()));
   }
-  num_sequences_ = end > begin ? (end - begin - 1) / max_seq_length : 0;
+  if (stride_ < 1 || stride_ > max_seq_length + 1) {
+    throw ValueError(str_cat("PackedSequences: stride ", stride_, " is outside [1, ",
+                             max_seq_length + 1, "]"));
+  }
+  // Sequence i spans [begin + i * stride, begin + i * stride + T + 1).
+  const int64_t length = end - begin;
+  num_sequences_ = length > max_seq_length ? (length - max_seq_length - 1) / stride_ + 1 : 0;
 }
 
 void PackedSequences::copy_sequence(int64_t index, int64_t* out) const {
@@ -28,7 +35,7 @@ void PackedSequences::copy_sequence(int64_t index, int64_t* out) const {
     throw IndexError(str_cat(tokens_ ? tokens_->source() : "PackedSequences", ": sequence ",
                              index, " is outside 0..", num_sequences_ - 1));
   }
-  tokens_->copy_to(begin_ + index * seq_length_, seq_length_ + 1, out);
+  tokens_->copy_to(begin_ + index * stride_, seq_length_ + 1, out);
 }
 
 TrainEvalSplit split_train_eval(std::shared_ptr<const TokenCorpus> tokens, int64_t max_seq_length,

@@ -28,9 +28,11 @@ namespace headroom {
 class PackedSequences {
  public:
   PackedSequences() = default;
-  // The sequences of tokens [begin, end) of `tokens`, each max_seq_length + 1 long.
+  // The sequences of tokens [begin, end) of `tokens`, each max_seq_length + 1 long, starting
+  // every `stride` tokens: max_seq_length (the default) packs for training as the Note says;
+  // max_seq_length + 1 gives the disjoint windows `headroom eval` scores.
   PackedSequences(std::shared_ptr<const TokenCorpus> tokens, int64_t begin, int64_t end,
-                  int64_t max_seq_length);
+                  int64_t max_seq_length, int64_t stride = 0);
 
   int64_t size() const { return num_sequences_; }
   bool empty() const { return num_sequences_ == 0; }
@@ -47,6 +49,7 @@ class PackedSequences {
   int64_t begin_ = 0;
   int64_t end_ = 0;
   int64_t seq_length_ = 0;
+  int64_t stride_ = 0;
   int64_t num_sequences_ = 0;
 };
 

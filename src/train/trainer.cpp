@@ -612,29 +612,22 @@ EvalResult evaluate_file(const std::string& model, const std::string& data,
   }
   // No token cache: eval writes nothing, and has no output_dir to put one in.
   const std::shared_ptr<const TokenCorpus> tokens = load_token_corpus(data, *loaded.tokenizer);
-  // Consecutive, disjoint windows of T + 1 tokens, unlike training's PackedSequences, which
-  // advance by T (Note [Packing and the eval split]): this is what `headroom eval` specifies.
+  // Consecutive, disjoint windows of T + 1 tokens, unlike training's sequences, which advance
+  // by T (Note [Packing and the eval split]): this is what `headroom eval` specifies.
   const int64_t window = t + 1;
-  const int64_t windows = tokens->size() / window;
-  if (windows == 0) {
+  const PackedSequences windows(tokens, 0, tokens->size(), t, /*stride=*/window);
+  if (windows.empty()) {
     throw ValueError(str_cat("data '", data, "': ", tokens->size(),
                              " tokens, fewer than one window of ", window,
                              " (max_seq_length + 1)"));
   }
-  std::vector<int64_t> sequence(static_cast<size_t>(window));
+  const DataLoader loader(windows, {.batch_size = batch_size, .shuffle = false});
   auto batch_at = [&](int64_t index) {
-    const int64_t first = index * batch_size;
-    const int64_t rows = std::min(batch_size, windows - first);
-    TokenBatch batch{Tensor::empty({rows, t}, DType::i64), Tensor::empty({rows, t}, DType::i64)};
-    for (int64_t r = 0; r < rows; ++r) {
-      tokens->copy_to((first + r) * window, window, sequence.data());
-      std::copy(sequence.begin(), sequence.end() - 1, batch.input_ids.data<int64_t>() + r * t);
-      std::copy(sequence.begin() + 1, sequence.end(), batch.targets.data<int64_t>() + r * t);
-    }
+    TokenBatch batch = loader.batch_at(0, index);
     if (!target.is_cpu()) batch = {batch.input_ids.to(target), batch.targets.to(target)};
     return batch;
   };
-  return evaluate_batches(*loaded.model, (windows + batch_size - 1) / batch_size, batch_at, target,
+  return evaluate_batches(*loaded.model, loader.size(), batch_at, target,
                           std::nullopt);
 }
 

@@ -37,6 +37,17 @@ TEST(PackedSequences, WindowsOfTPlusOneAdvanceByT) {
   EXPECT_THROW(PackedSequences(corpus, 0, 12, 2), IndexError);
 }
 
+TEST(PackedSequences, StrideOfTPlusOneGivesDisjointWindows) {
+  TempDir dir;
+  const auto corpus = counting_corpus(dir, 11);  // tokens 0..10
+  const PackedSequences windows(corpus, 0, 11, 3, /*stride=*/4);
+  ASSERT_EQ(windows.size(), 2);  // floor(11 / 4): tokens 8..10 do not fill a window
+  EXPECT_EQ(sequence(windows, 0), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(sequence(windows, 1), (std::vector<int64_t>{4, 5, 6, 7}));
+  EXPECT_EQ(PackedSequences(corpus, 3, 11, 3, 4).size(), 2);  // exactly two windows
+  EXPECT_THROW(PackedSequences(corpus, 0, 11, 3, 5), ValueError);  // would skip tokens
+}
+
 TEST(SplitTrainEval, EvalIsTheTailOfTheStream) {
   TempDir dir;
   const auto corpus = counting_corpus(dir, 1000);
