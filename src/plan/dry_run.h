@@ -1,0 +1,51 @@
+// The planner's measurement: the Trainer's own training step run on the meta device, so the
+// predicted peak is the allocation trace of the code a real run executes (DESIGN.md principle 2).
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "memory/memory_category.h"
+#include "train/training_arguments.h"
+
+namespace headroom {
+
+struct DryRunOptions {
+  // Full training steps (forward, backward, optimizer); the second counts the optimizer states
+  // the first creates lazily.
+  int steps = 2;
+  // Also one evaluation batch of per_device_eval_batch_size after the steps, when
+  // args.eval_strategy is "steps" (a real run's eval happens between steps).
+  bool include_eval = true;
+};
+
+struct DryRunResult {
+  Device target;                     // the device the plan is for (args.device resolved)
+  int64_t peak_allocated_bytes = 0;  // allocated_bytes.all.peak over the steps
+  int64_t peak_reserved_bytes = 0;   // reserved_bytes.all.peak
+  // Bytes per category at the moment of the allocated peak; they add up to it exactly.
+  CategoryBytes at_peak{};
+  int64_t allocator_slack = 0;       // peak_reserved_bytes - peak_allocated_bytes
+  int64_t num_parameters = 0;
+  int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype
+  int64_t tokens_per_step = 0;       // batch x accumulation x max_seq_length
+  double seconds = 0.0;              // wall time of the dry run
+
+  // {"peak_allocated_bytes", "peak_reserved_bytes", "breakdown": {parameters, gradients,
+  //  optimizer_states, activations, temporaries, allocator_slack}, "num_parameters", ...}.
+  nlohmann::ordered_json to_json() const;
+};
+
+// Builds the model of args.model on meta (a preset or a config.json directory; weights are
+// never read), with the recipe, optimizer and checkpointing policy of `args`, synthetic
+// batches of per_device_train_batch_size x max_seq_length, and runs `options.steps` steps of
+// the Trainer on the meta device's CachingAllocator (the policy of every device, configured by
+// HEADROOM_ALLOC_CONF as the real run would be). args.device names the device planned for
+// (auto: the CPU when no GPU is present). args.data and output_dir are not used.
+// The meta allocator's cache is emptied and its peaks reset first; meta tensors alive in the
+// process would count, so none should be.
+DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions& options = {});
+
+}  // namespace headroom
