@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "memory/device_memory.h"
 
 namespace headroom {
 
@@ -41,6 +42,8 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
       grad.copy_(incoming);
       meta.grad = std::move(grad);
     }
+    // A stolen buffer was backward's temporary until now.
+    tag_memory(meta.grad, MemoryCategory::gradients);
   } else {
     meta.grad.add_(incoming);
   }

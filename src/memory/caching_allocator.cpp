@@ -23,6 +23,7 @@ struct CachingAllocator::Block {
   Block* prev = nullptr;  // neighbours within the same segment
   Block* next = nullptr;
   int64_t gc_count_base = 0;  // the pool's free-block search count when this block was cached
+  MemoryCategory category = MemoryCategory::temporaries;  // while allocated
   std::shared_ptr<const ContextLabels> context;          // of the allocation using it
   std::shared_ptr<const ContextLabels> segment_context;  // of the allocation that made the segment
 
@@ -263,6 +264,8 @@ void* CachingAllocator::alloc_found_block(Block* block, size_t size, size_t requ
     stats_.requested_bytes[t].increase(static_cast<int64_t>(requested));
   });
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+  block->category = current_memory_category();
+  add_category_bytes(block->category, static_cast<int64_t>(block->size));
   record(TraceEntry::Action::alloc, block->ptr, requested, stream, block->context);
   return reinterpret_cast<void*>(block->ptr);
 }
@@ -282,6 +285,7 @@ void CachingAllocator::free(void* ptr) {
     stats_.allocation[t].decrease(1);
     stats_.allocated_bytes[t].decrease(static_cast<int64_t>(block->size));
   });
+  add_category_bytes(block->category, -static_cast<int64_t>(block->size));
   record(TraceEntry::Action::free_requested, block->ptr, block->requested_size, block->stream,
          block->context);
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
@@ -454,6 +458,28 @@ void CachingAllocator::raise_out_of_memory(size_t size, size_t segment, StreamId
       " is reserved by headroom but unallocated. If reserved but unallocated memory is large, "
       "try HEADROOM_ALLOC_CONF=max_split_size_mb:<MB> to limit fragmentation. See "
       "memory_summary() for the allocator's full statistics."));
+}
+
+void CachingAllocator::add_category_bytes(MemoryCategory category, int64_t bytes) {
+  stats_.category_current[static_cast<size_t>(category)] += bytes;
+  // At the peak (a new one, or the old one reached again) the split is the one of now.
+  const Stat& allocated = stats_.allocated_bytes[static_cast<size_t>(StatType::all)];
+  if (bytes >= 0 && allocated.current == allocated.peak) {
+    stats_.category_at_peak = stats_.category_current;
+  }
+}
+
+bool CachingAllocator::set_category(const void* ptr, MemoryCategory category) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == active_blocks_.end()) return false;
+  Block* block = it->second;
+  if (block->category == category) return true;
+  const auto size = static_cast<int64_t>(block->size);
+  stats_.category_current[static_cast<size_t>(block->category)] -= size;
+  block->category = category;
+  add_category_bytes(category, size);
+  return true;
 }
 
 DeviceStats CachingAllocator::stats() const {

@@ -72,6 +72,10 @@ class CachingAllocator final : public Allocator {
 
   Device device() const;
   DeviceStats stats() const;
+  // Re-tags the live block at `ptr` (a pointer this allocator returned) as `category`, moving
+  // its bytes between the category counters. False when `ptr` is not a live block of this
+  // allocator (memory from elsewhere, such as a mapped file).
+  bool set_category(const void* ptr, MemoryCategory category);
   void reset_peak_stats();
   void reset_accumulated_stats();
   // Returns every cached segment with no block in use to the device (torch.cuda.empty_cache).
@@ -108,6 +112,7 @@ class CachingAllocator final : public Allocator {
   void release_block(Block* block);
   void garbage_collect_cached_blocks();
   [[noreturn]] void raise_out_of_memory(size_t size, size_t segment, StreamId stream);
+  void add_category_bytes(MemoryCategory category, int64_t bytes);
   void record(TraceEntry::Action action, uintptr_t address, size_t size, StreamId stream,
               std::shared_ptr<const ContextLabels> context);
   template <typename F>

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "memory/memory_summary.h"
 
 namespace headroom {
@@ -117,5 +118,10 @@ void set_memory_limit(Device device, size_t bytes) {
 }
 
 size_t memory_limit(Device device) { return caching_allocator(device).memory_limit(); }
+
+void tag_memory(const Tensor& tensor, MemoryCategory category) {
+  if (!tensor.defined() || !tensor.storage() || !tensor.storage()->data()) return;
+  caching_allocator(tensor.device()).set_category(tensor.storage()->data(), category);
+}
 
 }  // namespace headroom

@@ -12,8 +12,11 @@
 #include "core/device.h"
 #include "memory/caching_allocator.h"
 #include "memory/device_allocator.h"
+#include "memory/memory_category.h"
 
 namespace headroom {
+
+class Tensor;
 
 using DeviceAllocatorFactory = std::unique_ptr<DeviceAllocator> (*)(int device_index);
 
@@ -38,5 +41,14 @@ void empty_cache(Device device);
 // Caps the device's reserved memory (0 removes the cap); see CachingAllocator::set_memory_limit.
 void set_memory_limit(Device device, size_t bytes);
 size_t memory_limit(Device device);
+
+}  // namespace headroom
+
+namespace headroom {
+
+// Tags the memory of `tensor` (its whole storage) as `category` in its device's allocator, for
+// the breakdown of the peak (Note [Memory breakdown at the peak]). No-op for an undefined tensor
+// or one whose memory is not the allocator's.
+void tag_memory(const Tensor& tensor, MemoryCategory category);
 
 }  // namespace headroom

@@ -24,6 +24,7 @@ void DeviceStats::reset_peak() {
 #define HEADROOM_RESET_SINGLE(name, unit) name.reset_peak();
   HEADROOM_SINGLE_STATS(HEADROOM_RESET_SINGLE)
 #undef HEADROOM_RESET_SINGLE
+  category_at_peak = category_current;
 }
 
 namespace {

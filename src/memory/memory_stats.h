@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include "memory/memory_category.h"
+
 namespace headroom {
 
 struct Stat {
@@ -73,11 +75,16 @@ struct DeviceStats {
 #undef HEADROOM_DECLARE_COUNTER
   // The configured max_split_size in bytes; -1 when unlimited (PyTorch reports it the same way).
   int64_t max_split_size = -1;
+  // headroom: allocated bytes per MemoryCategory now, and at the last moment allocated_bytes.all
+  // stood at its peak (so they add up to the peak). Not in to_map(): PyTorch has no such keys.
+  CategoryBytes category_current{};
+  CategoryBytes category_at_peak{};
 
   // allocated / freed of every stat and the event counters back to 0, as
   // torch.cuda.reset_accumulated_memory_stats.
   void reset_accumulated();
-  // peak = current for every stat, as torch.cuda.reset_peak_memory_stats.
+  // peak = current for every stat, as torch.cuda.reset_peak_memory_stats (and the categories
+  // at the peak are those of now).
   void reset_peak();
 
   // Flattened as torch.cuda.memory_stats() returns them, sorted by key:

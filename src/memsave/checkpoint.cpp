@@ -15,6 +15,7 @@
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/storage.h"
+#include "memory/memory_category.h"
 
 namespace headroom {
 
@@ -219,6 +220,8 @@ class Frame {
                             autocast_[i].cache_enabled);
       }
       EnableGradGuard grad;
+      // What the recompute brings back are the forward's activations, now alive again.
+      MemoryCategoryScope category(MemoryCategory::activations);
       // The recompute's own graph is never run backward: its nodes keep nothing.
       SavedTensorsHooksGuard hooks(
           [this, &rec](const Tensor& t) -> std::any {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "memory/memory_category.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -208,6 +209,7 @@ void Adafactor::step() {
       const bool factored = param.ndim() >= 2;
       const Device device = param.device();
       if (state.step == 0) {
+        MemoryCategoryScope states(MemoryCategory::optimizer_states);
         if (factored) {
           state.exp_avg_sq_row = Tensor::zeros(row_shape(param.shape()), DType::f32, device);
           state.exp_avg_sq_col = Tensor::zeros(col_shape(param.shape()), DType::f32, device);

@@ -7,6 +7,7 @@
 #include "backend/cpu/adamw.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "memory/memory_category.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -94,6 +95,7 @@ void AdamW::step() {
       const bool low_precision_param = param.dtype() != DType::f32;
       AdamWState& state = states_[g][i];
       if (!state.exp_avg.defined()) {
+        MemoryCategoryScope states(MemoryCategory::optimizer_states);
         state.exp_avg = Tensor::zeros(param.shape(), options_.state_dtype, param.device());
         state.exp_avg_sq = Tensor::zeros(param.shape(), options_.state_dtype, param.device());
         if (low_precision_param && options_.kahan_summation) {

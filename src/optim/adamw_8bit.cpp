@@ -7,6 +7,7 @@
 #include "backend/cpu/adamw_8bit.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "memory/memory_category.h"
 #include "optim/adamw.h"
 #include "ops/op_support.h"
 
@@ -101,6 +102,7 @@ void AdamW8bit::step() {
       const bool eight_bit = uses_8bit_state(param.numel());
       AdamW8bitState& state = states_[g][i];
       if (!state.state1.defined()) {
+        MemoryCategoryScope states(MemoryCategory::optimizer_states);
         // As bitsandbytes: codes 0 with absmax 0 (every value 0), or fp32 zeros.
         const DType dtype = eight_bit ? DType::u8 : DType::f32;
         state.state1 = Tensor::zeros(param.shape(), dtype, param.device());

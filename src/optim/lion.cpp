@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "memory/memory_category.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -76,6 +77,7 @@ void Lion::step() {
       if (!param.grad().defined()) continue;
       LionState& state = states_[g][i];
       if (!state.exp_avg.defined()) {
+        MemoryCategoryScope states(MemoryCategory::optimizer_states);
         state.exp_avg = Tensor::zeros(param.shape(), DType::f32, param.device());
       }
       ++state.step;

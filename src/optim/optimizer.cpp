@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "memory/memory_category.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -136,6 +137,7 @@ Tensor Optimizer::load_state_tensor(const OptimizerStateDict& state, const std::
                                dtype_name(tensor.dtype()), tensor.shape(), ", expected ",
                                dtype_name(dtype), shape));
     }
+    MemoryCategoryScope states(MemoryCategory::optimizer_states);
     Tensor copy = Tensor::empty(shape, dtype, device);
     copy.copy_(tensor);
     return copy;

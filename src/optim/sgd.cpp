@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "memory/memory_category.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -76,6 +77,7 @@ void SGD::step() {
       SGDState& state = states_[g][i];
       const bool first = state.step == 0 || !state.momentum_buffer.defined();
       if (options_.momentum != 0.0 && !state.momentum_buffer.defined()) {
+        MemoryCategoryScope states(MemoryCategory::optimizer_states);
         state.momentum_buffer = Tensor::empty(param.shape(), DType::f32, param.device());
       }
       ++state.step;

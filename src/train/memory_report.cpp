@@ -1,49 +1,62 @@
-// The trainer's memory breakdown, as a table and as memory.json.
+// The memory breakdown at the peak, as a table and as memory.json.
 #include "train/memory_report.h"
 
-#include <algorithm>
 #include <cstdio>
 
+#include "memory/alloc_config.h"
 #include "memory/device_memory.h"
-#include "train/progress.h"
 
 namespace headroom {
 
-void MemoryBreakdown::finish() {
-  const int64_t rest = std::max<int64_t>(0, peak_allocated - parameters - gradients -
-                                                optimizer_states);
-  activations = std::min(activations, rest);
-  other = rest - activations;
+namespace {
+
+// The order of the table and the JSON: the model's states first, then what a step adds.
+constexpr MemoryCategory kReportOrder[] = {
+    MemoryCategory::parameters, MemoryCategory::gradients, MemoryCategory::optimizer_states,
+    MemoryCategory::activations, MemoryCategory::temporaries};
+
+}  // namespace
+
+MemoryBreakdown MemoryBreakdown::of_device(Device device) {
+  const DeviceStats stats = caching_allocator(device).stats();
+  MemoryBreakdown b;
+  b.at_peak = stats.category_at_peak;
+  b.peak_allocated = stats.allocated_bytes[static_cast<size_t>(StatType::all)].peak;
+  b.peak_reserved = stats.reserved_bytes[static_cast<size_t>(StatType::all)].peak;
+  b.allocator_slack = b.peak_reserved - b.peak_allocated;
+  return b;
+}
+
+nlohmann::ordered_json MemoryBreakdown::breakdown_json() const {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (MemoryCategory c : kReportOrder) out[memory_category_name(c)] = bytes(c);
+  out["allocator_slack"] = allocator_slack;
+  return out;
 }
 
 nlohmann::ordered_json MemoryBreakdown::to_json() const {
-  return {{"parameters", parameters},         {"gradients", gradients},
-          {"optimizer_states", optimizer_states}, {"activations", activations},
-          {"other", other},                   {"peak_allocated_bytes", peak_allocated},
-          {"peak_reserved_bytes", peak_reserved}};
+  nlohmann::ordered_json out = breakdown_json();
+  out["peak_allocated_bytes"] = peak_allocated;
+  out["peak_reserved_bytes"] = peak_reserved;
+  return out;
 }
 
 std::string MemoryBreakdown::format() const {
   std::string text = "memory at the peak (see Note [Memory breakdown at the peak]):\n";
-  auto row = [&](const char* name, int64_t bytes) {
+  auto row = [&](const char* name, int64_t value) {
     char line[128];
-    const double share = peak_allocated > 0 ? 100.0 * static_cast<double>(bytes) /
-                                                  static_cast<double>(peak_allocated)
-                                            : 0.0;
-    std::snprintf(line, sizeof(line), "  %-18s %12s  %5.1f%%\n", name, format_bytes(bytes).c_str(),
-                  share);
+    const double share = peak_reserved > 0 ? 100.0 * static_cast<double>(value) /
+                                                 static_cast<double>(peak_reserved)
+                                           : 0.0;
+    std::snprintf(line, sizeof(line), "  %-18s %12s  %5.1f%%\n", name,
+                  format_bytes(static_cast<size_t>(value)).c_str(), share);
     text += line;
   };
-  row("parameters", parameters);
-  row("gradients", gradients);
-  row("optimizer states", optimizer_states);
-  row("activations", activations);
-  row("other", other);
+  for (MemoryCategory c : kReportOrder) row(memory_category_name(c), bytes(c));
   row("peak allocated", peak_allocated);
-  char line[128];
-  std::snprintf(line, sizeof(line), "  %-18s %12s\n", "peak reserved",
-                format_bytes(peak_reserved).c_str());
-  return text + line;
+  row("allocator_slack", allocator_slack);
+  row("peak reserved", peak_reserved);
+  return text;
 }
 
 nlohmann::ordered_json memory_report_json(const MemoryBreakdown& breakdown, Device device) {

@@ -1,5 +1,5 @@
-// Where a training run's memory went: the peak split into parameters, gradients, optimizer
-// states, activations and the rest, from allocator figures the trainer records as it runs.
+// Where a run's memory went: the allocated peak split by what the memory held at that moment
+// (memory/memory_category.h), plus the allocator's slack up to the reserved peak.
 #pragma once
 
 #include <cstdint>
@@ -8,32 +8,41 @@
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
+#include "memory/memory_category.h"
 
 namespace headroom {
 
 // Note [Memory breakdown at the peak]
-// parameters: bytes of the unique parameters (after any dtype change); gradients: bytes of the
-// gradients held just before the optimizer step (the largest seen); optimizer_states: bytes of
-// the tensors in the optimizer's state_dict at the end. These three coexist at every optimizer
-// step, so the peak is at least their sum. activations: the largest growth of allocated memory
-// over one micro-batch's forward pass (what autograd saves for backward, the autocast casts of
-// the weights included), capped at what the peak leaves after the three; other: the rest of the
-// peak (backward's temporaries, the data batch, workspace). The five add up to the peak exactly.
-// Backward frees activations while it writes gradients, so at the peak both may be partly there:
-// the split is by category, its total is the measured peak.
+// Every allocation is tagged with a category when it is made: parameters (tagged after the model
+// is built), gradients (tagged by AccumulateGrad, also when .grad takes over a buffer backward
+// made), optimizer_states (the optimizers' lazily created state), activations (whatever a
+// forward pass or a checkpointed region's recompute allocates: what autograd saves, the autocast
+// casts of the weights), temporaries (the rest: backward's and the optimizer's work buffers, the
+// data batch, loss scaling). The allocator keeps the bytes per category and copies them whenever
+// allocated memory stands at its peak, so the five add up to peak_allocated exactly (block sizes,
+// as allocated_bytes counts them). allocator_slack = peak_reserved - peak_allocated: what the
+// caching allocator holds beyond the allocated peak (cached free blocks, split remainders). The
+// six add up to peak_reserved, the memory the device must have. The same split comes from a real
+// run (memory.json) and from `headroom plan`'s dry run.
 struct MemoryBreakdown {
-  int64_t parameters = 0;
-  int64_t gradients = 0;
-  int64_t optimizer_states = 0;
-  int64_t activations = 0;
-  int64_t other = 0;
+  CategoryBytes at_peak{};
+  int64_t allocator_slack = 0;
   int64_t peak_allocated = 0;  // allocated_bytes.all.peak
   int64_t peak_reserved = 0;   // reserved_bytes.all.peak
 
-  // Caps `activations` and fills `other` from the peak (see the Note).
-  void finish();
+  int64_t bytes(MemoryCategory category) const {
+    return at_peak[static_cast<size_t>(category)];
+  }
+
+  // The device allocator's figures since its last reset_peak_memory_stats.
+  static MemoryBreakdown of_device(Device device);
+
+  // {"parameters", "gradients", "optimizer_states", "activations", "temporaries",
+  //  "allocator_slack"} in bytes.
+  nlohmann::ordered_json breakdown_json() const;
+  // breakdown_json() plus peak_allocated_bytes and peak_reserved_bytes.
   nlohmann::ordered_json to_json() const;
-  // A table: one line per category with bytes and share of the peak.
+  // A table: one line per category with bytes and share of the reserved peak.
   std::string format() const;
 };
 

@@ -84,21 +84,9 @@ void check_arguments(const TrainingArguments& args) {
   if (args.data.empty()) throw ValueError("data: no training data given");
 }
 
-int64_t sum_nbytes(const std::vector<Tensor>& tensors) {
-  int64_t total = 0;
-  for (const Tensor& t : tensors) {
-    if (t.defined()) total += static_cast<int64_t>(t.nbytes());
-  }
-  return total;
-}
-
-int64_t grad_bytes(const CausalLM& model) {
-  int64_t total = 0;
-  for (const Tensor& p : model.parameters()) {
-    const Tensor g = p.grad();
-    if (g.defined()) total += static_cast<int64_t>(g.nbytes());
-  }
-  return total;
+// A scalar's value for the log; NaN on the meta device, which has no values (a dry run).
+double host_value(const Tensor& scalar) {
+  return scalar.device().is_meta() ? NAN : scalar.item();
 }
 
 // Mean cross-entropy over every target of `count` batches, weighted by their token counts.
@@ -113,7 +101,7 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
   for (int64_t i = 0; i < count; ++i) {
     const TokenBatch batch = batch_at(i);
     Autocast region(device.type, autocast_dtype, autocast_dtype.has_value());
-    const double loss = model.loss(batch.input_ids, batch.targets).item();
+    const double loss = host_value(model.loss(batch.input_ids, batch.targets));
     const int64_t tokens = batch.targets.numel();
     total += loss * static_cast<double>(tokens);
     result.tokens += tokens;
@@ -220,7 +208,8 @@ void Trainer::build() {
   interval_steps_ = interval_tokens_ = total_tokens_ = 0;
   last_saved_step_ = -1;
   memory_ = MemoryBreakdown{};
-  memory_.parameters = sum_nbytes(model_->parameters());
+  // Note [Memory breakdown at the peak]: the weights as the recipe keeps them.
+  for (const Tensor& p : model_->parameters()) tag_memory(p, MemoryCategory::parameters);
 }
 
 double Trainer::epoch() const {
@@ -347,12 +336,9 @@ double Trainer::train_step(int64_t& tokens) {
   const std::optional<DType> autocast_dtype = recipe_.autocast_dtype;
   double step_loss = 0.0;
   auto forward = [&](const TokenBatch& batch) {
-    const int64_t before = static_cast<int64_t>(memory_allocated(device_));
+    MemoryCategoryScope category(MemoryCategory::activations);
     Autocast region(device_.type, autocast_dtype, autocast_dtype.has_value());
-    Tensor loss = model_->loss(batch.input_ids, batch.targets);
-    memory_.activations = std::max(
-        memory_.activations, static_cast<int64_t>(memory_allocated(device_)) - before);
-    return loss;
+    return model_->loss(batch.input_ids, batch.targets);
   };
   if (optimizer_->updates_in_backward()) {
     // LOMO-style: each pass reruns forward (the graph is freed by backward) with the same dropout
@@ -365,7 +351,7 @@ double Trainer::train_step(int64_t& tokens) {
       generator.set_offset(offset);
       optimizer_->begin_backward_pass(pass);
       const Tensor loss = forward(batch);
-      if (pass == 0) step_loss = loss.item();
+      if (pass == 0) step_loss = host_value(loss);
       backward(loss);
     }
     optimizer_->step();
@@ -378,10 +364,28 @@ double Trainer::train_step(int64_t& tokens) {
     Tensor loss = forward(batch);
     // HF divides each micro-batch's loss by the accumulation steps and logs their sum.
     if (accumulation > 1) loss = scale(loss, 1.0 / static_cast<double>(accumulation));
-    step_loss += loss.item();
+    step_loss += host_value(loss);
     backward(scaler_->scale(loss));
   }
   return step_loss;
+}
+
+Trainer::StepResult Trainer::step() {
+  StepResult result;
+  result.loss = train_step(result.tokens);
+  if (!optimizer_->updates_in_backward()) {
+    if (args_.max_grad_norm > 0.0) {
+      scaler_->unscale_(*optimizer_);  // clip the true gradients
+      result.grad_norm = clip_grad_norm_(*optimizer_, args_.max_grad_norm);
+      if (device_.is_meta()) result.grad_norm = NAN;
+    }
+    scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
+    scaler_->update();
+    scheduler_->step();
+    optimizer_->zero_grad();
+  }
+  ++global_step_;
+  return result;
 }
 
 void Trainer::append_metrics(const nlohmann::ordered_json& entry) {
@@ -461,21 +465,10 @@ int Trainer::train() {
   int stop_signal = 0;
   while (global_step_ < max_steps_) {
     const auto step_start = Clock::now();
-    int64_t tokens = 0;
-    const double loss = train_step(tokens);
-    double grad_norm = NAN;
-    if (!optimizer_->updates_in_backward()) {
-      memory_.gradients = std::max(memory_.gradients, grad_bytes(*model_));
-      if (args_.max_grad_norm > 0.0) {
-        scaler_->unscale_(*optimizer_);  // clip the true gradients
-        grad_norm = clip_grad_norm_(*optimizer_, args_.max_grad_norm);
-      }
-      scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
-      scaler_->update();
-      scheduler_->step();
-      optimizer_->zero_grad();
-    }
-    ++global_step_;
+    const StepResult result = step();
+    const double loss = result.loss;
+    const double grad_norm = result.grad_norm;
+    const int64_t tokens = result.tokens;
     const double step_seconds = seconds_since(step_start);
     total_tokens_ += tokens;
     interval_loss_ += loss;
@@ -526,13 +519,7 @@ void Trainer::finish_run(bool stopped) {
     write_file_atomically((out / kTrainerStateFile).string(), dump_json(trainer_state()));
   }
 
-  memory_.optimizer_states = 0;
-  for (const NamedTensor& entry : optimizer_->state_dict().tensors) {
-    memory_.optimizer_states += static_cast<int64_t>(entry.second.nbytes());
-  }
-  memory_.peak_allocated = static_cast<int64_t>(max_memory_allocated(device_));
-  memory_.peak_reserved = static_cast<int64_t>(max_memory_reserved(device_));
-  memory_.finish();
+  memory_ = MemoryBreakdown::of_device(device_);
   std::printf("%s%s", memory_summary(device_).c_str(), memory_.format().c_str());
   write_file_atomically((out / "memory.json").string(),
                         dump_json(memory_report_json(memory_, device_)));

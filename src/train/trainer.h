@@ -1,6 +1,7 @@
 // The training loop behind `headroom train` and the evaluation behind `headroom eval`.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,6 +80,16 @@ class Trainer {
   // save_total_limit. Returns its path.
   std::string save_checkpoint();
 
+  struct StepResult {
+    double loss = 0.0;       // the sum over micro-batches of loss / accumulation steps
+    double grad_norm = NAN;  // before clipping; NaN without clipping or on the meta device
+    int64_t tokens = 0;      // predicted tokens in the step
+  };
+  // One optimizer step of train(): gradient_accumulation_steps micro-batches forward and
+  // backward, unscale, clip, the optimizer through the scaler, the scheduler, zero_grad. On the
+  // meta device (a dry run, plan/) it allocates as a real step does and loss is NaN.
+  StepResult step();
+
   int64_t global_step() const { return global_step_; }
   int64_t max_steps() const { return max_steps_; }
   // Every entry logged so far (trainer_state.json's log_history; metrics.jsonl holds each but the
@@ -93,6 +104,7 @@ class Trainer {
   BatchSource& data() { return *data_; }
   Optimizer& optimizer() { return *optimizer_; }
   const PrecisionRecipe& recipe() const { return recipe_; }
+  // The breakdown of the run's peak, filled at the end of train().
   const MemoryBreakdown& memory_breakdown() const { return memory_; }
   // The sample printed at the end of train() (empty before, or with sample_max_new_tokens 0).
   const std::string& sample() const { return sample_; }
