@@ -28,13 +28,22 @@ struct DryRunResult {
   // Bytes per category at the moment of the allocated peak; they add up to it exactly.
   CategoryBytes at_peak{};
   int64_t allocator_slack = 0;       // peak_reserved_bytes - peak_allocated_bytes
+  // Peaks while the model is built (initialised or loaded, converted to the recipe's dtype),
+  // before training starts; a real run's metrics count from after it, but the device must
+  // hold it too.
+  int64_t load_peak_allocated_bytes = 0;
+  int64_t load_peak_reserved_bytes = 0;
   int64_t num_parameters = 0;
   int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype
   int64_t tokens_per_step = 0;       // batch x accumulation x max_seq_length
   double seconds = 0.0;              // wall time of the dry run
 
-  // {"peak_allocated_bytes", "peak_reserved_bytes", "breakdown": {parameters, gradients,
-  //  optimizer_states, activations, temporaries, allocator_slack}, "num_parameters", ...}.
+  // What the device must hold: the larger of the training and the load peaks.
+  int64_t required_bytes() const;
+
+  // {"device", "peak_allocated_bytes", "peak_reserved_bytes", "breakdown": {parameters,
+  //  gradients, optimizer_states, activations, temporaries, allocator_slack},
+  //  "load_peak_allocated_bytes", "load_peak_reserved_bytes", "num_parameters", ...}.
   nlohmann::ordered_json to_json() const;
 };
 

@@ -1,0 +1,110 @@
+// The dry run: a Trainer on the meta device with synthetic batches, stepped as train() steps.
+#include "plan/dry_run.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "memory/device_memory.h"
+#include "plan/synthetic_batches.h"
+#include "train/memory_report.h"
+#include "train/trainer.h"
+
+namespace headroom {
+
+namespace {
+
+// The device a plan is for: args.device with "auto" resolved here (no GPU: the CPU); meta makes
+// no sense as a target.
+Device planned_device(const std::string& device) {
+  const Device target = device == "auto"
+                            ? (cuda_is_available() ? Device{DeviceType::cuda, 0} : kCPU)
+                            : Device::parse(device);
+  if (target.is_meta()) {
+    throw ValueError("device: 'meta' cannot be planned for; name the device of the real run "
+                     "(cpu or cuda)");
+  }
+  return target;
+}
+
+}  // namespace
+
+int64_t DryRunResult::required_bytes() const {
+  return std::max(peak_reserved_bytes, load_peak_reserved_bytes);
+}
+
+nlohmann::ordered_json DryRunResult::to_json() const {
+  MemoryBreakdown b;
+  b.at_peak = at_peak;
+  b.allocator_slack = allocator_slack;
+  return {{"device", target.str()},
+          {"peak_allocated_bytes", peak_allocated_bytes},
+          {"peak_reserved_bytes", peak_reserved_bytes},
+          {"breakdown", b.breakdown_json()},
+          {"load_peak_allocated_bytes", load_peak_allocated_bytes},
+          {"load_peak_reserved_bytes", load_peak_reserved_bytes},
+          {"num_parameters", num_parameters},
+          {"parameter_bytes", parameter_bytes},
+          {"tokens_per_step", tokens_per_step},
+          {"dry_run_seconds", seconds}};
+}
+
+DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions& options) {
+  if (options.steps < 1) throw ValueError(str_cat("dry run: steps ", options.steps, " is below 1"));
+  const auto start = std::chrono::steady_clock::now();
+  DryRunResult result;
+  result.target = planned_device(args.device);
+
+  TrainingArguments dry = args;
+  dry.device = "meta";
+  if (dry.data.empty()) dry.data = "(dry run)";  // never read: the batches are synthetic
+  dry.resume_from_checkpoint.clear();
+  dry.sample_max_new_tokens = 0;
+  const bool eval = options.include_eval && args.eval_strategy == "steps";
+  int64_t prefetched = 0;
+  if (result.target.is_cpu() && args.dataloader_num_workers > 0) {
+    prefetched = args.dataloader_num_workers * args.dataloader_prefetch_factor.value_or(2);
+  }
+  int64_t seq_length = 0;
+  auto batches = [&](const TrainingArguments& a, const Tokenizer&, int64_t window, Device) {
+    seq_length = window - 1;
+    return std::make_unique<SyntheticBatchSource>(SyntheticBatchOptions{
+        .batch_size = a.per_device_train_batch_size,
+        .seq_length = window - 1,
+        .prefetched = prefetched,
+        .eval_batches = eval ? 1 : 0});
+  };
+
+  // A fresh meta allocator as a fresh process has: nothing cached, no cap (the plan must see
+  // the whole peak, whatever the device holds).
+  CachingAllocator& meta = caching_allocator(kMeta);
+  meta.empty_cache();
+  meta.set_memory_limit(0);
+  meta.reset_peak_stats();
+  {
+    Trainer trainer(dry, batches);
+    result.load_peak_allocated_bytes = static_cast<int64_t>(max_memory_allocated(kMeta));
+    result.load_peak_reserved_bytes = static_cast<int64_t>(max_memory_reserved(kMeta));
+    // From here on as Trainer::train(): its peaks (metrics.jsonl) count from this reset.
+    meta.reset_peak_stats();
+    for (int i = 0; i < options.steps; ++i) trainer.step();
+    if (eval) trainer.evaluate();
+    const MemoryBreakdown b = MemoryBreakdown::of_device(kMeta);
+    result.peak_allocated_bytes = b.peak_allocated;
+    result.peak_reserved_bytes = b.peak_reserved;
+    result.at_peak = b.at_peak;
+    result.allocator_slack = b.allocator_slack;
+    result.num_parameters = trainer.model().num_parameters();
+    for (const Tensor& p : trainer.model().parameters()) {
+      result.parameter_bytes += static_cast<int64_t>(p.nbytes());
+    }
+    result.tokens_per_step =
+        args.per_device_train_batch_size * args.gradient_accumulation_steps * seq_length;
+  }
+  meta.empty_cache();
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace headroom

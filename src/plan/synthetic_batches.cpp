@@ -1,0 +1,48 @@
+// Meta batches in the real loader's shapes.
+#include "plan/synthetic_batches.h"
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace headroom {
+
+SyntheticBatchSource::SyntheticBatchSource(const SyntheticBatchOptions& options)
+    : options_(options) {
+  if (options_.batch_size < 1 || options_.seq_length < 1) {
+    throw ValueError(str_cat("synthetic batches: batch_size ", options_.batch_size,
+                             " and seq_length ", options_.seq_length, " must be at least 1"));
+  }
+}
+
+TokenBatch SyntheticBatchSource::make(int64_t rows) const {
+  // As DataLoader::assemble: inputs, then targets.
+  return {Tensor::empty({rows, options_.seq_length}, DType::i64, kMeta),
+          Tensor::empty({rows, options_.seq_length}, DType::i64, kMeta)};
+}
+
+TokenBatch SyntheticBatchSource::next_batch() {
+  ++consumed_;
+  if (options_.prefetched == 0) return make(options_.batch_size);
+  // The workers hold `prefetched` batches ready and start the next as soon as one is taken.
+  while (static_cast<int64_t>(ready_.size()) < options_.prefetched) {
+    ready_.push_back(make(options_.batch_size));
+  }
+  TokenBatch batch = std::move(ready_.front());
+  ready_.pop_front();
+  ready_.push_back(make(options_.batch_size));
+  return batch;
+}
+
+TokenBatch SyntheticBatchSource::eval_batch(int64_t index, int64_t batch_size) const {
+  if (index < 0 || index >= options_.eval_batches) {
+    throw IndexError(str_cat("eval_batch: batch ", index, " is outside 0..",
+                             options_.eval_batches - 1));
+  }
+  return make(batch_size);
+}
+
+void SyntheticBatchSource::load_state_dict(const nlohmann::json& state) {
+  consumed_ = state.at("consumed").get<int64_t>();
+}
+
+}  // namespace headroom

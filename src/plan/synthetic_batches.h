@@ -1,0 +1,44 @@
+// The dry run's data: batches with the shape, dtype and allocation pattern of the real
+// DataLoaderBatchSource's, on the meta device, so no data file is read.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+
+#include "core/device.h"
+#include "train/batch_source.h"
+
+namespace headroom {
+
+struct SyntheticBatchOptions {
+  int64_t batch_size = 8;       // per_device_train_batch_size
+  int64_t seq_length = 1024;    // max_seq_length
+  // Batches assembled ahead by the loader's workers (num_workers x prefetch_factor). They count
+  // only when the planned device is the CPU: on a GPU they wait in host memory.
+  int64_t prefetched = 0;
+  int64_t eval_batches = 0;     // what eval_batch_count reports (the data is unknown)
+};
+
+// Batches are meta tensors. For a CPU plan they are what the loader assembles on the CPU (two
+// [B, T] i64 tensors); for a GPU plan, the copies that DataLoaderBatchSource makes on the device.
+class SyntheticBatchSource final : public BatchSource {
+ public:
+  explicit SyntheticBatchSource(const SyntheticBatchOptions& options);
+
+  TokenBatch next_batch() override;
+  int64_t batches_per_epoch() const override { return 1 << 20; }
+  int64_t batches_consumed() const override { return consumed_; }
+  int64_t eval_batch_count(int64_t) const override { return options_.eval_batches; }
+  TokenBatch eval_batch(int64_t index, int64_t batch_size) const override;
+  nlohmann::json state_dict() const override { return {{"consumed", consumed_}}; }
+  void load_state_dict(const nlohmann::json& state) override;
+
+ private:
+  TokenBatch make(int64_t rows) const;
+
+  SyntheticBatchOptions options_;
+  std::deque<TokenBatch> ready_;  // the workers' prefetched batches
+  int64_t consumed_ = 0;
+};
+
+}  // namespace headroom
