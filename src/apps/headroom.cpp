@@ -9,6 +9,7 @@
 
 #include "apps/demo_command.h"
 #include "apps/eval_command.h"
+#include "apps/plan_command.h"
 #include "apps/train_command.h"
 #include "core/error.h"
 
@@ -31,11 +32,14 @@ int main(int argc, char** argv) {
   CLI::App* train_command = headroom::add_train_command(app);
   headroom::EvalOptions eval;
   CLI::App* eval_command = headroom::add_eval_command(app, eval);
+  headroom::PlanOptions plan;
+  CLI::App* plan_command = headroom::add_plan_command(app, plan);
   try {
     app.parse(argc, argv);
     if (demo_command->parsed()) return headroom::run_demo(demo);
     if (train_command->parsed()) return headroom::run_train_command(*train_command);
     if (eval_command->parsed()) return headroom::run_eval(eval);
+    if (plan_command->parsed()) return headroom::run_plan_command(*plan_command, plan);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -19,7 +19,9 @@ std::string help_default(const TrainOption& option) {
   return text;
 }
 
-void add_train_options(CLI::App& train) {
+}  // namespace
+
+void add_training_options(CLI::App& train) {
   train.add_option("--config", "a TOML, JSON or YAML file of option = value; flags override it")
       ->type_name("FILE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -46,16 +48,14 @@ void add_train_options(CLI::App& train) {
       "turn it off.");
 }
 
-}  // namespace
-
 CLI::App* add_train_command(CLI::App& app) {
   CLI::App* train = app.add_subcommand(
       "train", "Train or fine-tune a language model (options as HF TrainingArguments)");
-  add_train_options(*train);
+  add_training_options(*train);
   return train;
 }
 
-TrainingArguments train_arguments_from(const CLI::App& train) {
+TrainingArguments train_arguments_from(const CLI::App& train, DataCheck data) {
   TrainingArguments args;
   OptionOrigins origins;
   if (const CLI::Option* config = train.get_option("--config"); config->count() > 0) {
@@ -70,7 +70,7 @@ TrainingArguments train_arguments_from(const CLI::App& train) {
     set_option_from_text(args, option, text, origin);
     origins[option.name] = origin;
   }
-  validate_training_arguments(args, origins);
+  validate_training_arguments(args, origins, data);
   return args;
 }
 
@@ -84,7 +84,7 @@ int run_train_command(const CLI::App& train) {
 
 TrainingArguments parse_train_arguments(const std::vector<std::string>& args) {
   CLI::App train{"headroom train", "train"};
-  add_train_options(train);
+  add_training_options(train);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
   try {
     train.parse(reversed);

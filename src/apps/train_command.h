@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/train_options.h"
 #include "train/training_arguments.h"
 
 namespace CLI {
@@ -16,8 +17,11 @@ namespace headroom {
 
 // Registers the subcommand and one option per TrainingArguments field on `app`.
 CLI::App* add_train_command(CLI::App& app);
-// The parsed subcommand's arguments: defaults, then --config, then flags; validated.
-TrainingArguments train_arguments_from(const CLI::App& train);
+// --config and one option per TrainingArguments field, on `command` (train, plan).
+void add_training_options(CLI::App& command);
+// The parsed subcommand's arguments: defaults, then --config, then flags; validated (the data
+// file too, unless `data` says it is not read).
+TrainingArguments train_arguments_from(const CLI::App& train, DataCheck data = DataCheck::required);
 int run_train_command(const CLI::App& train);
 
 // The arguments that follow `headroom train` parsed as the command does, for tests and tools.

@@ -236,7 +236,8 @@ void apply_config_file(TrainingArguments& args, const std::string& path, OptionO
   }
 }
 
-void validate_training_arguments(const TrainingArguments& a, const OptionOrigins& origins) {
+void validate_training_arguments(const TrainingArguments& a, const OptionOrigins& origins,
+                                 DataCheck data) {
   auto where = [&](const char* name) {
     auto it = origins.find(name);
     return it == origins.end() ? std::string(name) : it->second;
@@ -258,11 +259,13 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
 
   // Model and data.
   check(!a.model.empty(), "model", "must not be empty");
-  if (a.data.empty()) {
-    throw ValueError("--data is required: a text file, a directory of text files or a JSONL file");
-  }
   std::error_code ec;
-  check(std::filesystem::exists(a.data, ec), "data", "'", a.data, "' does not exist");
+  if (data == DataCheck::required) {
+    if (a.data.empty()) {
+      throw ValueError("--data is required: a text file, a directory of text files or a JSONL file");
+    }
+    check(std::filesystem::exists(a.data, ec), "data", "'", a.data, "' does not exist");
+  }
   check(!a.output_dir.empty(), "output_dir", "must not be empty");
   if (a.device != "auto") rethrow_named("device", [&] { Device::parse(a.device); });
   check(!a.max_seq_length || *a.max_seq_length > 0, "max_seq_length", a.max_seq_length.value_or(0),

@@ -55,10 +55,14 @@ void set_option_from_config(TrainingArguments& args, const TrainOption& option,
 // the key for an unknown key or one given twice (e.g. as bf16 and as bf16's kebab spelling).
 void apply_config_file(TrainingArguments& args, const std::string& path, OptionOrigins& origins);
 
+// Whether the command reads --data (train) or not (plan: its batches are synthetic).
+enum class DataCheck { required, not_read };
+
 // The checks HF's TrainingArguments.__post_init__ and the data arguments make, plus headroom's
 // names: positive batch sizes and steps, known optim / lr_scheduler_type / precision /
-// strategies, bf16 and fp16 not both, an existing --data. ValueError naming the option as its
-// origin says, with the value and the limit.
-void validate_training_arguments(const TrainingArguments& args, const OptionOrigins& origins = {});
+// strategies, bf16 and fp16 not both, an existing --data (unless `data` is not_read). ValueError
+// naming the option as its origin says, with the value and the limit.
+void validate_training_arguments(const TrainingArguments& args, const OptionOrigins& origins = {},
+                                 DataCheck data = DataCheck::required);
 
 }  // namespace headroom

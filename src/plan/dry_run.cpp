@@ -46,7 +46,9 @@ nlohmann::ordered_json DryRunResult::to_json() const {
           {"num_parameters", num_parameters},
           {"parameter_bytes", parameter_bytes},
           {"tokens_per_step", tokens_per_step},
-          {"dry_run_seconds", seconds}};
+          {"precision", recipe},
+          {"dry_run_seconds", seconds},
+          {"formula", formula.to_json()}};
 }
 
 DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions& options) {
@@ -57,6 +59,10 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
 
   TrainingArguments dry = args;
   dry.device = "meta";
+  if (options.max_micro_batches > 0) {
+    dry.gradient_accumulation_steps =
+        std::min(dry.gradient_accumulation_steps, options.max_micro_batches);
+  }
   if (dry.data.empty()) dry.data = "(dry run)";  // never read: the batches are synthetic
   dry.resume_from_checkpoint.clear();
   dry.sample_max_new_tokens = 0;
@@ -95,9 +101,16 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     result.at_peak = b.at_peak;
     result.allocator_slack = b.allocator_slack;
     result.num_parameters = trainer.model().num_parameters();
+    std::vector<Shape> shapes;
     for (const Tensor& p : trainer.model().parameters()) {
       result.parameter_bytes += static_cast<int64_t>(p.nbytes());
+      shapes.push_back(p.shape());
     }
+    result.recipe = trainer.recipe().name();
+    result.config = trainer.model().config();
+    result.steps = options.steps;
+    result.formula =
+        formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes);
     result.tokens_per_step =
         args.per_device_train_batch_size * args.gradient_accumulation_steps * seq_length;
   }

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
+#include "nn/model_config.h"
 #include "memory/memory_category.h"
+#include "plan/analytic_memory.h"
 #include "train/training_arguments.h"
 
 namespace headroom {
@@ -19,6 +21,10 @@ struct DryRunOptions {
   // Also one evaluation batch of per_device_eval_batch_size after the steps, when
   // args.eval_strategy is "steps" (a real run's eval happens between steps).
   bool include_eval = true;
+  // At most this many micro-batches per step (0: gradient_accumulation_steps). From the second
+  // micro-batch on, each repeats the allocations of the one before (the gradients exist), so
+  // two give the peak of any accumulation; the grid test checks that against real runs.
+  int64_t max_micro_batches = 0;
 };
 
 struct DryRunResult {
@@ -36,6 +42,11 @@ struct DryRunResult {
   int64_t num_parameters = 0;
   int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype
   int64_t tokens_per_step = 0;       // batch x accumulation x max_seq_length
+  std::string recipe;                // the precision recipe's name
+  HfConfig config;                   // the model's
+  int steps = 0;                     // optimizer steps dry-run
+  // The guides' formulas for the same configuration (Note [Formula memory]), for comparison.
+  FormulaMemory formula;
   double seconds = 0.0;              // wall time of the dry run
 
   // What the device must hold: the larger of the training and the load peaks.
@@ -43,7 +54,8 @@ struct DryRunResult {
 
   // {"device", "peak_allocated_bytes", "peak_reserved_bytes", "breakdown": {parameters,
   //  gradients, optimizer_states, activations, temporaries, allocator_slack},
-  //  "load_peak_allocated_bytes", "load_peak_reserved_bytes", "num_parameters", ...}.
+  //  "load_peak_allocated_bytes", "load_peak_reserved_bytes", "num_parameters", ...,
+  //  "formula": FormulaMemory::to_json()}.
   nlohmann::ordered_json to_json() const;
 };
 

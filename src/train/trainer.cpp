@@ -49,14 +49,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-Precision resolve_precision(const TrainingArguments& args) {
-  if (!args.precision.empty()) return parse_precision(args.precision);
-  if (args.bf16 && args.fp16) throw ValueError("bf16 and fp16: both are set; choose one");
-  if (args.bf16) return Precision::bf16;
-  if (args.fp16) return Precision::fp16;
-  return Precision::fp32;
-}
-
 void check_arguments(const TrainingArguments& args) {
   auto at_least = [](const char* name, int64_t value, int64_t limit) {
     if (value < limit) throw ValueError(str_cat(name, ": ", value, " is below ", limit));
@@ -116,6 +108,14 @@ std::string dump_json(const nlohmann::ordered_json& value) { return value.dump(2
 
 }  // namespace
 
+Precision training_precision(const TrainingArguments& args) {
+  if (!args.precision.empty()) return parse_precision(args.precision);
+  if (args.bf16 && args.fp16) throw ValueError("bf16 and fp16: both are set; choose one");
+  if (args.bf16) return Precision::bf16;
+  if (args.fp16) return Precision::fp16;
+  return Precision::fp32;
+}
+
 void request_training_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
 int training_stop_requested() { return g_stop_signal.load(); }
@@ -125,7 +125,7 @@ Trainer::Trainer(TrainingArguments args, BatchSourceFactory make_data)
   check_arguments(args_);
   if (!make_data_) make_data_ = make_data_loader_batch_source;
   device_ = resolve_device(args_.device);
-  recipe_ = precision_recipe(resolve_precision(args_));
+  recipe_ = precision_recipe(training_precision(args_));
   build();
 }
 

@@ -42,6 +42,10 @@ EvalResult evaluate_file(const std::string& model, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size,
                          const std::string& device = "auto");
 
+// The recipe `args` asks for: `precision` when set, else bf16 / fp16 (ValueError for both), else
+// fp32.
+Precision training_precision(const TrainingArguments& args);
+
 // Asks the running Trainer to stop after its current step, save a checkpoint and return
 // 128 + signal_number. Only stores to a lock-free atomic, so signal handlers may call it.
 void request_training_stop(int signal_number);

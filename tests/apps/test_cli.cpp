@@ -1,14 +1,13 @@
 // The `headroom` binary as a user meets it: --help of train and eval, and usage errors on one
 // line `headroom: error: ...` with exit code 2, naming the option or file at fault.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "apps/cli_run.h"
 #include "apps/eval_command.h"
 #include "apps/train_options.h"
 #include "io/io_test_helpers.h"
@@ -21,35 +20,6 @@ using io_test::read_bytes;
 using io_test::TempDir;
 using io_test::write_bytes;
 using test_data::kTinyText;
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs `headroom <args>` (args as shell words) and collects its exit code and output.
-CliRun run_cli(const std::string& args) {
-  TempDir dir;
-  const std::string out = dir.file("out"), err = dir.file("err");
-  const std::string command =
-      std::string(HEADROOM_CLI_PATH) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(command.c_str());
-  CliRun run;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = read_bytes(out);
-  run.err = read_bytes(err);
-  return run;
-}
-
-// One line, `headroom: error: ...`, holding `piece`; exit code 2.
-void expect_usage_error(const std::string& args, const std::string& piece) {
-  SCOPED_TRACE(args);
-  const CliRun run = run_cli(args);
-  EXPECT_EQ(run.exit_code, 2) << run.err;
-  EXPECT_EQ(run.err.rfind("headroom: error: ", 0), 0u) << run.err;
-  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "not one line: " << run.err;
-  EXPECT_NE(run.err.find(piece), std::string::npos) << run.err;
-}
 
 TEST(HeadroomCli, TrainHelpListsEveryOptionWithItsDefault) {
   const CliRun run = run_cli("train --help");

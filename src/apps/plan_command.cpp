@@ -1,0 +1,112 @@
+// `headroom plan` on CLI11: the training options of `headroom train` plus the plan's own.
+#include "apps/plan_command.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <sstream>
+
+#include "apps/train_command.h"
+#include "core/error.h"
+#include "plan/config_search.h"
+#include "plan/gpu_specs.h"
+#include "plan/inference_plan.h"
+#include "plan/training_plan.h"
+
+namespace headroom {
+
+namespace {
+
+std::vector<std::string> comma_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+std::string gpu_names() {
+  std::string names;
+  for (const GpuSpec& spec : gpu_specs()) names += (names.empty() ? "" : ", ") + spec.name;
+  return names;
+}
+
+}  // namespace
+
+CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Predict a run's memory by dry run on the meta device (the options of train), "
+              "and search the configurations that fit a GPU");
+  add_training_options(*plan);
+  const char* group = "Plan";
+  auto last = CLI::MultiOptionPolicy::TakeLast;
+  plan->add_flag("--json", o.json, "print one JSON object")->group(group);
+  plan->add_option("--gpu", o.gpu, "plan for this GPU (" + gpu_names() + ") and search")
+      ->group(group)
+      ->multi_option_policy(last);
+  plan->add_option("--gpu-memory,--gpu_memory", o.gpu_memory,
+                   "fit in this much GPU memory (e.g. 24GiB) and search; overrides --gpu's")
+      ->group(group)
+      ->multi_option_policy(last);
+  plan->add_flag("--inference", o.inference,
+                 "weights + KV cache + prefill for per_device_eval_batch_size x max_seq_length")
+      ->group(group);
+  plan->add_flag("--no-search,--no_search", o.no_search,
+                 "with --gpu / --gpu-memory: check the given configuration only")
+      ->group(group);
+  plan->add_option("--search-precisions,--search_precisions", o.search_precisions,
+                   "precisions to search, comma-separated (default: all the GPU supports)")
+      ->group(group);
+  plan->add_option("--search-optims,--search_optims", o.search_optims,
+                   "optimizers to search (default: adamw_torch, adamw_bf16, adamw_8bit, "
+                   "adafactor, lion, sgd, lomo)")
+      ->group(group);
+  plan->add_option("--search-policies,--search_policies", o.search_policies,
+                   "checkpointing to search: none, selective, every_N, full (default: none, "
+                   "selective, every_2, full)")
+      ->group(group);
+  plan->add_option("--max-results,--max_results", o.max_results, "rows of the search table")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(group);
+  plan->add_option("--steps", o.steps, "training steps to dry-run (the second counts the "
+                                       "optimizer states created in the first)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(group);
+  return plan;
+}
+
+int run_plan_command(const CLI::App& command, const PlanOptions& o) {
+  const TrainingArguments args = train_arguments_from(command, DataCheck::not_read);
+  const PlanTarget target = plan_target(args.device, o.gpu, o.gpu_memory);
+  if (o.inference) {
+    const InferencePlan plan = plan_inference(args, target);
+    std::printf("%s\n", o.json ? plan.to_json().dump(2).c_str() : plan.format().c_str());
+    return 0;
+  }
+  const TrainingPlan plan = plan_training(args, target, {.steps = o.steps});
+  nlohmann::ordered_json json = plan.to_json();
+  if (!o.json) std::printf("%s", plan.format().c_str());
+  if (target.capacity_bytes > 0 && !o.no_search) {
+    const SearchSpace space{comma_list(o.search_precisions), comma_list(o.search_optims),
+                            comma_list(o.search_policies)};
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    const SearchResult search = search_configurations(args, target, space, [&](int64_t runs) {
+      if (tty) std::fprintf(stderr, "\rsearching: %lld dry runs", static_cast<long long>(runs));
+    });
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    if (o.json) {
+      json["search"] = search.to_json(o.max_results);
+    } else {
+      std::printf("%s", search.format(o.max_results).c_str());
+    }
+  }
+  if (o.json) std::printf("%s\n", json.dump(2).c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace headroom

@@ -1,0 +1,32 @@
+// `headroom plan`: the memory of a training run (or of inference) before it starts, by dry run
+// on the meta device, with the same options as `headroom train`; with --gpu / --gpu-memory also
+// the search for the configurations that fit (plan/).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace headroom {
+
+struct PlanOptions {
+  bool json = false;
+  std::string gpu;         // a GPU name (plan/gpu_specs.h)
+  std::string gpu_memory;  // "24GiB"
+  bool inference = false;
+  bool no_search = false;
+  std::string search_precisions;  // comma lists; empty: all
+  std::string search_optims;
+  std::string search_policies;
+  int64_t max_results = 20;
+  int steps = 2;
+};
+
+CLI::App* add_plan_command(CLI::App& app, PlanOptions& options);
+// The plan of the parsed command's configuration on stdout (text or one JSON object).
+int run_plan_command(const CLI::App& plan, const PlanOptions& options);
+
+}  // namespace headroom

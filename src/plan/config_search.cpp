@@ -1,0 +1,185 @@
+// The search of Note [Configuration search].
+#include "plan/config_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <cstdio>
+
+#include "core/error.h"
+#include "memory/alloc_config.h"
+#include "optim/optimizer_factory.h"
+
+namespace headroom {
+
+namespace {
+
+std::vector<std::string> default_precisions(const PlanTarget& target) {
+  if (target.gpu && !target.gpu->has_bf16) return {"fp16", "fp32"};
+  return {"bf16", "pure_bf16", "fp16", "fp32"};
+}
+
+std::vector<std::string> default_optims() {
+  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adafactor", "lion", "sgd", "lomo"};
+}
+
+std::vector<std::string> default_policies() { return {"none", "selective", "every_2", "full"}; }
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+std::string bytes_text(int64_t bytes) { return format_bytes(static_cast<size_t>(std::max<int64_t>(0, bytes))); }
+
+}  // namespace
+
+SearchResult search_configurations(const TrainingArguments& base, const PlanTarget& target,
+                                   const SearchSpace& space,
+                                   const std::function<void(int64_t)>& progress) {
+  if (target.capacity_bytes <= 0) {
+    throw ValueError("plan search: no memory to fit in (give --gpu-memory or --gpu)");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  SearchResult result;
+  result.effective_batch = base.per_device_train_batch_size * base.gradient_accumulation_steps;
+  const auto precisions = space.precisions.empty() ? default_precisions(target) : space.precisions;
+  const auto optims = space.optims.empty() ? default_optims() : space.optims;
+  const auto policies = space.policies.empty() ? default_policies() : space.policies;
+  const std::vector<std::string> known = optimizer_names();
+  for (const std::string& optim : optims) {
+    if (std::find(known.begin(), known.end(), optim) == known.end()) {
+      throw ValueError(str_cat("search optim: unknown optimizer '", optim, "'"));
+    }
+  }
+  const DryRunOptions options{.steps = 2, .include_eval = false, .max_micro_batches = 2};
+  auto faster = [](const TrainingPlan& a, const TrainingPlan& b) {
+    const double ta = a.cost ? a.cost->seconds() : 0.0;
+    const double tb = b.cost ? b.cost->seconds() : 0.0;
+    if (ta != tb) return ta < tb;
+    return a.required_bytes < b.required_bytes;
+  };
+  // One row: the micro-batches from the smallest up; the fastest split that fits is kept.
+  // False when the engine refuses the precision x optimizer.
+  auto search_row = [&](const std::string& precision, const std::string& optim,
+                        const std::string& policy) {
+    std::optional<TrainingPlan> best;
+    for (int64_t micro : divisors(result.effective_batch)) {
+      if (optim == "lomo" && micro != result.effective_batch) continue;
+      TrainingArguments args = base;
+      args.precision = precision;
+      args.bf16 = args.fp16 = false;
+      args.optim = optim;
+      args.gradient_checkpointing = policy != "none";
+      if (policy != "none") args.gradient_checkpointing_policy = policy;
+      args.per_device_train_batch_size = micro;
+      args.gradient_accumulation_steps = result.effective_batch / micro;
+      args.eval_strategy = "no";
+      std::optional<TrainingPlan> plan;
+      try {
+        plan = plan_training(args, target, options);
+      } catch (const Error& e) {
+        // A combination the engine does not offer (8-bit states of bf16 weights, ...).
+        result.unsupported.push_back(str_cat(precision, " + ", optim, ": ", e.what()));
+        return false;
+      }
+      ++result.dry_runs;
+      if (progress) progress(result.dry_runs);
+      if (!plan->fits()) {
+        ++result.rejected;
+        if (!result.closest || plan->required_bytes < result.closest->required_bytes) {
+          result.closest = std::move(plan);
+        }
+        break;  // larger micro-batches need more
+      }
+      if (!best || faster(*plan, *best)) best = std::move(plan);
+    }
+    if (best) result.fitting.push_back(std::move(*best));
+    return true;
+  };
+  for (const std::string& precision : precisions) {
+    parse_precision(precision);
+    for (const std::string& optim : optims) {
+      if (optim == "lomo" && precision == "fp16") continue;  // no loss scaling inside backward
+      if (optim == "adamw_bf16" && precision == "pure_bf16") continue;
+      for (const std::string& policy : policies) {
+        if (!search_row(precision, optim, policy)) break;
+      }
+    }
+  }
+  std::stable_sort(result.fitting.begin(), result.fitting.end(), faster);
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
+    const TrainingPlan& p = fitting[i];
+    rows.push_back({{"precision", p.dry.recipe},
+                    {"optim", p.args.optim},
+                    {"gradient_checkpointing_policy",
+                     p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy : "none"},
+                    {"per_device_train_batch_size", p.args.per_device_train_batch_size},
+                    {"gradient_accumulation_steps", p.args.gradient_accumulation_steps},
+                    {"peak_allocated_bytes", p.dry.peak_allocated_bytes},
+                    {"peak_reserved_bytes", p.dry.peak_reserved_bytes},
+                    {"required_bytes", p.required_bytes},
+                    {"step_seconds_estimate", p.cost ? p.cost->seconds() : 0.0}});
+  }
+  return {{"effective_batch", effective_batch},
+          {"fitting", static_cast<int64_t>(fitting.size())},
+          {"dry_runs", dry_runs},
+          {"rejected", rejected},
+          {"search_seconds", seconds},
+          {"unsupported", unsupported},
+          {"configurations", rows},
+          {"closest_required_bytes",
+           closest ? nlohmann::ordered_json(closest->required_bytes) : nlohmann::ordered_json()}};
+}
+
+std::string SearchResult::format(int64_t max_rows) const {
+  std::string text;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "\n%lld configurations fit (%lld dry runs in %.1f s, %lld too large), effective "
+                "batch %lld, best first by estimated step time:\n",
+                static_cast<long long>(fitting.size()), static_cast<long long>(dry_runs), seconds,
+                static_cast<long long>(rejected), static_cast<long long>(effective_batch));
+  text += line;
+  for (const std::string& reason : unsupported) text += str_cat("  not searched: ", reason, "\n");
+  if (fitting.empty()) {
+    if (closest) {
+      text += str_cat("  closest: ", describe_configuration(closest->args), " needs ",
+                      bytes_text(closest->required_bytes), "\n");
+    }
+    return text;
+  }
+  std::snprintf(line, sizeof line, "  %4s  %-10s %-12s %-10s %12s %14s %14s %10s\n", "rank",
+                "precision", "optim", "ckpt", "micro x acc", "peak alloc", "required", "step s");
+  text += line;
+  for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
+    const TrainingPlan& p = fitting[i];
+    const std::string split = str_cat(p.args.per_device_train_batch_size, " x ",
+                                      p.args.gradient_accumulation_steps);
+    std::snprintf(line, sizeof line, "  %4zu  %-10s %-12s %-10s %12s %14s %14s %10.3f\n", i + 1,
+                  p.dry.recipe.c_str(), p.args.optim.c_str(),
+                  p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
+                                                : "none",
+                  split.c_str(), bytes_text(p.dry.peak_allocated_bytes).c_str(),
+                  bytes_text(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0);
+    text += line;
+  }
+  if (static_cast<int64_t>(fitting.size()) > max_rows) {
+    std::snprintf(line, sizeof line, "  ... %lld more (--max-results)\n",
+                  static_cast<long long>(fitting.size()) - max_rows);
+    text += line;
+  }
+  return text;
+}
+
+}  // namespace headroom

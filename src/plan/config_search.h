@@ -1,0 +1,58 @@
+// `headroom plan --gpu-memory SIZE` / `--gpu NAME`: which configurations of the user's model fit,
+// best first. Every candidate is dry-run, so "fits" is the dry run's figure plus the CUDA
+// overhead, not a formula; the order is the step-time estimate (Note [Step time estimate]).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/training_plan.h"
+
+namespace headroom {
+
+struct SearchSpace {
+  // Empty lists mean all: every precision recipe the GPU supports (bf16 ones only where it has
+  // bf16), every optimizer family, and none / selective / every_2 / full checkpointing.
+  std::vector<std::string> precisions;
+  std::vector<std::string> optims;
+  std::vector<std::string> policies;
+};
+
+// Note [Configuration search]
+// The effective batch (per_device_train_batch_size x gradient_accumulation_steps of the base
+// arguments) stays fixed; micro-batch x accumulation runs over its splits with the micro-batch
+// a divisor of it. For each precision x optimizer x policy the micro-batches are tried from the
+// smallest up and the first that does not fit ends that row, since memory grows with the
+// micro-batch; of the splits that fit, the row keeps the fastest by estimate. LOMO keeps no gradients to accumulate: only micro-batch = effective batch; it
+// has no fp16 recipe. pure_bf16 already keeps AdamW's states in bf16, so adamw_bf16 adds nothing
+// to it and is skipped there. Each dry run does 2 steps of at most 2 micro-batches (DryRunOptions).
+struct SearchResult {
+  int64_t effective_batch = 0;
+  // One per precision x optimizer x policy that fits at some split (its fastest split), best
+  // first: estimated step time, then required bytes.
+  std::vector<TrainingPlan> fitting;
+  int64_t dry_runs = 0;
+  int64_t rejected = 0;               // dry-run configurations that did not fit
+  std::optional<TrainingPlan> closest;  // of those, the one needing least
+  // Combinations the engine refuses (an error from building or stepping them), with the reason;
+  // the precision x optimizer is skipped at its first refusal.
+  std::vector<std::string> unsupported;
+  double seconds = 0.0;
+
+  nlohmann::ordered_json to_json(int64_t max_rows) const;
+  // A table of the first `max_rows` fitting configurations.
+  std::string format(int64_t max_rows) const;
+};
+
+// Searches around `base` (its model, sequence length, effective batch and other options) for
+// `target`, which must have a capacity. `progress` is called after each dry run (may be empty).
+SearchResult search_configurations(const TrainingArguments& base, const PlanTarget& target,
+                                   const SearchSpace& space,
+                                   const std::function<void(int64_t dry_runs)>& progress = {});
+
+}  // namespace headroom

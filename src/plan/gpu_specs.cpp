@@ -1,0 +1,66 @@
+// The GPU table: datasheet peaks and nvidia-smi's memory.total for each card.
+#include "plan/gpu_specs.h"
+
+#include <cctype>
+#include <string>
+
+#include "core/error.h"
+
+namespace headroom {
+
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// See Note [CUDA overhead per GPU family].
+constexpr GpuFamily kHopper{"hopper", 512 * kMiB, 32 * kMiB};
+constexpr GpuFamily kAda{"ada", 448 * kMiB, 8 * kMiB + 128 * 1024};
+constexpr GpuFamily kAmpere{"ampere", 448 * kMiB, 8 * kMiB + 128 * 1024};
+constexpr GpuFamily kTuringVolta{"turing/volta", 384 * kMiB, 8 * kMiB + 128 * 1024};
+
+std::string normalised(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == ' ') continue;
+    out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<GpuSpec>& gpu_specs() {
+  // memory: nvidia-smi's memory.total in MiB; rates: dense peaks from NVIDIA's datasheets
+  // (16-bit tensor cores with fp32 accumulation, plain fp32, memory bandwidth).
+  static const std::vector<GpuSpec> specs = {
+      {"H100-80GB", kHopper, 81559 * kMiB, 989.0, 67.0, 3.35, true},
+      {"H100-PCIe", kHopper, 81559 * kMiB, 756.0, 51.0, 2.0, true},
+      {"H200", kHopper, 143771 * kMiB, 989.0, 67.0, 4.8, true},
+      {"A100-80GB", kAmpere, 81920 * kMiB, 312.0, 19.5, 2.039, true},
+      {"A100-40GB", kAmpere, 40960 * kMiB, 312.0, 19.5, 1.555, true},
+      {"A10", kAmpere, 23028 * kMiB, 125.0, 31.2, 0.6, true},
+      {"RTX3090", kAmpere, 24576 * kMiB, 35.6, 35.6, 0.936, true},
+      {"L40S", kAda, 46068 * kMiB, 362.0, 91.6, 0.864, true},
+      {"L4", kAda, 23034 * kMiB, 121.0, 30.3, 0.3, true},
+      {"RTX4090", kAda, 24564 * kMiB, 165.2, 82.6, 1.008, true},
+      {"T4", kTuringVolta, 15360 * kMiB, 65.0, 8.1, 0.32, false},
+      {"V100-32GB", kTuringVolta, 32768 * kMiB, 125.0, 15.7, 0.9, false},
+  };
+  return specs;
+}
+
+const GpuSpec& find_gpu_spec(std::string_view name) {
+  const std::string wanted = normalised(name);
+  std::string known;
+  for (const GpuSpec& spec : gpu_specs()) {
+    // "H100" alone is the first row of that model: the 80 GB SXM card.
+    const std::string model = normalised(spec.name.substr(0, spec.name.find('-')));
+    if (normalised(spec.name) == wanted || model == wanted) return spec;
+    known += known.empty() ? spec.name : ", " + spec.name;
+  }
+  throw ValueError(str_cat("gpu: unknown GPU '", name, "' (known: ", known, ")"));
+}
+
+const GpuFamily& default_gpu_family() { return kHopper; }
+
+}  // namespace headroom

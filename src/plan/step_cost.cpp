@@ -1,0 +1,76 @@
+// Note [Step time estimate], term by term.
+#include "plan/step_cost.h"
+
+#include <variant>
+
+#include "memsave/checkpoint_policy.h"
+#include "nn/model_presets.h"
+
+namespace headroom {
+
+namespace {
+
+struct Dims {
+  int64_t layers, hidden;
+};
+
+Dims dims(const HfConfig& config) {
+  if (const auto* gpt2 = std::get_if<GPT2Config>(&config)) return {gpt2->n_layer, gpt2->n_embd};
+  const auto& llama = std::get<LlamaConfig>(config);
+  return {llama.num_hidden_layers, llama.num_attention_heads * llama.effective_head_dim()};
+}
+
+}  // namespace
+
+nlohmann::ordered_json StepCost::to_json() const {
+  return {{"seconds", seconds()},
+          {"compute_seconds", compute_seconds},
+          {"optimizer_seconds", optimizer_seconds},
+          {"overhead_seconds", overhead_seconds},
+          {"model_flops", model_flops},
+          {"recompute_flops", recompute_flops},
+          {"optimizer_bytes", optimizer_bytes}};
+}
+
+StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
+                            bool sixteen_bit, int64_t num_parameters, int64_t state_bytes,
+                            const GpuSpec& gpu) {
+  StepCost cost;
+  const Dims d = dims(config);
+  const auto layers = static_cast<double>(d.layers);
+  const auto t = static_cast<double>(args.max_seq_length.value_or(context_length(config)));
+  const double micro_batches = static_cast<double>(args.gradient_accumulation_steps);
+  const double tokens = static_cast<double>(args.per_device_train_batch_size) * t * micro_batches;
+  const auto n = static_cast<double>(num_parameters);
+  const double attention_forward = 4.0 * layers * static_cast<double>(d.hidden) * t;  // per token
+  const double forward = 2.0 * n + attention_forward;                               // per token
+  cost.model_flops = 3.0 * forward * tokens;
+
+  CheckpointPolicy policy;
+  if (args.gradient_checkpointing) {
+    policy = parse_checkpoint_policy(args.gradient_checkpointing_policy);
+  }
+  double recomputed_blocks = 0.0;
+  for (int64_t l = 0; l < d.layers; ++l) recomputed_blocks += policy.checkpoints_block(l) ? 1 : 0;
+  const double block_share = layers > 0 ? recomputed_blocks / layers : 0.0;
+  if (policy.kind == CheckpointPolicy::Kind::selective) {
+    cost.recompute_flops = attention_forward * tokens;
+  } else {
+    cost.recompute_flops = forward * block_share * tokens;
+  }
+  int passes = 1;
+  if (args.optim == "lomo" && args.max_grad_norm > 0.0) passes = 2;
+  cost.recompute_flops += (passes - 1) * (cost.model_flops + cost.recompute_flops);
+
+  const double peak = (sixteen_bit ? gpu.bf16_tflops : gpu.fp32_tflops) * 1e12;
+  cost.compute_seconds =
+      (cost.model_flops + cost.recompute_flops) / (peak * kModelFlopsUtilization);
+  // Every byte of weights, gradients and state is read once and the weights and state written
+  // back once: about twice the training state.
+  cost.optimizer_bytes = 2.0 * static_cast<double>(state_bytes);
+  cost.optimizer_seconds = cost.optimizer_bytes / (gpu.memory_tb_per_s * 1e12);
+  cost.overhead_seconds = micro_batches * passes * layers * kKernelsPerBlock * kLaunchSeconds;
+  return cost;
+}
+
+}  // namespace headroom

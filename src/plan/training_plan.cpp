@@ -1,0 +1,179 @@
+// One configuration's plan: target, dry run, overhead, fit, formula comparison.
+#include "plan/training_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "memory/alloc_config.h"
+
+namespace headroom {
+
+namespace {
+
+std::string bytes_text(int64_t bytes) {
+  return bytes < 0 ? str_cat("-", format_bytes(static_cast<size_t>(-bytes)))
+                   : format_bytes(static_cast<size_t>(bytes));
+}
+
+}  // namespace
+
+const GpuSpec& PlanTarget::rates() const { return gpu ? *gpu : find_gpu_spec("H100-80GB"); }
+
+std::string PlanTarget::description() const {
+  if (gpu) return str_cat(gpu->name, " (", device.str(), ")");
+  if (capacity_bytes > 0) return str_cat(bytes_text(capacity_bytes), " GPU (", device.str(), ")");
+  return device.str();
+}
+
+PlanTarget plan_target(const std::string& device, const std::string& gpu,
+                       const std::string& gpu_memory) {
+  PlanTarget target;
+  if (!gpu.empty() || !gpu_memory.empty()) {
+    target.device = Device{DeviceType::cuda, 0};
+    if (device != "auto") {
+      const Device named = Device::parse(device);
+      if (!named.is_cuda()) {
+        throw ValueError(str_cat("device: '", device, "' with --gpu / --gpu-memory, which plan "
+                                 "for a GPU (use cuda, cuda:N or leave device out)"));
+      }
+      target.device = named;
+    }
+    GpuFamily family = default_gpu_family();
+    if (!gpu.empty()) {
+      target.gpu = find_gpu_spec(gpu);
+      family = target.gpu->family;
+      target.capacity_bytes = target.gpu->memory_bytes;
+    }
+    if (!gpu_memory.empty()) {
+      target.capacity_bytes = static_cast<int64_t>(parse_byte_size(gpu_memory, "gpu_memory"));
+      if (target.capacity_bytes <= 0) {
+        throw ValueError(str_cat("gpu_memory: '", gpu_memory, "' is not a positive size"));
+      }
+    }
+    target.overhead_bytes = family.overhead_bytes();
+    target.overhead_source = str_cat(family.name, " family constant");
+    return target;
+  }
+  target.device = device == "auto"
+                      ? (cuda_is_available() ? Device{DeviceType::cuda, 0} : kCPU)
+                      : Device::parse(device);
+  if (target.device.is_meta()) {
+    throw ValueError("device: 'meta' cannot be planned for; name the device of the real run "
+                     "(cpu or cuda)");
+  }
+  if (target.device.is_cuda()) {
+    target.overhead_bytes = default_gpu_family().overhead_bytes();
+    target.overhead_source = str_cat(default_gpu_family().name, " family constant");
+  }
+  return target;
+}
+
+std::string describe_configuration(const TrainingArguments& a) {
+  const std::string precision =
+      !a.precision.empty() ? a.precision : a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32";
+  const std::string checkpointing =
+      a.gradient_checkpointing ? str_cat("checkpointing ", a.gradient_checkpointing_policy)
+                               : std::string("no checkpointing");
+  const std::string tokens =
+      a.max_seq_length ? str_cat(*a.max_seq_length, " tokens") : std::string("context tokens");
+  return str_cat(a.model, ", ", precision, ", ", a.optim, ", ", checkpointing, ", ",
+                 a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ",
+                 tokens);
+}
+
+TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& target,
+                           const DryRunOptions& options) {
+  TrainingPlan plan;
+  plan.args = args;
+  plan.args.device = target.device.str();
+  plan.target = target;
+  plan.dry = dry_run_training(plan.args, options);
+  plan.required_bytes = plan.dry.required_bytes() + target.overhead_bytes;
+  if (target.device.is_cuda()) {
+    const CategoryBytes& b = plan.dry.at_peak;
+    const int64_t state = b[static_cast<size_t>(MemoryCategory::parameters)] +
+                          b[static_cast<size_t>(MemoryCategory::gradients)] +
+                          b[static_cast<size_t>(MemoryCategory::optimizer_states)];
+    plan.cost = estimate_step_cost(plan.dry.config, plan.args, plan.dry.recipe != "fp32",
+                                   plan.dry.num_parameters, state, target.rates());
+  }
+  return plan;
+}
+
+nlohmann::ordered_json TrainingPlan::to_json() const {
+  nlohmann::ordered_json out = dry.to_json();
+  out["target"] = target.description();
+  out["configuration"] = describe_configuration(args);
+  out["cuda_overhead_bytes"] = target.overhead_bytes;
+  out["required_bytes"] = required_bytes;
+  out["capacity_bytes"] = target.capacity_bytes > 0 ? nlohmann::ordered_json(target.capacity_bytes)
+                                                    : nlohmann::ordered_json();
+  out["fits"] = target.capacity_bytes > 0 ? nlohmann::ordered_json(fits()) : nlohmann::ordered_json();
+  out["step_time_estimate"] = cost ? cost->to_json() : nlohmann::ordered_json();
+  return out;
+}
+
+std::string TrainingPlan::format() const {
+  std::string text;
+  auto line = [&](const char* format, auto... values) {
+    char buffer[256];
+    std::snprintf(buffer, sizeof buffer, format, values...);
+    text += buffer;
+  };
+  text += str_cat("plan: ", describe_configuration(args), " on ", target.description(), "\n");
+  line("  %.2fM parameters, %s of weights in the %s recipe; dry run of %d steps on the meta "
+       "device in %.2f s\n",
+       static_cast<double>(dry.num_parameters) / 1e6, bytes_text(dry.parameter_bytes).c_str(),
+       dry.recipe.c_str(), dry.steps, dry.seconds);
+  line("\n  %-26s %14s %14s %10s\n", "at the peak", "dry run", "formula", "formula/run");
+  const FormulaMemory& f = dry.formula;
+  auto row = [&](const char* name, int64_t run, std::optional<int64_t> guess) {
+    if (!guess) {
+      line("  %-26s %14s %14s\n", name, bytes_text(run).c_str(), "-");
+      return;
+    }
+    const std::string ratio =
+        run > 0 ? str_cat(std::lround(100.0 * static_cast<double>(*guess) / static_cast<double>(run)), "%")
+                : std::string("-");
+    line("  %-26s %14s %14s %10s\n", name, bytes_text(run).c_str(), bytes_text(*guess).c_str(),
+         ratio.c_str());
+  };
+  auto at = [&](MemoryCategory c) { return dry.at_peak[static_cast<size_t>(c)]; };
+  row("parameters", at(MemoryCategory::parameters), f.parameters);
+  row("gradients", at(MemoryCategory::gradients), f.gradients);
+  row("optimizer_states", at(MemoryCategory::optimizer_states), f.optimizer_states);
+  row("activations", at(MemoryCategory::activations), f.activations);
+  row("temporaries", at(MemoryCategory::temporaries), std::nullopt);
+  row("peak allocated", dry.peak_allocated_bytes, f.total());
+  row("allocator_slack", dry.allocator_slack, std::nullopt);
+  row("peak reserved", dry.peak_reserved_bytes, std::nullopt);
+  if (dry.load_peak_reserved_bytes > dry.peak_reserved_bytes) {
+    row("model load peak (reserved)", dry.load_peak_reserved_bytes, std::nullopt);
+  }
+  if (target.overhead_bytes > 0) {
+    line("  %-26s %14s   (%s, Note [CUDA overhead per GPU family])\n", "CUDA context+workspaces",
+         bytes_text(target.overhead_bytes).c_str(), target.overhead_source.c_str());
+  }
+  line("  %-26s %14s\n", "required", bytes_text(required_bytes).c_str());
+  line("  formula bytes per parameter: weights %.1f, gradients %.1f, optimizer %.2f "
+       "(Note [Formula memory])\n",
+       f.weight_bytes_per_parameter, f.gradient_bytes_per_parameter,
+       f.optimizer_bytes_per_parameter);
+  if (target.capacity_bytes > 0) {
+    const int64_t spare = target.capacity_bytes - required_bytes;
+    line("  %s in %s: %s %s\n", fits() ? "fits" : "does NOT fit",
+         bytes_text(target.capacity_bytes).c_str(), bytes_text(spare < 0 ? -spare : spare).c_str(),
+         spare < 0 ? "short" : "to spare");
+  }
+  if (cost) {
+    line("  step time estimate on %s: %.3f s (compute %.3f, optimizer %.4f, launches %.4f; "
+         "Note [Step time estimate])\n",
+         target.rates().name.c_str(), cost->seconds(), cost->compute_seconds,
+         cost->optimizer_seconds, cost->overhead_seconds);
+  }
+  return text;
+}
+
+}  // namespace headroom

@@ -1,0 +1,66 @@
+// What `headroom plan` says about one configuration: the dry run's figures, the CUDA overhead
+// that no allocator sees, whether it fits the memory named, and the guides' formula beside it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "plan/dry_run.h"
+#include "plan/gpu_specs.h"
+#include "plan/step_cost.h"
+#include "train/training_arguments.h"
+
+namespace headroom {
+
+// The device a plan is for and how much memory it has.
+struct PlanTarget {
+  Device device = kCPU;
+  std::optional<GpuSpec> gpu;   // --gpu: a known card (its memory, family and rates)
+  int64_t capacity_bytes = 0;   // the memory to fit in; 0: none given, nothing to check
+  int64_t overhead_bytes = 0;   // CUDA context + workspaces (Note [CUDA overhead per GPU family])
+  std::string overhead_source;  // e.g. "hopper family constant"; empty on the CPU
+
+  // The GPU whose rates estimate step times: --gpu's, else the H100 (the GPUs headroom targets).
+  const GpuSpec& rates() const;
+  // "H100-80GB (cuda:0)", "24.00 GiB GPU (cuda:0)", "cpu".
+  std::string description() const;
+};
+
+// --gpu NAME and --gpu-memory SIZE make a CUDA target (SIZE overrides the card's memory);
+// otherwise `device` ("auto": cuda when a GPU is present, else the CPU) with no capacity.
+// ValueError naming the option for an unknown GPU, a bad size or a device that cannot be
+// planned for (meta).
+PlanTarget plan_target(const std::string& device, const std::string& gpu,
+                       const std::string& gpu_memory);
+
+struct TrainingPlan {
+  TrainingArguments args;
+  DryRunResult dry;
+  PlanTarget target;
+  // What the device must hold: the larger of the training and load peaks (reserved) plus the
+  // CUDA overhead.
+  int64_t required_bytes = 0;
+  std::optional<StepCost> cost;  // for CUDA targets
+
+  bool fits() const { return target.capacity_bytes == 0 || required_bytes <= target.capacity_bytes; }
+  // DryRunResult::to_json() plus "target", "cuda_overhead_bytes", "required_bytes",
+  // "capacity_bytes", "fits" and "step_time_estimate".
+  nlohmann::ordered_json to_json() const;
+  // The report: the configuration, the dry run beside the formula per category, the overhead,
+  // what is required and whether it fits.
+  std::string format() const;
+};
+
+// Dry-runs `args` for `target` (DryRunOptions as given) and completes the plan.
+TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& target,
+                           const DryRunOptions& options = {});
+
+// "gpt2, bf16, adamw_torch, checkpointing selective, 8 x 2 x 1024 tokens": the options that make
+// a configuration, for reports and the search table.
+std::string describe_configuration(const TrainingArguments& args);
+
+}  // namespace headroom

@@ -1,0 +1,114 @@
+// `headroom plan` as a user meets it: the same options as train, its figures equal to what
+// `headroom train` then logs in metrics.jsonl, the search and inference reports, and errors.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_run.h"
+#include "io/io_test_helpers.h"
+#include "nn/tiny_text.h"
+
+namespace headroom {
+namespace {
+
+using io_test::read_bytes;
+using io_test::TempDir;
+using io_test::write_bytes;
+
+// The options of one run, as both commands take them.
+constexpr char kRunOptions[] =
+    " --model llama-tiny --max_seq_length 64 --per_device_train_batch_size 4"
+    " --gradient_accumulation_steps 2 --bf16 --optim adamw_8bit --gradient_checkpointing"
+    " --gradient_checkpointing_policy every_2 --device cpu";
+
+TEST(HeadroomPlanCli, PredictsWhatTrainLogs) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt"), out = dir.file("run");
+  std::string text;
+  for (int copy = 0; copy < 30; ++copy) text += std::string(test_data::kTinyText) + "\n";
+  write_bytes(data, text);
+  const CliRun train = run_cli(std::string("train") + kRunOptions + " --data " + data +
+                               " --output_dir " + out +
+                               " --max_steps 3 --logging_steps 1 --save_strategy no"
+                               " --sample_max_new_tokens 0 --disable_tqdm");
+  ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
+  std::istringstream lines(read_bytes(out + "/metrics.jsonl"));
+  nlohmann::json last;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json entry = nlohmann::json::parse(line);
+    if (entry.contains("peak_allocated_bytes")) last = entry;
+  }
+  ASSERT_FALSE(last.is_null());
+
+  // No --data: the plan's batches are synthetic.
+  const CliRun plan = run_cli(std::string("plan") + kRunOptions + " --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  const nlohmann::json predicted = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(predicted["peak_allocated_bytes"], last["peak_allocated_bytes"]);
+  EXPECT_EQ(predicted["peak_reserved_bytes"], last["peak_reserved_bytes"]);
+  int64_t sum = 0;
+  for (const auto& [name, bytes] : predicted["breakdown"].items()) sum += bytes.get<int64_t>();
+  EXPECT_EQ(sum, predicted["peak_reserved_bytes"].get<int64_t>());
+  EXPECT_EQ(predicted["device"], "cpu");
+  EXPECT_TRUE(predicted["fits"].is_null());  // no memory named
+
+  // memory.json of the run splits the same peak the same way.
+  const nlohmann::json memory = nlohmann::json::parse(read_bytes(out + "/memory.json"));
+  EXPECT_EQ(memory["breakdown"]["peak_allocated_bytes"], predicted["peak_allocated_bytes"]);
+}
+
+TEST(HeadroomPlanCli, SearchesAGpuAndPlansInference) {
+  const CliRun text = run_cli(
+      "plan --model gpt2-tiny --max_seq_length 256 --per_device_train_batch_size 8"
+      " --gradient_accumulation_steps 2 --gpu RTX4090 --search-optims adamw_torch,lion");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const char* piece : {"plan: gpt2-tiny", "RTX4090", "formula", "fits in",
+                            "CUDA context+workspaces", "configurations fit", "rank"}) {
+    EXPECT_NE(text.out.find(piece), std::string::npos) << piece << "\n" << text.out;
+  }
+
+  const CliRun json = run_cli(
+      "plan --model gpt2-tiny --max_seq_length 256 --per_device_train_batch_size 8"
+      " --gpu-memory 1GiB --search-precisions bf16 --search-policies none,full --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json plan = nlohmann::json::parse(json.out);
+  EXPECT_EQ(plan["capacity_bytes"], int64_t{1} << 30);
+  EXPECT_TRUE(plan["fits"].is_boolean());
+  const nlohmann::json& rows = plan["search"]["configurations"];
+  ASSERT_FALSE(rows.empty());
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["precision"], "bf16");
+    EXPECT_LE(row["required_bytes"].get<int64_t>(), int64_t{1} << 30);
+  }
+
+  const CliRun inference = run_cli(
+      "plan --inference --model llama-7b --per_device_eval_batch_size 2 --max_seq_length 4096"
+      " --bf16 --gpu H100 --json");
+  ASSERT_EQ(inference.exit_code, 0) << inference.err;
+  const nlohmann::json serving = nlohmann::json::parse(inference.out);
+  // Llama-2-7B: 32 layers x 32 heads x 128 dims, K and V, bf16.
+  EXPECT_EQ(serving["kv_cache_bytes"], int64_t{2} * 32 * 32 * 128 * 4096 * 2 * 2);
+  EXPECT_EQ(serving["fits"], true);
+}
+
+TEST(HeadroomPlanCli, UsageErrorsExitTwoOnOneLine) {
+  expect_usage_error("plan --gpu GTX480", "GTX480");
+  expect_usage_error("plan --gpu-memory lots", "gpu_memory");
+  expect_usage_error("plan --device meta", "meta");
+  expect_usage_error("plan --device cpu --gpu H100", "device");
+  expect_usage_error("plan --optim adamw_16bit", "optim");
+  expect_usage_error("plan --model no-such-model", "no-such-model");
+  expect_usage_error("plan --gpu H100 --search-optims adamw_16bit", "adamw_16bit");
+  const CliRun help = run_cli("plan --help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* piece : {"--gpu-memory", "--inference", "--per_device_train_batch_size",
+                            "--search-optims", "H100-80GB"}) {
+    EXPECT_NE(help.out.find(piece), std::string::npos) << piece;
+  }
+}
+
+}  // namespace
+}  // namespace headroom

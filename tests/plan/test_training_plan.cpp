@@ -1,0 +1,245 @@
+// The plan around the dry run: GPU table and targets, the guides' formulas term by term, the
+// step-time estimate against PaLM's FLOP count, the configuration search's promises, the
+// inference plan's KV cache, and a 70B plan without weights.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "memory/device_memory.h"
+#include "nn/model_presets.h"
+#include "plan/config_search.h"
+#include "plan/inference_plan.h"
+#include "plan/training_plan.h"
+
+namespace headroom {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+TrainingArguments preset_args(const std::string& model, int64_t batch, int64_t seq) {
+  TrainingArguments args;
+  args.model = model;
+  args.device = "cpu";
+  args.max_seq_length = seq;
+  args.per_device_train_batch_size = batch;
+  args.per_device_eval_batch_size = batch;
+  args.max_steps = 2;
+  return args;
+}
+
+TEST(GpuSpecs, NamesMatchLooselyAndUnknownOnesListTheKnown) {
+  EXPECT_EQ(find_gpu_spec("H100-80GB").name, "H100-80GB");
+  EXPECT_EQ(find_gpu_spec("h100").name, "H100-80GB");
+  EXPECT_EQ(find_gpu_spec("rtx_4090").name, "RTX4090");
+  EXPECT_EQ(find_gpu_spec("A100").name, "A100-80GB");
+  EXPECT_EQ(find_gpu_spec("a100-40gb").name, "A100-40GB");
+  EXPECT_FALSE(find_gpu_spec("T4").has_bf16);
+  EXPECT_EQ(find_gpu_spec("H200").family.overhead_bytes(), (512 + 32) * (int64_t{1} << 20));
+  try {
+    find_gpu_spec("GTX480");
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("GTX480"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("RTX4090"), std::string::npos);
+  }
+}
+
+TEST(PlanTarget, GpuOptionsMakeACudaTargetWithItsOverhead) {
+  const PlanTarget memory = plan_target("auto", "", "24GiB");
+  EXPECT_TRUE(memory.device.is_cuda());
+  EXPECT_EQ(memory.capacity_bytes, 24 * kGiB);
+  EXPECT_EQ(memory.overhead_bytes, default_gpu_family().overhead_bytes());
+
+  const PlanTarget card = plan_target("auto", "RTX4090", "");
+  EXPECT_EQ(card.capacity_bytes, find_gpu_spec("RTX4090").memory_bytes);
+  EXPECT_EQ(card.overhead_bytes, find_gpu_spec("RTX4090").family.overhead_bytes());
+  EXPECT_EQ(plan_target("cuda:1", "RTX4090", "20GiB").capacity_bytes, 20 * kGiB);
+  EXPECT_EQ(plan_target("cuda:1", "RTX4090", "20GiB").device.index, 1);
+
+  const PlanTarget cpu = plan_target("cpu", "", "");
+  EXPECT_TRUE(cpu.device.is_cpu());
+  EXPECT_EQ(cpu.overhead_bytes, 0);
+  EXPECT_EQ(cpu.capacity_bytes, 0);
+  EXPECT_THROW(plan_target("meta", "", ""), ValueError);
+  EXPECT_THROW(plan_target("cpu", "H100", ""), ValueError);
+  EXPECT_THROW(plan_target("auto", "", "lots"), ValueError);
+}
+
+// Note [Formula memory] by hand for a GPT-2 shaped config.
+TEST(FormulaMemory, FollowsTheGuidesTermByTerm) {
+  GPT2Config config;
+  config.vocab_size = 1000;
+  config.n_embd = 64;
+  config.n_layer = 3;
+  config.n_head = 4;
+  const std::vector<Shape> shapes = {{1000, 64}, {64, 192}, {192}, {64}};
+  const int64_t n = 1000 * 64 + 64 * 192 + 192 + 64;
+  TrainingArguments args = preset_args("gpt2", 2, 32);
+
+  FormulaMemory f = formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes);
+  EXPECT_EQ(f.parameters, 4 * n);
+  EXPECT_EQ(f.gradients, 4 * n);
+  EXPECT_EQ(f.optimizer_states, 8 * n);
+  const double s = 32, b = 2, h = 64, a = 4;
+  const double layer = s * b * h * (34 + 5 * a * s / h);
+  EXPECT_EQ(f.activations, static_cast<int64_t>(3 * layer * 2 + 4 * s * b * 1000));
+
+  f = formula_training_memory(config, args, precision_recipe(Precision::bf16), shapes);
+  EXPECT_EQ(f.parameters, 6 * n);
+  EXPECT_EQ(f.activations, static_cast<int64_t>(3 * layer + 4 * s * b * 1000));
+
+  args.gradient_checkpointing = true;
+  args.gradient_checkpointing_policy = "every_2";  // blocks 0 and 2 keep only their input
+  f = formula_training_memory(config, args, precision_recipe(Precision::bf16), shapes);
+  EXPECT_EQ(f.activations, static_cast<int64_t>(2 * (2 * s * b * h) + layer + 4 * s * b * 1000));
+  args.gradient_checkpointing_policy = "selective";
+  f = formula_training_memory(config, args, precision_recipe(Precision::bf16), shapes);
+  EXPECT_EQ(f.activations, static_cast<int64_t>(3 * 34 * s * b * h + 4 * s * b * 1000));
+
+  f = formula_training_memory(config, args, precision_recipe(Precision::pure_bf16), shapes);
+  EXPECT_EQ(f.parameters, 2 * n);
+  EXPECT_EQ(f.gradients, 2 * n);
+  EXPECT_EQ(f.optimizer_states, 4 * n);  // bf16 m and v
+
+  args.optim = "adamw_8bit";  // the [192] and [64] vectors keep fp32 states
+  f = formula_training_memory(config, args, precision_recipe(Precision::bf16), shapes);
+  const int64_t big = 1000 * 64 + 64 * 192;
+  EXPECT_EQ(f.optimizer_states, 2 * big + 8 * ((1000 * 64 / 256) + (64 * 192 / 256)) +
+                                    8 * (192 + 64));
+  args.optim = "adafactor";
+  f = formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes);
+  EXPECT_EQ(f.optimizer_states, 4 * (1000 + 64) + 4 * (64 + 192) + 4 * 192 + 4 * 64);
+  args.optim = "lomo";
+  f = formula_training_memory(config, args, precision_recipe(Precision::bf16), shapes);
+  EXPECT_EQ(f.gradients, 0);
+  EXPECT_EQ(f.optimizer_states, 0);
+  args.optim = "sgd";
+  EXPECT_EQ(formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes)
+                .optimizer_states,
+            0);
+  args.optim_args = "momentum=0.9";
+  EXPECT_EQ(formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes)
+                .optimizer_states,
+            4 * n);
+}
+
+// PaLM appendix B: 6N + 12 L d T FLOPs per token for forward and backward.
+TEST(StepCost, CountsPalmFlopsAndRecompute) {
+  const HfConfig config = model_preset("gpt2");
+  TrainingArguments args = preset_args("gpt2", 8, 1024);
+  args.gradient_accumulation_steps = 2;
+  const int64_t n = 124439808;
+  const GpuSpec& h100 = find_gpu_spec("H100");
+  const double tokens = 8.0 * 1024 * 2;
+  StepCost cost = estimate_step_cost(config, args, true, n, 16 * n, h100);
+  EXPECT_DOUBLE_EQ(cost.model_flops, (6.0 * n + 12.0 * 12 * 768 * 1024) * tokens);
+  EXPECT_EQ(cost.recompute_flops, 0.0);
+  EXPECT_DOUBLE_EQ(cost.compute_seconds, cost.model_flops / (989e12 * kModelFlopsUtilization));
+  EXPECT_DOUBLE_EQ(cost.optimizer_seconds, 2.0 * 16 * n / 3.35e12);
+
+  args.gradient_checkpointing = true;  // full: one more forward
+  cost = estimate_step_cost(config, args, true, n, 16 * n, h100);
+  EXPECT_DOUBLE_EQ(cost.recompute_flops, cost.model_flops / 3.0);
+  args.gradient_checkpointing_policy = "selective";  // the attention core only
+  cost = estimate_step_cost(config, args, true, n, 16 * n, h100);
+  EXPECT_DOUBLE_EQ(cost.recompute_flops, 4.0 * 12 * 768 * 1024 * tokens);
+  const double fp32 = estimate_step_cost(config, args, false, n, 16 * n, h100).compute_seconds;
+  EXPECT_NEAR(fp32 / cost.compute_seconds, 989.0 / 67.0, 1e-9);
+}
+
+// The largest preset: 69B parameters planned on the meta device without memory behind them.
+TEST(TrainingPlan, Llama70bPlansWithoutItsWeights) {
+  TrainingArguments args = preset_args("llama-70b", 1, 4096);
+  args.bf16 = true;
+  args.gradient_checkpointing = true;
+  const TrainingPlan plan = plan_training(args, plan_target("auto", "H100", ""));
+  EXPECT_EQ(plan.dry.num_parameters, 68976648192);
+  const int64_t n = plan.dry.num_parameters;
+  // fp32 master weights, fp32 gradients and AdamW's m and v, at least.
+  EXPECT_GE(plan.dry.peak_allocated_bytes, 16 * n - n);
+  EXPECT_EQ(plan.dry.formula.optimizer_states, 8 * n);
+  EXPECT_FALSE(plan.fits());
+  EXPECT_EQ(plan.required_bytes,
+            plan.dry.required_bytes() + find_gpu_spec("H100").family.overhead_bytes());
+  EXPECT_EQ(memory_allocated(kMeta), 0u);  // nothing left behind
+  const nlohmann::ordered_json json = plan.to_json();
+  for (const char* key : {"peak_allocated_bytes", "peak_reserved_bytes", "breakdown",
+                          "required_bytes", "fits", "formula", "step_time_estimate"}) {
+    EXPECT_TRUE(json.contains(key)) << key;
+  }
+  EXPECT_FALSE(plan.format().empty());
+}
+
+// Every row fits, each row's next micro-batch did not (or is the whole batch), and the rows
+// come best first.
+TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
+  TrainingArguments base = preset_args("gpt2-tiny", 4, 128);
+  base.gradient_accumulation_steps = 2;
+  PlanTarget target = plan_target("auto", "RTX4090", "");
+  // Room for some configurations only: between the smallest and largest needs.
+  const SearchSpace space{{"bf16", "fp32"}, {"adamw_torch", "lomo"}, {"none", "full"}};
+  target.capacity_bytes = int64_t{1} << 40;
+  const SearchResult everything = search_configurations(base, target, space);
+  ASSERT_EQ(everything.fitting.size(), 8u);  // 2 x 2 x 2, all fit in a TiB
+  int64_t least = INT64_MAX, most = 0;
+  for (const TrainingPlan& p : everything.fitting) {
+    least = std::min(least, p.required_bytes);
+    most = std::max(most, p.required_bytes);
+    // With room for all, each row's fastest split is the whole batch at once.
+    EXPECT_EQ(p.args.per_device_train_batch_size, 8);
+  }
+  target.capacity_bytes = (least + most) / 2;
+  const SearchResult some = search_configurations(base, target, space);
+  ASSERT_FALSE(some.fitting.empty());
+  EXPECT_GT(some.rejected, 0);
+  for (size_t i = 0; i < some.fitting.size(); ++i) {
+    const TrainingPlan& p = some.fitting[i];
+    EXPECT_LE(p.required_bytes, target.capacity_bytes);
+    EXPECT_EQ(p.args.per_device_train_batch_size * p.args.gradient_accumulation_steps, 8);
+    if (p.args.optim == "lomo") {
+      EXPECT_EQ(p.args.gradient_accumulation_steps, 1);
+    }
+    if (i > 0) {
+      EXPECT_GE(p.cost->seconds(), some.fitting[i - 1].cost->seconds());
+    }
+    // The next split up does not fit (rows stop at the first miss).
+    if (p.args.per_device_train_batch_size < 8 && p.args.optim != "lomo") {
+      TrainingArguments larger = p.args;
+      larger.per_device_train_batch_size *= 2;
+      larger.gradient_accumulation_steps /= 2;
+      EXPECT_FALSE(plan_training(larger, target, {.include_eval = false, .max_micro_batches = 2})
+                       .fits());
+    }
+  }
+  EXPECT_FALSE(some.format(5).empty());
+  EXPECT_EQ(some.to_json(100)["configurations"].size(), some.fitting.size());
+  target.capacity_bytes = 0;
+  EXPECT_THROW(search_configurations(base, target, space), ValueError);
+}
+
+// Note [Inference memory]: weights in the recipe's dtype and HF's KV cache layout.
+TEST(InferencePlan, WeightsKvCacheAndPrefill) {
+  TrainingArguments args = preset_args("llama-tiny", 3, 200);
+  args.bf16 = true;
+  const InferencePlan plan = plan_inference(args, plan_target("auto", "", "1GiB"));
+  const auto config = std::get<LlamaConfig>(model_preset("llama-tiny"));
+  EXPECT_EQ(plan.dtype, "bf16");
+  EXPECT_EQ(plan.batch, 3);
+  EXPECT_EQ(plan.context, 200);
+  EXPECT_EQ(plan.weight_bytes, 2 * plan.num_parameters);
+  EXPECT_EQ(plan.kv_cache_bytes, 2 * config.num_hidden_layers *
+                                     config.effective_num_key_value_heads() *
+                                     config.effective_head_dim() * 200 * 3 * 2);
+  EXPECT_GT(plan.prefill_bytes, 3 * 200 * config.vocab_size * 2);  // the bf16 logits at least
+  EXPECT_EQ(plan.required_bytes,
+            plan.prefill_peak_reserved_bytes + plan.kv_cache_bytes + plan.target.overhead_bytes);
+  EXPECT_TRUE(plan.fits());
+  EXPECT_EQ(plan.to_json()["kv_cache_bytes"].get<int64_t>(), plan.kv_cache_bytes);
+  args.max_seq_length = 100000;
+  EXPECT_THROW(plan_inference(args, plan_target("cpu", "", "")), ValueError);
+}
+
+}  // namespace
+}  // namespace headroom
