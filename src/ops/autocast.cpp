@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "core/autograd_meta.h"
 #include "core/autocast_mode.h"
@@ -49,10 +50,21 @@ struct CacheEntry {
   Tensor cast;
 };
 
+// Entries are kept, and freed by clear(), in the order the casts were made: a cast that no
+// saved tensor holds (a bias) is freed when the region exits, and an order that followed the
+// keys' heap addresses would differ from run to run and between the CPU and a dry run on the
+// meta device, and with it the allocator's cache (plan/: the reserved bytes).
 struct CastCache {
-  std::map<CacheKey, CacheEntry> entries;
+  std::map<CacheKey, size_t> index;  // into entries
+  std::vector<CacheEntry> entries;
   int64_t hits = 0;
   int64_t misses = 0;
+
+  void clear() {
+    for (CacheEntry& entry : entries) entry = CacheEntry{};
+    entries.clear();
+    index.clear();
+  }
 };
 
 CastCache& cast_cache() {
@@ -69,13 +81,14 @@ Tensor cached_cast(const Tensor& t, DType target, const AutocastDeviceState& sta
   if (!cacheable(t, target, state)) return cast(t, target);
   CastCache& cache = cast_cache();
   const CacheKey key{t.autograd_meta(), target, GradMode::is_enabled()};
-  if (auto it = cache.entries.find(key); it != cache.entries.end()) {
+  if (auto it = cache.index.find(key); it != cache.index.end()) {
     ++cache.hits;
-    return it->second.cast;
+    return cache.entries[it->second].cast;
   }
   ++cache.misses;
   Tensor out = cast(t, target);
-  cache.entries.emplace(key, CacheEntry{t, out});
+  cache.index.emplace(key, cache.entries.size());
+  cache.entries.push_back(CacheEntry{t, out});
   return out;
 }
 
@@ -121,13 +134,13 @@ std::optional<std::vector<Tensor>> autocast_inputs(std::string_view op,
 AutocastCacheStats autocast_cache_stats() {
   const CastCache& cache = cast_cache();
   AutocastCacheStats stats{.hits = cache.hits, .misses = cache.misses};
-  for (const auto& [key, entry] : cache.entries) {
+  for (const CacheEntry& entry : cache.entries) {
     ++stats.entries;
     stats.bytes += entry.cast.nbytes();
   }
   return stats;
 }
 
-void clear_autocast_cache() { cast_cache().entries.clear(); }
+void clear_autocast_cache() { cast_cache().clear(); }
 
 }  // namespace headroom

@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
+#include "memory/memory_history.h"
 #include "ops/autocast.h"
 #include "ops/cast.h"
 #include "ops/ops.h"
@@ -142,6 +143,33 @@ TEST(Autocast, CacheLivesUntilTheOutermostRegionExits) {
   }
   EXPECT_EQ(autocast_cache_stats().entries, 0);
   EXPECT_EQ(memory_allocated(kCPU), base);
+}
+
+// The casts the cache alone holds (here all of them: no_grad saves nothing) are freed when the
+// region exits, in the order they were made, not in the order of the parameters' heap
+// addresses: the same on every run, and on the meta device as on the CPU (plan/).
+TEST(Autocast, ExitFreesTheCachedCastsInTheOrderTheyWereMade) {
+  const Tensor x = Tensor::randn({2, 64});
+  std::vector<Tensor> weights;
+  for (int64_t i = 0; i < 6; ++i) weights.push_back(parameter({64 * (i + 1), 64}));
+  const std::vector<int> order = {3, 0, 5, 1, 4, 2};  // unlike the parameters' creation order
+  record_memory_history(1000);
+  const size_t from = caching_allocator(kCPU).trace().size();
+  {
+    NoGradGuard no_grad;
+    Autocast region(DeviceType::cpu);
+    for (int i : order) (void)linear(x, weights[static_cast<size_t>(i)]);
+  }
+  const std::vector<TraceEntry> trace = caching_allocator(kCPU).trace();
+  record_memory_history(0);
+  std::vector<size_t> freed_casts;  // bf16 weights: 64 (i + 1) x 64 x 2 bytes
+  for (size_t i = from; i < trace.size(); ++i) {
+    const TraceEntry& e = trace[i];
+    if (e.action == TraceEntry::Action::free_requested && e.size % 8192 == 0) {
+      freed_casts.push_back(e.size / 8192 - 1);
+    }
+  }
+  EXPECT_EQ(freed_casts, (std::vector<size_t>{3, 0, 5, 1, 4, 2}));
 }
 
 TEST(Autocast, OnlyFp32LeavesThatRequireGradAreCached) {
