@@ -16,6 +16,7 @@ namespace headroom {
 struct CachingAllocator::Block {
   uintptr_t ptr = 0;
   size_t size = 0;
+  uint64_t segment_id = 0;  // the segment's creation number (Note [Ties between free blocks])
   size_t requested_size = 0;
   StreamId stream = 0;
   BlockPool* pool = nullptr;
@@ -30,9 +31,17 @@ struct CachingAllocator::Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
+// Note [Ties between free blocks]
+// Best fit takes the smallest free block that is large enough; among blocks of that size
+// PyTorch takes the lowest device address. We take the oldest segment, then the lowest address
+// within it, so that no choice depends on where the device put a segment: the CPU's
+// aligned_alloc, cudaMalloc and the meta device's counter hand out addresses in different
+// orders, and a dry run on meta must make the CPU's or the GPU's choices to predict their cache
+// (plan/). Where cudaMalloc returns rising addresses the two rules agree.
 bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
   if (a->stream != b->stream) return a->stream < b->stream;
   if (a->size != b->size) return a->size < b->size;
+  if (a->segment_id != b->segment_id) return a->segment_id < b->segment_id;
   return a->ptr < b->ptr;
 }
 
@@ -198,6 +207,7 @@ CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t s
   auto* block = new Block;
   block->ptr = reinterpret_cast<uintptr_t>(ptr);
   block->size = segment;
+  block->segment_id = next_segment_id_++;
   block->stream = stream;
   block->pool = &pool;
   if (memory_history_max_entries() > 0) block->segment_context = current_memory_context();
@@ -224,6 +234,7 @@ void* CachingAllocator::alloc_found_block(Block* block, size_t size, size_t requ
     block = new Block;
     block->ptr = remaining->ptr;
     block->size = size;
+    block->segment_id = remaining->segment_id;
     block->stream = stream;
     block->pool = &pool;
     block->segment_context = remaining->segment_context;

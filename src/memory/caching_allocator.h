@@ -123,6 +123,7 @@ class CachingAllocator final : public Allocator {
   AllocatorConfig config_;
   size_t memory_limit_ = 0;
   size_t reserved_ = 0;  // bytes held from the device (PyTorch's total_allocated_memory)
+  uint64_t next_segment_id_ = 0;
   DeviceStats stats_;
   std::unique_ptr<BlockPool> large_blocks_;
   std::unique_ptr<BlockPool> small_blocks_;

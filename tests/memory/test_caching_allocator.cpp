@@ -126,6 +126,39 @@ TEST(CachingAllocator, BestFitPrefersTheSmallestCachedBlock) {
   a->free(q);
 }
 
+// Raw memory at falling addresses, as Linux's mmap hands them out top-down: each segment lies
+// below the one before.
+class FallingAddresses final : public DeviceAllocator {
+ public:
+  Device device() const override { return kMeta; }
+  void* raw_alloc(size_t size) override {
+    next_ -= (size + (2 * MiB - 1)) / (2 * MiB) * (2 * MiB);
+    return reinterpret_cast<void*>(next_);
+  }
+  void raw_free(void*, size_t) noexcept override {}
+  DeviceMemoryInfo memory_info() const override { return {}; }
+
+ private:
+  uintptr_t next_ = uintptr_t{1} << 44;
+};
+
+// Note [Ties between free blocks]: among equal free blocks the oldest segment wins, wherever
+// the device put it, so rising (meta) and falling addresses make the same choices.
+TEST(CachingAllocator, TiesGoToTheOldestSegmentWhateverItsAddress) {
+  for (bool falling : {false, true}) {
+    CachingAllocator a(falling ? std::unique_ptr<DeviceAllocator>(new FallingAddresses)
+                               : make_meta_device_allocator(),
+                       AllocatorConfig{}, 0);
+    void* first = a.malloc(12 * MiB, 0);   // segment 0
+    void* second = a.malloc(12 * MiB, 0);  // segment 1
+    EXPECT_EQ(first < second, !falling);
+    a.free(second);
+    a.free(first);
+    EXPECT_EQ(a.malloc(10 * MiB, 0), first) << (falling ? "falling" : "rising");
+    EXPECT_EQ(a.malloc(10 * MiB, 0), second);
+  }
+}
+
 TEST(CachingAllocator, CoalescingTracksInactiveSplitBlocks) {
   auto a = make();
   void* x = a->malloc(1000, 0);
