@@ -153,6 +153,15 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   state.stage = Stage::unscaled;
 }
 
+void GradScaler::record_overflow(const Optimizer& optimizer) {
+  if (!options_.enabled) return;
+  auto it = optimizer_states_.find(&optimizer);
+  if (it == optimizer_states_.end() || it->second.stage != Stage::unscaled) {
+    throw Error("record_overflow() needs unscale_() of this optimizer since the last update().");
+  }
+  it->second.found_inf = true;
+}
+
 bool GradScaler::step(Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();

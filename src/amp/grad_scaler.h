@@ -112,6 +112,11 @@ class GradScaler {
   int64_t hysteresis_tracker() const { return hysteresis_tracker_; }
   // Whether this iteration's unscale_ of `optimizer` found inf or NaN (false before it ran).
   bool found_inf(const Optimizer& optimizer) const;
+  // Counts this iteration's unscale_ of `optimizer` as having found inf / NaN: step() skips it
+  // and update() backs off. For dry runs on the meta device, which has no values to find one in
+  // (plan/: the first steps of fp16 training often overflow). Error unless unscale_ ran since
+  // the last update(); does nothing when disabled.
+  void record_overflow(const Optimizer& optimizer);
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 

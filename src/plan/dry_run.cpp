@@ -29,6 +29,10 @@ Device planned_device(const std::string& device) {
 
 }  // namespace
 
+nlohmann::ordered_json DryRunResult::Peaks::to_json() const {
+  return {{"peak_allocated_bytes", allocated}, {"peak_reserved_bytes", reserved}};
+}
+
 int64_t DryRunResult::required_bytes() const {
   return std::max(peak_reserved_bytes, load_peak_reserved_bytes);
 }
@@ -47,6 +51,11 @@ nlohmann::ordered_json DryRunResult::to_json() const {
           {"parameter_bytes", parameter_bytes},
           {"tokens_per_step", tokens_per_step},
           {"precision", recipe},
+          {"loss_scaling_variants",
+           loss_scaling && first_step_skipped_peaks.reserved > 0
+               ? nlohmann::ordered_json{{"no_overflow", no_overflow_peaks.to_json()},
+                                        {"first_step_skipped", first_step_skipped_peaks.to_json()}}
+               : nlohmann::ordered_json()},
           {"dry_run_seconds", seconds},
           {"formula", formula.to_json()}};
 }
@@ -81,40 +90,59 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
         .eval_batches = eval ? 1 : 0});
   };
 
+  // One dry run of the steps, the first `skipped` of them overflowing (loss scaling only).
   // A fresh meta allocator as a fresh process has: nothing cached, no cap (the plan must see
   // the whole peak, whatever the device holds).
   CachingAllocator& meta = caching_allocator(kMeta);
-  meta.empty_cache();
-  meta.set_memory_limit(0);
-  meta.reset_peak_stats();
-  {
+  auto run = [&](int skipped) {
+    meta.empty_cache();
+    meta.set_memory_limit(0);
+    meta.reset_peak_stats();
     Trainer trainer(dry, batches);
     result.load_peak_allocated_bytes = static_cast<int64_t>(max_memory_allocated(kMeta));
     result.load_peak_reserved_bytes = static_cast<int64_t>(max_memory_reserved(kMeta));
     // From here on as Trainer::train(): its peaks (metrics.jsonl) count from this reset.
     meta.reset_peak_stats();
-    for (int i = 0; i < options.steps; ++i) trainer.step();
+    for (int i = 0; i < skipped + options.steps; ++i) trainer.step(/*assume_overflow=*/i < skipped);
     if (eval) trainer.evaluate();
     const MemoryBreakdown b = MemoryBreakdown::of_device(kMeta);
-    result.peak_allocated_bytes = b.peak_allocated;
-    result.peak_reserved_bytes = b.peak_reserved;
-    result.at_peak = b.at_peak;
-    result.allocator_slack = b.allocator_slack;
-    result.num_parameters = trainer.model().num_parameters();
-    std::vector<Shape> shapes;
-    for (const Tensor& p : trainer.model().parameters()) {
-      result.parameter_bytes += static_cast<int64_t>(p.nbytes());
-      shapes.push_back(p.shape());
+    if (skipped == 0) {
+      result.num_parameters = trainer.model().num_parameters();
+      std::vector<Shape> shapes;
+      for (const Tensor& p : trainer.model().parameters()) {
+        result.parameter_bytes += static_cast<int64_t>(p.nbytes());
+        shapes.push_back(p.shape());
+      }
+      result.recipe = trainer.recipe().name();
+      result.config = trainer.model().config();
+      result.loss_scaling = trainer.recipe().loss_scaling;
+      result.formula =
+          formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes);
     }
-    result.recipe = trainer.recipe().name();
-    result.config = trainer.model().config();
-    result.steps = options.steps;
-    result.formula =
-        formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes);
-    result.tokens_per_step =
-        args.per_device_train_batch_size * args.gradient_accumulation_steps * seq_length;
+    return b;
+  };
+  const MemoryBreakdown clean = run(0);
+  MemoryBreakdown b = clean;
+  result.no_overflow_peaks = {clean.peak_allocated, clean.peak_reserved};
+  if (result.loss_scaling && options.cover_first_step_overflow) {
+    // Note [Planning loss-scaled runs]
+    const MemoryBreakdown skipped = run(1);
+    result.first_step_skipped_peaks = {skipped.peak_allocated, skipped.peak_reserved};
+    if (std::pair(skipped.peak_allocated, skipped.peak_reserved) >
+        std::pair(clean.peak_allocated, clean.peak_reserved)) {
+      b = skipped;
+    }
+    b.peak_reserved = std::max(clean.peak_reserved, skipped.peak_reserved);
+    b.allocator_slack = b.peak_reserved - b.peak_allocated;
   }
   meta.empty_cache();
+  result.peak_allocated_bytes = b.peak_allocated;
+  result.peak_reserved_bytes = b.peak_reserved;
+  result.at_peak = b.at_peak;
+  result.allocator_slack = b.allocator_slack;
+  result.steps = options.steps;
+  result.tokens_per_step =
+      args.per_device_train_batch_size * args.gradient_accumulation_steps * seq_length;
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

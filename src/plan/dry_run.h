@@ -25,7 +25,19 @@ struct DryRunOptions {
   // micro-batch on, each repeats the allocations of the one before (the gradients exist), so
   // two give the peak of any accumulation; the grid test checks that against real runs.
   int64_t max_micro_batches = 0;
+  // With loss scaling, also dry-run a first step that overflows and report the larger peaks
+  // (Note [Planning loss-scaled runs]).
+  bool cover_first_step_overflow = true;
 };
+
+// Note [Planning loss-scaled runs]
+// With dynamic loss scaling (fp16), whether a step overflows depends on the values, which the
+// meta device does not have; an overflowing step skips the optimizer, so the lazily created
+// optimizer states then appear a step later, and the allocator's cache (reserved bytes) evolves
+// differently. The first steps are the ones that overflow in practice (the scale starts at
+// 2^16 and backs off), so the dry run is done twice: no step skipped, and the first step skipped
+// (then the usual steps). The plan reports the larger peaks; a real run gives one of the two
+// (later overflows only leave out an optimizer step's temporaries).
 
 struct DryRunResult {
   Device target;                     // the device the plan is for (args.device resolved)
@@ -39,6 +51,13 @@ struct DryRunResult {
   // hold it too.
   int64_t load_peak_allocated_bytes = 0;
   int64_t load_peak_reserved_bytes = 0;
+  struct Peaks {
+    int64_t allocated = 0, reserved = 0;
+    nlohmann::ordered_json to_json() const;
+  };
+  bool loss_scaling = false;
+  Peaks no_overflow_peaks;         // the dry run without skipped steps
+  Peaks first_step_skipped_peaks;  // with loss scaling: the run whose first step overflowed
   int64_t num_parameters = 0;
   int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype
   int64_t tokens_per_step = 0;       // batch x accumulation x max_seq_length

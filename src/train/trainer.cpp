@@ -370,12 +370,15 @@ double Trainer::train_step(int64_t& tokens) {
   return step_loss;
 }
 
-Trainer::StepResult Trainer::step() {
+Trainer::StepResult Trainer::step(bool assume_overflow) {
   StepResult result;
   result.loss = train_step(result.tokens);
   if (!optimizer_->updates_in_backward()) {
+    const bool overflow = assume_overflow && scaler_->is_enabled();
+    if (args_.max_grad_norm > 0.0 || overflow) scaler_->unscale_(*optimizer_);
+    if (overflow) scaler_->record_overflow(*optimizer_);
     if (args_.max_grad_norm > 0.0) {
-      scaler_->unscale_(*optimizer_);  // clip the true gradients
+      // The true gradients are clipped: unscaled above.
       result.grad_norm = clip_grad_norm_(*optimizer_, args_.max_grad_norm);
       if (device_.is_meta()) result.grad_norm = NAN;
     }

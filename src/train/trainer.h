@@ -92,7 +92,9 @@ class Trainer {
   // One optimizer step of train(): gradient_accumulation_steps micro-batches forward and
   // backward, unscale, clip, the optimizer through the scaler, the scheduler, zero_grad. On the
   // meta device (a dry run, plan/) it allocates as a real step does and loss is NaN.
-  StepResult step();
+  // assume_overflow (dry runs): with loss scaling, the gradients count as holding inf, so the
+  // optimizer step is skipped as after an overflow (GradScaler::record_overflow).
+  StepResult step(bool assume_overflow = false);
 
   int64_t global_step() const { return global_step_; }
   int64_t max_steps() const { return max_steps_; }

@@ -510,6 +510,26 @@ TEST(GradScaler, ASkippedStepLeavesAdamWUntouched) {
   EXPECT_NEAR(p.to_float_vector()[0], 1.0f * (1 - 1e-5f) - 1e-3f, 1e-6);
 }
 
+// What a dry run on the meta device uses to plan a step that overflows (plan/).
+TEST(GradScaler, RecordedOverflowSkipsTheStepAndBacksOff) {
+  Tensor p = leaf({1.0f, -1.0f}, {2});
+  AdamW optimizer({p});
+  GradScaler scaler({.init_scale = 1024.0});
+  backward(scaler.scale(sum(p)));
+  EXPECT_THROW(scaler.record_overflow(optimizer), Error);  // nothing unscaled yet
+  scaler.unscale_(optimizer);
+  EXPECT_FALSE(scaler.found_inf(optimizer));
+  scaler.record_overflow(optimizer);
+  EXPECT_TRUE(scaler.found_inf(optimizer));
+  EXPECT_FALSE(scaler.step(optimizer));
+  scaler.update();
+  EXPECT_EQ(optimizer.state(0, 0).step, 0);
+  EXPECT_EQ(p.to_float_vector(), (std::vector<float>{1.0f, -1.0f}));
+  EXPECT_EQ(scaler.get_scale(), 512.0f);
+  GradScaler disabled({.enabled = false});
+  disabled.record_overflow(optimizer);  // does nothing
+}
+
 TEST(GradScaler, DisabledPassesEverythingThrough) {
   GradScaler scaler({.enabled = false});
   EXPECT_FALSE(scaler.is_enabled());

@@ -2,6 +2,7 @@
 // `headroom train` then logs in metrics.jsonl, the search and inference reports, and errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -18,20 +19,15 @@ using io_test::read_bytes;
 using io_test::TempDir;
 using io_test::write_bytes;
 
-// The options of one run, as both commands take them.
-constexpr char kRunOptions[] =
-    " --model llama-tiny --max_seq_length 64 --per_device_train_batch_size 4"
-    " --gradient_accumulation_steps 2 --bf16 --optim adamw_8bit --gradient_checkpointing"
-    " --gradient_checkpointing_policy every_2 --device cpu";
-
-TEST(HeadroomPlanCli, PredictsWhatTrainLogs) {
+// Trains with `options` for 3 steps and plans them; the plan's peaks must be the logged ones.
+void expect_plan_equals_train(const std::string& options) {
+  SCOPED_TRACE(options);
   TempDir dir;
   const std::string data = dir.file("data.txt"), out = dir.file("run");
   std::string text;
-  for (int copy = 0; copy < 30; ++copy) text += std::string(test_data::kTinyText) + "\n";
+  for (int copy = 0; copy < 40; ++copy) text += std::string(test_data::kTinyText) + "\n";
   write_bytes(data, text);
-  const CliRun train = run_cli(std::string("train") + kRunOptions + " --data " + data +
-                               " --output_dir " + out +
+  const CliRun train = run_cli("train" + options + " --data " + data + " --output_dir " + out +
                                " --max_steps 3 --logging_steps 1 --save_strategy no"
                                " --sample_max_new_tokens 0 --disable_tqdm");
   ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
@@ -44,7 +40,7 @@ TEST(HeadroomPlanCli, PredictsWhatTrainLogs) {
   ASSERT_FALSE(last.is_null());
 
   // No --data: the plan's batches are synthetic.
-  const CliRun plan = run_cli(std::string("plan") + kRunOptions + " --json");
+  const CliRun plan = run_cli("plan" + options + " --json");
   ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
   const nlohmann::json predicted = nlohmann::json::parse(plan.out);
   EXPECT_EQ(predicted["peak_allocated_bytes"], last["peak_allocated_bytes"]);
@@ -58,6 +54,30 @@ TEST(HeadroomPlanCli, PredictsWhatTrainLogs) {
   // memory.json of the run splits the same peak the same way.
   const nlohmann::json memory = nlohmann::json::parse(read_bytes(out + "/memory.json"));
   EXPECT_EQ(memory["breakdown"]["peak_allocated_bytes"], predicted["peak_allocated_bytes"]);
+}
+
+TEST(HeadroomPlanCli, PredictsWhatTrainLogs) {
+  expect_plan_equals_train(
+      " --model llama-tiny --max_seq_length 64 --per_device_train_batch_size 4"
+      " --gradient_accumulation_steps 2 --bf16 --optim adamw_8bit --gradient_checkpointing"
+      " --gradient_checkpointing_policy every_2 --device cpu");
+}
+
+// The allocator settings of the environment hold for the dry run as for the run: both
+// processes read HEADROOM_ALLOC_CONF.
+TEST(HeadroomPlanCli, PredictsWhatTrainLogsUnderAllocatorSettings) {
+  const std::string options =
+      " --model gpt2-tiny --max_seq_length 200 --per_device_train_batch_size 6 --fp16"
+      " --eval_strategy steps --eval_steps 1 --max_eval_samples 6 --device cpu";
+  const CliRun defaults = run_cli("plan" + options + " --json");
+  ASSERT_EQ(defaults.exit_code, 0) << defaults.err;
+  ::setenv("HEADROOM_ALLOC_CONF", "max_split_size_mb:21,roundup_power2_divisions:2", 1);
+  expect_plan_equals_train(options);
+  const CliRun rounded = run_cli("plan" + options + " --json");
+  ::unsetenv("HEADROOM_ALLOC_CONF");
+  // The settings change the figures, so the test above is not the default case again.
+  EXPECT_NE(nlohmann::json::parse(rounded.out)["peak_allocated_bytes"],
+            nlohmann::json::parse(defaults.out)["peak_allocated_bytes"]);
 }
 
 TEST(HeadroomPlanCli, SearchesAGpuAndPlansInference) {
