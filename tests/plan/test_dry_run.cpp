@@ -267,6 +267,20 @@ TEST_P(DryRunGrid, PredictsTheRealRunsPeaks) {
     EXPECT_GE(plan.peak_reserved_bytes, measured_reserved);
     EXPECT_LE(plan.peak_reserved_bytes, measured_reserved * 102 / 100);
   } else if (plan.loss_scaling) {
+    // The other order on the CPU: a first step that overflows (forced, as the dry run forces
+    // it; a real inf takes the same path from unscale_ on), then the usual steps.
+    empty_cache(kCPU);
+    {
+      Trainer trainer(args);
+      reset_peak_memory_stats(kCPU);
+      trainer.step(/*assume_overflow=*/true);
+      for (int i = 0; i < 2; ++i) trainer.step();
+      trainer.evaluate();
+      EXPECT_EQ(static_cast<int64_t>(max_memory_allocated(kCPU)),
+                plan.first_step_skipped_peaks.allocated);
+      EXPECT_EQ(static_cast<int64_t>(max_memory_reserved(kCPU)),
+                plan.first_step_skipped_peaks.reserved);
+    }
     // Note [Planning loss-scaled runs]: the run is one of the two dry runs, the plan the larger.
     const DryRunResult::Peaks run{measured_allocated, measured_reserved};
     auto same = [&](const DryRunResult::Peaks& p) {
