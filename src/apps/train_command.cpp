@@ -8,6 +8,7 @@
 
 #include "apps/train_options.h"
 #include "core/error.h"
+#include "profile/profiler_callback.h"
 #include "train/trainer.h"
 
 namespace headroom {
@@ -79,7 +80,9 @@ int run_train_command(const CLI::App& train) {
   if (args.eval_steps && args.eval_strategy == "no") {
     std::fprintf(stderr, "headroom: warning: eval_steps is ignored with eval_strategy no\n");
   }
-  return run_training(args);
+  std::vector<std::shared_ptr<TrainerCallback>> callbacks;
+  if (args.profile) callbacks.push_back(std::make_shared<ProfilerCallback>(args));
+  return run_training(args, std::move(callbacks));
 }
 
 TrainingArguments parse_train_arguments(const std::vector<std::string>& args) {

@@ -32,6 +32,7 @@ std::vector<TrainOption> make_train_options() {
   const char* logging = "Logging, evaluation, checkpoints";
   const char* loading = "Data loading";
   const char* other = "Seeds and the sample";
+  const char* profiling = "Profiling";
   return {
       {"model", data, "a preset (gpt2-tiny, gpt2, llama-tiny, ...) or a directory with config.json",
        &A::model},
@@ -110,6 +111,21 @@ std::vector<TrainOption> make_train_options() {
       {"sample_prompt", other, "prompt of the sample printed after training", &A::sample_prompt},
       {"sample_max_new_tokens", other, "tokens generated for the sample; 0: no sample",
        &A::sample_max_new_tokens},
+      {"profile", profiling,
+       "profile the ops of a few steps: output_dir/trace.json (Chrome trace) and a summary table",
+       &A::profile},
+      {"profile_skip_first", profiling, "steps before the profiler's schedule starts",
+       &A::profile_skip_first},
+      {"profile_wait", profiling, "idle steps at the start of each profiling cycle",
+       &A::profile_wait},
+      {"profile_warmup", profiling, "warm-up steps (not recorded) after the idle ones",
+       &A::profile_warmup},
+      {"profile_active", profiling, "recorded steps at the end of each cycle", &A::profile_active},
+      {"profile_repeat", profiling, "profiling cycles; 0: until the run ends", &A::profile_repeat},
+      {"memory_snapshot", profiling,
+       "record the allocator's history and write PyTorch's memory snapshot (a pickle for "
+       "pytorch.org/memory_viz) here at the end of the run or at out-of-memory",
+       &A::memory_snapshot},
   };
 }
 
@@ -355,6 +371,14 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   check(!a.data_seed || *a.data_seed >= 0, "data_seed", a.data_seed.value_or(0), " is negative");
   check(a.sample_max_new_tokens >= 0, "sample_max_new_tokens", a.sample_max_new_tokens,
         " is negative");
+
+  // Profiling: torch.profiler.schedule's assertions.
+  check(a.profile_skip_first >= 0, "profile_skip_first", a.profile_skip_first, " is negative");
+  check(a.profile_wait >= 0, "profile_wait", a.profile_wait, " is negative");
+  check(a.profile_warmup >= 0, "profile_warmup", a.profile_warmup, " is negative");
+  check(a.profile_active > 0, "profile_active", a.profile_active, " is not positive");
+  check(a.profile_repeat >= 0, "profile_repeat", a.profile_repeat,
+        " is negative (0 repeats until the run ends)");
 }
 
 }  // namespace headroom

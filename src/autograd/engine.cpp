@@ -10,6 +10,7 @@
 #include "core/autograd_meta.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/record_function.h"
 
 namespace headroom {
 
@@ -132,6 +133,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
+    // As PyTorch's trace: the engine's work on a node (its backward and handing the gradients
+    // on), and within it the node's backward, named as the node.
+    RecordFunction evaluate(RecordScope::backward_function);
+    if (evaluate.is_active()) {
+      evaluate.before(str_cat("autograd::engine::evaluate_function: ", node->name()), {});
+    }
     std::vector<Tensor> inputs;
     if (auto it = buffers.find(node); it != buffers.end()) {
       inputs = std::move(it->second);
@@ -143,7 +150,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     for (const Tensor& t : inputs) any_defined = any_defined || t.defined();
     std::vector<Tensor> grads;
     node->set_retains_saved(retain_graph);
-    if (any_defined) grads = node->apply(std::move(inputs));
+    if (any_defined) {
+      RecordFunction record(RecordScope::backward_function);
+      if (record.is_active()) record.before(node->name(), inputs);
+      grads = node->apply(std::move(inputs));
+    }
     inputs.clear();
     if (!retain_graph) node->release_saved();
 

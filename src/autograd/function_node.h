@@ -1,7 +1,7 @@
 // The node every op records: a backward function, the tensors it saved, and the shapes and
 // dtypes of its inputs (to check the gradients it returns). An op records one like this:
 //
-//   if (auto node = make_function_node("GeluBackward", {x})) {
+//   if (auto node = make_function_node("GeluBackward0", {x})) {
 //     node->save(x);                                      // ctx.saved(0) in backward
 //     node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
 //       return {gelu_backward(ctx.grad_output(), ctx.saved(0))};
@@ -82,7 +82,8 @@ class FunctionNode final : public Node {
 };
 
 // Null when grad mode is off or no input requires grad: the op then records nothing.
-// Undefined inputs (an absent bias) are allowed and get no gradient.
+// Undefined inputs (an absent bias) are allowed and get no gradient. `name` is PyTorch's style
+// of node name, <Op>Backward0, which errors and the profiler's trace show.
 std::shared_ptr<FunctionNode> make_function_node(std::string name,
                                                  const std::vector<Tensor>& inputs);
 

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "memory/memory_observer.h"
 
 namespace headroom {
 
@@ -153,7 +154,7 @@ void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
                                    format_bytes(nbytes), ", more than any device holds (",
                                    format_bytes(kMaxRequest), ")"));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   const size_t size = round_size(nbytes, config_);
   BlockPool& pool = pool_for(size);
   const size_t segment = segment_size(size);
@@ -173,7 +174,15 @@ void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
     }
   }
   if (!block) raise_out_of_memory(size, segment, stream);
-  return alloc_found_block(block, size, nbytes, stream);
+  block = alloc_found_block(block, size, nbytes, stream);
+  void* ptr = reinterpret_cast<void*>(block->ptr);
+  if (memory_observers().any()) [[unlikely]] {
+    const MemoryUsageEvent usage =
+        usage_event(block->ptr, static_cast<int64_t>(block->size), block->category);
+    lock.unlock();
+    notify_memory_observers(usage);
+  }
+  return ptr;
 }
 
 CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, size_t size,
@@ -221,8 +230,8 @@ CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t s
   return block;
 }
 
-void* CachingAllocator::alloc_found_block(Block* block, size_t size, size_t requested,
-                                          StreamId stream) {
+CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_t size,
+                                                            size_t requested, StreamId stream) {
   BlockPool& pool = *block->pool;
   const bool already_split = block->is_split();
   const size_t remaining_size = block->size - size;
@@ -278,12 +287,12 @@ void* CachingAllocator::alloc_found_block(Block* block, size_t size, size_t requ
   block->category = current_memory_category();
   add_category_bytes(block->category, static_cast<int64_t>(block->size));
   record(TraceEntry::Action::alloc, block->ptr, requested, stream, block->context);
-  return reinterpret_cast<void*>(block->ptr);
+  return block;
 }
 
 void CachingAllocator::free(void* ptr) {
   if (!ptr) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == active_blocks_.end()) {
     throw Error(str_cat("free: pointer ", ptr, " was not allocated by the ", device(),
@@ -300,7 +309,17 @@ void CachingAllocator::free(void* ptr) {
   record(TraceEntry::Action::free_requested, block->ptr, block->requested_size, block->stream,
          block->context);
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
+  // Taken before free_block, which may merge the block with its neighbours.
+  const bool observed = memory_observers().any();
+  MemoryUsageEvent usage;
+  if (observed) [[unlikely]] {
+    usage = usage_event(block->ptr, -static_cast<int64_t>(block->size), block->category);
+  }
   free_block(block);
+  if (observed) [[unlikely]] {
+    lock.unlock();
+    notify_memory_observers(usage);
+  }
 }
 
 void CachingAllocator::free_block(Block* block) {
@@ -469,6 +488,17 @@ void CachingAllocator::raise_out_of_memory(size_t size, size_t segment, StreamId
       " is reserved by headroom but unallocated. If reserved but unallocated memory is large, "
       "try HEADROOM_ALLOC_CONF=max_split_size_mb:<MB> to limit fragmentation. See "
       "memory_summary() for the allocator's full statistics."));
+}
+
+MemoryUsageEvent CachingAllocator::usage_event(uintptr_t address, int64_t bytes,
+                                               MemoryCategory category) const {
+  const auto all = static_cast<size_t>(StatType::all);
+  return MemoryUsageEvent{device(), address, bytes, stats_.allocated_bytes[all].current,
+                          stats_.reserved_bytes[all].current, category};
+}
+
+void CachingAllocator::notify_memory_observers(const MemoryUsageEvent& usage) {
+  memory_observers().notify([&](MemoryObserver& observer) { observer.on_memory_usage(usage); });
 }
 
 void CachingAllocator::add_category_bytes(MemoryCategory category, int64_t bytes) {

@@ -17,6 +17,7 @@
 #include "memory/alloc_config.h"
 #include "memory/device_allocator.h"
 #include "memory/memory_history.h"
+#include "memory/memory_observer.h"
 #include "memory/memory_stats.h"
 
 namespace headroom {
@@ -103,7 +104,7 @@ class CachingAllocator final : public Allocator {
   BlockPool& pool_for(size_t rounded_size);
   Block* get_free_block(BlockPool& pool, size_t size, StreamId stream);
   Block* alloc_block(BlockPool& pool, size_t segment, StreamId stream, bool is_retry);
-  void* alloc_found_block(Block* block, size_t size, size_t requested, StreamId stream);
+  Block* alloc_found_block(Block* block, size_t size, size_t requested, StreamId stream);
   void free_block(Block* block);
   size_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool);
   bool release_available_cached_blocks(BlockPool& pool, size_t size, StreamId stream);
@@ -113,6 +114,9 @@ class CachingAllocator final : public Allocator {
   void garbage_collect_cached_blocks();
   [[noreturn]] void raise_out_of_memory(size_t size, size_t segment, StreamId stream);
   void add_category_bytes(MemoryCategory category, int64_t bytes);
+  // For memory observers (memory/memory_observer.h): built under the lock, sent after it.
+  MemoryUsageEvent usage_event(uintptr_t address, int64_t bytes, MemoryCategory category) const;
+  static void notify_memory_observers(const MemoryUsageEvent& usage);
   void record(TraceEntry::Action action, uintptr_t address, size_t size, StreamId stream,
               std::shared_ptr<const ContextLabels> context);
   template <typename F>

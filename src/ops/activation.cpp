@@ -5,6 +5,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/activation.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -24,6 +25,7 @@ Tensor unary_forward(const char* op, UnaryKernel kernel, const Tensor& x) {
 // A unary activation whose backward needs only x.
 Tensor unary_activation(const char* op, const char* node_name, UnaryKernel forward,
                         UnaryGradKernel backward, const Tensor& x) {
+  RecordFunction record(op, x);
   check_floating(op, "x", x);
   Tensor out = unary_forward(op, forward, x);
   if (auto node = make_function_node(node_name, {x})) {
@@ -45,14 +47,15 @@ Tensor unary_activation(const char* op, const char* node_name, UnaryKernel forwa
 }  // namespace
 
 Tensor gelu(const Tensor& x) {
-  return unary_activation("gelu", "GeluBackward", cpu::gelu_forward, cpu::gelu_backward, x);
+  return unary_activation("gelu", "GeluBackward0", cpu::gelu_forward, cpu::gelu_backward, x);
 }
 
 Tensor silu(const Tensor& x) {
-  return unary_activation("silu", "SiluBackward", cpu::silu_forward, cpu::silu_backward, x);
+  return unary_activation("silu", "SiluBackward0", cpu::silu_forward, cpu::silu_backward, x);
 }
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  RecordFunction record("swiglu", gate, up);
   check_floating("swiglu", "gate", gate);
   check_floating("swiglu", "up", up);
   check_same_device("swiglu", {gate, up});
@@ -67,7 +70,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
     cpu::swiglu_forward(gf.data<float>(), uf.data<float>(), out.data<float>(), out.numel());
   }
   out = to_dtype(out, gate.dtype() == up.dtype() ? gate.dtype() : DType::f32);
-  if (auto node = make_function_node("SwigluBackward", {gate, up})) {
+  if (auto node = make_function_node("SwigluBackward0", {gate, up})) {
     node->save(gate);
     node->save(up);
     node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {

@@ -8,6 +8,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/attention.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/autocast.h"
 #include "ops/op_support.h"
 
@@ -76,6 +77,7 @@ cpu::AttentionProblem make_problem(const cpu::AttentionDims& dims, const Tensor&
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, std::optional<double> scale,
                                     double dropout_p, Generator* generator) {
+  RecordFunction record("scaled_dot_product_attention", q, k, v);
   if (auto cast = autocast_inputs("scaled_dot_product_attention", {q, k, v})) {
     return scaled_dot_product_attention((*cast)[0], (*cast)[1], (*cast)[2], is_causal, scale,
                                         dropout_p, generator);
@@ -100,7 +102,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     }
   }
   out = to_dtype(out, q.dtype());
-  if (auto node = make_function_node("ScaledDotProductAttentionBackward", {q, k, v})) {
+  if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
     node->save(q);
     node->save(k);
     node->save(v);

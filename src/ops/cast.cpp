@@ -2,14 +2,16 @@
 #include "ops/cast.h"
 
 #include "autograd/function_node.h"
+#include "core/record_function.h"
 #include "ops/op_support.h"
 
 namespace headroom {
 
 Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
+  RecordFunction record("cast", x);
   Tensor out = x.to(dtype);
-  if (auto node = make_function_node("ToCopyBackward", {x})) {
+  if (auto node = make_function_node("ToCopyBackward0", {x})) {
     const DType input_dtype = x.dtype();
     node->set_backward([input_dtype](BackwardContext& ctx) -> std::vector<Tensor> {
       return {to_dtype(ctx.take_grad_output(), input_dtype)};

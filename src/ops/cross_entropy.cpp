@@ -12,6 +12,7 @@
 #include "backend/cpu/gemm.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/elementwise.h"
 #include "ops/autocast.h"
 #include "ops/op_support.h"
@@ -114,6 +115,7 @@ std::vector<Tensor> cross_entropy_backward(BackwardContext& ctx, int64_t count,
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  RecordFunction record("cross_entropy", logits, targets);
   if (auto cast = autocast_inputs("cross_entropy", {logits})) {
     return cross_entropy((*cast)[0], targets, ignore_index);
   }
@@ -147,7 +149,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     }
   }
   if (cpu) out.data<float>()[0] = mean_loss(total, count);
-  if (auto node = make_function_node("CrossEntropyBackward", {logits})) {
+  if (auto node = make_function_node("CrossEntropyBackward0", {logits})) {
     node->save(logits);
     node->save(lse);
     node->save(t);
@@ -172,6 +174,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
                                     int64_t ignore_index, int64_t chunk_rows) {
+  RecordFunction record("linear_cross_entropy", x, weight, targets);
   if (auto cast = autocast_inputs("linear_cross_entropy", {x, weight})) {
     return linear_cross_entropy_chunked((*cast)[0], (*cast)[1], targets, ignore_index, chunk_rows);
   }
@@ -197,7 +200,7 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
   const Tensor t = targets.contiguous();
   const int64_t count = cpu ? count_targets(op, t, vocab, ignore_index) : 0;
 
-  auto node = make_function_node("LinearCrossEntropyBackward", {x, weight});
+  auto node = make_function_node("LinearCrossEntropyBackward0", {x, weight});
   // bf16 x and weight: the three GEMMs run on cpu::gemm_bf16 (the logits' gradient rounded to
   // bf16 for them, as a bf16 LM head's backward sees it); otherwise fp32 operands.
   const bool bf16 = all_bf16({x, weight});

@@ -16,6 +16,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/dropout.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -41,6 +42,7 @@ Tensor dropout_apply(const Tensor& x, const DropoutMask& mask) {
 }  // namespace
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  RecordFunction record("dropout", x);
   check_floating("dropout", "x", x);
   if (!(p >= 0.0 && p <= 1.0)) {
     throw ValueError(str_cat("dropout: p = ", p, " must be in [0, 1]"));
@@ -51,7 +53,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   mask.threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));  // 2^24
   mask.scale = p == 1.0 ? 0.0f : static_cast<float>(1.0 / (1.0 - p));
   Tensor out = to_dtype(dropout_apply(x, mask), x.dtype());
-  if (auto node = make_function_node("DropoutBackward", {x})) {
+  if (auto node = make_function_node("DropoutBackward0", {x})) {
     node->set_backward([mask](BackwardContext& ctx) -> std::vector<Tensor> {
       return {dropout_apply(ctx.grad_output(), mask)};
     });

@@ -5,6 +5,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/elementwise.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/op_support.h"
 #include "ops/reduction.h"
 
@@ -62,10 +63,11 @@ Tensor scale_forward(const Tensor& x, double factor) {
 }
 
 Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
+  RecordFunction record(binary_name(op), a, b);
   Tensor out = binary_forward(op, a, b);
-  const char* node_name = op == Binary::add ? "AddBackward"
-                          : op == Binary::sub ? "SubBackward"
-                                              : "MulBackward";
+  const char* node_name = op == Binary::add ? "AddBackward0"
+                          : op == Binary::sub ? "SubBackward0"
+                                              : "MulBackward0";
   if (auto node = make_function_node(node_name, {a, b})) {
     const Shape a_shape = a.shape(), b_shape = b.shape();
     if (op == Binary::mul) {
@@ -99,8 +101,9 @@ Tensor sub(const Tensor& a, const Tensor& b) { return binary(Binary::sub, a, b);
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(Binary::mul, a, b); }
 
 Tensor scale(const Tensor& x, double factor) {
+  RecordFunction record("scale", x);
   Tensor out = scale_forward(x, factor);
-  if (auto node = make_function_node("ScaleBackward", {x})) {
+  if (auto node = make_function_node("ScaleBackward0", {x})) {
     node->set_backward([factor](BackwardContext& ctx) -> std::vector<Tensor> {
       return {scale_forward(ctx.grad_output(), factor)};
     });

@@ -7,6 +7,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/embedding.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -39,6 +40,7 @@ void check_ids(const Tensor& ids, int64_t num_embeddings) {
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  RecordFunction record("embedding", weight, ids);
   check_floating("embedding", "weight", weight);
   check_same_device("embedding", {weight, ids});
   if (!ids.defined() || (ids.dtype() != DType::i32 && ids.dtype() != DType::i64)) {
@@ -72,7 +74,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
                             id_data.numel(), row_bytes);
     }
   }
-  if (auto node = make_function_node("EmbeddingBackward", {weight})) {
+  if (auto node = make_function_node("EmbeddingBackward0", {weight})) {
     node->save(ids);
     node->set_backward([num_embeddings, dim, is_i32](BackwardContext& ctx) -> std::vector<Tensor> {
       const Tensor g = f32_contiguous(ctx.grad_output());

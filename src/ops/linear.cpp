@@ -6,6 +6,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/reduction.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/autocast.h"
 #include "ops/op_support.h"
 #include "ops/reduction.h"
@@ -156,6 +157,7 @@ Shape batch_of(const Tensor& x) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  RecordFunction record("matmul", a, b);
   if (auto cast = autocast_inputs("matmul", {a, b})) return matmul((*cast)[0], (*cast)[1]);
   check_floating("matmul", "a", a);
   check_floating("matmul", "b", b);
@@ -171,7 +173,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Shape batch = broadcast_shapes(batch_of(a), batch_of(b));
   Tensor out = batched_product(expand_batch(a, batch), false, expand_batch(b, batch), false, batch,
                                a.dtype() == b.dtype() ? a.dtype() : DType::f32);
-  if (auto node = make_function_node("MatmulBackward", {a, b})) {
+  if (auto node = make_function_node("MatmulBackward0", {a, b})) {
     node->save(a);
     node->save(b);
     const Shape a_shape = a.shape(), b_shape = b.shape();
@@ -194,13 +196,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightLayout layout) {
+  RecordFunction record("linear", x, weight, bias);
   if (auto cast = autocast_inputs("linear", {x, weight, bias})) {
     return linear((*cast)[0], (*cast)[1], (*cast)[2], layout);
   }
   const LinearDims dims = linear_dims(x, weight, bias, layout);
   // The node saves its inputs before the GEMM runs: a recompute under selective checkpointing
   // stops right after these saves and never repeats the GEMM (Note [Selective checkpointing]).
-  auto node = make_function_node("LinearBackward", {x, weight, bias});
+  auto node = make_function_node("LinearBackward0", {x, weight, bias});
   if (node) {
     node->save(x);
     node->save(weight);

@@ -6,6 +6,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/norm.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/autocast.h"
 #include "ops/op_support.h"
 
@@ -79,6 +80,7 @@ std::vector<Tensor> norm_backward(BackwardContext& ctx, bool centred, const Norm
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  RecordFunction record("layer_norm", x, weight, bias);
   if (auto cast = autocast_inputs("layer_norm", {x, weight, bias})) {
     return layer_norm((*cast)[0], (*cast)[1], (*cast)[2], eps);
   }
@@ -96,7 +98,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                             mean.data<float>(), rstd.data<float>());
   }
   out = to_dtype(out, x.dtype());
-  if (auto node = make_function_node("LayerNormBackward", {x, weight, bias})) {
+  if (auto node = make_function_node("LayerNormBackward0", {x, weight, bias})) {
     node->save(x);
     node->save(weight);
     node->save(mean);
@@ -111,6 +113,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  RecordFunction record("rms_norm", x, weight);
   if (auto cast = autocast_inputs("rms_norm", {x, weight})) return rms_norm((*cast)[0], (*cast)[1], eps);
   const NormDims dims = norm_dims("rms_norm", x, weight, Tensor());
   const Device device = x.device();
@@ -123,7 +126,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
                           static_cast<float>(eps), out.data<float>(), rstd.data<float>());
   }
   out = to_dtype(out, x.dtype());
-  if (auto node = make_function_node("RmsNormBackward", {x, weight})) {
+  if (auto node = make_function_node("RmsNormBackward0", {x, weight})) {
     node->save(x);
     node->save(weight);
     node->save(rstd);

@@ -4,6 +4,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/reduction.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/elementwise.h"
 #include "ops/autocast.h"
 #include "ops/op_support.h"
@@ -13,6 +14,7 @@ namespace headroom {
 namespace {
 
 Tensor reduce_all(const Tensor& x, bool average, const char* op) {
+  RecordFunction record(op, x);
   if (auto cast = autocast_inputs(op, {x})) return reduce_all((*cast)[0], average, op);
   check_floating(op, "x", x);
   Tensor out = Tensor::empty(Shape{}, DType::f32, x.device());
@@ -23,7 +25,7 @@ Tensor reduce_all(const Tensor& x, bool average, const char* op) {
     *out.data<float>() = static_cast<float>(total);
   }
   out = to_dtype(out, x.dtype());
-  if (auto node = make_function_node(average ? "MeanBackward" : "SumBackward", {x})) {
+  if (auto node = make_function_node(average ? "MeanBackward0" : "SumBackward0", {x})) {
     const Shape shape = x.shape();
     const double factor = average ? 1.0 / static_cast<double>(x.numel()) : 1.0;
     node->set_backward([shape, factor](BackwardContext& ctx) -> std::vector<Tensor> {
@@ -38,6 +40,7 @@ Tensor reduce_all(const Tensor& x, bool average, const char* op) {
 }
 
 Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, const char* op) {
+  RecordFunction record(op, x);
   if (auto cast = autocast_inputs(op, {x})) return reduce_dim((*cast)[0], dim, keepdim, average, op);
   check_floating(op, "x", x);
   const int64_t d = wrap_dim(dim, x.ndim());
@@ -62,7 +65,7 @@ Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, cons
     }
   }
   out = to_dtype(out, x.dtype());
-  if (auto node = make_function_node(average ? "MeanBackward" : "SumBackward", {x})) {
+  if (auto node = make_function_node(average ? "MeanBackward0" : "SumBackward0", {x})) {
     const Shape shape = x.shape();
     std::vector<int64_t> kept = shape.to_vector();
     kept[static_cast<size_t>(d)] = 1;
@@ -92,6 +95,7 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
+  RecordFunction record("sum_to_shape", x);
   if (x.shape() == shape) return x;
   if (shape.ndim() > x.ndim()) {
     throw ValueError(str_cat("sum_to_shape: cannot reduce ", x.shape(), " to ", shape));

@@ -5,6 +5,7 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/rotary.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -34,6 +35,7 @@ Tensor rotate(const Tensor& x, double theta, int64_t position_offset, bool inver
 }  // namespace
 
 Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) {
+  RecordFunction record("rotary_embedding", x);
   check_floating(kOp, "x", x);
   if (x.ndim() != 4) {
     throw ValueError(str_cat(kOp, ": x ", x.shape(), " must be 4-D [B, H, T, D]"));
@@ -46,7 +48,7 @@ Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) 
     throw ValueError(str_cat(kOp, ": position_offset ", position_offset, " must be >= 0"));
   }
   const Tensor out = to_dtype(rotate(x, theta, position_offset, false), x.dtype());
-  if (auto node = make_function_node("RotaryEmbeddingBackward", {x})) {
+  if (auto node = make_function_node("RotaryEmbeddingBackward0", {x})) {
     node->set_backward([theta, position_offset](BackwardContext& ctx) -> std::vector<Tensor> {
       return {rotate(ctx.grad_output(), theta, position_offset, true)};
     });

@@ -5,6 +5,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/softmax.h"
+#include "core/record_function.h"
 #include "ops/autocast.h"
 #include "ops/op_support.h"
 
@@ -32,6 +33,7 @@ SoftmaxDims softmax_dims(const Shape& shape, int dim) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  RecordFunction record("softmax", x);
   if (auto cast = autocast_inputs("softmax", {x})) return softmax((*cast)[0], dim);
   check_floating("softmax", "x", x);
   // A 0-d tensor is its own single row (dim 0 or -1), as in PyTorch.
@@ -42,7 +44,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
     cpu::softmax_forward(xf.data<float>(), out.data<float>(), dims.outer, dims.n, dims.inner);
   }
   out = to_dtype(out, x.dtype());
-  if (auto node = make_function_node("SoftmaxBackward", {x})) {
+  if (auto node = make_function_node("SoftmaxBackward0", {x})) {
     node->save(out);
     node->set_backward([dims](BackwardContext& ctx) -> std::vector<Tensor> {
       const Tensor g = f32_contiguous(ctx.grad_output());

@@ -3,13 +3,15 @@
 
 #include "autograd/function_node.h"
 #include "core/error.h"
+#include "core/record_function.h"
 #include "ops/reduction.h"
 
 namespace headroom {
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
+  RecordFunction record("reshape", x);
   Tensor out = x.reshape(shape).detach();
-  if (auto node = make_function_node("ReshapeBackward", {x})) {
+  if (auto node = make_function_node("ReshapeBackward0", {x})) {
     const Shape in = x.shape();
     node->set_backward([in](BackwardContext& ctx) -> std::vector<Tensor> {
       return {ctx.grad_output().reshape(in)};
@@ -20,8 +22,9 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  RecordFunction record("transpose", x);
   Tensor out = x.transpose(dim0, dim1).detach();
-  if (auto node = make_function_node("TransposeBackward", {x})) {
+  if (auto node = make_function_node("TransposeBackward0", {x})) {
     node->set_backward([dim0, dim1](BackwardContext& ctx) -> std::vector<Tensor> {
       return {ctx.grad_output().transpose(dim0, dim1)};
     });
@@ -31,8 +34,9 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
 }
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  RecordFunction record("permute", x);
   Tensor out = x.permute(dims).detach();
-  if (auto node = make_function_node("PermuteBackward", {x})) {
+  if (auto node = make_function_node("PermuteBackward0", {x})) {
     std::vector<int64_t> inverse(dims.size());
     for (size_t i = 0; i < dims.size(); ++i) {
       inverse[static_cast<size_t>(wrap_dim(dims[i], x.ndim()))] = static_cast<int64_t>(i);
@@ -46,8 +50,9 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  RecordFunction record("narrow", x);
   Tensor out = x.narrow(dim, start, length).detach();
-  if (auto node = make_function_node("NarrowBackward", {x})) {
+  if (auto node = make_function_node("NarrowBackward0", {x})) {
     const Shape in = x.shape();
     const int64_t d = wrap_dim(dim, x.ndim());
     const int64_t begin = start < 0 ? start + x.size(d) : start;
@@ -62,13 +67,20 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   return out;
 }
 
-Tensor unsqueeze(const Tensor& x, int64_t dim) { return reshape(x, x.unsqueeze(dim).shape()); }
+Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  RecordFunction record("unsqueeze", x);
+  return reshape(x, x.unsqueeze(dim).shape());
+}
 
-Tensor squeeze(const Tensor& x, int64_t dim) { return reshape(x, x.squeeze(dim).shape()); }
+Tensor squeeze(const Tensor& x, int64_t dim) {
+  RecordFunction record("squeeze", x);
+  return reshape(x, x.squeeze(dim).shape());
+}
 
 Tensor expand(const Tensor& x, const Shape& shape) {
+  RecordFunction record("expand", x);
   Tensor out = x.expand(shape).detach();
-  if (auto node = make_function_node("ExpandBackward", {x})) {
+  if (auto node = make_function_node("ExpandBackward0", {x})) {
     const Shape in = x.shape();
     node->set_backward([in](BackwardContext& ctx) -> std::vector<Tensor> {
       return {sum_to_shape(ctx.grad_output(), in)};
@@ -79,9 +91,10 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 }
 
 Tensor contiguous(const Tensor& x) {
+  RecordFunction record("contiguous", x);
   if (x.is_contiguous()) return x;
   Tensor out = x.contiguous().detach();
-  if (auto node = make_function_node("ContiguousBackward", {x})) {
+  if (auto node = make_function_node("ContiguousBackward0", {x})) {
     node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
       return {ctx.grad_output()};
     });
@@ -91,6 +104,7 @@ Tensor contiguous(const Tensor& x) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  RecordFunction record("split", x);
   const int64_t d = wrap_dim(dim, x.ndim());
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -107,7 +121,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     outs.push_back(x.narrow(d, start, s).detach());
     start += s;
   }
-  if (auto node = make_function_node("SplitBackward", {x})) {
+  if (auto node = make_function_node("SplitBackward0", {x})) {
     const Shape in = x.shape();
     node->set_backward([in, d, sizes](BackwardContext& ctx) -> std::vector<Tensor> {
       DType dtype = DType::f32;

@@ -19,9 +19,12 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
+#include "core/record_function.h"
 #include "io/line_plot.h"
 #include "io/pretrained.h"
 #include "memory/device_memory.h"
+#include "memory/memory_history.h"
+#include "memory/memory_snapshot.h"
 #include "memsave/checkpoint_policy.h"
 #include "nn/model_presets.h"
 #include "ops/ops.h"
@@ -105,6 +108,17 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
 }
 
 std::string dump_json(const nlohmann::ordered_json& value) { return value.dump(2) + "\n"; }
+
+// A phase of the training step, named in the profiler's trace (a user scope) and in the frames
+// of the memory snapshot's allocations. Costs a label push when neither is recording.
+class StepPhase {
+ public:
+  explicit StepPhase(const char* name) : record_(RecordScope::user_scope, name), context_(name) {}
+
+ private:
+  RecordFunction record_;
+  MemoryContext context_;
+};
 
 }  // namespace
 
@@ -336,6 +350,7 @@ double Trainer::train_step(int64_t& tokens) {
   const std::optional<DType> autocast_dtype = recipe_.autocast_dtype;
   double step_loss = 0.0;
   auto forward = [&](const TokenBatch& batch) {
+    StepPhase phase("forward");
     MemoryCategoryScope category(MemoryCategory::activations);
     Autocast region(device_.type, autocast_dtype, autocast_dtype.has_value());
     return model_->loss(batch.input_ids, batch.targets);
@@ -352,8 +367,10 @@ double Trainer::train_step(int64_t& tokens) {
       optimizer_->begin_backward_pass(pass);
       const Tensor loss = forward(batch);
       if (pass == 0) step_loss = host_value(loss);
+      StepPhase phase("backward");
       backward(loss);
     }
+    StepPhase phase("optimizer.step");
     optimizer_->step();
     scheduler_->step();
     return step_loss;
@@ -365,6 +382,7 @@ double Trainer::train_step(int64_t& tokens) {
     // HF divides each micro-batch's loss by the accumulation steps and logs their sum.
     if (accumulation > 1) loss = scale(loss, 1.0 / static_cast<double>(accumulation));
     step_loss += host_value(loss);
+    StepPhase phase("backward");
     backward(scaler_->scale(loss));
   }
   return step_loss;
@@ -374,17 +392,22 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
   StepResult result;
   result.loss = train_step(result.tokens);
   if (!optimizer_->updates_in_backward()) {
-    const bool overflow = assume_overflow && scaler_->is_enabled();
-    if (args_.max_grad_norm > 0.0 || overflow) scaler_->unscale_(*optimizer_);
-    if (overflow) scaler_->record_overflow(*optimizer_);
-    if (args_.max_grad_norm > 0.0) {
-      // The true gradients are clipped: unscaled above.
-      result.grad_norm = clip_grad_norm_(*optimizer_, args_.max_grad_norm);
-      if (device_.is_meta()) result.grad_norm = NAN;
+    {
+      StepPhase phase("optimizer.step");
+      const bool overflow = assume_overflow && scaler_->is_enabled();
+      if (args_.max_grad_norm > 0.0 || overflow) scaler_->unscale_(*optimizer_);
+      if (overflow) scaler_->record_overflow(*optimizer_);
+      if (args_.max_grad_norm > 0.0) {
+        // The true gradients are clipped: unscaled above.
+        StepPhase clip("clip_grad_norm_");
+        result.grad_norm = clip_grad_norm_(*optimizer_, args_.max_grad_norm);
+        if (device_.is_meta()) result.grad_norm = NAN;
+      }
+      scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
+      scaler_->update();
+      scheduler_->step();
     }
-    scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
-    scaler_->update();
-    scheduler_->step();
+    StepPhase phase("optimizer.zero_grad");
     optimizer_->zero_grad();
   }
   ++global_step_;
@@ -435,6 +458,10 @@ EvalResult Trainer::evaluate() {
       [&](int64_t i) { return data_->eval_batch(i, batch); }, device_, recipe_.autocast_dtype);
 }
 
+void Trainer::add_callback(std::shared_ptr<TrainerCallback> callback) {
+  callbacks_.push_back(std::move(callback));
+}
+
 int Trainer::train() {
   if (!args_.resume_from_checkpoint.empty()) resume();
   fs::create_directories(args_.output_dir);
@@ -466,6 +493,7 @@ int Trainer::train() {
   const auto run_start = Clock::now();
   const int64_t tokens_at_start = total_tokens_;  // a resumed run's rate counts its own tokens
   int stop_signal = 0;
+  for (const auto& callback : callbacks_) callback->on_train_begin(*this);
   while (global_step_ < max_steps_) {
     const auto step_start = Clock::now();
     const StepResult result = step();
@@ -473,6 +501,7 @@ int Trainer::train() {
     const double grad_norm = result.grad_norm;
     const int64_t tokens = result.tokens;
     const double step_seconds = seconds_since(step_start);
+    for (const auto& callback : callbacks_) callback->on_step_end(*this);
     total_tokens_ += tokens;
     interval_loss_ += loss;
     interval_steps_ += 1;
@@ -510,6 +539,7 @@ int Trainer::train() {
     std::printf("%s\n", format_log_line(summary).c_str());
   }
   progress_ = nullptr;
+  for (const auto& callback : callbacks_) callback->on_train_end(*this);
   finish_run(stop_signal != 0);
   return stop_signal != 0 ? 128 + stop_signal : 0;
 }
@@ -572,7 +602,8 @@ void stop_signal_handler(int signal_number) {
 
 }  // namespace
 
-int run_training(const TrainingArguments& args) {
+int run_training(const TrainingArguments& args,
+                 std::vector<std::shared_ptr<TrainerCallback>> callbacks) {
   struct sigaction action = {}, old_int = {}, old_term = {};
   action.sa_handler = stop_signal_handler;
   sigemptyset(&action.sa_mask);
@@ -586,8 +617,39 @@ int run_training(const TrainingArguments& args) {
       sigaction(SIGTERM, old_term, nullptr);
     }
   } restore{&old_int, &old_term};
-  Trainer trainer(args);
-  return trainer.train();
+  auto train = [&](std::unique_ptr<Trainer>& trainer) {
+    trainer = std::make_unique<Trainer>(args);
+    for (auto& callback : callbacks) trainer->add_callback(std::move(callback));
+    return trainer->train();
+  };
+  std::unique_ptr<Trainer> trainer;
+  if (args.memory_snapshot.empty()) return train(trainer);
+
+  // torch.cuda.memory._record_memory_history() before the model exists, so that the snapshot
+  // holds every allocation of the run (the last 100000 events per device).
+  record_memory_history();
+  struct StopRecording {
+    ~StopRecording() { record_memory_history(0); }
+  } stop_recording;
+  int code = 0;
+  try {
+    code = train(trainer);
+  } catch (const OutOfMemoryError&) {
+    // The trainer is still alive here: its parameters, gradients and optimizer states are in the
+    // snapshot's segments, and the step's allocations up to the failed one in its history.
+    try {
+      dump_memory_snapshot(args.memory_snapshot);
+      std::fprintf(stderr, "headroom: memory snapshot at out-of-memory written to %s\n",
+                   args.memory_snapshot.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "headroom: warning: no memory snapshot: %s\n", e.what());
+    }
+    throw;
+  }
+  dump_memory_snapshot(args.memory_snapshot);
+  std::printf("Memory snapshot written to %s (open it in https://pytorch.org/memory_viz)\n",
+              args.memory_snapshot.c_str());
+  return code;
 }
 
 EvalResult evaluate_file(const std::string& model, const std::string& data,

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,15 +19,19 @@
 #include "optim/optimizer.h"
 #include "train/batch_source.h"
 #include "train/memory_report.h"
+#include "train/trainer_callback.h"
 #include "train/training_arguments.h"
 
 namespace headroom {
 
 class ProgressBar;  // train/progress.h
 
-// Runs `headroom train` with `args`: SIGINT / SIGTERM stop it after the current step with a
-// checkpoint. Returns the process exit code: 0, or 128 + the signal (130, 143) after a stop.
-int run_training(const TrainingArguments& args);
+// Runs `headroom train` with `args` and `callbacks`: SIGINT / SIGTERM stop it after the current
+// step with a checkpoint. With args.memory_snapshot it records the allocator's history from the
+// start and writes the snapshot there at the end, or at an OutOfMemoryError before rethrowing it.
+// Returns the process exit code: 0, or 128 + the signal (130, 143) after a stop.
+int run_training(const TrainingArguments& args,
+                 std::vector<std::shared_ptr<TrainerCallback>> callbacks = {});
 
 struct EvalResult {
   double loss = 0.0;        // mean cross-entropy over every predicted token
@@ -74,7 +79,10 @@ class Trainer {
   // then logs (logging_steps), evaluates (eval_strategy "steps"), saves (save_steps) and checks
   // for a stop request. At the end: the model in output_dir, memory report, loss curve, sample.
   // Returns 0, or 128 + signal after a stop request (the checkpoint of that step saved).
+  // Callbacks are told of the run's beginning, each step's end and the run's end.
   int train();
+  // HF's add_callback: called in the order added.
+  void add_callback(std::shared_ptr<TrainerCallback> callback);
 
   // Mean loss and perplexity over the eval split (eval mode, no_grad, the run's autocast).
   // tokens == 0 when there is no eval split.
@@ -96,6 +104,7 @@ class Trainer {
   // optimizer step is skipped as after an overflow (GradScaler::record_overflow).
   StepResult step(bool assume_overflow = false);
 
+  const TrainingArguments& args() const { return args_; }
   int64_t global_step() const { return global_step_; }
   int64_t max_steps() const { return max_steps_; }
   // Every entry logged so far (trainer_state.json's log_history; metrics.jsonl holds each but the
@@ -153,6 +162,7 @@ class Trainer {
   MemoryBreakdown memory_;
   std::string sample_;
   ProgressBar* progress_ = nullptr;  // while train() runs: log lines go around the bar
+  std::vector<std::shared_ptr<TrainerCallback>> callbacks_;
 };
 
 }  // namespace headroom

@@ -73,6 +73,17 @@ struct TrainingArguments {
   // headroom: the sample printed at the end of training.
   std::string sample_prompt = "\n";
   int64_t sample_max_new_tokens = 200;
+
+  // headroom: torch.profiler over a few optimizer steps (output_dir/trace.json and a table of the
+  // ops), with torch.profiler.schedule's fields counted in optimizer steps; and PyTorch's memory
+  // snapshot of the whole run (memory_viz's pickle), written at the end or at out-of-memory.
+  bool profile = false;
+  int64_t profile_skip_first = 0;
+  int64_t profile_wait = 1;
+  int64_t profile_warmup = 1;
+  int64_t profile_active = 3;
+  int64_t profile_repeat = 1;   // 0: cycle until the run ends
+  std::string memory_snapshot;  // the pickle's path; empty: none
 };
 
 }  // namespace headroom

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "apps/eval_command.h"
 #include "apps/train_options.h"
 #include "io/io_test_helpers.h"
+#include "memory/memory_viz_decoder.h"
 #include "nn/tiny_text.h"
 
 namespace headroom {
@@ -115,6 +117,56 @@ TEST(HeadroomCli, TrainsAFewStepsAndEvaluatesTheResult) {
   for (const char* key : {"loss", "perplexity", "tokens"}) {
     EXPECT_TRUE(result.contains(key)) << key << " in " << eval.out;
   }
+}
+
+// --profile writes output_dir/trace.json and prints the op table; --memory_snapshot the pickle.
+TEST(HeadroomCli, TrainProfilesAndWritesTheMemorySnapshot) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt"), out = dir.file("run");
+  write_bytes(data, std::string(kTinyText) + "\n" + kTinyText + "\n");
+  const std::string snapshot = out + "/memory.pickle";
+  const CliRun train = run_cli(
+      "train --model gpt2-tiny --data " + data + " --output_dir " + out +
+      " --max_steps 3 --max_seq_length 16 --per_device_train_batch_size 2 --save_strategy no"
+      " --sample_max_new_tokens 0 --disable_tqdm --profile --profile-wait 0 --profile-warmup 1"
+      " --profile-active 2 --memory-snapshot " + snapshot);
+  ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
+  EXPECT_NE(train.out.find("Self CPU time total: "), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("Memory snapshot written to " + snapshot), std::string::npos);
+  const nlohmann::json trace = nlohmann::json::parse(read_bytes(out + "/trace.json"));
+  std::set<std::string> names;
+  for (const nlohmann::json& event : trace.at("traceEvents")) names.insert(event.at("name"));
+  for (const char* name : {"ProfilerStep#1", "ProfilerStep#2", "forward", "linear",
+                           "LinearBackward0", "optimizer.step", "[memory]"}) {
+    EXPECT_TRUE(names.count(name)) << name;
+  }
+  EXPECT_FALSE(names.count("ProfilerStep#0")) << "step 0 is the warm-up";
+  const PickleValue decoded = memory_test::MemoryVizDecoder(read_bytes(snapshot)).decode();
+  EXPECT_FALSE(decoded.at("device_traces").at(size_t{0}).as_list().empty());
+}
+
+// A run that dies of out-of-memory still leaves its snapshot, with the failed request in it.
+TEST(HeadroomCli, OutOfMemoryStillWritesTheMemorySnapshot) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt"), snapshot = dir.file("oom.pickle");
+  write_bytes(data, std::string(kTinyText) + "\n");
+  // Enough for the model, not for its gradients and AdamW's states.
+  ::setenv("HEADROOM_MEMORY_LIMIT", "8MiB", 1);
+  const CliRun train = run_cli("train --model gpt2-tiny --data " + data + " --output_dir " +
+                               dir.file("run") + " --max_steps 2 --max_seq_length 16"
+                               " --per_device_train_batch_size 2 --disable_tqdm"
+                               " --memory_snapshot " + snapshot);
+  ::unsetenv("HEADROOM_MEMORY_LIMIT");
+  EXPECT_EQ(train.exit_code, 1) << train.out << train.err;
+  EXPECT_NE(train.err.find("out of memory"), std::string::npos) << train.err;
+  EXPECT_NE(train.err.find("memory snapshot at out-of-memory written to " + snapshot),
+            std::string::npos) << train.err;
+  const PickleValue decoded = memory_test::MemoryVizDecoder(read_bytes(snapshot)).decode();
+  bool oom = false;
+  for (const PickleValue& entry : decoded.at("device_traces").at(size_t{0}).as_list()) {
+    oom = oom || entry.at("action").as_string() == "oom";
+  }
+  EXPECT_TRUE(oom);
 }
 
 TEST(HeadroomCli, EvalReport) {

@@ -202,6 +202,32 @@ TEST_F(TrainArguments, ChecksNameTheOptionAndValue) {
                  {config, "per-device-train-batch-size", "-1", "not positive"});
 }
 
+TEST_F(TrainArguments, ProfilingOptions) {
+  const TrainingArguments defaults = parse({});
+  EXPECT_FALSE(defaults.profile);
+  EXPECT_EQ(defaults.profile_skip_first, 0);
+  EXPECT_EQ(defaults.profile_wait, 1);
+  EXPECT_EQ(defaults.profile_warmup, 1);
+  EXPECT_EQ(defaults.profile_active, 3);
+  EXPECT_EQ(defaults.profile_repeat, 1);
+  EXPECT_EQ(defaults.memory_snapshot, "");
+  const TrainingArguments set =
+      parse({"--profile", "--profile-wait", "0", "--profile_warmup", "2", "--profile-active", "4",
+             "--profile_repeat", "0", "--profile_skip_first", "5", "--memory-snapshot", "run.pickle"});
+  EXPECT_TRUE(set.profile);
+  EXPECT_EQ(set.profile_wait, 0);
+  EXPECT_EQ(set.profile_warmup, 2);
+  EXPECT_EQ(set.profile_active, 4);
+  EXPECT_EQ(set.profile_repeat, 0);
+  EXPECT_EQ(set.profile_skip_first, 5);
+  EXPECT_EQ(set.memory_snapshot, "run.pickle");
+  expect_invalid({"--profile_active", "0"}, {"--profile_active", "0", "not positive"});
+  expect_invalid({"--profile-wait", "-1"}, {"--profile_wait", "-1", "negative"});
+  expect_invalid({"--profile_warmup", "-1"}, {"--profile_warmup", "negative"});
+  expect_invalid({"--profile_repeat", "-2"}, {"--profile_repeat", "-2", "negative"});
+  expect_invalid({"--profile_skip_first", "-1"}, {"--profile_skip_first", "negative"});
+}
+
 TEST_F(TrainArguments, DataIsRequiredAndMustExist) {
   expect_error<ValueError>([] { parse_train_arguments({}); }, {"--data is required"});
   expect_error<ValueError>(

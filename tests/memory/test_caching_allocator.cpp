@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "memory/caching_allocator.h"
 #include "memory/device_memory.h"
+#include "memory/memory_observer.h"
 
 namespace headroom {
 namespace {
@@ -439,6 +440,48 @@ TEST(DeviceMemory, MetaDeviceHonoursTheCapacityLimit) {
   EXPECT_THROW(Tensor::empty({size_t(30) << 30}, DType::u8, kMeta), OutOfMemoryError);
   Tensor b = Tensor::empty({size_t(10) << 30}, DType::u8, kMeta);
   set_memory_limit(kMeta, old_limit);
+}
+
+// Observers (the profiler's [memory] events) get each block's size and the totals after it,
+// with the allocator's lock released: reading its statistics from the callback must not block.
+TEST(CachingAllocator, ObserversSeeEachBlockAndTheTotalsAfterIt) {
+  auto a = make();
+  struct Seen final : MemoryObserver {
+    explicit Seen(CachingAllocator& allocator) : allocator(allocator) {}
+    void on_memory_usage(const MemoryUsageEvent& event) override {
+      if (event.device != allocator.device()) return;  // the process's other allocators
+      events.push_back(event);
+      allocated_in_callback.push_back(allocator.stats().allocated_bytes[0].current);
+    }
+    CachingAllocator& allocator;
+    std::vector<MemoryUsageEvent> events;
+    std::vector<int64_t> allocated_in_callback;
+  } seen(*a);
+  void* before = a->malloc(100, 0);  // not observed
+  memory_observers().add(&seen);
+  void* p = a->malloc(1000, 0);
+  void* q = a->malloc(3 * MiB, 0);
+  a->free(p);
+  memory_observers().remove(&seen);
+  a->free(q);  // not observed
+  a->free(before);
+  ASSERT_EQ(seen.events.size(), 3u);
+  const MemoryUsageEvent& alloc = seen.events[0];
+  EXPECT_EQ(alloc.address, reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(alloc.bytes, 1024);  // the rounded block
+  EXPECT_EQ(alloc.total_allocated, 512 + 1024);
+  EXPECT_EQ(alloc.total_reserved, 2 * MiB);
+  EXPECT_EQ(alloc.category, MemoryCategory::temporaries);
+  EXPECT_EQ(seen.events[1].bytes, 3 * MiB);
+  EXPECT_EQ(seen.events[1].total_reserved, 2 * MiB + 20 * MiB);  // a new large segment
+  const MemoryUsageEvent& free = seen.events[2];
+  EXPECT_EQ(free.address, reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(free.bytes, -1024);
+  EXPECT_EQ(free.total_allocated, 512 + 3 * MiB);
+  for (size_t i = 0; i < seen.events.size(); ++i) {
+    EXPECT_EQ(seen.allocated_in_callback[i], seen.events[i].total_allocated) << i;
+  }
+  EXPECT_FALSE(memory_observers().any());
 }
 
 }  // namespace

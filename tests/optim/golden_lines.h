@@ -18,10 +18,11 @@ namespace headroom::optim_test {
 
 using GoldenLineReader = std::function<void(const std::string& keyword, std::istringstream& rest)>;
 
-// Calls fn(keyword, rest of the line) for each line of the fixture but comments and blank
-// lines; a test failure when it cannot be read.
-inline void for_each_golden_line(const std::string& name, const GoldenLineReader& fn) {
-  const std::string path = std::string(HEADROOM_FIXTURES_DIR) + "/optim/" + name;
+// Calls fn(keyword, rest of the line) for each line of the fixture tests/fixtures/`relative`
+// ("profile/schedule_golden.txt") but comments and blank lines; a test failure when it cannot
+// be read.
+inline void for_each_fixture_line(const std::string& relative, const GoldenLineReader& fn) {
+  const std::string path = std::string(HEADROOM_FIXTURES_DIR) + "/" + relative;
   std::ifstream file(path);
   EXPECT_TRUE(file) << "cannot open " << path;
   std::string line;
@@ -32,6 +33,11 @@ inline void for_each_golden_line(const std::string& name, const GoldenLineReader
     in >> keyword;
     fn(keyword, in);
   }
+}
+
+// for_each_fixture_line of tests/fixtures/optim/`name`.
+inline void for_each_golden_line(const std::string& name, const GoldenLineReader& fn) {
+  for_each_fixture_line("optim/" + name, fn);
 }
 
 // The rest of the line as numbers ("inf" included), read as doubles without rounding.
