@@ -9,6 +9,8 @@
 
 #include "apps/train_command.h"
 #include "core/error.h"
+#include "memory/memory_history.h"
+#include "memory/memory_snapshot.h"
 #include "plan/config_search.h"
 #include "plan/gpu_specs.h"
 #include "plan/inference_plan.h"
@@ -87,7 +89,14 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
     std::printf("%s\n", o.json ? plan.to_json().dump(2).c_str() : plan.format().c_str());
     return 0;
   }
+  // --memory_snapshot: the dry run's allocation history, the predicted timeline for memory_viz.
+  if (!args.memory_snapshot.empty()) record_memory_history();
   const TrainingPlan plan = plan_training(args, target, {.steps = o.steps});
+  if (!args.memory_snapshot.empty()) {
+    dump_memory_snapshot(args.memory_snapshot);
+    record_memory_history(0);
+    if (!o.json) std::printf("dry run's memory snapshot written to %s\n", args.memory_snapshot.c_str());
+  }
   nlohmann::ordered_json json = plan.to_json();
   if (!o.json) std::printf("%s", plan.format().c_str());
   if (target.capacity_bytes > 0 && !o.no_search) {

@@ -10,6 +10,7 @@
 
 #include "apps/cli_run.h"
 #include "io/io_test_helpers.h"
+#include "memory/memory_viz_decoder.h"
 #include "nn/tiny_text.h"
 
 namespace headroom {
@@ -112,6 +113,28 @@ TEST(HeadroomPlanCli, SearchesAGpuAndPlansInference) {
   // Llama-2-7B: 32 layers x 32 heads x 128 dims, K and V, bf16.
   EXPECT_EQ(serving["kv_cache_bytes"], int64_t{2} * 32 * 32 * 128 * 4096 * 2 * 2);
   EXPECT_EQ(serving["fits"], true);
+}
+
+// The dry run's history is the predicted timeline: memory_viz opens it as a run's snapshot.
+TEST(HeadroomPlanCli, WritesTheDryRunsMemorySnapshot) {
+  TempDir dir;
+  const std::string snapshot = dir.file("plan.pickle");
+  const CliRun plan = run_cli("plan --model gpt2-tiny --max_seq_length 64"
+                              " --per_device_train_batch_size 2 --memory_snapshot " + snapshot);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("snapshot written to " + snapshot), std::string::npos) << plan.out;
+  const PickleValue decoded = memory_test::MemoryVizDecoder(read_bytes(snapshot)).decode();
+  const auto& devices = decoded.at("devices").as_list();
+  size_t meta = devices.size();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i].as_string() == "meta") meta = i;
+  }
+  ASSERT_LT(meta, devices.size());
+  size_t allocs = 0;
+  for (const PickleValue& entry : decoded.at("device_traces").at(meta).as_list()) {
+    allocs += entry.at("action").as_string() == "alloc";
+  }
+  EXPECT_GT(allocs, 100u);  // two training steps of a 4-layer model
 }
 
 TEST(HeadroomPlanCli, UsageErrorsExitTwoOnOneLine) {
