@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "memory/alloc_config.h"
+#include "train/progress.h"
 #include "optim/optimizer_factory.h"
 
 namespace headroom {
@@ -33,7 +33,6 @@ std::vector<int64_t> divisors(int64_t n) {
   return out;
 }
 
-std::string bytes_text(int64_t bytes) { return format_bytes(static_cast<size_t>(std::max<int64_t>(0, bytes))); }
 
 }  // namespace
 
@@ -155,7 +154,7 @@ std::string SearchResult::format(int64_t max_rows) const {
   if (fitting.empty()) {
     if (closest) {
       text += str_cat("  closest: ", describe_configuration(closest->args), " needs ",
-                      bytes_text(closest->required_bytes), "\n");
+                      format_bytes(closest->required_bytes), "\n");
     }
     return text;
   }
@@ -166,12 +165,12 @@ std::string SearchResult::format(int64_t max_rows) const {
     const TrainingPlan& p = fitting[i];
     const std::string split = str_cat(p.args.per_device_train_batch_size, " x ",
                                       p.args.gradient_accumulation_steps);
-    std::snprintf(line, sizeof line, "  %4zu  %-10s %-12s %-10s %12s %14s %14s %10.3f\n", i + 1,
+    std::snprintf(line, sizeof line, "  %4zu  %-10s %-12s %-10s %12s %14s %14s %10.4g\n", i + 1,
                   p.dry.recipe.c_str(), p.args.optim.c_str(),
                   p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
                                                 : "none",
-                  split.c_str(), bytes_text(p.dry.peak_allocated_bytes).c_str(),
-                  bytes_text(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0);
+                  split.c_str(), format_bytes(p.dry.peak_allocated_bytes).c_str(),
+                  format_bytes(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0);
     text += line;
   }
   if (static_cast<int64_t>(fitting.size()) > max_rows) {

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "memory/alloc_config.h"
+#include "train/progress.h"
 #include "memory/device_memory.h"
 #include "nn/model_presets.h"
 #include "train/model_source.h"
@@ -43,7 +43,6 @@ int64_t kv_bytes_per_token(const HfConfig& config, DType dtype) {
   return 2 * layers * kv_heads * head_dim * static_cast<int64_t>(dtype_size(dtype));
 }
 
-std::string bytes_text(int64_t bytes) { return format_bytes(static_cast<size_t>(bytes)); }
 
 }  // namespace
 
@@ -123,7 +122,7 @@ std::string InferencePlan::format() const {
   std::string text;
   char line[256];
   auto add = [&](const char* name, int64_t bytes, const std::string& note) {
-    std::snprintf(line, sizeof line, "  %-26s %14s   %s\n", name, bytes_text(bytes).c_str(),
+    std::snprintf(line, sizeof line, "  %-26s %14s   %s\n", name, format_bytes(bytes).c_str(),
                   note.c_str());
     text += line;
   };
@@ -145,8 +144,8 @@ std::string InferencePlan::format() const {
   if (target.capacity_bytes > 0) {
     const int64_t spare = target.capacity_bytes - required_bytes;
     std::snprintf(line, sizeof line, "  %s in %s: %s %s\n", fits() ? "fits" : "does NOT fit",
-                  bytes_text(target.capacity_bytes).c_str(),
-                  bytes_text(spare < 0 ? -spare : spare).c_str(), spare < 0 ? "short" : "to spare");
+                  format_bytes(target.capacity_bytes).c_str(),
+                  format_bytes(spare < 0 ? -spare : spare).c_str(), spare < 0 ? "short" : "to spare");
     text += line;
   }
   return text;

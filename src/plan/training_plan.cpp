@@ -7,23 +7,15 @@
 
 #include "core/error.h"
 #include "memory/alloc_config.h"
+#include "train/progress.h"
 
 namespace headroom {
-
-namespace {
-
-std::string bytes_text(int64_t bytes) {
-  return bytes < 0 ? str_cat("-", format_bytes(static_cast<size_t>(-bytes)))
-                   : format_bytes(static_cast<size_t>(bytes));
-}
-
-}  // namespace
 
 const GpuSpec& PlanTarget::rates() const { return gpu ? *gpu : find_gpu_spec("H100-80GB"); }
 
 std::string PlanTarget::description() const {
   if (gpu) return str_cat(gpu->name, " (", device.str(), ")");
-  if (capacity_bytes > 0) return str_cat(bytes_text(capacity_bytes), " GPU (", device.str(), ")");
+  if (capacity_bytes > 0) return str_cat(format_bytes(capacity_bytes), " GPU (", device.str(), ")");
   return device.str();
 }
 
@@ -125,19 +117,19 @@ std::string TrainingPlan::format() const {
   text += str_cat("plan: ", describe_configuration(args), " on ", target.description(), "\n");
   line("  %.2fM parameters, %s of weights in the %s recipe; dry run of %d steps on the meta "
        "device in %.2f s\n",
-       static_cast<double>(dry.num_parameters) / 1e6, bytes_text(dry.parameter_bytes).c_str(),
+       static_cast<double>(dry.num_parameters) / 1e6, format_bytes(dry.parameter_bytes).c_str(),
        dry.recipe.c_str(), dry.steps, dry.seconds);
   line("\n  %-26s %14s %14s %10s\n", "at the peak", "dry run", "formula", "formula/run");
   const FormulaMemory& f = dry.formula;
   auto row = [&](const char* name, int64_t run, std::optional<int64_t> guess) {
     if (!guess) {
-      line("  %-26s %14s %14s\n", name, bytes_text(run).c_str(), "-");
+      line("  %-26s %14s %14s\n", name, format_bytes(run).c_str(), "-");
       return;
     }
     const std::string ratio =
         run > 0 ? str_cat(std::lround(100.0 * static_cast<double>(*guess) / static_cast<double>(run)), "%")
                 : std::string("-");
-    line("  %-26s %14s %14s %10s\n", name, bytes_text(run).c_str(), bytes_text(*guess).c_str(),
+    line("  %-26s %14s %14s %10s\n", name, format_bytes(run).c_str(), format_bytes(*guess).c_str(),
          ratio.c_str());
   };
   auto at = [&](MemoryCategory c) { return dry.at_peak[static_cast<size_t>(c)]; };
@@ -154,9 +146,9 @@ std::string TrainingPlan::format() const {
   }
   if (target.overhead_bytes > 0) {
     line("  %-26s %14s   (%s, Note [CUDA overhead per GPU family])\n", "CUDA context+workspaces",
-         bytes_text(target.overhead_bytes).c_str(), target.overhead_source.c_str());
+         format_bytes(target.overhead_bytes).c_str(), target.overhead_source.c_str());
   }
-  line("  %-26s %14s\n", "required", bytes_text(required_bytes).c_str());
+  line("  %-26s %14s\n", "required", format_bytes(required_bytes).c_str());
   line("  formula bytes per parameter: weights %.1f, gradients %.1f, optimizer %.2f "
        "(Note [Formula memory])\n",
        f.weight_bytes_per_parameter, f.gradient_bytes_per_parameter,
@@ -164,7 +156,7 @@ std::string TrainingPlan::format() const {
   if (target.capacity_bytes > 0) {
     const int64_t spare = target.capacity_bytes - required_bytes;
     line("  %s in %s: %s %s\n", fits() ? "fits" : "does NOT fit",
-         bytes_text(target.capacity_bytes).c_str(), bytes_text(spare < 0 ? -spare : spare).c_str(),
+         format_bytes(target.capacity_bytes).c_str(), format_bytes(spare < 0 ? -spare : spare).c_str(),
          spare < 0 ? "short" : "to spare");
   }
   if (cost) {
