@@ -8,26 +8,19 @@
 #include "memory/device_memory.h"
 #include "plan/synthetic_batches.h"
 #include "train/memory_report.h"
+#include "train/model_source.h"
 #include "train/trainer.h"
 
 namespace headroom {
 
-namespace {
-
-// The device a plan is for: args.device with "auto" resolved here (no GPU: the CPU); meta makes
-// no sense as a target.
 Device planned_device(const std::string& device) {
-  const Device target = device == "auto"
-                            ? (cuda_is_available() ? Device{DeviceType::cuda, 0} : kCPU)
-                            : Device::parse(device);
+  const Device target = resolve_device(device);
   if (target.is_meta()) {
     throw ValueError("device: 'meta' cannot be planned for; name the device of the real run "
                      "(cpu or cuda)");
   }
   return target;
 }
-
-}  // namespace
 
 nlohmann::ordered_json DryRunResult::Peaks::to_json() const {
   return {{"peak_allocated_bytes", allocated}, {"peak_reserved_bytes", reserved}};

@@ -78,6 +78,10 @@ struct DryRunResult {
   nlohmann::ordered_json to_json() const;
 };
 
+// The device a plan is for: `device` (TrainingArguments.device) with "auto" resolved as a run
+// would (no GPU: the CPU). ValueError for meta, which no run trains on.
+Device planned_device(const std::string& device);
+
 // Builds the model of args.model on meta (a preset or a config.json directory; weights are
 // never read), with the recipe, optimizer and checkpointing policy of `args`, synthetic
 // batches of per_device_train_batch_size x max_seq_length, and runs `options.steps` steps of

@@ -48,13 +48,7 @@ PlanTarget plan_target(const std::string& device, const std::string& gpu,
     target.overhead_source = str_cat(family.name, " family constant");
     return target;
   }
-  target.device = device == "auto"
-                      ? (cuda_is_available() ? Device{DeviceType::cuda, 0} : kCPU)
-                      : Device::parse(device);
-  if (target.device.is_meta()) {
-    throw ValueError("device: 'meta' cannot be planned for; name the device of the real run "
-                     "(cpu or cuda)");
-  }
+  target.device = planned_device(device);
   if (target.device.is_cuda()) {
     target.overhead_bytes = default_gpu_family().overhead_bytes();
     target.overhead_source = str_cat(default_gpu_family().name, " family constant");
