@@ -144,6 +144,79 @@ TEST(Models, HfInitialisation) {
             model.parameter("transformer.wpe.weight").to_float_vector());
 }
 
+// LlamaPreTrainedModel._init_weights: every nn.Linear and nn.Embedding weight N(0,
+// initializer_range), Linear biases zero, the embedding's padding_idx (pad_token_id) row zero;
+// LlamaRMSNorm's weights start at 1 (torch.ones in its constructor).
+TEST(Models, LlamaHfInitialisation) {
+  LlamaConfig c;
+  c.vocab_size = 512, c.hidden_size = 128, c.intermediate_size = 256, c.num_hidden_layers = 3;
+  c.num_attention_heads = 4, c.num_key_value_heads = 2, c.initializer_range = 0.03;
+  c.attention_bias = true, c.mlp_bias = true, c.pad_token_id = 7;
+  LlamaForCausalLM model(c, kCPU, 3);
+  const double sigma = c.initializer_range;
+
+  // Per weight matrix, its sample mean and standard deviation within 5 standard errors of 0 and
+  // sigma (standard errors sigma / sqrt(n) and sigma / sqrt(2n) for n normal draws); pooled over
+  // all of them, the share within one sigma is the normal's 68.3% (a uniform law with the same
+  // sigma would give 57.7%), within 5 standard errors of a binomial share.
+  int64_t weights = 0, biases = 0, norms = 0, pooled = 0, within_one_sigma = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    std::vector<float> v = p.to_float_vector();
+    if (name.ends_with("bias")) {
+      EXPECT_EQ(v, std::vector<float>(v.size(), 0.0f)) << name;
+      ++biases;
+      continue;
+    }
+    if (name.ends_with("norm.weight")) {
+      EXPECT_EQ(v, std::vector<float>(v.size(), 1.0f)) << name;
+      ++norms;
+      continue;
+    }
+    ASSERT_EQ(p.ndim(), 2) << name;
+    ++weights;
+    if (name == "model.embed_tokens.weight") {
+      const auto row = v.begin() + 7 * c.hidden_size;
+      EXPECT_EQ(std::vector<float>(row, row + c.hidden_size),
+                std::vector<float>(c.hidden_size, 0.0f));
+      v.erase(row, row + c.hidden_size);  // the rest is N(0, sigma)
+    }
+    const double n = static_cast<double>(v.size());
+    double sum = 0, sum_sq = 0;
+    for (float x : v) {
+      sum += x, sum_sq += static_cast<double>(x) * x;
+      within_one_sigma += std::abs(x) <= sigma;
+    }
+    pooled += static_cast<int64_t>(v.size());
+    const double mean = sum / n;
+    EXPECT_NEAR(mean, 0.0, 5 * sigma / std::sqrt(n)) << name;
+    EXPECT_NEAR(std::sqrt(sum_sq / n - mean * mean), sigma, 5 * sigma / std::sqrt(2 * n)) << name;
+  }
+  // embed_tokens, lm_head, and per layer q, k, v, o, gate, up, down; 4 attention and 3 MLP
+  // biases per layer; 2 norms per layer and the final one.
+  EXPECT_EQ(weights, 2 + 7 * c.num_hidden_layers);
+  EXPECT_EQ(biases, 7 * c.num_hidden_layers);
+  EXPECT_EQ(norms, 2 * c.num_hidden_layers + 1);
+  const double share = static_cast<double>(within_one_sigma) / static_cast<double>(pooled);
+  EXPECT_NEAR(share, 0.682689, 5 * std::sqrt(0.682689 * 0.317311 / static_cast<double>(pooled)));
+
+  // The same seed gives the same model, another seed another one.
+  LlamaForCausalLM same(c, kCPU, 3), other(c, kCPU, 4);
+  for (const auto& [name, p] : model.named_parameters()) {
+    EXPECT_EQ(same.parameter(name).to_float_vector(), p.to_float_vector()) << name;
+    if (p.ndim() == 2) {
+      EXPECT_NE(other.parameter(name).to_float_vector(), p.to_float_vector()) << name;
+    }
+  }
+
+  // nn.Embedding's padding_idx counts from the end when negative and must lie in the vocabulary.
+  c.pad_token_id = -1;
+  const Tensor last = LlamaForCausalLM(c, kCPU, 3).parameter("model.embed_tokens.weight")
+                          .narrow(0, c.vocab_size - 1, 1);
+  EXPECT_EQ(last.to_float_vector(), std::vector<float>(c.hidden_size, 0.0f));
+  c.pad_token_id = c.vocab_size;
+  EXPECT_THROW(LlamaForCausalLM(c, kCPU, 3), ValueError);
+}
+
 void copy_dir(const std::string& from, const std::string& to) {
   std::filesystem::remove_all(to);
   std::filesystem::create_directories(to);
