@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "autograd/engine.h"
+#include "core/generator.h"
 #include "core/grad_mode.h"
 #include "io/hf_config.h"
 #include "io/pretrained.h"
@@ -215,6 +216,43 @@ TEST(Models, LlamaHfInitialisation) {
   EXPECT_EQ(last.to_float_vector(), std::vector<float>(c.hidden_size, 0.0f));
   c.pad_token_id = c.vocab_size;
   EXPECT_THROW(LlamaForCausalLM(c, kCPU, 3), ValueError);
+}
+
+// eval() turns every dropout of GPT-2 off (embd_pdrop, attn_pdrop, resid_pdrop) and train() turns
+// it back on: in eval mode the logits do not depend on the dropout RNG and equal those of the same
+// weights with every pdrop 0.
+TEST(Models, EvalTurnsDropoutOffAndTrainOn) {
+  GPT2Config c;
+  c.vocab_size = 96, c.n_positions = 32, c.n_embd = 32, c.n_layer = 2, c.n_head = 4;
+  c.embd_pdrop = 0.1, c.attn_pdrop = 0.1, c.resid_pdrop = 0.1;
+  GPT2LMHeadModel dropping(c, kCPU, 5);
+  GPT2Config no_dropout = c;
+  no_dropout.embd_pdrop = no_dropout.attn_pdrop = no_dropout.resid_pdrop = 0.0;
+  GPT2LMHeadModel plain(no_dropout, kCPU, 6);
+  NoGradGuard no_grad;
+  for (const auto& [name, p] : dropping.named_parameters()) plain.parameter(name).copy_(p);
+  std::vector<int64_t> id_values;
+  for (int64_t i = 0; i < 2 * 16; ++i) id_values.push_back((i * 37 + 11) % c.vocab_size);
+  const Tensor ids = Tensor::from_ints(id_values, {2, 16});
+
+  ASSERT_TRUE(dropping.is_training());  // modules start in training mode, as torch's do
+  dropping.eval();
+  manual_seed(1);
+  const std::vector<float> first = dropping.forward(ids).to_float_vector();
+  manual_seed(2);
+  const std::vector<float> second = dropping.forward(ids).to_float_vector();
+  EXPECT_EQ(first, second);
+  plain.eval();
+  EXPECT_EQ(first, plain.forward(ids).to_float_vector());
+
+  dropping.train();
+  manual_seed(1);
+  const std::vector<float> trained = dropping.forward(ids).to_float_vector();
+  EXPECT_NE(trained, first);
+  manual_seed(1);  // the same masks again
+  EXPECT_EQ(dropping.forward(ids).to_float_vector(), trained);
+  dropping.eval();
+  EXPECT_EQ(dropping.forward(ids).to_float_vector(), first);
 }
 
 void copy_dir(const std::string& from, const std::string& to) {
