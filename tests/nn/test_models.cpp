@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "autograd/engine.h"
+#include "core/atomic_file.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "io/hf_config.h"
@@ -38,6 +43,15 @@ void expect_close(const Tensor& actual, const Tensor& expected, double rtol,
   }
   EXPECT_LE(worst, rtol * scale) << what << ": element " << at << " is " << a[at]
                                  << ", expected " << b[at] << " (scale " << scale << ")";
+}
+
+std::string load_error(const std::string& dir) {
+  try {
+    load_pretrained(dir);
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 class ModelReference : public ::testing::TestWithParam<std::string> {};
@@ -93,6 +107,89 @@ TEST_P(ModelReference, SaveAndReloadGiveTheSameModel) {
   again->eval();
   NoGradGuard no_grad;
   EXPECT_EQ(again->forward(ids).to_float_vector(), model->forward(ids).to_float_vector());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+// save_pretrained with small shards writes the index and the shards HF would, and
+// load_pretrained reads them back into a model that gives the same logits, bit for bit.
+TEST_P(ModelReference, ShardedSaveAndReloadGiveTheSameLogits) {
+  const std::string dir = kModels + GetParam();
+  std::unique_ptr<CausalLM> model = load_pretrained(dir);
+  const std::string out = ::testing::TempDir() + "headroom_sharded_" + GetParam();
+  std::filesystem::remove_all(out);
+  const size_t max_shard_bytes = 30'000;  // the models hold about 100 KB
+  save_pretrained(*model, out, max_shard_bytes);
+
+  EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
+  const nlohmann::json index =
+      nlohmann::json::parse(read_text(out + "/" + kSafetensorsIndexName));
+  std::set<std::string> shards;
+  size_t total = 0;
+  for (const auto& [name, param] : model->named_parameters()) {
+    ASSERT_TRUE(index["weight_map"].contains(name)) << name;
+    shards.insert(index["weight_map"][name].get<std::string>());
+    total += param.nbytes();
+  }
+  EXPECT_EQ(index["weight_map"].size(), model->named_parameters().size());
+  EXPECT_EQ(index["metadata"]["total_size"].get<size_t>(), total);
+  ASSERT_GE(shards.size(), 3u);
+  size_t number = 0;
+  for (const std::string& shard : shards) {  // model-00001-of-0000N.safetensors, ...
+    char expected[64];
+    std::snprintf(expected, sizeof expected, "model-%05zu-of-%05zu.safetensors", ++number,
+                  shards.size());
+    EXPECT_EQ(shard, expected);
+    const SafetensorsFile file(out + "/" + shard);
+    size_t bytes = 0;
+    for (const std::string& name : file.names()) bytes += file.info(name).nbytes;
+    // A shard outgrows the limit only by holding a single larger tensor.
+    EXPECT_TRUE(bytes <= max_shard_bytes || file.size() == 1) << shard << ": " << bytes << " B";
+  }
+
+  std::unique_ptr<CausalLM> again = load_pretrained(out);
+  const Tensor ids = SafetensorsFile(dir + "/reference.safetensors").load("input_ids");
+  model->eval();
+  again->eval();
+  NoGradGuard no_grad;
+  EXPECT_EQ(again->forward(ids).to_float_vector(), model->forward(ids).to_float_vector());
+}
+
+// A shard set that lacks a tensor is refused with the file and the tensor named: whether the
+// index still lists it (the shard it names does not hold it) or not (the model needs it).
+TEST_P(ModelReference, ShardSetMissingATensorIsRefusedWithItsNames) {
+  const std::string dir = kModels + GetParam();
+  std::unique_ptr<CausalLM> model = load_pretrained(dir);
+  const std::string out = ::testing::TempDir() + "headroom_sharded_missing_" + GetParam();
+  std::filesystem::remove_all(out);
+  save_pretrained(*model, out, 30'000);
+  const std::string index_path = out + "/" + kSafetensorsIndexName;
+  nlohmann::json index = nlohmann::json::parse(read_text(index_path));
+  const std::string victim = model->named_parameters()[3].first;
+  const std::string shard = index["weight_map"][victim].get<std::string>();
+
+  std::vector<std::pair<std::string, Tensor>> kept;
+  {
+    const SafetensorsFile file(out + "/" + shard);
+    for (const std::string& name : file.names()) {
+      if (name != victim) kept.emplace_back(name, file.load(name).clone());
+    }
+  }
+  save_safetensors(out + "/" + shard, kept, {{"format", "pt"}});
+  std::string message = load_error(out);
+  EXPECT_NE(message.find(kSafetensorsIndexName), std::string::npos) << message;
+  EXPECT_NE(message.find(shard), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + victim + "'"), std::string::npos) << message;
+
+  index["weight_map"].erase(victim);
+  write_file_atomically(index_path, index.dump(2) + "\n");
+  message = load_error(out);
+  EXPECT_NE(message.find(index_path), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + victim + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find("missing"), std::string::npos) << message;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelReference, ::testing::Values("gpt2_tiny", "llama_tiny"));
@@ -263,15 +360,6 @@ void copy_dir(const std::string& from, const std::string& to) {
   }
 }
 
-std::string load_error(const std::string& dir) {
-  try {
-    load_pretrained(dir);
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
   const std::string dir = ::testing::TempDir() + "headroom_bad_gpt2";
   copy_dir(kModels + "gpt2_tiny", dir);
@@ -299,6 +387,7 @@ TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
   wrong_shape[3].second = Tensor::zeros({7});
   rewrite(wrong_shape);
   message = load_error(dir);
+  EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
   EXPECT_NE(message.find(tensors[3].first), std::string::npos) << message;
 
   // The original openai-community/gpt2 layout: no "transformer." prefix, mask buffers stored.
