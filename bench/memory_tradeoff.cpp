@@ -1,8 +1,9 @@
 // The memory trade-off table: one GPT-2-shaped model trained for a few steps on real text under
 // each memory saver alone and in the usual combinations, with peak allocated / reserved memory,
 // step time, tokens/s and final loss per row; written as a table, as CSV and as a PNG plot of
-// peak memory against step time. The fp32, bf16 and checkpointing rows also run in PyTorch
-// (bench/train_step_peer.py on the same batches) and print its step time and memory beside ours.
+// peak memory against step time. The fp32, bf16 and checkpointing (full, every_2) rows also run
+// in PyTorch (bench/train_step_peer.py on the same batches) and print its step time and memory
+// beside ours.
 //
 // Run (Release build):
 //   ninja -C build memory_tradeoff && build/bench/memory_tradeoff [--layers 6] [--d-model 256]
@@ -63,7 +64,9 @@ struct Row {
   std::string optim = "adamw_torch";
   std::string checkpointing = "none";
   int64_t accumulation = 1;
-  std::string peer = "";  // the peer's --precision, or empty when PyTorch does not run this row
+  // The peer's --precision, or empty when PyTorch does not run this row (its --checkpointing is
+  // the row's: none, full or every_N).
+  std::string peer = "";
 };
 
 std::vector<Row> all_rows() {
@@ -73,7 +76,7 @@ std::vector<Row> all_rows() {
       {.name = "bf16+full+adamw_8bit", .precision = "bf16", .optim = "adamw_8bit",
        .checkpointing = "full"},
       {.name = "ckpt full", .checkpointing = "full", .peer = "fp32"},
-      {.name = "ckpt every_2", .checkpointing = "every_2"},
+      {.name = "ckpt every_2", .checkpointing = "every_2", .peer = "fp32"},
       {.name = "ckpt selective", .checkpointing = "selective"},
       {.name = "fp16+scaler", .precision = "fp16"},
       {.name = "pure_bf16", .precision = "pure_bf16"},
@@ -240,8 +243,7 @@ void run_peer(const Options& o, const Row& row, const std::string& batches_file,
       {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
        .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
        .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay,
-       .extra_args = str_cat("--precision ", row.peer, " --checkpointing ",
-                             row.checkpointing == "full" ? "full" : "none",
+       .extra_args = str_cat("--precision ", row.peer, " --checkpointing ", row.checkpointing,
                              " --max-grad-norm 1 --batches ", batches_file)});
   if (!fields) return;
   r.peer_step_ms = std::atof(fields->at("step_ms").c_str());

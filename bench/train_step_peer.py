@@ -21,6 +21,18 @@ import time
 MASK64 = (1 << 64) - 1
 
 
+def checkpointing_policy(value):
+    """--checkpointing's value as the number N of every_N (full is every_1), or 0 for none."""
+    if value == "none":
+        return 0
+    if value == "full":
+        return 1
+    every = value[len("every_"):] if value.startswith("every_") else ""
+    if every.isdigit() and int(every) >= 1:
+        return int(every)
+    raise argparse.ArgumentTypeError("'%s' is not one of none, full or every_N (N >= 1)" % value)
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name, default in [("layers", 6), ("d-model", 384), ("heads", 6), ("context", 256),
@@ -38,9 +50,11 @@ def parse_args():
     # 1.13); pure_bf16: model.to(bfloat16), torch.optim.AdamW on bf16 weights and states.
     parser.add_argument("--precision", default="fp32",
                         choices=["fp32", "bf16", "fp16", "pure_bf16"])
-    # none, or full: every block under torch.utils.checkpoint(use_reentrant=False), as HF's
-    # gradient_checkpointing_enable does (bench/memory_tradeoff's checkpointing rows).
-    parser.add_argument("--checkpointing", default="none", choices=["none", "full"])
+    # none; full: every block under torch.utils.checkpoint(use_reentrant=False), as HF's
+    # gradient_checkpointing_enable does; every_N: the blocks whose index is a multiple of N, as
+    # headroom's every_N (bench/memory_tradeoff's checkpointing rows).
+    parser.add_argument("--checkpointing", default="none", type=checkpointing_policy,
+                        help="none, full or every_N (N >= 1)")
     # The batches as int64 ids, [steps][batch][context + 1], instead of the splitmix64 ones; and
     # clip_grad_norm_ before each step when > 0 (bench/memory_tradeoff).
     parser.add_argument("--batches", default="")
@@ -148,8 +162,8 @@ def main():
         def loss(self, input_ids, targets):
             t = input_ids.shape[1]
             x = self.wte(input_ids) + self.wpe(torch.arange(t))
-            for block in self.h:
-                if args.checkpointing == "full":
+            for index, block in enumerate(self.h):
+                if args.checkpointing and index % args.checkpointing == 0:
                     x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
                 else:
                     x = block(x)

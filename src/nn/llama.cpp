@@ -93,14 +93,23 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Device device, uint64_t
   if (c.effective_head_dim() % 2 != 0) {
     throw ValueError(str_cat("Llama config: head_dim ", c.effective_head_dim(), " must be even for rotary embeddings"));
   }
+  if (c.pad_token_id && (*c.pad_token_id >= c.vocab_size || *c.pad_token_id < -c.vocab_size)) {
+    throw ValueError(str_cat("Llama config: pad_token_id ", *c.pad_token_id,
+                             " is outside the vocabulary (vocab_size ", c.vocab_size, ")"));
+  }
   if (!c.tie_word_embeddings) {
     lm_head_ = &register_module("lm_head", projection(c.hidden_size, c.vocab_size, false, device));
   }
   // HF's _init_weights: N(0, initializer_range) for Linear and Embedding weights, zero biases,
-  // RMSNorm weights 1.
+  // RMSNorm weights 1, and the embedding's padding_idx row (pad_token_id) zero. nn.Embedding
+  // counts a negative padding_idx from the end and refuses one outside the vocabulary.
   Generator generator(seed);
   for (auto& [name, p] : named_parameters()) {
     if (p.ndim() == 2) p.normal_(0.0, c.initializer_range, &generator);
+  }
+  if (c.pad_token_id) {
+    const int64_t row = *c.pad_token_id < 0 ? *c.pad_token_id + c.vocab_size : *c.pad_token_id;
+    model_.embed_tokens().weight().narrow(0, row, 1).zero_();
   }
 }
 

@@ -101,33 +101,98 @@ TEST(GradientCheckpointing, LlamaGradientsEqualNoCheckpointingBitForBit) {
   }
 }
 
-// Bytes a block saves for backward without checkpointing, and what selective keeps of them.
+int64_t round_to_block(int64_t bytes) { return (bytes + 511) / 512 * 512; }  // kMinBlockSize
+
+// The allocator-rounded bytes of the parameters of block 0 (their gradients' bytes).
+int64_t block_parameter_bytes(const HfConfig& config, const std::string& prefix) {
+  auto model = make_causal_lm(config, Device{DeviceType::meta, 0}, 1);
+  int64_t bytes = 0;
+  for (const auto& [name, p] : model->named_parameters()) {
+    if (name.starts_with(prefix)) bytes += round_to_block(static_cast<int64_t>(p.nbytes()));
+  }
+  return bytes;
+}
+
+// Bytes a block saves for backward without checkpointing, what selective keeps of them, and the
+// figures of its backward.
 struct BlockBytes {
   int64_t saved;      // every activation the block's nodes keep (its input not counted)
   int64_t selective;  // the projections' outputs that selective keeps instead
+  int64_t selective_recomputed;  // what selective's recompute brings back: the saved ones it
+                                 // does not keep
+  int64_t input;   // the block's input, kept by its first norm or by the checkpoint
+  int64_t params;  // its parameters' gradients
+  int64_t head;    // the change in allocated bytes from the loss's backward to the last block's
+  int64_t top;     // what a block's backward holds at its highest point beyond its activations
 };
 
 // GPT-2 block, fp32, T x D activations of B x T x D: ln_1 out, c_attn out (3), attention out,
 // its [B, T, D] copy (c_proj's input), h, ln_2 out, c_fc out (4), gelu out (4): 16; plus the
 // mean and rstd of both LayerNorms ([B, T] each) and the attention's lse ([B, H, T]).
-// Selective keeps c_attn's (3), attn.c_proj's (1) and c_fc's (4) outputs.
+// Selective keeps c_attn's (3), attn.c_proj's (1) and c_fc's (4) outputs; attn.c_proj's is not
+// among the saved ones (the residual add saves nothing), so its recompute brings back 16 - 7.
+// Backward: ln_f's backward adds its input's gradient, its weight's and bias's, and the last
+// block's resid dropout the MLP branch's gradient; it frees its saved input, mean and rstd and
+// the fused loss's gradient of the hidden states. A block's highest point is mlp.c_proj's
+// backward: its input's gradient ([B, T, 4D]), its weight's and bias's.
 BlockBytes gpt2_block_bytes(const GPT2Config& c) {
   const int64_t btd = kBatch * kTokens * c.n_embd * kF32, bt = kBatch * kTokens * kF32;
-  return {16 * btd + 4 * bt + c.n_head * bt, 8 * btd};
+  const int64_t saved = 16 * btd + 4 * bt + c.n_head * bt;
+  const int64_t norm_grads = 2 * round_to_block(c.n_embd * kF32);
+  return {.saved = saved,
+          .selective = 8 * btd,
+          .selective_recomputed = saved - 7 * btd,
+          .input = btd,
+          .params = block_parameter_bytes(c, "transformer.h.0."),
+          .head = (btd + norm_grads + btd) - (btd + btd + 2 * bt),
+          .top = 4 * btd + 4 * c.n_embd * c.n_embd * kF32 + round_to_block(c.n_embd * kF32)};
 }
 
 // Llama block (fp32, grouped-query): input_layernorm out, rotated q, rotated k and v (kv width),
 // attention out, o_proj's input, h, post-norm out; gate, up and the SwiGLU out (intermediate);
-// two rstd [B, T] and lse [B, Hq, T]. Selective keeps q, k, v, o, gate and up.
+// two rstd [B, T] and lse [B, Hq, T]. Selective keeps q, k, v, o, gate and up, of which v, gate
+// and up are among the saved ones. Backward: the final norm's backward adds its input's gradient
+// and its weight's and frees its saved input and rstd and the fused loss's gradient of the
+// hidden states. A block's highest point is the SwiGLU's backward: down_proj's weight gradient,
+// its input's gradient and the SwiGLU's two input gradients (intermediate), the saved SwiGLU out
+// freed.
 BlockBytes llama_block_bytes(const LlamaConfig& c) {
   const int64_t bt = kBatch * kTokens * kF32, btd = bt * c.hidden_size;
   const int64_t btkv = bt * c.effective_num_key_value_heads() * c.effective_head_dim();
   const int64_t bti = bt * c.intermediate_size;
-  return {6 * btd + 2 * btkv + 3 * bti + 2 * bt + c.num_attention_heads * bt,
-          2 * btd + 2 * btkv + 2 * bti};
+  const int64_t saved = 6 * btd + 2 * btkv + 3 * bti + 2 * bt + c.num_attention_heads * bt;
+  return {.saved = saved,
+          .selective = 2 * btd + 2 * btkv + 2 * bti,
+          .selective_recomputed = saved - (btkv + 2 * bti),
+          .input = btd,
+          .params = block_parameter_bytes(c, "model.layers.0."),
+          .head = (btd + round_to_block(c.hidden_size * kF32)) - (btd + btd + bt),
+          .top = c.hidden_size * c.intermediate_size * kF32 + bti + 2 * bti - bti};
 }
 
-// What each policy keeps after the forward, exactly: the none figure less what it drops.
+// The exact peak of backward: blocks run backward from the last, and block b is at its highest
+// with what the policy recomputed for it held, what earlier blocks' backward left (their
+// parameters' gradients, less what they freed: their input and their kept activations) and
+// `top`; the peak is the largest of these over b.
+int64_t expected_backward_peak(const std::string& policy_name, int64_t kept,
+                               const BlockBytes& block) {
+  const CheckpointPolicy policy = parse_checkpoint_policy(policy_name);
+  int64_t peak = 0, left_by_later_blocks = 0;
+  for (int64_t b = kLayers - 1; b >= 0; --b) {
+    int64_t recomputed = 0, freed = block.input + block.saved;
+    if (policy.kind == CheckpointPolicy::Kind::selective) {
+      recomputed = block.selective_recomputed, freed = block.input + block.selective;
+    } else if (policy.checkpoints_block(b)) {
+      recomputed = block.saved, freed = block.input;
+    }
+    peak = std::max(peak, kept + block.head + left_by_later_blocks + recomputed + block.top);
+    left_by_later_blocks += block.params - freed;
+  }
+  return peak;
+}
+
+// What each policy keeps after the forward and the peak of its backward, exactly: the none figure
+// less what each policy drops, and the peak from the figures above.
 void expect_activation_memory(const HfConfig& config, const BlockBytes& block) {
   std::map<std::string, StepResult> runs;
   for (const char* policy : {"none", "full", "every_2", "every_3", "selective"}) {
@@ -141,14 +206,21 @@ void expect_activation_memory(const HfConfig& config, const BlockBytes& block) {
   EXPECT_EQ(runs["every_2"].kept, none - 2 * block.saved);  // blocks 0 and 2
   EXPECT_EQ(runs["every_3"].kept, none - 2 * block.saved);  // blocks 0 and 3
   EXPECT_EQ(runs["selective"].kept, none - kLayers * (block.saved - block.selective));
+  for (const char* policy : {"none", "full", "every_2", "every_3", "selective"}) {
+    const StepResult& r = runs[policy];
+    EXPECT_EQ(r.backward_peak, expected_backward_peak(policy, r.kept, block)) << policy;
+  }
   // Backward never holds more than what the forward kept, all the gradients and one block's
-  // recomputed activations; the order of the peaks follows the policies.
+  // recomputed activations; the order of the peaks follows the policies. every_3 keeps as much
+  // as every_2 but peaks higher: its first recompute (block 3) comes while every other block's
+  // activations are still held, every_2's (block 2) after block 3's are freed.
   for (const char* policy : {"full", "every_2", "every_3", "selective"}) {
     const StepResult& r = runs[policy];
     EXPECT_LE(r.backward_peak, r.kept + r.after_backward + block.saved) << policy;
   }
   EXPECT_LT(runs["full"].backward_peak, runs["every_2"].backward_peak);
-  EXPECT_LT(runs["every_2"].backward_peak, runs["none"].backward_peak);
+  EXPECT_LT(runs["every_2"].backward_peak, runs["every_3"].backward_peak);
+  EXPECT_LT(runs["every_3"].backward_peak, runs["none"].backward_peak);
   EXPECT_LT(runs["full"].backward_peak, runs["selective"].backward_peak);
   EXPECT_LT(runs["selective"].backward_peak, runs["none"].backward_peak);
 }

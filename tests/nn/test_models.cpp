@@ -3,10 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "autograd/engine.h"
+#include "core/atomic_file.h"
+#include "core/generator.h"
 #include "core/grad_mode.h"
 #include "io/hf_config.h"
 #include "io/pretrained.h"
@@ -20,8 +26,7 @@ namespace {
 
 const std::string kModels = std::string(HEADROOM_FIXTURES_DIR) + "/models/";
 
-// |a - b| <= rtol * max|b| elementwise: relative to the tensor's scale, since single elements
-// near zero carry only rounding noise.
+// |a - b| <= rtol * max|b| for every element: relative to the tensor's scale.
 void expect_close(const Tensor& actual, const Tensor& expected, double rtol,
                   const std::string& what) {
   ASSERT_EQ(actual.shape(), expected.shape()) << what;
@@ -39,6 +44,47 @@ void expect_close(const Tensor& actual, const Tensor& expected, double rtol,
                                  << ", expected " << b[at] << " (scale " << scale << ")";
 }
 
+// |a - b| <= rtol * |b| + atol for each element on its own, with atol = atol_of_scale * max|b|:
+// a floor for elements near zero, whose error is that of the O(max|b|) terms they are summed
+// from. Returns the largest (|a - b| - rtol * |b|) / max|b|, the atol_of_scale the tensor needs.
+double expect_close_elementwise(const Tensor& actual, const Tensor& expected, double rtol,
+                                double atol_of_scale, const std::string& what) {
+  EXPECT_EQ(actual.shape(), expected.shape()) << what;
+  const std::vector<float> a = actual.to(DType::f32).to_float_vector();
+  const std::vector<float> b = expected.to_float_vector();
+  double scale = 0.0;
+  for (float v : b) scale = std::max(scale, static_cast<double>(std::abs(v)));
+  const double atol = atol_of_scale * scale;
+  double needed = 0.0;
+  int failures = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+    const double excess = d - rtol * std::abs(static_cast<double>(b[i]));
+    needed = std::max(needed, excess);
+    if (excess > atol && ++failures <= 3) {
+      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << b[i]
+                    << " (|a - b| " << d << " > " << rtol << " * |b| + " << atol << ")";
+    }
+  }
+  EXPECT_EQ(failures, 0) << what << ": elements outside rtol " << rtol << ", atol " << atol;
+  return scale > 0.0 ? needed / scale : 0.0;
+}
+
+std::string load_error(const std::string& dir) {
+  try {
+    load_pretrained(dir);
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// The element-wise check's floor for elements near zero: 1e-6 of the tensor's largest magnitude,
+// about 8 fp32 ulps of it. Elements of at least 10% of that magnitude meet the relative bounds
+// alone with 3x (logits) and 20x (gradients) to spare; smaller ones carry the absolute rounding
+// error of their larger summands (up to 2.5e-7 of the scale here), which no relative bound holds.
+constexpr double kAtolOfScale = 1e-6;
+
 class ModelReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelReference, LogitsLossAndGradientsMatchPyTorch) {
@@ -51,17 +97,29 @@ TEST_P(ModelReference, LogitsLossAndGradientsMatchPyTorch) {
 
   {
     NoGradGuard no_grad;
-    expect_close(model->forward(ids), reference.load("logits"), 1e-5, "logits");
+    const Tensor logits = model->forward(ids), expected = reference.load("logits");
+    expect_close(logits, expected, 1e-5, "logits");
+    const double needed =
+        expect_close_elementwise(logits, expected, 1e-5, kAtolOfScale, "logits");
+    std::printf("logits: element-wise within rtol 1e-5 + %.2g of the scale\n", needed);
   }
   const Tensor loss = model->loss(ids, targets);
   EXPECT_NEAR(loss.item(), reference.load("loss").item(), 1e-5 * reference.load("loss").item());
   backward(loss);
   int checked = 0;
+  double worst_needed = 0.0;
+  std::string worst;
   for (const auto& [name, param] : model->named_parameters()) {
     ASSERT_TRUE(param.grad().defined()) << name;
-    expect_close(param.grad(), reference.load("grad." + name), 1e-4, "grad." + name);
+    const Tensor expected = reference.load("grad." + name);
+    expect_close(param.grad(), expected, 1e-4, "grad." + name);
+    const double needed =
+        expect_close_elementwise(param.grad(), expected, 1e-4, kAtolOfScale, "grad." + name);
+    if (needed >= worst_needed) worst_needed = needed, worst = name;
     ++checked;
   }
+  std::printf("gradients: element-wise within rtol 1e-4 + %.2g of the scale (grad.%s)\n",
+              worst_needed, worst.c_str());
   EXPECT_EQ(checked, static_cast<int>(SafetensorsFile(dir + "/model.safetensors").size()));
 }
 
@@ -92,6 +150,89 @@ TEST_P(ModelReference, SaveAndReloadGiveTheSameModel) {
   again->eval();
   NoGradGuard no_grad;
   EXPECT_EQ(again->forward(ids).to_float_vector(), model->forward(ids).to_float_vector());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+// save_pretrained with small shards writes the index and the shards HF would, and
+// load_pretrained reads them back into a model that gives the same logits, bit for bit.
+TEST_P(ModelReference, ShardedSaveAndReloadGiveTheSameLogits) {
+  const std::string dir = kModels + GetParam();
+  std::unique_ptr<CausalLM> model = load_pretrained(dir);
+  const std::string out = ::testing::TempDir() + "headroom_sharded_" + GetParam();
+  std::filesystem::remove_all(out);
+  const size_t max_shard_bytes = 30'000;  // the models hold about 100 KB
+  save_pretrained(*model, out, max_shard_bytes);
+
+  EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
+  const nlohmann::json index =
+      nlohmann::json::parse(read_text(out + "/" + kSafetensorsIndexName));
+  std::set<std::string> shards;
+  size_t total = 0;
+  for (const auto& [name, param] : model->named_parameters()) {
+    ASSERT_TRUE(index["weight_map"].contains(name)) << name;
+    shards.insert(index["weight_map"][name].get<std::string>());
+    total += param.nbytes();
+  }
+  EXPECT_EQ(index["weight_map"].size(), model->named_parameters().size());
+  EXPECT_EQ(index["metadata"]["total_size"].get<size_t>(), total);
+  ASSERT_GE(shards.size(), 3u);
+  size_t number = 0;
+  for (const std::string& shard : shards) {  // model-00001-of-0000N.safetensors, ...
+    char expected[64];
+    std::snprintf(expected, sizeof expected, "model-%05zu-of-%05zu.safetensors", ++number,
+                  shards.size());
+    EXPECT_EQ(shard, expected);
+    const SafetensorsFile file(out + "/" + shard);
+    size_t bytes = 0;
+    for (const std::string& name : file.names()) bytes += file.info(name).nbytes;
+    // A shard outgrows the limit only by holding a single larger tensor.
+    EXPECT_TRUE(bytes <= max_shard_bytes || file.size() == 1) << shard << ": " << bytes << " B";
+  }
+
+  std::unique_ptr<CausalLM> again = load_pretrained(out);
+  const Tensor ids = SafetensorsFile(dir + "/reference.safetensors").load("input_ids");
+  model->eval();
+  again->eval();
+  NoGradGuard no_grad;
+  EXPECT_EQ(again->forward(ids).to_float_vector(), model->forward(ids).to_float_vector());
+}
+
+// A shard set that lacks a tensor is refused with the file and the tensor named: whether the
+// index still lists it (the shard it names does not hold it) or not (the model needs it).
+TEST_P(ModelReference, ShardSetMissingATensorIsRefusedWithItsNames) {
+  const std::string dir = kModels + GetParam();
+  std::unique_ptr<CausalLM> model = load_pretrained(dir);
+  const std::string out = ::testing::TempDir() + "headroom_sharded_missing_" + GetParam();
+  std::filesystem::remove_all(out);
+  save_pretrained(*model, out, 30'000);
+  const std::string index_path = out + "/" + kSafetensorsIndexName;
+  nlohmann::json index = nlohmann::json::parse(read_text(index_path));
+  const std::string victim = model->named_parameters()[3].first;
+  const std::string shard = index["weight_map"][victim].get<std::string>();
+
+  std::vector<std::pair<std::string, Tensor>> kept;
+  {
+    const SafetensorsFile file(out + "/" + shard);
+    for (const std::string& name : file.names()) {
+      if (name != victim) kept.emplace_back(name, file.load(name).clone());
+    }
+  }
+  save_safetensors(out + "/" + shard, kept, {{"format", "pt"}});
+  std::string message = load_error(out);
+  EXPECT_NE(message.find(kSafetensorsIndexName), std::string::npos) << message;
+  EXPECT_NE(message.find(shard), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + victim + "'"), std::string::npos) << message;
+
+  index["weight_map"].erase(victim);
+  write_file_atomically(index_path, index.dump(2) + "\n");
+  message = load_error(out);
+  EXPECT_NE(message.find(index_path), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + victim + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find("missing"), std::string::npos) << message;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelReference, ::testing::Values("gpt2_tiny", "llama_tiny"));
@@ -144,21 +285,122 @@ TEST(Models, HfInitialisation) {
             model.parameter("transformer.wpe.weight").to_float_vector());
 }
 
+// LlamaPreTrainedModel._init_weights: every nn.Linear and nn.Embedding weight N(0,
+// initializer_range), Linear biases zero, the embedding's padding_idx (pad_token_id) row zero;
+// LlamaRMSNorm's weights start at 1 (torch.ones in its constructor).
+TEST(Models, LlamaHfInitialisation) {
+  LlamaConfig c;
+  c.vocab_size = 512, c.hidden_size = 128, c.intermediate_size = 256, c.num_hidden_layers = 3;
+  c.num_attention_heads = 4, c.num_key_value_heads = 2, c.initializer_range = 0.03;
+  c.attention_bias = true, c.mlp_bias = true, c.pad_token_id = 7;
+  LlamaForCausalLM model(c, kCPU, 3);
+  const double sigma = c.initializer_range;
+
+  // Per weight matrix, its sample mean and standard deviation within 5 standard errors of 0 and
+  // sigma (standard errors sigma / sqrt(n) and sigma / sqrt(2n) for n normal draws); pooled over
+  // all of them, the share within one sigma is the normal's 68.3% (a uniform law with the same
+  // sigma would give 57.7%), within 5 standard errors of a binomial share.
+  int64_t weights = 0, biases = 0, norms = 0, pooled = 0, within_one_sigma = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    std::vector<float> v = p.to_float_vector();
+    if (name.ends_with("bias")) {
+      EXPECT_EQ(v, std::vector<float>(v.size(), 0.0f)) << name;
+      ++biases;
+      continue;
+    }
+    if (name.ends_with("norm.weight")) {
+      EXPECT_EQ(v, std::vector<float>(v.size(), 1.0f)) << name;
+      ++norms;
+      continue;
+    }
+    ASSERT_EQ(p.ndim(), 2) << name;
+    ++weights;
+    if (name == "model.embed_tokens.weight") {
+      const auto row = v.begin() + 7 * c.hidden_size;
+      EXPECT_EQ(std::vector<float>(row, row + c.hidden_size),
+                std::vector<float>(c.hidden_size, 0.0f));
+      v.erase(row, row + c.hidden_size);  // the rest is N(0, sigma)
+    }
+    const double n = static_cast<double>(v.size());
+    double sum = 0, sum_sq = 0;
+    for (float x : v) {
+      sum += x, sum_sq += static_cast<double>(x) * x;
+      within_one_sigma += std::abs(x) <= sigma;
+    }
+    pooled += static_cast<int64_t>(v.size());
+    const double mean = sum / n;
+    EXPECT_NEAR(mean, 0.0, 5 * sigma / std::sqrt(n)) << name;
+    EXPECT_NEAR(std::sqrt(sum_sq / n - mean * mean), sigma, 5 * sigma / std::sqrt(2 * n)) << name;
+  }
+  // embed_tokens, lm_head, and per layer q, k, v, o, gate, up, down; 4 attention and 3 MLP
+  // biases per layer; 2 norms per layer and the final one.
+  EXPECT_EQ(weights, 2 + 7 * c.num_hidden_layers);
+  EXPECT_EQ(biases, 7 * c.num_hidden_layers);
+  EXPECT_EQ(norms, 2 * c.num_hidden_layers + 1);
+  const double share = static_cast<double>(within_one_sigma) / static_cast<double>(pooled);
+  EXPECT_NEAR(share, 0.682689, 5 * std::sqrt(0.682689 * 0.317311 / static_cast<double>(pooled)));
+
+  // The same seed gives the same model, another seed another one.
+  LlamaForCausalLM same(c, kCPU, 3), other(c, kCPU, 4);
+  for (const auto& [name, p] : model.named_parameters()) {
+    EXPECT_EQ(same.parameter(name).to_float_vector(), p.to_float_vector()) << name;
+    if (p.ndim() == 2) {
+      EXPECT_NE(other.parameter(name).to_float_vector(), p.to_float_vector()) << name;
+    }
+  }
+
+  // nn.Embedding's padding_idx counts from the end when negative and must lie in the vocabulary.
+  c.pad_token_id = -1;
+  const Tensor last = LlamaForCausalLM(c, kCPU, 3).parameter("model.embed_tokens.weight")
+                          .narrow(0, c.vocab_size - 1, 1);
+  EXPECT_EQ(last.to_float_vector(), std::vector<float>(c.hidden_size, 0.0f));
+  c.pad_token_id = c.vocab_size;
+  EXPECT_THROW(LlamaForCausalLM(c, kCPU, 3), ValueError);
+}
+
+// eval() turns every dropout of GPT-2 off (embd_pdrop, attn_pdrop, resid_pdrop) and train() turns
+// it back on: in eval mode the logits do not depend on the dropout RNG and equal those of the same
+// weights with every pdrop 0.
+TEST(Models, EvalTurnsDropoutOffAndTrainOn) {
+  GPT2Config c;
+  c.vocab_size = 96, c.n_positions = 32, c.n_embd = 32, c.n_layer = 2, c.n_head = 4;
+  c.embd_pdrop = 0.1, c.attn_pdrop = 0.1, c.resid_pdrop = 0.1;
+  GPT2LMHeadModel dropping(c, kCPU, 5);
+  GPT2Config no_dropout = c;
+  no_dropout.embd_pdrop = no_dropout.attn_pdrop = no_dropout.resid_pdrop = 0.0;
+  GPT2LMHeadModel plain(no_dropout, kCPU, 6);
+  NoGradGuard no_grad;
+  for (const auto& [name, p] : dropping.named_parameters()) plain.parameter(name).copy_(p);
+  std::vector<int64_t> id_values;
+  for (int64_t i = 0; i < 2 * 16; ++i) id_values.push_back((i * 37 + 11) % c.vocab_size);
+  const Tensor ids = Tensor::from_ints(id_values, {2, 16});
+
+  ASSERT_TRUE(dropping.is_training());  // modules start in training mode, as torch's do
+  dropping.eval();
+  manual_seed(1);
+  const std::vector<float> first = dropping.forward(ids).to_float_vector();
+  manual_seed(2);
+  const std::vector<float> second = dropping.forward(ids).to_float_vector();
+  EXPECT_EQ(first, second);
+  plain.eval();
+  EXPECT_EQ(first, plain.forward(ids).to_float_vector());
+
+  dropping.train();
+  manual_seed(1);
+  const std::vector<float> trained = dropping.forward(ids).to_float_vector();
+  EXPECT_NE(trained, first);
+  manual_seed(1);  // the same masks again
+  EXPECT_EQ(dropping.forward(ids).to_float_vector(), trained);
+  dropping.eval();
+  EXPECT_EQ(dropping.forward(ids).to_float_vector(), first);
+}
+
 void copy_dir(const std::string& from, const std::string& to) {
   std::filesystem::remove_all(to);
   std::filesystem::create_directories(to);
   for (const auto& entry : std::filesystem::directory_iterator(from)) {
     std::filesystem::copy_file(entry.path(), to + "/" + entry.path().filename().string());
   }
-}
-
-std::string load_error(const std::string& dir) {
-  try {
-    load_pretrained(dir);
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
@@ -188,6 +430,7 @@ TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
   wrong_shape[3].second = Tensor::zeros({7});
   rewrite(wrong_shape);
   message = load_error(dir);
+  EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
   EXPECT_NE(message.find(tensors[3].first), std::string::npos) << message;
 
   // The original openai-community/gpt2 layout: no "transformer." prefix, mask buffers stored.

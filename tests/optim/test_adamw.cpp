@@ -1,11 +1,13 @@
 // AdamW against torch.optim.AdamW (tests/fixtures/optim/adamw_golden.txt, written by
-// tools/gen_adamw_golden.py), its state memory to the byte, and the parameter-group helpers.
+// tools/gen_adamw_golden.py), with fp32 and with bf16 states, its state memory to the byte, and
+// the parameter-group helpers.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -37,6 +39,9 @@ struct Golden {
   std::map<std::string, std::vector<float>> init;
   std::map<int, double> lr_changes;
   std::map<std::pair<int, std::string>, std::vector<float>> grads, values;
+  // The run with bf16 states (optim=adamw_bf16): parameters and states after each step.
+  std::map<std::pair<int, std::string>, std::vector<float>> bf16_values, bf16_exp_avg,
+      bf16_exp_avg_sq;
   int steps = 0;
 };
 
@@ -74,16 +79,44 @@ Golden read_golden() {
       in >> step >> name;
       (kind == "grad" ? golden.grads : golden.values)[{step, name}] = read_floats(in);
       golden.steps = std::max(golden.steps, step);
+    } else if (kind == "bf16_value" || kind == "bf16_exp_avg" || kind == "bf16_exp_avg_sq") {
+      int step = 0;
+      std::string name;
+      in >> step >> name;
+      auto& values = kind == "bf16_value"     ? golden.bf16_values
+                     : kind == "bf16_exp_avg" ? golden.bf16_exp_avg
+                                              : golden.bf16_exp_avg_sq;
+      values[{step, name}] = read_floats(in);
     }
   }
   return golden;
 }
 
-TEST(AdamW, MatchesTorchGolden) {
-  const Golden golden = read_golden();
+// Counts of values compared and of those bit-identical to the reference.
+struct Agreement {
+  int compared = 0, bit_identical = 0;
+};
+
+// `got` within rel_tol * |want| of `want`, element by element.
+void expect_close_values(const Tensor& got_tensor, const std::vector<float>& want, double rel_tol,
+                         const std::string& what, Agreement& agreement) {
+  const std::vector<float> got = got_tensor.to_float_vector();
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LE(std::abs(got[i] - want[i]), rel_tol * std::abs(want[i]))
+        << what << "[" << i << "]: " << got[i] << " vs torch " << want[i];
+    ++agreement.compared;
+    agreement.bit_identical += got[i] == want[i];
+  }
+}
+
+// The fixture's 10 steps (its gradients, skipped step and learning-rate change) with `options`;
+// `after_step(step, optimizer, params)` after each one.
+void run_golden_steps(
+    const Golden& golden, const AdamWOptions& options,
+    const std::function<void(int, const AdamW&, std::map<std::string, Tensor>&)>& after_step) {
   ASSERT_EQ(golden.names.size(), 2u);
   ASSERT_EQ(golden.steps, 10);
-
   std::vector<ParamGroup> groups;
   std::map<std::string, Tensor> params;
   for (const std::string& name : golden.names) {
@@ -91,9 +124,7 @@ TEST(AdamW, MatchesTorchGolden) {
     groups.push_back(
         {.params = {{name, params[name]}}, .weight_decay = golden.weight_decay.at(name)});
   }
-  AdamW optimizer(groups, golden.options);
-
-  int compared = 0, bit_identical = 0;
+  AdamW optimizer(groups, options);
   for (int step = 1; step <= golden.steps; ++step) {
     if (auto it = golden.lr_changes.find(step); it != golden.lr_changes.end()) {
       optimizer.set_lr(it->second);
@@ -105,23 +136,62 @@ TEST(AdamW, MatchesTorchGolden) {
                                 : Tensor::from_floats(grad->second, params[name].shape()));
     }
     optimizer.step();
-    for (const std::string& name : golden.names) {
-      const std::vector<float> got = params[name].to_float_vector();
-      const std::vector<float>& want = golden.values.at({step, name});
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_LE(std::abs(got[i] - want[i]), 1e-6 * std::abs(want[i]))
-            << name << "[" << i << "] after step " << step << ": " << got[i] << " vs torch "
-            << want[i];
-        ++compared;
-        bit_identical += got[i] == want[i];
-      }
-    }
+    after_step(step, optimizer, params);
   }
-  // A skipped step leaves the count behind: "b" had no gradient at one step.
-  EXPECT_EQ(optimizer.state(0, 0).step, 10);
-  EXPECT_EQ(optimizer.state(1, 0).step, 9);
-  std::printf("%d of %d values bit-identical to torch\n", bit_identical, compared);
+}
+
+TEST(AdamW, MatchesTorchGolden) {
+  const Golden golden = read_golden();
+  Agreement agreement;
+  run_golden_steps(golden, golden.options,
+                   [&](int step, const AdamW& optimizer, std::map<std::string, Tensor>& params) {
+                     for (const std::string& name : golden.names) {
+                       expect_close_values(params[name], golden.values.at({step, name}), 1e-6,
+                                           str_cat(name, " after step ", step), agreement);
+                     }
+                     if (step < golden.steps) return;
+                     // A skipped step leaves the count behind: "b" had no gradient at one step.
+                     EXPECT_EQ(optimizer.state(0, 0).step, 10);
+                     EXPECT_EQ(optimizer.state(1, 0).step, 9);
+                   });
+  std::printf("%d of %d values bit-identical to torch\n", agreement.bit_identical,
+              agreement.compared);
+}
+
+// optim=adamw_bf16 against the fixture's bf16-state run: torch.optim.AdamW with its states rounded
+// to bf16 after every step, which is headroom's rule (the update in fp32, the states stored
+// rounded to nearest; see tools/gen_adamw_golden.py). The stored states are bf16 numbers and must
+// be the same numbers; the parameters get the fp32 test's tolerance, as torch fuses the state
+// updates' multiply-adds and headroom's mixed-dtype kernel does not.
+TEST(AdamW, Bf16StatesMatchTorchGolden) {
+  const Golden golden = read_golden();
+  ASSERT_EQ(golden.bf16_values.size(), 20u);
+  ASSERT_EQ(golden.bf16_exp_avg.size(), 19u);  // none for "b" at its skipped step
+  AdamWOptions options = golden.options;
+  options.state_dtype = DType::bf16;
+  Agreement param_agreement, state_agreement;
+  run_golden_steps(
+      golden, options,
+      [&](int step, const AdamW& optimizer, std::map<std::string, Tensor>& params) {
+        for (size_t g = 0; g < golden.names.size(); ++g) {
+          const std::string& name = golden.names[g];
+          const std::string what = str_cat(name, " after step ", step);
+          expect_close_values(params[name], golden.bf16_values.at({step, name}), 1e-6, what,
+                              param_agreement);
+          const AdamWState& state = optimizer.state(g, 0);
+          EXPECT_EQ(state.exp_avg.dtype(), DType::bf16);
+          if (!golden.bf16_exp_avg.count({step, name})) continue;  // skipped: unchanged
+          expect_close_values(state.exp_avg, golden.bf16_exp_avg.at({step, name}), 0.0,
+                              "exp_avg of " + what, state_agreement);
+          expect_close_values(state.exp_avg_sq, golden.bf16_exp_avg_sq.at({step, name}), 0.0,
+                              "exp_avg_sq of " + what, state_agreement);
+        }
+      });
+  EXPECT_EQ(state_agreement.bit_identical, state_agreement.compared);
+  std::printf("bf16 states: %d of %d parameter values bit-identical to torch, %d of %d state "
+              "values\n",
+              param_agreement.bit_identical, param_agreement.compared,
+              state_agreement.bit_identical, state_agreement.compared);
 }
 
 size_t round_to_block(size_t bytes) {
