@@ -1,6 +1,7 @@
 // The Trainer on a tiny byte-level GPT-2: loss falls, resumed runs repeat the uninterrupted run's
 // losses exactly, corrupt checkpoints are refused (and skipped by "last"), save_total_limit,
-// metrics.jsonl, stop requests, and accumulation equal to the big batch.
+// metrics.jsonl, stop requests, accumulation equal to the big batch, and the model directory's
+// tokenizer saved with the model.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -8,8 +9,10 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "io/hf_config.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
@@ -18,7 +21,9 @@ namespace headroom {
 namespace {
 
 namespace fs = std::filesystem;
+using test_data::kTinyText;
 using test_data::TempDir;
+using test_data::tiny_text_gpt2;
 using test_data::tiny_training_args;
 
 // The logged training losses by step.
@@ -273,6 +278,43 @@ TEST(Trainer, AccumulationMatchesTheBigBatch) {
   for (size_t i = 0; i < pa.size(); ++i) {
     const auto va = pa[i].to_float_vector(), vb = pb[i].to_float_vector();
     for (size_t j = 0; j < va.size(); ++j) ASSERT_NEAR(va[j], vb[j], 1e-5) << i << " " << j;
+  }
+}
+
+// As HF's Trainer saves its tokenizer with the model: output_dir and every checkpoint hold the
+// model directory's tokenizer files, so `headroom eval --model output_dir` (load_tokenizer)
+// tokenizes as the run did instead of falling back to bytes.
+TEST(Trainer, SavesTheModelDirectorysTokenizerWithTheModel) {
+  TempDir tmp("trainer_tokenizer");
+  TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+  const fs::path model_dir(args.model);
+  GPT2Config config = tiny_text_gpt2();
+  config.n_positions = 16;
+  config.vocab_size = 1536;  // the fixture's 1500 tokens
+  config.bos_token_id = std::nullopt;
+  config.eos_token_id = {};
+  write_hf_config(model_dir.string(), config);
+  const fs::path fixtures = fs::path(HEADROOM_FIXTURES_DIR) / "tokenizer" / "gpt2_bpe";
+  fs::copy_file(fixtures / "tokenizer.json", model_dir / "tokenizer.json");
+  std::ofstream(model_dir / "tokenizer_config.json") << "{\"tokenizer_class\": \"GPT2Tokenizer\"}";
+  args.max_steps = 2;
+  Trainer trainer(args);
+  ASSERT_EQ(trainer.tokenizer().kind(), "gpt2_bpe");
+  ASSERT_EQ(trainer.train(), 0);
+
+  const std::unique_ptr<Tokenizer> original = load_tokenizer(model_dir.string());
+  const std::string text = std::string(kTinyText).substr(0, 200);
+  const fs::path out(args.output_dir);
+  for (const fs::path& dir : {out, out / "checkpoint-2"}) {
+    SCOPED_TRACE(dir.string());
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+      EXPECT_EQ(read_text_file((dir / file).string()), read_text_file((model_dir / file).string()))
+          << file;
+    }
+    const std::unique_ptr<Tokenizer> saved = load_tokenizer(dir.string());
+    EXPECT_EQ(saved->kind(), original->kind());
+    EXPECT_EQ(saved->fingerprint(), original->fingerprint());
+    EXPECT_EQ(saved->encode(text), original->encode(text));
   }
 }
 
