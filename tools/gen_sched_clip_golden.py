@@ -177,6 +177,13 @@ SCHEDULES = [
     ("inverse_sqrt", "inverse_sqrt", 0, 0.0, 10, {}),
     ("inverse_sqrt_warmup", "inverse_sqrt", 5, 0.0, 20, {}),
     ("inverse_sqrt_timescale", "inverse_sqrt", 3, 0.0, 20, {"timescale": 8}),
+    # Warmup longer than training, which HF accepts (the lr never leaves warmup in training);
+    # the lrs recorded past num_training_steps show the lambdas beyond the warmup too.
+    ("linear_warmup_beyond_total", "linear", 9, 0.0, 7, {}),
+    ("cosine_warmup_beyond_total", "cosine", 9, 0.0, 7, {}),
+    ("cosine_with_restarts_warmup_beyond_total", "cosine_with_restarts", 9, 0.0, 7, {}),
+    ("polynomial_warmup_beyond_total", "polynomial", 9, 0.0, 7, {}),
+    ("cosine_ratio_all_warmup", "cosine", 0, 1.0, 6, {}),
 ]
 
 # get_warmup_steps(training_steps, warmup_steps, warmup_ratio): 100 * 0.07 is 7.000000000000001

@@ -33,7 +33,8 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
       ->capture_default_str()
       ->multi_option_policy(last);
   eval->add_option("--device", o.device,
-                   "auto (cuda when present, else cpu), cpu, cuda, cuda:N or meta")
+                   "auto (cuda when present and its ops have CUDA kernels, else cpu), cpu, cuda, "
+                   "cuda:N or meta")
       ->capture_default_str()
       ->multi_option_policy(last);
   eval->add_flag("--json", o.json, "print one JSON object instead of the line");

@@ -40,7 +40,10 @@ std::vector<TrainOption> make_train_options() {
        "training text: a text file, a directory of them, or JSONL with \"text\" (required)",
        &A::data},
       {"output_dir", data, "where checkpoints, logs and the loss plot go", &A::output_dir},
-      {"device", data, "auto (cuda when present, else cpu), cpu, cuda, cuda:N or meta", &A::device},
+      {"device", data,
+       "auto (cuda when present and its ops have CUDA kernels, else cpu), cpu, cuda, cuda:N or "
+       "meta",
+       &A::device},
       {"max_seq_length", data, "tokens per sequence (default: the model's context length)",
        &A::max_seq_length},
       {"validation_split_percentage", data, "percent of the data held out for evaluation",

@@ -24,6 +24,11 @@ const DeviceKernels* find_device_kernels(DeviceType type) {
   return tables()[static_cast<size_t>(type)].load();
 }
 
+bool device_has_op_kernels(DeviceType type) {
+  const DeviceKernels* kernels = find_device_kernels(type);
+  return kernels && kernels->has_op_kernels;
+}
+
 const DeviceKernels& device_kernels(Device device) {
   const DeviceKernels* kernels = find_device_kernels(device.type);
   if (!kernels) {

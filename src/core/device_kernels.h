@@ -34,12 +34,29 @@ struct DeviceKernels {
   void (*synchronize)(int device_index) = nullptr;
   // (optional) How many devices of this type are present; null means exactly one.
   int (*device_count)() = nullptr;
+  // Whether the ops of ops/ run on this device type (Note [Devices that compute the ops]).
+  // false, the default: only the kernels above exist.
+  bool has_op_kernels = false;
 };
+
+// Note [Devices that compute the ops]
+// A backend can register the Tensor kernels above before the ops have kernels for its device:
+// the CUDA backend allocates, fills, copies and draws on the GPU, but every op still throws
+// "<op> has no kernel for cuda:0 yet" (computes_on_cpu, ops/op_support.cpp). has_op_kernels says
+// which state a backend is in, so that callers choosing a device can ask instead of failing at
+// the first op: device "auto" (train/model_source.h) takes the GPU only when its backend has op
+// kernels. The CPU and meta (whose ops allocate and compute nothing) have them. A backend that
+// gains op kernels sets the flag in the same change that lets computes_on_cpu route ops to it;
+// tests/core/test_device_kernels.cpp checks that the two agree.
 
 void register_device_kernels(DeviceType type, const DeviceKernels* kernels);
 
 // Null when no backend registered kernels for `type` (e.g. cuda in a CPU-only build).
 const DeviceKernels* find_device_kernels(DeviceType type);
+
+// True when a backend registered kernels for `type` with has_op_kernels set (Note [Devices that
+// compute the ops]); false for a device type without a backend.
+bool device_has_op_kernels(DeviceType type);
 
 // Throws NotImplementedError naming the device when no backend is registered.
 const DeviceKernels& device_kernels(Device device);

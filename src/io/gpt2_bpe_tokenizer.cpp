@@ -220,6 +220,7 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   }
   Spec spec;
   spec.source = path;
+  spec.files = {{"tokenizer.json", path}};
   spec.fingerprint = tokenizer_fingerprint("gpt2_bpe", {bytes});
 
   const json& model = member(root, "model", "", path);
@@ -299,6 +300,7 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_vocab_and_merges(
   const std::string merges_bytes = read_text_file(merges_path);
   Spec spec;
   spec.source = str_cat(vocab_path, " + ", merges_path);
+  spec.files = {{"vocab.json", vocab_path}, {"merges.txt", merges_path}};
   spec.fingerprint = tokenizer_fingerprint("gpt2_bpe", {vocab_bytes, merges_bytes});
   spec.vocab = read_vocab(parse_json(vocab_bytes, vocab_path), "(vocabulary)", vocab_path);
   std::istringstream lines(merges_bytes);
@@ -327,7 +329,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
       add_prefix_space_(spec.add_prefix_space),
       use_regex_(spec.use_regex),
       ignore_merges_(spec.ignore_merges),
-      fingerprint_(std::move(spec.fingerprint)) {
+      fingerprint_(std::move(spec.fingerprint)),
+      files_(std::move(spec.files)) {
   const std::string& source = spec.source;
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab_) max_id = std::max(max_id, id);

@@ -35,6 +35,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::optional<int32_t> eos_token_id() const override { return eos_token_id_; }
   std::string kind() const override { return "gpt2_bpe"; }
   std::string fingerprint() const override { return fingerprint_; }
+  std::vector<TokenizerFile> files() const override { return files_; }
 
   // The id of a token as the vocabulary spells it (byte-level form, e.g. "Ġthe"), or of an added
   // token by its content.
@@ -51,6 +52,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   };
   struct Spec {
     std::string source;  // the file(s), for error messages
+    std::vector<TokenizerFile> files;  // the files read, in the fingerprint's order
     std::unordered_map<std::string, int32_t> vocab;
     std::vector<std::pair<std::string, std::string>> merges;  // by rank
     std::vector<AddedToken> added_tokens;
@@ -94,6 +96,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   bool use_regex_ = true;
   bool ignore_merges_ = false;
   std::string fingerprint_;
+  std::vector<TokenizerFile> files_;
 };
 
 }  // namespace headroom

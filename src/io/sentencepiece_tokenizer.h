@@ -29,6 +29,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<int32_t> eos_token_id() const override;
   std::string kind() const override { return "sentencepiece"; }
   std::string fingerprint() const override { return fingerprint_; }
+  std::vector<TokenizerFile> files() const override { return {{"tokenizer.model", path_}}; }
 
  private:
   std::string path_;

@@ -1,11 +1,13 @@
-// ByteTokenizer, load_tokenizer and the fingerprint every tokenizer uses.
+// ByteTokenizer, load_tokenizer, save_tokenizer and the fingerprint every tokenizer uses.
 #include "io/tokenizer.h"
 
 #include <cstdio>
 #include <filesystem>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/gpt2_bpe_tokenizer.h"
+#include "io/json_file.h"
 #include "io/sentencepiece_tokenizer.h"
 
 namespace headroom {
@@ -53,8 +55,46 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   return std::make_unique<ByteTokenizer>();
 }
 
+void save_tokenizer(const Tokenizer& tokenizer, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::vector<TokenizerFile> files = tokenizer.files();
+  // Everything is read and checked before `dir` changes.
+  std::vector<std::pair<std::string, std::string>> writes;  // name, bytes
+  for (const TokenizerFile& file : files) writes.emplace_back(file.name, read_text_file(file.path));
+  std::vector<std::string_view> bytes;
+  for (const auto& [name, text] : writes) bytes.push_back(text);
+  if (!files.empty() && tokenizer_fingerprint(tokenizer.kind(), bytes) != tokenizer.fingerprint()) {
+    std::string paths;
+    for (const TokenizerFile& file : files) paths += str_cat(paths.empty() ? "" : ", ", file.path);
+    throw ValueError(str_cat(paths, ": changed since the ", tokenizer.kind(),
+                             " tokenizer was loaded from it; not saved"));
+  }
+  if (!files.empty()) {
+    const fs::path source_dir = fs::path(files.front().path).parent_path();
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+      if (fs::is_regular_file(source_dir / name)) {
+        writes.emplace_back(name, read_text_file((source_dir / name).string()));
+      }
+    }
+  }
+  fs::create_directories(dir);
+  for (const auto& [name, text] : writes) {
+    write_file_atomically((fs::path(dir) / name).string(), text);
+  }
+  for (const char* name : kTokenizerFileNames) {
+    if (!files.empty() && files.front().name == name) break;
+    fs::remove(fs::path(dir) / name);
+  }
+}
+
 std::string tokenizer_fingerprint(std::string_view kind,
                                   std::initializer_list<std::string_view> file_bytes) {
+  return tokenizer_fingerprint(kind, std::span<const std::string_view>(file_bytes.begin(),
+                                                                      file_bytes.size()));
+}
+
+std::string tokenizer_fingerprint(std::string_view kind,
+                                  std::span<const std::string_view> file_bytes) {
   uint64_t hash = 0xcbf29ce484222325ull;
   const auto add = [&](std::string_view bytes) {
     for (const char c : bytes) {

@@ -1,6 +1,6 @@
 // Tokenizers: the interface the data pipeline and generation use, the byte-level tokenizer
 // (token id = byte value, the default for presets), and the loader that picks one for a model
-// directory.
+// directory and the saver that writes one into another.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,12 @@
 #include <vector>
 
 namespace headroom {
+
+// A file a tokenizer was read from.
+struct TokenizerFile {
+  std::string name;  // its name in an HF model directory: tokenizer.json, vocab.json, ...
+  std::string path;  // where it was read
+};
 
 class Tokenizer {
  public:
@@ -28,6 +34,9 @@ class Tokenizer {
   virtual std::string kind() const = 0;
   // A digest of the tokenizer's kind and files: token caches are keyed by it.
   virtual std::string fingerprint() const = 0;
+  // The files it was read from, in the order its fingerprint hashes them; none for a tokenizer
+  // not read from files (the byte-level one).
+  virtual std::vector<TokenizerFile> files() const { return {}; }
 };
 
 // Every byte is one token: vocab 256, no end-of-text id.
@@ -46,8 +55,22 @@ class ByteTokenizer final : public Tokenizer {
 // byte-level tokenizer. A corrupt or unsupported file is an error naming it.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir);
 
+// The tokenizer files of a model directory, in the order load_tokenizer looks for them.
+inline constexpr const char* kTokenizerFileNames[] = {"tokenizer.json", "vocab.json", "merges.txt",
+                                                      "tokenizer.model"};
+
+// HF's tokenizer.save_pretrained for the files headroom reads, so that load_tokenizer(dir) gives
+// `tokenizer` back: writes into `dir`, each atomically, the files it was read from (their bytes
+// checked against its fingerprint: a file changed since it was loaded is a ValueError naming
+// it, and `dir` is left as it was) and the tokenizer_config.json and special_tokens_map.json
+// found beside them; removes from `dir` the files load_tokenizer would read first, which belong
+// to another tokenizer (all of kTokenizerFileNames for one without files, the byte-level one).
+void save_tokenizer(const Tokenizer& tokenizer, const std::string& dir);
+
 // FNV-1a 64 over the kind and each file's length and bytes, as 16 hex digits.
 std::string tokenizer_fingerprint(std::string_view kind,
                                   std::initializer_list<std::string_view> file_bytes);
+std::string tokenizer_fingerprint(std::string_view kind,
+                                  std::span<const std::string_view> file_bytes);
 
 }  // namespace headroom

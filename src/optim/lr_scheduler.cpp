@@ -61,14 +61,16 @@ SchedulerOptions resolve(const Optimizer& optimizer, SchedulerOptions o) {
       throw ValueError(str_cat(type, " schedule: num_training_steps is ", o.num_training_steps,
                                "; it must be positive"));
     }
-    // HF's lambdas run past the end of training at once (linear, cosine) or divide by zero
-    // (polynomial, where the decay has num_training_steps - num_warmup_steps steps).
-    const bool strict = o.type == SchedulerType::polynomial;
-    if (strict ? o.num_warmup_steps >= o.num_training_steps
-               : o.num_warmup_steps > o.num_training_steps) {
+    // Note [Warmup longer than training]
+    // HF accepts num_warmup_steps >= num_training_steps: every step of training is then a
+    // warmup step and the lr never reaches its peak (a short run with a long warmup, e.g.
+    // max_steps 20 with warmup_steps 30). The lambdas stay defined past the warmup (lr_lambda
+    // follows them there too) except polynomial's at num_warmup_steps == num_training_steps,
+    // where its decay has no steps and HF divides 0 by 0 at the last step.
+    if (o.type == SchedulerType::polynomial && o.num_warmup_steps == o.num_training_steps) {
       throw ValueError(str_cat(type, " schedule: num_warmup_steps (", o.num_warmup_steps,
-                               ") must be ", strict ? "below" : "at most",
-                               " num_training_steps (", o.num_training_steps, ")"));
+                               ") equals num_training_steps (", o.num_training_steps,
+                               "), leaving the decay no steps (HF divides by zero there)"));
     }
   }
   if (o.type == SchedulerType::cosine || o.type == SchedulerType::cosine_with_restarts) {

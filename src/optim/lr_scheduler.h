@@ -65,8 +65,9 @@ class LRScheduler {
   // Reads the base lrs from the optimizer's groups, then, as LambdaLR's initial step, sets every
   // group's lr to base * lambda(0) (0 for the warmup schedules). ValueError naming the field and
   // its value for options HF would reject or misbehave on: negative step counts, a
-  // num_training_steps of 0 or below num_warmup_steps where the schedule decays over it, and
-  // num_cycles, power, lr_end, lr_init or timescale out of range.
+  // num_training_steps of 0 where the schedule decays over it, a polynomial warmup of exactly
+  // num_training_steps, and num_cycles, power, lr_end, lr_init or timescale out of range. A
+  // warmup longer than training is accepted, as HF does (Note [Warmup longer than training]).
   LRScheduler(Optimizer& optimizer, const SchedulerOptions& options);
 
   // Advances last_epoch by one and sets every group's lr (scheduler.step(); call it after

@@ -79,7 +79,8 @@ struct DryRunResult {
 };
 
 // The device a plan is for: `device` (TrainingArguments.device) with "auto" resolved as a run
-// would (no GPU: the CPU). ValueError for meta, which no run trains on.
+// would (auto_device: the CPU unless a GPU's backend computes the ops). ValueError for meta,
+// which no run trains on.
 Device planned_device(const std::string& device);
 
 // Builds the model of args.model on meta (a preset or a config.json directory; weights are

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/device_kernels.h"
 #include "core/error.h"
 #include "io/pretrained.h"
 #include "nn/model_presets.h"
@@ -38,8 +39,14 @@ ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device devi
 }
 
 Device resolve_device(const std::string& device) {
-  if (device == "auto") return cuda_is_available() ? Device{DeviceType::cuda, 0} : kCPU;
-  return Device::parse(device);
+  return device == "auto" ? auto_device() : Device::parse(device);
+}
+
+Device auto_device() {
+  if (cuda_is_available() && device_has_op_kernels(DeviceType::cuda)) {
+    return Device{DeviceType::cuda, 0};
+  }
+  return kCPU;
 }
 
 }  // namespace headroom

@@ -24,7 +24,12 @@ struct ModelAndTokenizer {
 ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device,
                                            uint64_t seed);
 
-// TrainingArguments.device: "auto" is cuda:0 when a GPU is usable, else the CPU.
+// TrainingArguments.device: "auto" is auto_device(), anything else is Device::parse's (an
+// explicit "cuda" is taken as asked, and its ops then say that they have no kernel there).
 Device resolve_device(const std::string& device);
+
+// cuda:0 when a GPU is present and the CUDA backend computes the ops, else the CPU: a GPU whose
+// backend has no op kernels yet is not chosen (Note [Devices that compute the ops]).
+Device auto_device();
 
 }  // namespace headroom

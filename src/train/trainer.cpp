@@ -257,6 +257,7 @@ std::string Trainer::save_checkpoint() {
   const std::string dir = commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
     const fs::path root(tmp);
     save_pretrained(*model_, tmp);
+    save_tokenizer(*tokenizer_, tmp);  // as HF's Trainer: a checkpoint is a model directory
     const OptimizerStateDict state = optimizer_->state_dict();
     save_safetensors((root / kOptimizerFile).string(), state.tensors,
                      {{kOptimizerMetaKey, state.meta.dump()}});
@@ -547,8 +548,10 @@ int Trainer::train() {
 void Trainer::finish_run(bool stopped) {
   const fs::path out(args_.output_dir);
   if (!stopped) {
-    // As run_clm's trainer.save_model(): the trained model (and state) in output_dir itself.
+    // As run_clm's trainer.save_model(): the trained model, its tokenizer (so that `headroom
+    // eval --model output_dir` tokenizes as training did) and the state in output_dir itself.
     save_pretrained(*model_, args_.output_dir);
+    save_tokenizer(*tokenizer_, args_.output_dir);
     write_file_atomically((out / kTrainerStateFile).string(), dump_json(trainer_state()));
   }
 

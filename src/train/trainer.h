@@ -77,7 +77,8 @@ class Trainer {
   // runs gradient_accumulation_steps micro-batches (loss / accumulation steps, as HF), unscales
   // and clips, steps the optimizer through the scaler, the scheduler, and zeroes the gradients;
   // then logs (logging_steps), evaluates (eval_strategy "steps"), saves (save_steps) and checks
-  // for a stop request. At the end: the model in output_dir, memory report, loss curve, sample.
+  // for a stop request. At the end: the model and its tokenizer's files (save_tokenizer) in
+  // output_dir, memory report, loss curve, sample.
   // Returns 0, or 128 + signal after a stop request (the checkpoint of that step saved).
   // Callbacks are told of the run's beginning, each step's end and the run's end.
   int train();
@@ -88,8 +89,8 @@ class Trainer {
   // tokens == 0 when there is no eval split.
   EvalResult evaluate();
 
-  // Writes output_dir/checkpoint-<global_step> (see train/checkpoint.h) and applies
-  // save_total_limit. Returns its path.
+  // Writes output_dir/checkpoint-<global_step> (see train/checkpoint.h), the tokenizer's files
+  // included, and applies save_total_limit. Returns its path.
   std::string save_checkpoint();
 
   struct StepResult {

@@ -15,7 +15,7 @@ struct TrainingArguments {
                                     // directory with config.json (+ safetensors, tokenizer files)
   std::string data;                 // a text file, a directory of them, or JSONL with "text"
   std::string output_dir = "trainer_output";
-  std::string device = "auto";      // headroom: auto (cuda when present, else cpu), cpu, cuda, meta
+  std::string device = "auto";      // headroom: auto (train/model_source.h), cpu, cuda, meta
   std::optional<int64_t> max_seq_length;  // TRL's name; unset: the model's context length
   double validation_split_percentage = 5.0;  // run_clm's held-out share of the data
   std::optional<int64_t> max_eval_samples;   // run_clm's: eval on the first N sequences of the

@@ -1,4 +1,4 @@
-// The byte tokenizer, load_tokenizer's choice of files, and fingerprints.
+// The byte tokenizer, load_tokenizer's choice of files, save_tokenizer, and fingerprints.
 #include "io/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -69,6 +69,78 @@ TEST(TokenizerLoad, CorruptOrIncompleteFilesAreErrors) {
                            {dir.file("tokenizer.json"), "invalid JSON"});
   expect_error<ValueError>([&] { load_tokenizer(dir.file("no-such-model")); },
                            {dir.file("no-such-model"), "is not a directory"});
+}
+
+// The tokenizer load_tokenizer finds in `dir` equals `expected`: kind, fingerprint, ids.
+void expect_same_tokenizer(const std::string& dir, const Tokenizer& expected) {
+  SCOPED_TRACE(dir);
+  const std::unique_ptr<Tokenizer> loaded = load_tokenizer(dir);
+  EXPECT_EQ(loaded->kind(), expected.kind());
+  EXPECT_EQ(loaded->fingerprint(), expected.fingerprint());
+  EXPECT_EQ(loaded->vocab_size(), expected.vocab_size());
+  const std::string text = "It's 2024. Hello  world!\n";
+  EXPECT_EQ(loaded->encode(text), expected.encode(text));
+}
+
+TEST(TokenizerSave, WritesTheFilesItWasLoadedFromUnderTheirHfNames) {
+  TempDir source;
+  copy_fixture("gpt2_bpe/vocab.json", source, "vocab.json");
+  copy_fixture("gpt2_bpe/merges.txt", source, "merges.txt");
+  io_test::write_bytes(source.file("tokenizer_config.json"), "{\"model_max_length\": 1024}");
+  const auto vocab_and_merges = load_tokenizer(source.str());
+  ASSERT_EQ(vocab_and_merges->files().size(), 2u);
+  TempDir saved;
+  save_tokenizer(*vocab_and_merges, saved.str());
+  EXPECT_EQ(io_test::read_bytes(saved.file("vocab.json")),
+            io_test::read_bytes(source.file("vocab.json")));
+  EXPECT_EQ(io_test::read_bytes(saved.file("tokenizer_config.json")),
+            "{\"model_max_length\": 1024}");
+  EXPECT_FALSE(std::filesystem::exists(saved.file("special_tokens_map.json")));
+  expect_same_tokenizer(saved.str(), *vocab_and_merges);
+
+  copy_fixture("gpt2_bpe/tokenizer.json", source, "tokenizer.json");
+  const auto json = load_tokenizer(source.str());
+  ASSERT_EQ(json->files().size(), 1u);
+  EXPECT_EQ(json->files()[0].name, "tokenizer.json");
+  save_tokenizer(*json, saved.str());
+  expect_same_tokenizer(saved.str(), *json);
+
+  // Files of another tokenizer that load_tokenizer would read first go.
+  TempDir sp_source;
+  copy_fixture("sentencepiece/tokenizer.model", sp_source, "tokenizer.model");
+  const auto sp = load_tokenizer(sp_source.str());
+  save_tokenizer(*sp, saved.str());
+  for (const char* gone : {"tokenizer.json", "vocab.json", "merges.txt"}) {
+    EXPECT_FALSE(std::filesystem::exists(saved.file(gone))) << gone;
+  }
+  expect_same_tokenizer(saved.str(), *sp);
+
+  // The byte-level tokenizer has no files: saving it leaves none that load_tokenizer reads.
+  save_tokenizer(*vocab_and_merges, saved.str());
+  save_tokenizer(ByteTokenizer(), saved.str());
+  for (const char* name : kTokenizerFileNames) {
+    EXPECT_FALSE(std::filesystem::exists(saved.file(name))) << name;
+  }
+  expect_same_tokenizer(saved.str(), ByteTokenizer());
+
+  // Into its own directory: nothing changes.
+  save_tokenizer(*json, source.str());
+  expect_same_tokenizer(source.str(), *json);
+  for (const char* kept : {"vocab.json", "merges.txt", "tokenizer_config.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(source.file(kept))) << kept;
+  }
+}
+
+TEST(TokenizerSave, AFileChangedSinceLoadingIsAnErrorNamingIt) {
+  TempDir source, saved;
+  copy_fixture("gpt2_bpe/tokenizer.json", source, "tokenizer.json");
+  const auto tokenizer = load_tokenizer(source.str());
+  io_test::write_bytes(saved.file("tokenizer.json"), "left alone");
+  io_test::write_bytes(source.file("tokenizer.json"),
+                       io_test::read_bytes(source.file("tokenizer.json")) + "\n");
+  expect_error<ValueError>([&] { save_tokenizer(*tokenizer, saved.str()); },
+                           {source.file("tokenizer.json"), "changed since"});
+  EXPECT_EQ(io_test::read_bytes(saved.file("tokenizer.json")), "left alone");
 }
 
 TEST(TokenizerFingerprint, HashesKindAndFileBoundaries) {

@@ -93,7 +93,7 @@ Golden read_golden() {
 
 TEST(LRScheduler, MatchesHfSchedulesThroughLambdaLR) {
   const Golden golden = read_golden();
-  ASSERT_EQ(golden.schedules.size(), 20u);
+  ASSERT_EQ(golden.schedules.size(), 25u);
   int compared = 0, bit_identical = 0;
   for (const GoldenSchedule& s : golden.schedules) {
     SCOPED_TRACE(s.id);
@@ -158,11 +158,9 @@ TEST(LRScheduler, RejectsOptionsHfWouldMisbehaveOn) {
        "warmup_ratio is 1.5",
        "[0, 1]"},
       {{.type = T::cosine}, "cosine schedule", "num_training_steps is 0"},
-      {{.type = T::linear, .num_warmup_steps = 12, .num_training_steps = 10},
-       "num_warmup_steps (12) must be at most num_training_steps (10)"},
       {{.type = T::polynomial, .num_warmup_steps = 10, .num_training_steps = 10},
        "polynomial",
-       "num_warmup_steps (10) must be below num_training_steps (10)"},
+       "num_warmup_steps (10) equals num_training_steps (10)"},
       {{.type = T::cosine, .num_training_steps = 10, .num_cycles = 0.0}, "num_cycles is 0"},
       {{.type = T::polynomial, .num_training_steps = 10, .lr_end = 0.01},
        "lr_end (0.01) must be smaller than initial lr",

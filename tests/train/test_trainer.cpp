@@ -1,6 +1,7 @@
 // The Trainer on a tiny byte-level GPT-2: loss falls, resumed runs repeat the uninterrupted run's
-// losses exactly, corrupt checkpoints are refused (and skipped by "last"), save_total_limit,
-// metrics.jsonl, stop requests, and accumulation equal to the big batch.
+// losses exactly (also with loader workers), corrupt checkpoints are refused (and skipped by
+// "last", as are unfinished saves), save_total_limit, metrics.jsonl, stop requests, accumulation
+// equal to the big batch, and the model directory's tokenizer saved with the model.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -8,8 +9,10 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "io/hf_config.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
@@ -18,7 +21,9 @@ namespace headroom {
 namespace {
 
 namespace fs = std::filesystem;
+using test_data::kTinyText;
 using test_data::TempDir;
+using test_data::tiny_text_gpt2;
 using test_data::tiny_training_args;
 
 // The logged training losses by step.
@@ -73,13 +78,14 @@ TEST(Trainer, LossFallsOnTheTinyText) {
 
 // Steps 3 and 4 after resuming from checkpoint-2 equal the uninterrupted run's to the last bit:
 // weights, AdamW moments, schedule (in its 2 warmup steps), generator (dropout 0.1) and data
-// position all come back; with accumulation 2.
-void expect_resume_repeats_losses(const std::string& precision) {
-  TempDir tmp("trainer_resume_" + precision);
+// position all come back; with accumulation 2, and `num_workers` data loader workers.
+void expect_resume_repeats_losses(const std::string& precision, int64_t num_workers = 0) {
+  TempDir tmp(str_cat("trainer_resume_", precision, "_", num_workers));
   TrainingArguments args = tiny_training_args(tmp.path());
   args.precision = precision;
   args.gradient_accumulation_steps = 2;
   args.per_device_train_batch_size = 2;
+  args.dataloader_num_workers = num_workers;
   Trainer full(args);
   ASSERT_EQ(full.train(), 0);
   const auto expected = step_losses(full);
@@ -106,6 +112,11 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesBf16) { expect_resume_repea
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesFp16) { expect_resume_repeats_losses("fp16"); }
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16) {
   expect_resume_repeats_losses("pure_bf16");
+}
+// Workers prepare batches ahead of the step: the checkpoint holds the position of the batches
+// consumed, not of those prefetched.
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesWithLoaderWorkers) {
+  expect_resume_repeats_losses("fp32", /*num_workers=*/2);
 }
 
 class CorruptCheckpoint : public ::testing::Test {
@@ -179,6 +190,31 @@ TEST_F(CorruptCheckpoint, LastSkipsACorruptNewestCheckpoint) {
   EXPECT_EQ(trainer.global_step(), 3);
   const auto losses = step_losses(trainer);
   EXPECT_EQ(losses.size(), 3u);  // steps 1-2 from checkpoint-2's log_history, then step 3
+}
+
+// A save interrupted before its rename leaves tmp-checkpoint-STEP-PID behind
+// (train/checkpoint.h): "last" resumes from the newest real checkpoint, and save_total_limit
+// neither counts nor deletes the leftover. Here the leftover is whole and names step 6, so that
+// resuming from it would show: steps 7-8 only.
+TEST_F(CorruptCheckpoint, LastAndRotationIgnoreAnUnfinishedSave) {
+  const fs::path leftover = tmp_.path() / "out" / "tmp-checkpoint-6-1";
+  fs::copy(newest_, leftover);
+  nlohmann::ordered_json state = nlohmann::ordered_json::parse(
+      read_text_file((leftover / "trainer_state.json").string()));
+  state["global_step"] = 6;
+  std::ofstream(leftover / "trainer_state.json", std::ios::trunc) << state.dump();
+  TrainingArguments args = args_;
+  args.resume_from_checkpoint = "last";
+  args.max_steps = 8;
+  args.save_total_limit = 2;
+  Trainer trainer(args);
+  ASSERT_EQ(trainer.train(), 0);
+  const auto losses = step_losses(trainer);
+  ASSERT_EQ(losses.size(), 8u) << "steps 1-4 from checkpoint-4's log_history, then 5-8";
+  EXPECT_TRUE(losses.count(5));
+  EXPECT_EQ(checkpoint_names(args.output_dir),
+            (std::vector<std::string>{"checkpoint-6", "checkpoint-8"}));
+  EXPECT_TRUE(fs::exists(leftover / "model.safetensors")) << "rotation deleted the leftover";
 }
 
 TEST(Trainer, LastWithoutCheckpointsIsAnError) {
@@ -273,6 +309,43 @@ TEST(Trainer, AccumulationMatchesTheBigBatch) {
   for (size_t i = 0; i < pa.size(); ++i) {
     const auto va = pa[i].to_float_vector(), vb = pb[i].to_float_vector();
     for (size_t j = 0; j < va.size(); ++j) ASSERT_NEAR(va[j], vb[j], 1e-5) << i << " " << j;
+  }
+}
+
+// As HF's Trainer saves its tokenizer with the model: output_dir and every checkpoint hold the
+// model directory's tokenizer files, so `headroom eval --model output_dir` (load_tokenizer)
+// tokenizes as the run did instead of falling back to bytes.
+TEST(Trainer, SavesTheModelDirectorysTokenizerWithTheModel) {
+  TempDir tmp("trainer_tokenizer");
+  TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+  const fs::path model_dir(args.model);
+  GPT2Config config = tiny_text_gpt2();
+  config.n_positions = 16;
+  config.vocab_size = 1536;  // the fixture's 1500 tokens
+  config.bos_token_id = std::nullopt;
+  config.eos_token_id = {};
+  write_hf_config(model_dir.string(), config);
+  const fs::path fixtures = fs::path(HEADROOM_FIXTURES_DIR) / "tokenizer" / "gpt2_bpe";
+  fs::copy_file(fixtures / "tokenizer.json", model_dir / "tokenizer.json");
+  std::ofstream(model_dir / "tokenizer_config.json") << "{\"tokenizer_class\": \"GPT2Tokenizer\"}";
+  args.max_steps = 2;
+  Trainer trainer(args);
+  ASSERT_EQ(trainer.tokenizer().kind(), "gpt2_bpe");
+  ASSERT_EQ(trainer.train(), 0);
+
+  const std::unique_ptr<Tokenizer> original = load_tokenizer(model_dir.string());
+  const std::string text = std::string(kTinyText).substr(0, 200);
+  const fs::path out(args.output_dir);
+  for (const fs::path& dir : {out, out / "checkpoint-2"}) {
+    SCOPED_TRACE(dir.string());
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+      EXPECT_EQ(read_text_file((dir / file).string()), read_text_file((model_dir / file).string()))
+          << file;
+    }
+    const std::unique_ptr<Tokenizer> saved = load_tokenizer(dir.string());
+    EXPECT_EQ(saved->kind(), original->kind());
+    EXPECT_EQ(saved->fingerprint(), original->fingerprint());
+    EXPECT_EQ(saved->encode(text), original->encode(text));
   }
 }
 

@@ -229,6 +229,7 @@ const DeviceKernels kCpuKernels = [] {
   k.arange = arange_kernel;
   k.uniform = uniform_kernel;
   k.normal = normal_kernel;
+  k.has_op_kernels = true;
   return k;
 }();
 

@@ -219,6 +219,9 @@ const DeviceKernels kCudaKernels = [] {
   k.copy_to_cpu = copy_to_cpu;
   k.synchronize = synchronize;
   k.device_count = device_count;
+  // The ops have no CUDA kernels yet, so device "auto" stays on the CPU (Note [Devices that
+  // compute the ops] in core/device_kernels.h).
+  k.has_op_kernels = false;
   return k;
 }();
 
