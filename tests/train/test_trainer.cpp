@@ -1,6 +1,7 @@
 // The Trainer on a tiny byte-level GPT-2: loss falls, resumed runs repeat the uninterrupted run's
-// losses exactly, corrupt checkpoints are refused (and skipped by "last"), save_total_limit,
-// metrics.jsonl, stop requests, and accumulation equal to the big batch.
+// losses exactly, pure_bf16+kahan's compensation buffers, corrupt checkpoints are refused (and
+// skipped by "last"), save_total_limit, metrics.jsonl, stop requests, and accumulation equal to
+// the big batch.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -10,6 +11,8 @@
 #include "core/error.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "memory/device_memory.h"
+#include "optim/adamw.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
@@ -106,6 +109,75 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesBf16) { expect_resume_repea
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesFp16) { expect_resume_repeats_losses("fp16"); }
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16) {
   expect_resume_repeats_losses("pure_bf16");
+}
+// The Kahan compensation buffers are saved in the checkpoint and come back.
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16Kahan) {
+  expect_resume_repeats_losses("pure_bf16+kahan");
+}
+
+// What an optimizer step leaves allocated beside the weights: the optimizer's state, the
+// gradients being freed by zero_grad.
+size_t state_bytes_after_one_step(const TrainingArguments& args) {
+  Trainer trainer(args);
+  const size_t before = memory_allocated(kCPU);
+  trainer.step();
+  return memory_allocated(kCPU) - before;
+}
+
+size_t block_bytes(const Tensor& t) { return (t.nbytes() + 511) / 512 * 512; }
+
+// Note [Precision recipes] through the one option: pure_bf16+kahan's AdamW keeps bf16 moments and
+// a bf16 compensation buffer per parameter, 6 bytes per parameter beside the bf16 weights and
+// gradients (10 in all); pure_bf16 has no buffer (8).
+TEST(Trainer, PureBf16KahanKeepsABf16CompensationBufferPerParameter) {
+  TempDir tmp("trainer_kahan_state");
+  TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+  args.save_strategy = "no";
+  args.precision = "pure_bf16+kahan";
+  Trainer trainer(args);
+  EXPECT_EQ(trainer.recipe().name(), "pure_bf16+kahan");
+  EXPECT_EQ(trainer.recipe().adamw_bytes_per_parameter(), 10);
+  trainer.step();
+  const auto* adamw = dynamic_cast<const AdamW*>(&trainer.optimizer());
+  ASSERT_NE(adamw, nullptr);
+  EXPECT_EQ(adamw->name(), "adamw_bf16");
+  EXPECT_TRUE(adamw->options().kahan_summation);
+  size_t states = 0, weights = 0;
+  const auto& groups = adamw->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params.size(); ++i) {
+      const Tensor& param = groups[g].params[i].second;
+      const AdamWState& state = adamw->state(g, i);
+      ASSERT_TRUE(state.compensation.defined()) << g << " " << i;
+      EXPECT_EQ(state.compensation.dtype(), DType::bf16);
+      EXPECT_EQ(state.compensation.shape(), param.shape());
+      EXPECT_EQ(state.exp_avg.dtype(), DType::bf16);
+      EXPECT_EQ(param.dtype(), DType::bf16);
+      states += block_bytes(state.exp_avg) + block_bytes(state.exp_avg_sq) +
+                block_bytes(state.compensation);
+      weights += block_bytes(param);
+    }
+  }
+  // Moments and buffer are each the size of the bf16 weights, allocated by the first step.
+  EXPECT_EQ(states, 3 * weights);
+  EXPECT_EQ(state_bytes_after_one_step(args), states);
+  args.precision = "pure_bf16";
+  EXPECT_EQ(state_bytes_after_one_step(args), 2 * weights);
+}
+
+// The Kahan update is AdamW's: another optimizer refuses the recipe instead of rounding.
+TEST(Trainer, PureBf16KahanWithAnotherOptimizerIsRefused) {
+  TempDir tmp("trainer_kahan_sgd");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.precision = "pure_bf16+kahan";
+  args.optim = "sgd";
+  try {
+    Trainer trainer(args);
+    ADD_FAILURE() << "pure_bf16+kahan with sgd was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("Kahan"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sgd"), std::string::npos) << e.what();
+  }
 }
 
 class CorruptCheckpoint : public ::testing::Test {
