@@ -178,7 +178,7 @@ Result run_row(const Options& o, const Row& row, const std::vector<std::vector<i
     r.error = str_cat("--batch ", o.batch, " is not a multiple of ", row.accumulation);
     return r;
   }
-  const PrecisionRecipe recipe = precision_recipe(parse_precision(row.precision), false);
+  const PrecisionRecipe recipe = parse_precision(row.precision);
   empty_cache(kCPU);
   reset_peak_memory_stats(kCPU);
   std::unique_ptr<CausalLM> model = make_causal_lm(

@@ -89,11 +89,6 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-PrecisionRecipe recipe_named(const std::string& name) {
-  const bool kahan = name.size() > 6 && name.substr(name.size() - 6) == "+kahan";
-  return precision_recipe(parse_precision(kahan ? name.substr(0, name.size() - 6) : name), kahan);
-}
-
 struct Result {
   double step_ms = 0;
   double tokens_per_s = 0;
@@ -228,7 +223,7 @@ int print_curves(const Options& o) {
               "batch 8 x 64 tokens, AdamW lr 2e-3 linear decay, max_grad_norm 1\n",
               path.c_str(), text.size(), static_cast<long long>(o.curve_steps));
   std::vector<std::vector<double>> curves;
-  for (const std::string& name : o.recipes) curves.push_back(loss_curve(o, recipe_named(name), text));
+  for (const std::string& name : o.recipes) curves.push_back(loss_curve(o, parse_precision(name), text));
   std::printf("%6s", "step");
   for (const std::string& name : o.recipes) std::printf(" %16s", name.c_str());
   std::printf("\n");
@@ -272,7 +267,7 @@ int main(int argc, char** argv) {
                 omp_get_max_threads(), static_cast<long long>(o.steps), kWarmupSteps);
     std::vector<std::pair<std::string, std::pair<Result, Result>>> rows;
     for (const std::string& name : o.recipes) {
-      const PrecisionRecipe recipe = recipe_named(name);
+      const PrecisionRecipe recipe = parse_precision(name);
       const Result ours = run_headroom(o, recipe);
       Result peer;
       // torch has no Kahan variant: its pure bf16 row is plain bf16 AdamW (round to nearest).

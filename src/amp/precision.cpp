@@ -5,12 +5,14 @@
 
 namespace headroom {
 
-Precision parse_precision(std::string_view name) {
-  if (name == "fp32" || name == "no") return Precision::fp32;
-  if (name == "bf16") return Precision::bf16;
-  if (name == "fp16") return Precision::fp16;
-  if (name == "pure_bf16") return Precision::pure_bf16;
-  throw ValueError(str_cat("precision: '", name, "' is not one of fp32, bf16, fp16, pure_bf16"));
+PrecisionRecipe parse_precision(std::string_view name) {
+  if (name == "fp32" || name == "no") return precision_recipe(Precision::fp32);
+  if (name == "bf16") return precision_recipe(Precision::bf16);
+  if (name == "fp16") return precision_recipe(Precision::fp16);
+  if (name == "pure_bf16") return precision_recipe(Precision::pure_bf16);
+  if (name == "pure_bf16+kahan") return precision_recipe(Precision::pure_bf16, true);
+  throw ValueError(str_cat("precision: '", name,
+                           "' is not one of fp32, bf16, fp16, pure_bf16, pure_bf16+kahan"));
 }
 
 std::string precision_name(Precision precision) {

@@ -21,8 +21,10 @@ namespace headroom {
 //               PyTorch's autocast recipe, which the HF docs count as 18 (4 + 2 weights,
 //               4 grads, 8 states) and ZeRO as 16 (2 + 2 low-precision copies + 12 fp32).
 //   pure_bf16   bf16 weights 2 + bf16 grads 2 + bf16 m, v 4                               = 8
-//               (+2 for the Kahan buffer: 10), no fp32 copy anywhere; the update runs in fp32
-//               and is written back with stochastic rounding, or with Kahan compensation.
+//               no fp32 copy anywhere; the update runs in fp32 and is written back with
+//               stochastic rounding;
+//   pure_bf16+kahan  the same with Kahan compensation instead: + a bf16 buffer 2           = 10
+//               (AdamW's; the other optimizers have no Kahan update and refuse it).
 // fp16 alone needs loss scaling (GradScaler): f16 gradients below 2^-24 flush to zero, bf16's
 // exponent range is f32's.
 enum class Precision { fp32, bf16, fp16, pure_bf16 };
@@ -41,8 +43,10 @@ struct PrecisionRecipe {
   std::string name() const;
 };
 
-// "fp32" (also "no"), "bf16", "fp16", "pure_bf16"; ValueError naming the value and the choices.
-Precision parse_precision(std::string_view name);
+// The recipe a `precision` option names: "fp32" (also "no"), "bf16", "fp16", "pure_bf16" or
+// "pure_bf16+kahan", the spellings PrecisionRecipe::name() gives back; ValueError naming the value
+// and the choices.
+PrecisionRecipe parse_precision(std::string_view name);
 std::string precision_name(Precision precision);
 // The recipe of `precision`; kahan_summation is for pure_bf16 (ValueError otherwise).
 PrecisionRecipe precision_recipe(Precision precision, bool kahan_summation = false);

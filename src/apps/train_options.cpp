@@ -81,8 +81,9 @@ std::vector<TrainOption> make_train_options() {
       {"fp16", precision, "fp16 autocast with fp32 master weights and dynamic loss scaling",
        &A::fp16},
       {"precision", precision,
-       "fp32, bf16, fp16 or pure_bf16 (bf16 weights, gradients and "
-       "optimizer states); overrides bf16 and fp16",
+       "fp32, bf16, fp16, pure_bf16 (bf16 weights, gradients and optimizer states; "
+       "stochastically rounded updates) or pure_bf16+kahan (Kahan-compensated AdamW updates); "
+       "overrides bf16 and fp16",
        &A::precision},
       {"gradient_checkpointing", precision,
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},

@@ -14,15 +14,23 @@ namespace headroom {
 
 // Note [Autocast policy]
 // lower_precision  floating inputs are cast to the region's dtype (bf16 / f16) and the op runs
-//                  there: linear, matmul, bmm, scaled_dot_product_attention, and the LM head's
-//                  GEMM inside linear_cross_entropy (whose loss is still computed in fp32).
-// fp32             floating inputs are cast to f32 and the output is f32: softmax, log_softmax,
-//                  layer_norm, rms_norm, cross_entropy, exp, log, pow, sum, mean.
+//                  there: linear, matmul, scaled_dot_product_attention, and the LM head's GEMM
+//                  inside linear_cross_entropy (whose loss is still computed in fp32).
+// fp32             floating inputs are cast to f32 and the output is f32: softmax, layer_norm,
+//                  rms_norm, cross_entropy, sum, mean.
 // promote          the output has the widest floating input dtype. add, sub, mul and swiglu
 //                  promote by themselves (their kernels read every dtype and compute in fp32), so
 //                  autocast casts nothing for them and no fp32 copy of a bf16 input is saved.
 // Ops not listed (views, embedding, gelu, silu, dropout, rotary) run in their input's dtype, as
 // in PyTorch, where they are not on any autocast list either.
+//
+// The table has a row only for ops that exist, under the name each passes to autocast_inputs;
+// an op added under one of PyTorch's listed names adds its row. Of PyTorch's lists: torch's bmm
+// is matmul here (3-D and broadcast batched operands go through matmul, the same row); the
+// reductions are sum and mean; there are no log_softmax, exp, log or pow ops, because the
+// models do not need them: cross_entropy and linear_cross_entropy take the log-softmax inside,
+// in fp32; attention's softmax is its online softmax, in fp32 on fp32 copies of q, k, v; and
+// rms_norm is one fused op (below).
 //
 // Differences from PyTorch: rms_norm is one fused op here (HF computes it as pow / mean / rsqrt,
 // which are all fp32-listed), so its statistics and output are fp32 as PyTorch's would be; and

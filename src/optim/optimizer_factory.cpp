@@ -1,6 +1,7 @@
 // make_optimizer: HF optim names to optimizers.
 #include "optim/optimizer_factory.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "core/error.h"
@@ -174,6 +175,15 @@ std::map<std::string, std::string> parse_optim_args(const std::string& optim_arg
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
                                           const std::vector<NamedTensor>& named_params) {
   std::vector<ParamGroup> groups = weight_decay_param_groups(named_params, args.weight_decay);
+  const bool adamw = args.optim == "adamw_torch" || args.optim == "adamw_torch_fused" ||
+                     args.optim == "adamw_bf16";
+  if (args.kahan_summation && !adamw && std::ranges::count(optimizer_names(), args.optim) > 0) {
+    // Note [Precision recipes]: the Kahan update is AdamW's; silently rounding instead would
+    // hand back another recipe than the one asked for.
+    throw ValueError(str_cat("optim ", args.optim, " has no Kahan-compensated update (precision "
+                             "pure_bf16+kahan is for adamw_torch; use pure_bf16 with ",
+                             args.optim, ")"));
+  }
   if (args.optim == "adamw_torch" || args.optim == "adamw_torch_fused") {
     return make_adamw(args, std::move(groups), DType::f32);
   }

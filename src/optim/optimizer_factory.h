@@ -25,7 +25,8 @@ struct OptimizerArguments {
   // "momentum=0.9,nesterov=True" for sgd); a key the optimizer does not know is a ValueError.
   std::string optim_args = "";
   // From the precision recipe, for low-precision (pure bf16) parameters: Kahan-compensated
-  // updates instead of stochastic rounding, and the rounding stream's seed.
+  // updates instead of stochastic rounding (AdamW's; a ValueError for the other optimizers),
+  // and the rounding stream's seed.
   bool kahan_summation = false;
   uint64_t seed = 0;
 };

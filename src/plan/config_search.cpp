@@ -16,7 +16,7 @@ namespace {
 
 std::vector<std::string> default_precisions(const PlanTarget& target) {
   if (target.gpu && !target.gpu->has_bf16) return {"fp16", "fp32"};
-  return {"bf16", "pure_bf16", "fp16", "fp32"};
+  return {"bf16", "pure_bf16", "pure_bf16+kahan", "fp16", "fp32"};
 }
 
 std::vector<std::string> default_optims() {
@@ -103,7 +103,8 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
     parse_precision(precision);
     for (const std::string& optim : optims) {
       if (optim == "lomo" && precision == "fp16") continue;  // no loss scaling inside backward
-      if (optim == "adamw_bf16" && precision == "pure_bf16") continue;
+      if (optim == "adamw_bf16" && precision.starts_with("pure_bf16")) continue;
+      if (precision == "pure_bf16+kahan" && optim != "adamw_torch") continue;  // AdamW's update
       for (const std::string& policy : policies) {
         if (!search_row(precision, optim, policy)) break;
       }

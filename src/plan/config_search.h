@@ -30,7 +30,9 @@ struct SearchSpace {
 // smallest up and the first that does not fit ends that row, since memory grows with the
 // micro-batch; of the splits that fit, the row keeps the fastest by estimate. LOMO keeps no gradients to accumulate: only micro-batch = effective batch; it
 // has no fp16 recipe. pure_bf16 already keeps AdamW's states in bf16, so adamw_bf16 adds nothing
-// to it and is skipped there. Each dry run does 2 steps of at most 2 micro-batches (DryRunOptions).
+// to it and is skipped there; pure_bf16+kahan is searched with adamw_torch only, the one optimizer
+// with a Kahan update (Note [Precision recipes]). Each dry run does 2 steps of at most 2
+// micro-batches (DryRunOptions).
 struct SearchResult {
   int64_t effective_batch = 0;
   // One per precision x optimizer x policy that fits at some split (its fastest split), best

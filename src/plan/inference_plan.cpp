@@ -51,7 +51,7 @@ InferencePlan plan_inference(const TrainingArguments& args, const PlanTarget& ta
   InferencePlan plan;
   plan.target = target;
   plan.model = args.model;
-  const DType dtype = inference_dtype(training_precision(args));
+  const DType dtype = inference_dtype(training_precision(args).precision);
   plan.dtype = dtype_name(dtype);
   plan.batch = args.per_device_eval_batch_size;
   if (plan.batch < 1) {

@@ -122,12 +122,12 @@ class StepPhase {
 
 }  // namespace
 
-Precision training_precision(const TrainingArguments& args) {
+PrecisionRecipe training_precision(const TrainingArguments& args) {
   if (!args.precision.empty()) return parse_precision(args.precision);
   if (args.bf16 && args.fp16) throw ValueError("bf16 and fp16: both are set; choose one");
-  if (args.bf16) return Precision::bf16;
-  if (args.fp16) return Precision::fp16;
-  return Precision::fp32;
+  if (args.bf16) return precision_recipe(Precision::bf16);
+  if (args.fp16) return precision_recipe(Precision::fp16);
+  return precision_recipe(Precision::fp32);
 }
 
 void request_training_stop(int signal_number) { g_stop_signal.store(signal_number); }
@@ -139,7 +139,7 @@ Trainer::Trainer(TrainingArguments args, BatchSourceFactory make_data)
   check_arguments(args_);
   if (!make_data_) make_data_ = make_data_loader_batch_source;
   device_ = resolve_device(args_.device);
-  recipe_ = precision_recipe(training_precision(args_));
+  recipe_ = training_precision(args_);
   build();
 }
 

@@ -47,9 +47,9 @@ EvalResult evaluate_file(const std::string& model, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size,
                          const std::string& device = "auto");
 
-// The recipe `args` asks for: `precision` when set, else bf16 / fp16 (ValueError for both), else
-// fp32.
-Precision training_precision(const TrainingArguments& args);
+// The recipe `args` asks for: `precision` when set (parse_precision), else bf16 / fp16
+// (ValueError for both), else fp32.
+PrecisionRecipe training_precision(const TrainingArguments& args);
 
 // Asks the running Trainer to stop after its current step, save a checkpoint and return
 // 128 + signal_number. Only stores to a lock-free atomic, so signal handlers may call it.

@@ -1,8 +1,10 @@
 // Autocast: the op policy, gradients reaching fp32 parameters, the cast cache (its bytes through
-// allocator statistics), nesting, backward outside the policy, and the meta device.
+// allocator statistics), nesting, thread-locality, backward outside the policy, and the meta
+// device.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "amp/autocast.h"
 #include "autograd/engine.h"
@@ -40,11 +42,65 @@ TEST(Autocast, PolicyPicksEachOpsDtype) {
   EXPECT_EQ(add(y, y).dtype(), DType::bf16);
   EXPECT_EQ(gelu(y).dtype(), DType::bf16);                // not listed: input dtype
   EXPECT_EQ(matmul(x, transpose(x, 0, 1)).dtype(), DType::bf16);
+  // torch's bmm: batched operands go through matmul.
+  const Tensor batched = Tensor::randn({3, 4, 16});
+  EXPECT_EQ(matmul(batched, transpose(batched, 1, 2)).dtype(), DType::bf16);
+  // Attention: fp32 q, k, v are cast and the output is bf16.
+  const Tensor q = Tensor::randn({1, 2, 8, 16}), kv = Tensor::randn({1, 2, 8, 16});
+  EXPECT_EQ(scaled_dot_product_attention(q, kv, kv).dtype(), DType::bf16);
+  {
+    Autocast f16(DeviceType::cpu, DType::f16);
+    EXPECT_EQ(scaled_dot_product_attention(q, kv, kv).dtype(), DType::f16);
+  }
   EXPECT_EQ(cross_entropy(y, Tensor::from_ints({0, 1, 2, 3}, {4})).dtype(), DType::f32);
   EXPECT_EQ(autocast_policy("linear"), AutocastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy("layer_norm"), AutocastPolicy::fp32);
   EXPECT_EQ(autocast_policy("add"), AutocastPolicy::promote);
+  EXPECT_EQ(autocast_policy("scaled_dot_product_attention"), AutocastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy("gelu"), std::nullopt);
+}
+
+// torch's autocast state is thread-local: a thread started inside a region runs its ops in their
+// inputs' dtype and starts with an empty cast cache; its own region casts and caches for itself,
+// and the starting thread's region and cache are untouched.
+TEST(Autocast, AThreadStartedInsideARegionHasAutocastOffAndAnEmptyCache) {
+  const Tensor x = Tensor::randn({4, 64});
+  const Tensor w = parameter({32, 64});
+  Autocast region(DeviceType::cpu);
+  (void)linear(x, w);
+  const AutocastCacheStats here = autocast_cache_stats();
+  ASSERT_EQ(here.entries, 1);
+  bool enabled = true;
+  int nesting = -1;
+  AutocastCacheStats at_start, in_own_region;
+  DType outside = DType::bf16, inside = DType::f32;
+  std::thread([&] {
+    enabled = AutocastMode::any_enabled() || AutocastMode::get(DeviceType::cpu).enabled;
+    nesting = AutocastMode::nesting();
+    at_start = autocast_cache_stats();
+    outside = linear(x, w).dtype();
+    Autocast own(DeviceType::cpu);
+    inside = linear(x, w).dtype();
+    (void)linear(x, w);
+    in_own_region = autocast_cache_stats();
+  }).join();
+  EXPECT_FALSE(enabled);
+  EXPECT_EQ(nesting, 0);
+  EXPECT_EQ(at_start.entries, 0);
+  EXPECT_EQ(at_start.bytes, 0u);
+  EXPECT_EQ(at_start.hits, 0);
+  EXPECT_EQ(at_start.misses, 0);
+  EXPECT_EQ(outside, DType::f32);
+  EXPECT_EQ(inside, DType::bf16);
+  EXPECT_EQ(in_own_region.misses, 1);  // w cast once in the thread's region, then reused
+  EXPECT_EQ(in_own_region.hits, 1);
+  EXPECT_EQ(in_own_region.entries, 1);
+  const AutocastCacheStats after = autocast_cache_stats();
+  EXPECT_EQ(after.entries, here.entries);
+  EXPECT_EQ(after.hits, here.hits);
+  EXPECT_EQ(after.misses, here.misses);
+  EXPECT_TRUE(AutocastMode::get(DeviceType::cpu).enabled);
+  EXPECT_EQ(AutocastMode::nesting(), 1);
 }
 
 TEST(Autocast, OffOutsideTheRegionAndForOtherDevicesAndWhenDisabled) {

@@ -32,9 +32,20 @@ GPT2Config small_gpt2() {
 }
 
 TEST(Precision, NamesParseAndRecipesAreWhatTheGuidesTabulate) {
-  EXPECT_EQ(parse_precision("bf16"), Precision::bf16);
-  EXPECT_EQ(parse_precision("no"), Precision::fp32);
+  // Each recipe's name is the `precision` option's spelling of it.
+  for (const char* name : {"fp32", "bf16", "fp16", "pure_bf16", "pure_bf16+kahan"}) {
+    EXPECT_EQ(parse_precision(name).name(), name);
+  }
+  EXPECT_EQ(parse_precision("bf16").precision, Precision::bf16);
+  EXPECT_EQ(parse_precision("no").precision, Precision::fp32);
+  const PrecisionRecipe kahan = parse_precision("pure_bf16+kahan");
+  EXPECT_EQ(kahan.precision, Precision::pure_bf16);
+  EXPECT_EQ(kahan.param_dtype, DType::bf16);
+  EXPECT_TRUE(kahan.kahan_summation);
+  EXPECT_FALSE(kahan.stochastic_rounding);
+  EXPECT_TRUE(parse_precision("pure_bf16").stochastic_rounding);
   EXPECT_THROW(parse_precision("fp8"), ValueError);
+  EXPECT_THROW(parse_precision("bf16+kahan"), ValueError);  // f32 weights: nothing to compensate
   EXPECT_THROW(precision_recipe(Precision::bf16, /*kahan_summation=*/true), ValueError);
   EXPECT_EQ(precision_recipe(Precision::fp32).adamw_bytes_per_parameter(), 16);
   EXPECT_EQ(precision_recipe(Precision::bf16).adamw_bytes_per_parameter(), 16);

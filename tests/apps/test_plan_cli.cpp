@@ -81,6 +81,35 @@ TEST(HeadroomPlanCli, PredictsWhatTrainLogsUnderAllocatorSettings) {
             nlohmann::json::parse(defaults.out)["peak_allocated_bytes"]);
 }
 
+// pure_bf16+kahan through --precision: the plan equals the run, names the recipe and holds its
+// bf16 compensation buffer (Note [Precision recipes]: optimizer states of 6 bytes per parameter,
+// pure_bf16's 4 and a buffer the size of either moment); the search offers it with AdamW only.
+TEST(HeadroomPlanCli, PlansPureBf16WithKahanSummation) {
+  const std::string model = " --model gpt2-tiny --max_seq_length 64 --per_device_train_batch_size 2";
+  expect_plan_equals_train(model + " --precision pure_bf16+kahan --device cpu");
+  const CliRun kahan = run_cli("plan" + model + " --precision pure_bf16+kahan --device cpu --json");
+  const CliRun plain = run_cli("plan" + model + " --precision pure_bf16 --device cpu --json");
+  ASSERT_EQ(kahan.exit_code, 0) << kahan.err;
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const nlohmann::json with = nlohmann::json::parse(kahan.out);
+  const nlohmann::json without = nlohmann::json::parse(plain.out);
+  EXPECT_EQ(with["precision"], "pure_bf16+kahan");
+  EXPECT_EQ(with["formula"]["optimizer_bytes_per_parameter"], 6.0);
+  EXPECT_EQ(without["formula"]["optimizer_bytes_per_parameter"], 4.0);
+  EXPECT_EQ(2 * with["breakdown"]["optimizer_states"].get<int64_t>(),
+            3 * without["breakdown"]["optimizer_states"].get<int64_t>());
+
+  const CliRun search = run_cli(
+      "plan" + model + " --gpu-memory 1GiB --search-precisions pure_bf16+kahan"
+      " --search-optims adamw_torch,adamw_bf16,lion --search-policies none --json");
+  ASSERT_EQ(search.exit_code, 0) << search.err;
+  const nlohmann::json found = nlohmann::json::parse(search.out)["search"];
+  ASSERT_EQ(found["configurations"].size(), 1u) << found.dump();
+  EXPECT_EQ(found["configurations"][0]["precision"], "pure_bf16+kahan");
+  EXPECT_EQ(found["configurations"][0]["optim"], "adamw_torch");
+  EXPECT_TRUE(found["unsupported"].empty()) << found["unsupported"].dump();
+}
+
 TEST(HeadroomPlanCli, SearchesAGpuAndPlansInference) {
   const CliRun text = run_cli(
       "plan --model gpt2-tiny --max_seq_length 256 --per_device_train_batch_size 8"

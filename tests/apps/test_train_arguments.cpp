@@ -7,6 +7,7 @@
 
 #include "apps/train_command.h"
 #include "apps/train_options.h"
+#include "train/trainer.h"
 #include "io/io_test_helpers.h"
 
 namespace headroom {
@@ -128,6 +129,21 @@ TEST_F(TrainArguments, FlagsOverrideTheConfig) {
   EXPECT_EQ(args.max_steps, 100);  // from the file, no flag
 }
 
+// pure_bf16 with Kahan-compensated updates is a recipe of its own, chosen by the one option.
+TEST_F(TrainArguments, PrecisionTakesEveryRecipesName) {
+  for (const char* name : {"fp32", "bf16", "fp16", "pure_bf16", "pure_bf16+kahan"}) {
+    EXPECT_EQ(training_precision(parse({"--precision", name})).name(), name);
+  }
+  const std::string yaml = dir_.file("kahan.yaml"), toml = dir_.file("kahan.toml");
+  write_bytes(yaml, "precision: pure_bf16+kahan\n");
+  write_bytes(toml, "precision = \"pure_bf16+kahan\"\n");
+  for (const std::string& config : {yaml, toml}) {
+    const PrecisionRecipe recipe = training_precision(parse({"--config", config}));
+    EXPECT_TRUE(recipe.kahan_summation) << config;
+    EXPECT_EQ(recipe.param_dtype, DType::bf16) << config;
+  }
+}
+
 TEST_F(TrainArguments, YamlNullUnsetsAnOptionalInteger) {
   const std::string config = dir_.file("run.yml");
   write_bytes(config, "eval_steps: ~\ndata_seed: 7\n");
@@ -181,7 +197,8 @@ TEST_F(TrainArguments, ChecksNameTheOptionAndValue) {
   expect_invalid({"--lr_scheduler_type", "reduce_lr_on_plateau"},
                  {"--lr_scheduler_type", "reduce_lr_on_plateau"});
   expect_invalid({"--optim", "adamw_9bit"}, {"--optim", "adamw_9bit", "adamw_torch"});
-  expect_invalid({"--precision", "fp12"}, {"--precision", "fp12", "pure_bf16"});
+  expect_invalid({"--precision", "fp12"}, {"--precision", "fp12", "pure_bf16+kahan"});
+  expect_invalid({"--precision", "bf16+kahan"}, {"--precision", "bf16+kahan"});
   expect_invalid({"--bf16", "--fp16"}, {"--bf16 and --fp16 are both true"});
   expect_invalid({"--gradient_checkpointing_policy", "every_0"},
                  {"gradient_checkpointing_policy", "every_0"});

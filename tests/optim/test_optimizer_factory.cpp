@@ -118,5 +118,33 @@ TEST(OptimizerFactory, BadNamesAndOptimArgsAreNamedInTheError) {
             "Lomo: clip_grad_norm should be positive, got -1");
 }
 
+// Note [Precision recipes]: Kahan-compensated updates are AdamW's; the other optimizers refuse
+// them rather than round another way.
+TEST(OptimizerFactory, OnlyAdamWTakesKahanSummation) {
+  OptimizerArguments args;
+  args.kahan_summation = true;
+  auto error_of = [&](const std::string& optim) -> std::string {
+    args.optim = optim;
+    try {
+      make_optimizer(args, named_params());
+    } catch (const ValueError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  for (const std::string& name : optimizer_names()) {
+    if (name == "adamw_torch" || name == "adamw_bf16") {
+      args.optim = name;
+      const auto optimizer = make_optimizer(args, named_params());
+      EXPECT_TRUE(dynamic_cast<const AdamW&>(*optimizer).options().kahan_summation) << name;
+    } else {
+      EXPECT_NE(error_of(name).find("optim " + name + " has no Kahan"), std::string::npos)
+          << error_of(name);
+    }
+  }
+  // An unknown name is still reported as one.
+  EXPECT_NE(error_of("adamw_9bit").find("unknown optimizer"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace headroom

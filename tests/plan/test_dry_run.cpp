@@ -111,6 +111,7 @@ std::vector<GridCase> grid() {
   add("gpt2_fp16_adamw", "gpt2", [](GridCase& c) { c.precision = "fp16"; });
   add("llama_fp16_adamw", "llama", [](GridCase& c) { c.precision = "fp16"; });
   add("gpt2_pure_bf16", "gpt2", [](GridCase& c) { c.precision = "pure_bf16"; });
+  add("llama_pure_bf16_kahan", "llama", [](GridCase& c) { c.precision = "pure_bf16+kahan"; });
   add("llama_pure_bf16_lion", "llama", [](GridCase& c) {
     c.precision = "pure_bf16";
     c.optim = "lion";

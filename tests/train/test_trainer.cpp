@@ -1,18 +1,25 @@
 // The Trainer on a tiny byte-level GPT-2: loss falls, resumed runs repeat the uninterrupted run's
-// losses exactly (also with loader workers), corrupt checkpoints are refused (and skipped by
-// "last", as are unfinished saves), save_total_limit, metrics.jsonl, stop requests, accumulation
-// equal to the big batch, and the model directory's tokenizer saved with the model.
+// losses exactly (also with loader workers), pure_bf16+kahan's compensation buffers, corrupt
+// checkpoints are refused (and skipped by "last", as are unfinished saves), save_total_limit,
+// metrics.jsonl, stop requests, accumulation equal to the big batch (fp32 and fp16), fp16's
+// grad_norm of the unscaled gradients, and the model directory's tokenizer saved with the model.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 
+#include "amp/autocast.h"
+#include "autograd/engine.h"
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
+#include "memory/device_memory.h"
+#include "ops/ops.h"
+#include "optim/adamw.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
@@ -117,6 +124,75 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16) {
 // consumed, not of those prefetched.
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesWithLoaderWorkers) {
   expect_resume_repeats_losses("fp32", /*num_workers=*/2);
+}
+// The Kahan compensation buffers are saved in the checkpoint and come back.
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16Kahan) {
+  expect_resume_repeats_losses("pure_bf16+kahan");
+}
+
+// What an optimizer step leaves allocated beside the weights: the optimizer's state, the
+// gradients being freed by zero_grad.
+size_t state_bytes_after_one_step(const TrainingArguments& args) {
+  Trainer trainer(args);
+  const size_t before = memory_allocated(kCPU);
+  trainer.step();
+  return memory_allocated(kCPU) - before;
+}
+
+size_t block_bytes(const Tensor& t) { return (t.nbytes() + 511) / 512 * 512; }
+
+// Note [Precision recipes] through the one option: pure_bf16+kahan's AdamW keeps bf16 moments and
+// a bf16 compensation buffer per parameter, 6 bytes per parameter beside the bf16 weights and
+// gradients (10 in all); pure_bf16 has no buffer (8).
+TEST(Trainer, PureBf16KahanKeepsABf16CompensationBufferPerParameter) {
+  TempDir tmp("trainer_kahan_state");
+  TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+  args.save_strategy = "no";
+  args.precision = "pure_bf16+kahan";
+  Trainer trainer(args);
+  EXPECT_EQ(trainer.recipe().name(), "pure_bf16+kahan");
+  EXPECT_EQ(trainer.recipe().adamw_bytes_per_parameter(), 10);
+  trainer.step();
+  const auto* adamw = dynamic_cast<const AdamW*>(&trainer.optimizer());
+  ASSERT_NE(adamw, nullptr);
+  EXPECT_EQ(adamw->name(), "adamw_bf16");
+  EXPECT_TRUE(adamw->options().kahan_summation);
+  size_t states = 0, weights = 0;
+  const auto& groups = adamw->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params.size(); ++i) {
+      const Tensor& param = groups[g].params[i].second;
+      const AdamWState& state = adamw->state(g, i);
+      ASSERT_TRUE(state.compensation.defined()) << g << " " << i;
+      EXPECT_EQ(state.compensation.dtype(), DType::bf16);
+      EXPECT_EQ(state.compensation.shape(), param.shape());
+      EXPECT_EQ(state.exp_avg.dtype(), DType::bf16);
+      EXPECT_EQ(param.dtype(), DType::bf16);
+      states += block_bytes(state.exp_avg) + block_bytes(state.exp_avg_sq) +
+                block_bytes(state.compensation);
+      weights += block_bytes(param);
+    }
+  }
+  // Moments and buffer are each the size of the bf16 weights, allocated by the first step.
+  EXPECT_EQ(states, 3 * weights);
+  EXPECT_EQ(state_bytes_after_one_step(args), states);
+  args.precision = "pure_bf16";
+  EXPECT_EQ(state_bytes_after_one_step(args), 2 * weights);
+}
+
+// The Kahan update is AdamW's: another optimizer refuses the recipe instead of rounding.
+TEST(Trainer, PureBf16KahanWithAnotherOptimizerIsRefused) {
+  TempDir tmp("trainer_kahan_sgd");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.precision = "pure_bf16+kahan";
+  args.optim = "sgd";
+  try {
+    Trainer trainer(args);
+    ADD_FAILURE() << "pure_bf16+kahan with sgd was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("Kahan"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sgd"), std::string::npos) << e.what();
+  }
 }
 
 class CorruptCheckpoint : public ::testing::Test {
@@ -347,6 +423,126 @@ TEST(Trainer, SavesTheModelDirectorysTokenizerWithTheModel) {
     EXPECT_EQ(saved->fingerprint(), original->fingerprint());
     EXPECT_EQ(saved->encode(text), original->encode(text));
   }
+}
+
+// The logged grad_norm of step 1, and the norm of the true gradients of the same step computed
+// by hand on a twin trainer (same seed: the same weights and first batch): the recipe's forward,
+// backward of the loss times `loss_scale`, then the fp32 gradients' norm in double divided by
+// loss_scale (a power of two: exact).
+struct StepOneNorms {
+  double logged = 0.0;
+  double reference = 0.0;
+  double loss_scale = 0.0;  // logged after the step
+};
+
+StepOneNorms step_one_grad_norms(TrainingArguments args, double loss_scale) {
+  args.max_steps = 1;
+  args.warmup_steps = 0;
+  args.save_strategy = "no";
+  StepOneNorms norms;
+  {
+    Trainer trainer(args);
+    EXPECT_EQ(trainer.train(), 0);
+    const nlohmann::ordered_json& logged = trainer.log_history().at(0);
+    EXPECT_EQ(logged.at("step"), 1);
+    norms.logged = logged.at("grad_norm").get<double>();
+    norms.loss_scale = logged.at("loss_scale").get<double>();
+  }
+  args.output_dir += "_twin";
+  Trainer twin(args);
+  const TokenBatch batch = twin.data().next_batch();
+  Tensor loss;
+  {
+    const std::optional<DType> dtype = twin.recipe().autocast_dtype;
+    Autocast region(DeviceType::cpu, dtype, dtype.has_value());
+    loss = twin.model().loss(batch.input_ids, batch.targets);
+  }
+  backward(scale(loss, loss_scale));
+  double squares = 0.0;
+  for (const Tensor& p : twin.model().parameters()) {
+    EXPECT_EQ(p.grad().dtype(), DType::f32);
+    for (float g : p.grad().to_float_vector()) squares += static_cast<double>(g) * g;
+  }
+  norms.reference = std::sqrt(squares) / loss_scale;
+  return norms;
+}
+
+// Under fp16 the gradients hold loss x 2^16 until unscale_; clipping and the logged grad_norm must
+// see the true ones (HF: the norm before clipping, after unscaling). A norm of the scaled
+// gradients would be 65536 times the reference; max_grad_norm is below the norm, so the step
+// clips, and it is not skipped (the scale stays 2^16).
+TEST(Trainer, Fp16GradNormIsTheNormOfTheUnscaledGradients) {
+  TempDir tmp("trainer_fp16_grad_norm");
+  TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+  args.precision = "fp16";
+  args.max_grad_norm = 0.1;
+  const StepOneNorms fp16 = step_one_grad_norms(args, 65536.0);
+  EXPECT_EQ(fp16.loss_scale, 65536.0);
+  // The same arithmetic but for the order of the fp32 sums of squares (2e-8 apart here).
+  EXPECT_NEAR(fp16.logged, fp16.reference, 1e-5 * fp16.reference);
+  EXPECT_GT(fp16.logged, args.max_grad_norm);
+  // And it is the fp32 recipe's norm on the same batch to f16's rounding of the activations and
+  // weight casts, whose unit roundoff is 2^-11 = 4.9e-4 (3e-5 apart here).
+  args.precision = "fp32";
+  const StepOneNorms fp32 = step_one_grad_norms(args, 1.0);
+  EXPECT_NEAR(fp32.logged, fp32.reference, 1e-5 * fp32.reference);
+  EXPECT_NEAR(fp16.logged, fp32.logged, 1e-3 * fp32.logged);
+}
+
+// Every parameter's values, one after another.
+std::vector<float> all_weights(Trainer& trainer) {
+  std::vector<float> values;
+  for (const Tensor& p : trainer.model().parameters()) {
+    const std::vector<float> v = p.to_float_vector();
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  return values;
+}
+
+// fp16 at the Trainer level: batch 4 x accumulation 1 and batch 2 x accumulation 2 see the same
+// windows (as in AccumulationMatchesTheBigBatch), each micro-batch's loss / 2 is scaled by 2^16,
+// the gradients are unscaled and clipped once per step, and no step overflows. Unlike fp32 they
+// cannot agree to summation order: autocast rounds each micro-batch's weight gradients to f16
+// (2^-11 relative) before they are summed in fp32, where the big batch rounds the sum once, and
+// Adam's first steps (update ~ lr * sign(g)) turn that into up to a step of lr for elements whose
+// gradient is near zero. Tolerances: the logged losses within 1e-5 relative (6e-7 here), and the
+// weights' difference within 2% of the update's norm (0.4% here, the worst element 1e-3 with
+// lr 3e-3).
+TEST(Trainer, Fp16AccumulationMatchesTheBigBatch) {
+  TempDir tmp("trainer_fp16_accumulation");
+  TrainingArguments big = tiny_training_args(tmp.path(), 0.0);
+  big.save_strategy = "no";
+  big.precision = "fp16";
+  big.max_grad_norm = 1.0;
+  TrainingArguments accumulated = big;
+  accumulated.per_device_train_batch_size = 2;
+  accumulated.gradient_accumulation_steps = 2;
+  accumulated.output_dir = (tmp.path() / "accumulated").string();
+  Trainer a(big), b(accumulated);
+  const std::vector<float> start = all_weights(a);
+  ASSERT_EQ(all_weights(b), start);
+  ASSERT_EQ(a.train(), 0);
+  ASSERT_EQ(b.train(), 0);
+  const auto la = step_losses(a), lb = step_losses(b);
+  ASSERT_EQ(la.size(), lb.size());
+  for (const auto& [step, loss] : la) {
+    EXPECT_NEAR(lb.at(step), loss, 1e-5 * loss) << step;
+  }
+  for (const Trainer* t : {&a, &b}) {
+    for (const auto& entry : t->log_history()) {
+      if (entry.contains("loss_scale")) {
+        EXPECT_EQ(entry["loss_scale"].get<double>(), 65536.0);
+      }
+    }
+  }
+  const std::vector<float> wa = all_weights(a), wb = all_weights(b);
+  double update = 0.0, difference = 0.0;
+  for (size_t i = 0; i < start.size(); ++i) {
+    update += std::pow(static_cast<double>(wa[i]) - start[i], 2);
+    difference += std::pow(static_cast<double>(wa[i]) - wb[i], 2);
+  }
+  ASSERT_GT(update, 0.0);
+  EXPECT_LT(std::sqrt(difference), 0.02 * std::sqrt(update));
 }
 
 TEST(Trainer, BadArgumentsAreValueErrorsNamingTheOption) {

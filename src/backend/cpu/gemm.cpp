@@ -12,6 +12,7 @@
 #include <dnnl.hpp>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -102,10 +103,14 @@ struct MatmulKey {
 // go to gemm_bf16_widened instead (see the Note).
 struct MatmulPlan {
   bool widen = false;
+  std::string kernel;  // pd.impl_info_str() of the primitive; empty when widened
   dnnl::matmul primitive;
   dnnl::memory::desc a_md, b_md, c_md, bias_md, scratchpad_md;
   int bias_arg = DNNL_ARG_BIAS;
 };
+
+// What gemm_bf16_last_kernel() reports for this thread.
+thread_local std::string last_kernel;
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -193,6 +198,7 @@ std::shared_ptr<const MatmulPlan> make_plan(const MatmulKey& key) {
       plan->widen = true;
       return plan;
     }
+    plan->kernel = pd.impl_info_str();
     plan->scratchpad_md = pd.scratchpad_desc();
     plan->primitive = dnnl::matmul(pd);
   } catch (const dnnl::error&) {
@@ -407,6 +413,7 @@ void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, v
     plan = primitive_cache().get(key);
   }
   if (!plan || plan->widen) {
+    last_kernel = "widened";
     const size_t c_size = dtype_size(key.c_dtype);
     for (int64_t i = 0; i < key.batch; ++i) {
       gemm_bf16_widened(key, a + i * key.stride_a, b + i * key.stride_b,
@@ -414,6 +421,7 @@ void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, v
     }
     return;
   }
+  last_kernel = plan->kernel;  // reuses the string's capacity: no allocation after the first
   try {
     run_plan(*plan, a, b, c, bias);
   } catch (const dnnl::error& e) {
@@ -423,6 +431,8 @@ void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, v
 }
 
 }  // namespace
+
+std::string gemm_bf16_last_kernel() { return last_kernel; }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, void* c,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/float_formats.h"
@@ -35,5 +36,12 @@ void gemm_bf16_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int
                        float alpha, const BFloat16* a, int64_t lda, int64_t stride_a,
                        const BFloat16* b, int64_t ldb, int64_t stride_b, float beta, void* c,
                        DType c_dtype, int64_t ldc, int64_t stride_c);
+
+// The kernel of the calling thread's last gemm_bf16 or gemm_bf16_batched that computed anything:
+// oneDNN's implementation name ("brg:avx512_core_bf16", "brg:avx512_core_amx_bf16": the CPU's
+// bf16 instructions), or "widened" for the fp32 fallback; "" before the first. Strided operands
+// are copied to dense ones first, so this is the dense kernel's name. See Note [bf16 GEMM on
+// oneDNN's matmul primitive].
+std::string gemm_bf16_last_kernel();
 
 }  // namespace headroom::cpu
