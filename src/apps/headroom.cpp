@@ -11,6 +11,7 @@
 #include "apps/eval_command.h"
 #include "apps/plan_command.h"
 #include "apps/train_command.h"
+#include "backend/cpu/openmp_spin.h"
 #include "core/error.h"
 
 namespace {
@@ -24,6 +25,7 @@ int report_error(std::string message, const char* suffix, int exit_code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  headroom::cpu::restart_with_openmp_spin_count(argv);  // see Note [OpenMP spin-waiting]
   CLI::App app{"headroom: train transformer models in as little GPU memory as possible"};
   app.set_version_flag("--version", "headroom 0.1.0");
   app.require_subcommand(1);

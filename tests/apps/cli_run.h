@@ -16,12 +16,14 @@ struct CliRun {
   std::string out, err;
 };
 
-// Runs `headroom <args>` (args as shell words) and collects its exit code and output.
-inline CliRun run_cli(const std::string& args) {
+// Runs `headroom <args>` (args as shell words) and collects its exit code and output;
+// `environment` (env(1)'s arguments: NAME=VALUE, -u NAME) changes the environment it runs in.
+inline CliRun run_cli(const std::string& args, const std::string& environment = "") {
   io_test::TempDir dir;
   const std::string out = dir.file("out"), err = dir.file("err");
-  const std::string command =
-      std::string(HEADROOM_CLI_PATH) + " " + args + " >" + out + " 2>" + err;
+  const std::string command = (environment.empty() ? "" : "env " + environment + " ") +
+                              std::string(HEADROOM_CLI_PATH) + " " + args + " >" + out + " 2>" +
+                              err;
   const int status = std::system(command.c_str());
   CliRun run;
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

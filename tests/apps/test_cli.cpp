@@ -5,12 +5,14 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_run.h"
 #include "apps/eval_command.h"
 #include "apps/train_options.h"
+#include "backend/cpu/openmp_spin.h"
 #include "io/io_test_helpers.h"
 #include "memory/memory_viz_decoder.h"
 #include "nn/tiny_text.h"
@@ -62,6 +64,39 @@ TEST(HeadroomCli, TrainUsageErrorsExitTwoOnOneLine) {
   expect_usage_error("train --data " + data + " --config " + config, "unknown key 'colour'");
   write_bytes(config, "{\n  \"seed\": 1,\n}");
   expect_usage_error("train --data " + data + " --config " + config, "run.json");
+}
+
+// The GOMP_SPINCOUNT of each program image libgomp started in, in order, as OMP_DISPLAY_ENV has
+// libgomp print them.
+std::vector<std::string> displayed_spin_counts(const std::string& err) {
+  std::vector<std::string> counts;
+  const std::string key = "GOMP_SPINCOUNT = '";
+  for (size_t at = err.find(key); at != std::string::npos; at = err.find(key, at + 1)) {
+    const size_t begin = at + key.size();
+    counts.push_back(err.substr(begin, err.find('\'', begin) - begin));
+  }
+  return counts;
+}
+
+// See Note [OpenMP spin-waiting]: with libgomp's own 300000 spins, a run beside other busy
+// processes had stretches of 5 s steps instead of 0.1-0.3 s.
+TEST(HeadroomCli, RunsLibgompWithAShortSpinUnlessTheUserChoseOne) {
+  const std::string display = "OMP_DISPLAY_ENV=verbose";
+  const CliRun unset = run_cli("--version", "-u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + display);
+  ASSERT_EQ(unset.exit_code, 0) << unset.err;
+  const std::vector<std::string> counts = displayed_spin_counts(unset.err);
+  if (counts.empty()) GTEST_SKIP() << "the OpenMP runtime is not libgomp: " << unset.err;
+  EXPECT_EQ(counts.back(), cpu::kOpenMpSpinCount) << unset.err;
+
+  // A user's choice stands, and the program runs once.
+  const CliRun spin = run_cli("--version", "-u OMP_WAIT_POLICY GOMP_SPINCOUNT=5 " + display);
+  ASSERT_EQ(spin.exit_code, 0) << spin.err;
+  EXPECT_EQ(displayed_spin_counts(spin.err), std::vector<std::string>{"5"}) << spin.err;
+  const CliRun active = run_cli("--version", "-u GOMP_SPINCOUNT OMP_WAIT_POLICY=active " + display);
+  ASSERT_EQ(active.exit_code, 0) << active.err;
+  ASSERT_EQ(displayed_spin_counts(active.err).size(), 1u) << active.err;
+  EXPECT_NE(displayed_spin_counts(active.err)[0], cpu::kOpenMpSpinCount) << active.err;
+  EXPECT_EQ(active.out, unset.out);
 }
 
 TEST(HeadroomCli, EvalHelpAndErrors) {
