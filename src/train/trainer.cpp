@@ -7,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +33,7 @@
 #include "train/generate.h"
 #include "train/model_source.h"
 #include "train/progress.h"
+#include "train/stop_signals.h"
 #include "data/token_corpus.h"
 #include "train/data_loader_batch_source.h"
 
@@ -594,32 +594,10 @@ void Trainer::finish_run(bool stopped) {
   std::fflush(stdout);
 }
 
-namespace {
-
-// The first SIGINT / SIGTERM asks for a clean stop; the default action comes back for the next
-// one, so a second Ctrl-C ends a run that is stuck (signal() is async-signal-safe).
-void stop_signal_handler(int signal_number) {
-  request_training_stop(signal_number);
-  std::signal(signal_number, SIG_DFL);
-}
-
-}  // namespace
-
 int run_training(const TrainingArguments& args,
                  std::vector<std::shared_ptr<TrainerCallback>> callbacks) {
-  struct sigaction action = {}, old_int = {}, old_term = {};
-  action.sa_handler = stop_signal_handler;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
-  struct Restore {
-    struct sigaction* old_int;
-    struct sigaction* old_term;
-    ~Restore() {
-      sigaction(SIGINT, old_int, nullptr);
-      sigaction(SIGTERM, old_term, nullptr);
-    }
-  } restore{&old_int, &old_term};
+  // Before the Trainer starts any thread (Note [Stop signals are taken by one thread]).
+  const StopSignalWatcher stop_signals;
   auto train = [&](std::unique_ptr<Trainer>& trainer) {
     trainer = std::make_unique<Trainer>(args);
     for (auto& callback : callbacks) trainer->add_callback(std::move(callback));

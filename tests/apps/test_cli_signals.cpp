@@ -94,6 +94,10 @@ class BackgroundCli {
     if (pid_ > 0) return -1;
     return WIFEXITED(exit_status_) ? WEXITSTATUS(exit_status_) : -1;
   }
+  // After wait_for_exit: the signal that ended the process, 0 when it exited by itself.
+  int terminating_signal() const {
+    return pid_ <= 0 && WIFSIGNALED(exit_status_) ? WTERMSIG(exit_status_) : 0;
+  }
 
  private:
   pid_t pid_ = -1;
@@ -155,6 +159,31 @@ TEST(HeadroomCliSignals, SigintSavesACheckpointAndExits130) {
 
 TEST(HeadroomCliSignals, SigtermSavesACheckpointAndExits143) {
   expect_signal_stops_with_a_checkpoint(SIGTERM);
+}
+
+// A second Ctrl-C does not wait for the step: the signal's default action ends the process.
+// Steps of 96 x 256 tokens take long enough (about a second here) that the second signal, sent
+// once the first has been taken, comes while the step still runs. (Two signals sent at once may
+// merge into one: the kernel keeps one pending SIGINT.)
+TEST(HeadroomCliSignals, SecondSigintEndsTheRunAtOnce) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt"), out = dir.file("run");
+  std::string text;
+  for (int copy = 0; copy < 120; ++copy) text += std::string(test_data::kTinyText) + "\n";
+  write_bytes(data, text);
+  BackgroundCli train({"train", "--model", "gpt2-tiny", "--data", data, "--output_dir", out,
+                       "--max_steps", "1000000", "--max_seq_length", "256",
+                       "--per_device_train_batch_size", "96", "--logging_steps", "1",
+                       "--save_strategy", "no", "--disable_tqdm"},
+                      dir.file("stdout"), dir.file("stderr"));
+  ASSERT_TRUE(train.started());
+  ASSERT_TRUE(wait_for_line(out + "/metrics.jsonl", train, std::chrono::seconds(120)));
+  train.signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  train.signal(SIGINT);
+  EXPECT_EQ(train.wait_for_exit(std::chrono::seconds(120)), -1);
+  EXPECT_EQ(train.terminating_signal(), SIGINT) << read_bytes(dir.file("stdout"));
+  EXPECT_TRUE(list_checkpoints(out).empty());
 }
 
 }  // namespace
