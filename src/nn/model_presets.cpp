@@ -123,4 +123,14 @@ int64_t vocab_size(const HfConfig& config) {
   return std::visit([](const auto& c) { return c.vocab_size; }, config);
 }
 
+ModelDims model_dims(const HfConfig& config) {
+  if (const auto* gpt2 = std::get_if<GPT2Config>(&config)) {
+    return {gpt2->n_layer, gpt2->n_embd, gpt2->n_head, gpt2->n_head, gpt2->head_dim(),
+            gpt2->vocab_size};
+  }
+  const auto& llama = std::get<LlamaConfig>(config);
+  return {llama.num_hidden_layers, llama.hidden_size, llama.num_attention_heads,
+          llama.effective_num_key_value_heads(), llama.effective_head_dim(), llama.vocab_size};
+}
+
 }  // namespace headroom

@@ -25,4 +25,15 @@ HfConfig model_preset(std::string_view name);
 int64_t context_length(const HfConfig& config);
 int64_t vocab_size(const HfConfig& config);
 
+// The sizes the memory and FLOP formulas use (plan/), named alike for GPT-2 and Llama.
+struct ModelDims {
+  int64_t layers = 0;
+  int64_t hidden = 0;    // the residual width
+  int64_t heads = 0;     // query heads
+  int64_t kv_heads = 0;  // key / value heads (GPT-2: all of them)
+  int64_t head_dim = 0;
+  int64_t vocab = 0;
+};
+ModelDims model_dims(const HfConfig& config);
+
 }  // namespace headroom

@@ -1,8 +1,6 @@
 // The guides' formulas, term by term (Note [Formula memory]).
 #include "plan/analytic_memory.h"
 
-#include <variant>
-
 #include "memsave/checkpoint_policy.h"
 #include "nn/model_presets.h"
 #include "optim/optimizer_factory.h"
@@ -10,18 +8,6 @@
 namespace headroom {
 
 namespace {
-
-struct LayerShape {
-  int64_t layers, hidden, heads, vocab;
-};
-
-LayerShape layer_shape(const HfConfig& config) {
-  if (const auto* gpt2 = std::get_if<GPT2Config>(&config)) {
-    return {gpt2->n_layer, gpt2->n_embd, gpt2->n_head, gpt2->vocab_size};
-  }
-  const auto& llama = std::get<LlamaConfig>(config);
-  return {llama.num_hidden_layers, llama.hidden_size, llama.num_attention_heads, llama.vocab_size};
-}
 
 // Bytes of optimizer state for one parameter tensor of `shape`.
 double optimizer_state_bytes(const std::string& optim, const Shape& shape, bool bf16_states,
@@ -85,7 +71,7 @@ FormulaMemory formula_training_memory(const HfConfig& config, const TrainingArgu
   f.optimizer_states = static_cast<int64_t>(states);
   f.optimizer_bytes_per_parameter = n > 0.0 ? states / n : 0.0;
 
-  const LayerShape m = layer_shape(config);
+  const ModelDims m = model_dims(config);
   const auto s = static_cast<double>(args.max_seq_length.value_or(context_length(config)));
   const auto b = static_cast<double>(args.per_device_train_batch_size);
   const auto h = static_cast<double>(m.hidden);

@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <variant>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -29,20 +28,9 @@ DType inference_dtype(Precision precision) {
 
 // Bytes of K and V per token of one sequence, over all layers.
 int64_t kv_bytes_per_token(const HfConfig& config, DType dtype) {
-  int64_t layers = 0, kv_heads = 0, head_dim = 0;
-  if (const auto* gpt2 = std::get_if<GPT2Config>(&config)) {
-    layers = gpt2->n_layer;
-    kv_heads = gpt2->n_head;
-    head_dim = gpt2->head_dim();
-  } else {
-    const auto& llama = std::get<LlamaConfig>(config);
-    layers = llama.num_hidden_layers;
-    kv_heads = llama.effective_num_key_value_heads();
-    head_dim = llama.effective_head_dim();
-  }
-  return 2 * layers * kv_heads * head_dim * static_cast<int64_t>(dtype_size(dtype));
+  const ModelDims d = model_dims(config);
+  return 2 * d.layers * d.kv_heads * d.head_dim * static_cast<int64_t>(dtype_size(dtype));
 }
-
 
 }  // namespace
 

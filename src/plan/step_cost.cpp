@@ -1,26 +1,10 @@
 // Note [Step time estimate], term by term.
 #include "plan/step_cost.h"
 
-#include <variant>
-
 #include "memsave/checkpoint_policy.h"
 #include "nn/model_presets.h"
 
 namespace headroom {
-
-namespace {
-
-struct Dims {
-  int64_t layers, hidden;
-};
-
-Dims dims(const HfConfig& config) {
-  if (const auto* gpt2 = std::get_if<GPT2Config>(&config)) return {gpt2->n_layer, gpt2->n_embd};
-  const auto& llama = std::get<LlamaConfig>(config);
-  return {llama.num_hidden_layers, llama.num_attention_heads * llama.effective_head_dim()};
-}
-
-}  // namespace
 
 nlohmann::ordered_json StepCost::to_json() const {
   return {{"seconds", seconds()},
@@ -36,13 +20,15 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& arg
                             bool sixteen_bit, int64_t num_parameters, int64_t state_bytes,
                             const GpuSpec& gpu) {
   StepCost cost;
-  const Dims d = dims(config);
+  const ModelDims d = model_dims(config);
   const auto layers = static_cast<double>(d.layers);
   const auto t = static_cast<double>(args.max_seq_length.value_or(context_length(config)));
   const double micro_batches = static_cast<double>(args.gradient_accumulation_steps);
   const double tokens = static_cast<double>(args.per_device_train_batch_size) * t * micro_batches;
   const auto n = static_cast<double>(num_parameters);
-  const double attention_forward = 4.0 * layers * static_cast<double>(d.hidden) * t;  // per token
+  // Scores and values over all query heads (Llama's head_dim x heads may differ from hidden).
+  const double attention_forward =
+      4.0 * layers * static_cast<double>(d.heads * d.head_dim) * t;  // per token
   const double forward = 2.0 * n + attention_forward;                               // per token
   cost.model_flops = 3.0 * forward * tokens;
 
