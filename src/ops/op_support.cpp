@@ -1,10 +1,47 @@
 // Device and dtype helpers shared by the ops.
 #include "ops/op_support.h"
 
+#include <atomic>
+
 #include "backend/cpu/denormals.h"
 #include "core/error.h"
 
 namespace headroom {
+
+namespace {
+
+std::atomic<DeviceType>& meta_pattern() {
+  static std::atomic<DeviceType> pattern{DeviceType::cpu};
+  return pattern;
+}
+
+}  // namespace
+
+MetaAllocatesLike::MetaAllocatesLike(DeviceType like) : previous_(meta_pattern().exchange(like)) {}
+
+MetaAllocatesLike::~MetaAllocatesLike() { meta_pattern().store(previous_); }
+
+DeviceType meta_allocates_like() { return meta_pattern().load(); }
+
+OpRoute op_route(const char* op, Device device) {
+  OpRoute route;
+  route.op = op;
+  route.where = device;
+  switch (device.type) {
+    case DeviceType::cpu:
+      cpu::ensure_flush_denormal();
+      route.cpu = true;
+      return route;
+    case DeviceType::meta:
+      route.native = meta_allocates_like() != DeviceType::cpu;
+      return route;
+    default:
+      route.device = find_device_ops(device.type);
+      if (!route.device) throw NotImplementedError(str_cat(op, " has no kernel for ", device, " yet"));
+      route.native = true;
+      return route;
+  }
+}
 
 bool computes_on_cpu(const char* op, Device device) {
   switch (device.type) {
@@ -14,6 +51,7 @@ bool computes_on_cpu(const char* op, Device device) {
     case DeviceType::meta:
       return false;
     default:
+      // A native device's ops go through op_route; one that reaches here has no such path.
       throw NotImplementedError(str_cat(op, " has no kernel for ", device, " yet"));
   }
 }

@@ -9,9 +9,57 @@
 
 #include <vector>
 
+#include "backend/device_ops.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace headroom {
+
+// Note [Native allocation pattern]
+// An op allocates in one of two patterns. The CPU's kernels take fp32, so the op widens bf16 /
+// f16 inputs into fp32 copies, computes fp32 results and rounds them to the input dtype. A native
+// device (backend/device_ops.h: CUDA) reads and writes the tensors' own dtypes, so the op
+// allocates only the outputs, statistics and workspaces. The meta device has no kernels and
+// follows whichever pattern the device it stands in for would: the CPU's by default, a native
+// device's while a MetaAllocatesLike guard says so (the planner sets it when its target is a
+// GPU), so a dry run allocates exactly what the real run will.
+
+// Where an op's kernels run and which allocation pattern it follows.
+struct OpRoute {
+  bool cpu = false;                   // run the CPU kernels on widened fp32 copies
+  const DeviceOps* device = nullptr;  // run these native entries
+  bool native = false;                // allocate in the native pattern (device set, or meta)
+  const char* op = "";
+  Device where;
+
+  // The entry, or NotImplementedError naming the op and device when the backend lacks it.
+  template <typename F>
+  F need(F entry) const {
+    if (!entry) throw NotImplementedError(str_cat(op, " has no kernel for ", where, " yet"));
+    return entry;
+  }
+};
+
+// The route of `op` on `device`: the CPU; a native device's table; or the meta device (no
+// kernels) in the pattern of the device it stands in for. NotImplementedError for a device with
+// neither CPU kernels nor a table.
+OpRoute op_route(const char* op, Device device);
+
+// While alive, the meta device allocates as a device of type `like` would (Note [Native
+// allocation pattern]); guards nest.
+class MetaAllocatesLike {
+ public:
+  explicit MetaAllocatesLike(DeviceType like);
+  ~MetaAllocatesLike();
+  MetaAllocatesLike(const MetaAllocatesLike&) = delete;
+  MetaAllocatesLike& operator=(const MetaAllocatesLike&) = delete;
+
+ private:
+  DeviceType previous_;
+};
+
+// The device type the meta device currently allocates like (cpu unless a guard is alive).
+DeviceType meta_allocates_like();
 
 // True when the op's kernels should run on the CPU; false on the meta device (shapes and
 // allocations only); NotImplementedError naming the op for a device without its kernels.
