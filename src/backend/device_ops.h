@@ -83,8 +83,9 @@ struct DeviceOps {
                              const Tensor& grad_weight) = nullptr;
 
   // ---- normalisation over the last dimension (statistics f32, one per row)
-  // Rows per block of the backward's partial weight / bias sums: partial is
-  // [norm_backward_blocks(rows), 2, dim] f32.
+  // Row blocks of the backward's partial weight / bias sums: partial is
+  // [norm_backward_blocks(rows), 2, dim] f32. A function of rows only, so that results repeat on
+  // every GPU and the meta device can plan the partials.
   int64_t (*norm_backward_blocks)(int64_t rows) = nullptr;
   void (*layer_norm_forward)(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                              const Tensor& out, const Tensor& mean, const Tensor& rstd) = nullptr;
@@ -105,19 +106,22 @@ struct DeviceOps {
   // [0, vocab) that is not ignore_index, or -1. Reads back (one sync).
   int64_t (*count_targets)(const Tensor& targets, int64_t vocab, int64_t ignore_index,
                            int64_t* first_bad) = nullptr;
-  // lse[r] = logsumexp(logits[r]); loss_sum (f32 [1]) += sum over counted rows of
-  // lse[r] - logits[r, target[r]].
+  // lse[r] = logsumexp(logits[r]) and row_loss[r] = lse[r] - logits[r, target[r]], 0 for an
+  // ignored row (both f32 [rows]); mean_loss sums row_loss, so no float atomics are needed.
   void (*cross_entropy_forward)(const Tensor& logits, const Tensor& targets,
                                 int64_t ignore_index, const Tensor& lse,
-                                const Tensor& loss_sum) = nullptr;
+                                const Tensor& row_loss) = nullptr;
   // grad_logits = (softmax(logits) - onehot(target)) * scale * g, zero for ignored rows, where
   // g is grad_scale (a 0-d tensor read on the device) or 1 when it is undefined. grad_logits may
   // be logits itself (in place).
   void (*cross_entropy_backward)(const Tensor& logits, const Tensor& lse, const Tensor& targets,
                                  int64_t ignore_index, float scale, const Tensor& grad_scale,
                                  const Tensor& grad_logits) = nullptr;
-  // out (0-d f32) = loss_sum / count, NaN when count is 0.
-  void (*mean_loss)(const Tensor& loss_sum, int64_t count, const Tensor& out) = nullptr;
+  // out (0-d f32) = sum(row_loss) / count, summed in fp64 in a fixed order; NaN when count is 0.
+  void (*mean_loss)(const Tensor& row_loss, int64_t count, const Tensor& out) = nullptr;
+  // out = x * scalar, where scalar is a 0-d tensor read on the device (the incoming gradient of
+  // linear_cross_entropy's loss, without a host read); out may be x itself.
+  void (*scale_by_scalar)(const Tensor& x, const Tensor& scalar, const Tensor& out) = nullptr;
 
   // ---- GEMM (cuBLASLt)
   // c = alpha * op(a) @ op(b) + beta * c, then the epilogue (bias: + bias[col], bias_gelu: gelu

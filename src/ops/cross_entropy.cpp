@@ -55,6 +55,13 @@ auto with_targets(const Tensor& targets, Fn&& fn) {
   return fn(static_cast<const int32_t*>(targets.data<int32_t>()));
 }
 
+[[noreturn]] void throw_bad_target(const char* op, int64_t value, int64_t position, int64_t vocab,
+                                   int64_t ignore_index) {
+  throw IndexError(str_cat(op, ": target ", value, " at position ", position,
+                           " is out of range [0, ", vocab, ") and is not ignore_index (",
+                           ignore_index, ")"));
+}
+
 // The number of targets that are not ignore_index; IndexError for one outside [0, vocab).
 int64_t count_targets(const char* op, const Tensor& targets, int64_t vocab, int64_t ignore_index) {
   return with_targets(targets, [&](const auto* t) {
@@ -62,14 +69,37 @@ int64_t count_targets(const char* op, const Tensor& targets, int64_t vocab, int6
     for (int64_t r = 0; r < targets.numel(); ++r) {
       const int64_t v = t[r];
       if (v == ignore_index) continue;
-      if (v < 0 || v >= vocab) {
-        throw IndexError(str_cat(op, ": target ", v, " at position ", r, " is out of range [0, ",
-                                 vocab, ") and is not ignore_index (", ignore_index, ")"));
-      }
+      if (v < 0 || v >= vocab) throw_bad_target(op, v, r, vocab, ignore_index);
       ++count;
     }
     return count;
   });
+}
+
+// count_targets on a native device: one read-back, with the same IndexError as on the CPU. The
+// meta device has no targets to count (0).
+int64_t native_count_targets(const OpRoute& route, const char* op, const Tensor& targets,
+                             int64_t vocab, int64_t ignore_index) {
+  if (!route.device) return 0;
+  int64_t first_bad = -1;
+  const int64_t count =
+      route.need(route.device->count_targets)(targets, vocab, ignore_index, &first_bad);
+  if (first_bad >= 0) {
+    const Tensor value = targets.reshape({-1}).narrow(0, first_bad, 1).to(kCPU);
+    throw_bad_target(op, value.to_int64_vector()[0], first_bad, vocab, ignore_index);
+  }
+  return count;
+}
+
+// Each counted target contributes 1 / count of the mean loss.
+float mean_scale(int64_t count) {
+  return count == 0 ? 0.0f : static_cast<float>(1.0 / static_cast<double>(count));
+}
+
+// logits as [rows, vocab] rows with a unit column stride (a view when the layout allows).
+Tensor logit_rows(const Tensor& logits, int64_t rows, int64_t vocab) {
+  const Tensor view = logits.reshape({rows, vocab});
+  return vocab == 1 || view.stride(1) == 1 ? view : view.contiguous();
 }
 
 // The mean loss from the sum over counted targets; NaN when none counted, as torch's mean.
@@ -86,7 +116,19 @@ std::vector<Tensor> cross_entropy_backward(BackwardContext& ctx, int64_t count,
   const Device device = logits.device();
   const int64_t vocab = logits.size(-1);
   const int64_t rows = logits.numel() / vocab;
-  const bool cpu = computes_on_cpu("cross_entropy backward", device);
+  const OpRoute route = op_route("cross_entropy backward", device);
+  if (route.native) {
+    // The gradient in the logits' dtype straight from the kernel; the incoming gradient is read
+    // on the device.
+    Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), device);
+    if (route.device) {
+      route.need(route.device->cross_entropy_backward)(
+          logit_rows(logits, rows, vocab), lse, targets.reshape({rows}), ignore_index,
+          mean_scale(count), ctx.grad_output(), grad.view({rows, vocab}));
+    }
+    return {grad};
+  }
+  const bool cpu = route.cpu;
   const float scale = cpu ? static_cast<float>(ctx.grad_output().item() / count) : 0.0f;
   // The gradient in the logits' dtype, written chunk by chunk: a low-precision gradient goes
   // through one chunk of fp32 workspace, never a full fp32 copy.
@@ -112,15 +154,152 @@ std::vector<Tensor> cross_entropy_backward(BackwardContext& ctx, int64_t count,
   return {grad};
 }
 
+// Records cross_entropy's node: backward needs the logits, their log-sum-exp and the targets.
+void save_for_cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tensor& t,
+                                     int64_t count, int64_t ignore_index, const Tensor& out) {
+  if (auto node = make_function_node("CrossEntropyBackward0", {logits})) {
+    node->save(logits);
+    node->save(lse);
+    node->save(t);
+    node->set_backward([count, ignore_index](BackwardContext& ctx) {
+      return cross_entropy_backward(ctx, count, ignore_index);
+    });
+    node->set_outputs({out});
+  }
+}
+
+struct LossAndGrads {
+  Tensor out;  // the mean loss, 0-d f32
+  Tensor dx;   // of the mean loss, before the incoming gradient; undefined when not needed
+  Tensor dweight;
+};
+
+// The native linear_cross_entropy (Note [Native allocation pattern]): the CPU path's chunks, on
+// the device's GEMM and loss kernels. x and weight are read in their dtype when they share one
+// (f32 copies only when they differ); the loss stays on the device.
+LossAndGrads native_linear_cross_entropy(const OpRoute& route, const FunctionNode* node,
+                                         const Tensor& x, const Tensor& weight, const Tensor& t,
+                                         int64_t ignore_index, int64_t chunk_rows, int64_t rows) {
+  const Device device = x.device();
+  const int64_t vocab = weight.size(0);
+  const int64_t dim = weight.size(1);
+  const int64_t count = native_count_targets(route, "linear_cross_entropy", t, vocab, ignore_index);
+  const DType operand = x.dtype() == weight.dtype() ? x.dtype() : DType::f32;
+  const Tensor xc = contiguous_as(x, operand).reshape({rows, dim});
+  const Tensor wc = contiguous_as(weight, operand);
+  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_rows, rows));
+  LossAndGrads result;
+  Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, device);
+  Tensor lse = Tensor::empty({chunk}, DType::f32, device);
+  Tensor row_loss = Tensor::empty({rows}, DType::f32, device);
+  // dx is written once per chunk, so in the operand dtype; dweight accumulates over chunks in f32.
+  if (node && node->needs_input_grad(0)) result.dx = Tensor::empty(x.shape(), operand, device);
+  if (node && node->needs_input_grad(1)) {
+    result.dweight = Tensor::empty({vocab, dim}, DType::f32, device);
+  }
+  const bool grads = result.dx.defined() || result.dweight.defined();
+  // The GEMMs take the logits' gradient in the operand dtype: a second chunk buffer unless f32
+  // (then the gradient replaces the logits in place).
+  Tensor dlogits;
+  if (grads && operand != DType::f32) dlogits = Tensor::empty({chunk, vocab}, operand, device);
+  result.out = Tensor::empty(Shape{}, DType::f32, device);
+  if (!route.device) return result;
+  const DeviceOps& ops = *route.device;
+  const auto gemm = route.need(ops.gemm);
+  const auto forward = route.need(ops.cross_entropy_forward);
+  const auto backward = grads ? route.need(ops.cross_entropy_backward) : nullptr;
+  const Tensor t_rows = t.reshape({rows});
+  const Tensor dx_rows = result.dx.defined() && dim > 0 ? result.dx.view({rows, dim}) : Tensor();
+  const float scale = mean_scale(count);
+  for (int64_t begin = 0; begin < rows; begin += chunk) {
+    const int64_t n = std::min(chunk, rows - begin);
+    const Tensor x_chunk = xc.narrow(0, begin, n);
+    const Tensor t_chunk = t_rows.narrow(0, begin, n);
+    const Tensor chunk_logits = logits.narrow(0, 0, n);
+    const Tensor chunk_lse = lse.narrow(0, 0, n);
+    if (dim == 0) {
+      chunk_logits.zero_();
+    } else {
+      gemm(false, true, x_chunk, wc, 1.0f, 0.0f, chunk_logits, GemmEpilogue::none, Tensor());
+    }
+    forward(chunk_logits, t_chunk, ignore_index, chunk_lse, row_loss.narrow(0, begin, n));
+    if (!grads) continue;
+    const Tensor d = dlogits.defined() ? dlogits.narrow(0, 0, n) : chunk_logits;
+    backward(chunk_logits, chunk_lse, t_chunk, ignore_index, scale, Tensor(), d);
+    if (dim == 0) continue;
+    if (dx_rows.defined()) {
+      gemm(false, false, d, wc, 1.0f, 0.0f, dx_rows.narrow(0, begin, n), GemmEpilogue::none,
+           Tensor());
+    }
+    if (result.dweight.defined()) {
+      gemm(true, false, d, x_chunk, 1.0f, begin == 0 ? 0.0f : 1.0f, result.dweight,
+           GemmEpilogue::none, Tensor());
+    }
+  }
+  if (result.dweight.defined() && (rows == 0 || dim == 0)) result.dweight.zero_();
+  route.need(ops.mean_loss)(row_loss, count, result.out);
+  return result;
+}
+
+// Records linear_cross_entropy's node: dx and dweight were computed in the forward pass and are
+// scaled by the incoming gradient in backward (in place unless the graph is retained).
+void save_linear_cross_entropy_grads(const std::shared_ptr<FunctionNode>& node, const Tensor& dx,
+                                     const Tensor& dweight, const Tensor& out) {
+  if (!node) return;
+  node->save(dx);
+  node->save(dweight);
+  node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
+    Tensor dx = ctx.saved(0), dweight = ctx.saved(1);
+    const Tensor& g = ctx.grad_output();
+    const OpRoute route = op_route("linear_cross_entropy backward", g.device());
+    if (route.native) {
+      // The factor is applied on the device without being read, so even a factor of 1 costs
+      // this pass (no host sync).
+      for (Tensor* grad : {&dx, &dweight}) {
+        if (!grad->defined()) continue;
+        const Tensor source = *grad;
+        if (ctx.retains_saved()) {  // the saved buffer must stay as it is
+          *grad = Tensor::empty(source.shape(), source.dtype(), source.device());
+        }
+        if (route.device) route.need(route.device->scale_by_scalar)(source, g, *grad);
+      }
+      return {dx, dweight};
+    }
+    const bool cpu = route.cpu;
+    // The meta device has no value to read: it plans for a factor other than 1 (a loss scale),
+    // which costs no memory unless the graph is retained.
+    const double factor = cpu ? g.item() : 2.0;
+    if (factor == 1.0) return {dx, dweight};
+    for (Tensor* grad : {&dx, &dweight}) {
+      if (!grad->defined()) continue;
+      if (ctx.retains_saved()) {
+        *grad = scale(*grad, factor);  // the saved buffer must stay as it is
+      } else if (cpu) {
+        // Only this node reads the buffer, and it is released after this backward.
+        float* p = grad->data<float>();
+        cpu::scale(p, static_cast<float>(factor), p, grad->numel());
+      }
+    }
+    return {dx, dweight};
+  });
+  node->set_outputs({out});
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   RecordFunction record("cross_entropy", logits, targets);
-  if (auto cast = autocast_inputs("cross_entropy", {logits})) {
-    return cross_entropy((*cast)[0], targets, ignore_index);
-  }
   const char* op = "cross_entropy";
   check_floating(op, "logits", logits);
+  const OpRoute route = op_route(op, logits.device());
+  // A native device's kernels read bf16 / f16 logits and compute in fp32, which is autocast's
+  // fp32 policy without its fp32 copy: the widening is exact and the gradient is rounded once to
+  // the logits' dtype either way, so the results are the same.
+  if (!route.native) {
+    if (auto cast = autocast_inputs("cross_entropy", {logits})) {
+      return cross_entropy((*cast)[0], targets, ignore_index);
+    }
+  }
   check_same_device(op, {logits, targets});
   if (logits.ndim() < 1 || logits.size(-1) == 0) {
     throw ValueError(str_cat(op, ": logits ", logits.shape(),
@@ -130,8 +309,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const Device device = logits.device();
   const int64_t vocab = logits.size(-1);
   const int64_t rows = logits.numel() / vocab;
-  const bool cpu = computes_on_cpu(op, device);
+  const bool cpu = route.cpu;
   const Tensor t = targets.contiguous();
+  if (route.native) {
+    const int64_t count = native_count_targets(route, op, t, vocab, ignore_index);
+    Tensor lse = Tensor::empty({rows}, DType::f32, device);
+    Tensor out = Tensor::empty(Shape{}, DType::f32, device);
+    {
+      // The logits are read in their dtype: no fp32 copy, whole or in chunks.
+      const Tensor row_loss = Tensor::empty({rows}, DType::f32, device);
+      if (route.device) {
+        route.need(route.device->cross_entropy_forward)(logit_rows(logits, rows, vocab),
+                                                        t.reshape({rows}), ignore_index, lse,
+                                                        row_loss);
+        route.need(route.device->mean_loss)(row_loss, count, out);
+      }
+    }
+    save_for_cross_entropy_backward(logits, lse, t, count, ignore_index, out);
+    return out;
+  }
   const int64_t count = cpu ? count_targets(op, t, vocab, ignore_index) : 0;
   Tensor lse = Tensor::empty({rows}, DType::f32, device);
   Tensor out = Tensor::empty(Shape{}, DType::f32, device);
@@ -149,15 +345,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     }
   }
   if (cpu) out.data<float>()[0] = mean_loss(total, count);
-  if (auto node = make_function_node("CrossEntropyBackward0", {logits})) {
-    node->save(logits);
-    node->save(lse);
-    node->save(t);
-    node->set_backward([count, ignore_index](BackwardContext& ctx) {
-      return cross_entropy_backward(ctx, count, ignore_index);
-    });
-    node->set_outputs({out});
-  }
+  save_for_cross_entropy_backward(logits, lse, t, count, ignore_index, out);
   return out;
 }
 
@@ -196,8 +384,16 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
   const int64_t vocab = weight.size(0);
   const int64_t dim = weight.size(1);
   const int64_t rows = dim == 0 ? targets.numel() : x.numel() / dim;
-  const bool cpu = computes_on_cpu(op, device);
+  const OpRoute route = op_route(op, device);
+  const bool cpu = route.cpu;
   const Tensor t = targets.contiguous();
+  if (route.native) {
+    auto node = make_function_node("LinearCrossEntropyBackward0", {x, weight});
+    const LossAndGrads result =
+        native_linear_cross_entropy(route, node.get(), x, weight, t, ignore_index, chunk_rows, rows);
+    save_linear_cross_entropy_grads(node, result.dx, result.dweight, result.out);
+    return result.out;
+  }
   const int64_t count = cpu ? count_targets(op, t, vocab, ignore_index) : 0;
 
   auto node = make_function_node("LinearCrossEntropyBackward0", {x, weight});
@@ -266,31 +462,7 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
     if (dweight.defined() && rows == 0) dweight.zero_();
     out.data<float>()[0] = mean_loss(total, count);
   }
-  if (node) {
-    node->save(dx);
-    node->save(dweight);
-    node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
-      Tensor dx = ctx.saved(0), dweight = ctx.saved(1);
-      const Tensor& g = ctx.grad_output();
-      const bool cpu = computes_on_cpu("linear_cross_entropy backward", g.device());
-      // The meta device has no value to read: it plans for a factor other than 1 (a loss scale),
-      // which costs no memory unless the graph is retained.
-      const double factor = cpu ? g.item() : 2.0;
-      if (factor == 1.0) return {dx, dweight};
-      for (Tensor* grad : {&dx, &dweight}) {
-        if (!grad->defined()) continue;
-        if (ctx.retains_saved()) {
-          *grad = scale(*grad, factor);  // the saved buffer must stay as it is
-        } else if (cpu) {
-          // Only this node reads the buffer, and it is released after this backward.
-          float* p = grad->data<float>();
-          cpu::scale(p, static_cast<float>(factor), p, grad->numel());
-        }
-      }
-      return {dx, dweight};
-    });
-    node->set_outputs({out});
-  }
+  save_linear_cross_entropy_grads(node, dx, dweight, out);
   return out;
 }
 

@@ -1,39 +1,17 @@
 // Cross-entropy kernels: per row a max, a sum of exponentials and a log (forward), and one pass
-// writing softmax - onehot (backward). exp is a polynomial that vectorises (libm's expf does not
-// without -ffast-math), accurate to about 2 ulp.
+// writing softmax - onehot (backward). exp is backend/exp_approx.h's polynomial, which
+// vectorises and which the CUDA kernels share.
 #include "backend/cpu/cross_entropy.h"
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "backend/cpu/norm_rows.h"
+#include "backend/exp_approx.h"
 
 namespace headroom::cpu {
 
 namespace {
-
-// e^x by Cody-Waite range reduction, x = n ln2 + r with |r| <= ln2 / 2, and Cephes' degree-6
-// polynomial for e^r. Inputs below -87.33 give 0 rather than a subnormal: see
-// Note [No subnormal probabilities].
-HEADROOM_ROW_INLINE inline float exp_approx(float input) {
-  float x = input < -87.3365f ? -87.3365f : input;
-  x = x > 88.7228f ? 88.7228f : x;
-  // Round to nearest by adding and subtracting 1.5 * 2^23 (no -ffast-math: not reassociated).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e_r = p * r * r + r + 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof(two_n));
-  return input < -87.3365f ? 0.0f : e_r * two_n;
-}
 
 // Note [No subnormal probabilities]
 // Logits of a trained LM head spread widely, so many probabilities fall below FLT_MIN, and
