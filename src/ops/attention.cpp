@@ -1,6 +1,7 @@
 // scaled_dot_product_attention: shape checks, the buffers (output, log-sum-exp, backward
-// workspace) and the autograd node around the flash-attention kernels of backend/cpu/attention.h.
-// Saved for backward: q, k, v, the output and lse [B, Hq, Tq] in fp32 — never a T x T matrix.
+// workspace) and the autograd node around the flash-attention kernels of backend/cpu/attention.h,
+// or a native device's attention entries (backend/device_ops.h). Saved for backward: q, k, v, the
+// output and lse [B, Hq, Tq] in fp32 — never a T x T matrix.
 #include "ops/attention.h"
 
 #include <cmath>
@@ -24,6 +25,12 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 Tensor f32_rows(const Tensor& x) {
   if (x.dtype() == DType::f32 && (x.stride(3) == 1 || x.size(3) <= 1)) return x;
   return f32_contiguous(x);
+}
+
+// x itself when its last dimension is contiguous, else a contiguous copy in its own dtype: the
+// native kernels read rows at any stride and q, k, v in their own dtype.
+Tensor unit_rows(const Tensor& x) {
+  return x.stride(3) == 1 || x.size(3) <= 1 ? x : x.contiguous();
 }
 
 cpu::AttentionOperand operand(const Tensor& x) {
@@ -72,6 +79,54 @@ cpu::AttentionProblem make_problem(const cpu::AttentionDims& dims, const Tensor&
   return {dims, operand(q), operand(k), operand(v), causal, scale, dropout};
 }
 
+// What both paths save: the inputs as given, the output in q's dtype and lse (f32).
+void save_for_backward(FunctionNode& node, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& out, const Tensor& lse) {
+  for (const Tensor* t : {&q, &k, &v, &out, &lse}) node.save(*t);
+}
+
+// The native pattern (Note [Native allocation pattern]): out in q's dtype and lse, no fp32
+// copies; backward allocates delta, the fp32 dQ accumulator when q is not f32, and the three
+// gradients in q's dtype.
+Tensor native_attention(const OpRoute& route, const cpu::AttentionDims& dims, const Tensor& q,
+                        const Tensor& k, const Tensor& v, bool is_causal, float softmax_scale,
+                        const DropoutParams& dropout) {
+  const Device device = q.device();
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), device);
+  Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
+  if (route.device) {
+    route.need(route.device->attention_forward)(unit_rows(q), unit_rows(k), unit_rows(v),
+                                                is_causal, softmax_scale, dropout, out, lse);
+  }
+  if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
+    save_for_backward(*node, q, k, v, out, lse);
+    node->set_backward([is_causal, softmax_scale,
+                        dropout](BackwardContext& ctx) -> std::vector<Tensor> {
+      const Tensor& q = ctx.saved(0);
+      const Tensor& k = ctx.saved(1);
+      const Tensor& lse = ctx.saved(4);
+      const DType dtype = q.dtype();
+      const Device device = q.device();
+      const Tensor g = contiguous_as(ctx.grad_output(), dtype);
+      const OpRoute route = op_route("scaled_dot_product_attention backward", device);
+      Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
+      Tensor gq_accum;
+      if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
+      Tensor gq = Tensor::empty(q.shape(), dtype, device);
+      Tensor gk = Tensor::empty(k.shape(), dtype, device);
+      Tensor gv = Tensor::empty(k.shape(), dtype, device);
+      if (route.device) {
+        route.need(route.device->attention_backward)(
+            unit_rows(q), unit_rows(k), unit_rows(ctx.saved(2)), ctx.saved(3), g, lse, is_causal,
+            softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
+      }
+      return {gq, gk, gv};
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -92,22 +147,23 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     dropout = {static_cast<float>(dropout_p), rng.seed, rng.offset};
   }
   const Device device = q.device();
+  const OpRoute route = op_route(kOp, device);
+  if (route.native) {
+    return native_attention(route, dims, q, k, v, is_causal, softmax_scale,
+                            {dropout.p, dropout.seed, dropout.offset});
+  }
   Tensor out = Tensor::empty(q.shape(), DType::f32, device);
   Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
   {
     const Tensor qf = f32_rows(q), kf = f32_rows(k), vf = f32_rows(v);
-    if (computes_on_cpu(kOp, device)) {
+    if (route.cpu) {
       cpu::attention_forward(make_problem(dims, qf, kf, vf, is_causal, softmax_scale, dropout),
                              out.data<float>(), lse.data<float>());
     }
   }
   out = to_dtype(out, q.dtype());
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
-    node->save(q);
-    node->save(k);
-    node->save(v);
-    node->save(out);
-    node->save(lse);
+    save_for_backward(*node, q, k, v, out, lse);
     node->set_backward([dims, is_causal, softmax_scale,
                         dropout](BackwardContext& ctx) -> std::vector<Tensor> {
       const Tensor g = f32_contiguous(ctx.grad_output());
