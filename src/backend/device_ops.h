@@ -61,7 +61,8 @@ struct DeviceOps {
   // out (0-d) = factor * sum(x), summed in fp64 in a fixed order. partial: the workspace of
   // sum_all_partials(x.numel()) fp64 sums (in an i64 tensor's bytes: there is no f64 dtype), or
   // undefined when that is 0.
-  void (*sum_all)(const Tensor& x, double factor, const Tensor& partial, const Tensor& out) = nullptr;
+  void (*sum_all)(const Tensor& x, double factor, const Tensor& partial,
+                  const Tensor& out) = nullptr;
   // out[o, i] = factor * sum_j x[o, j, i] for x [outer, n, inner].
   void (*sum_middle)(const Tensor& x, int64_t outer, int64_t n, int64_t inner, double factor,
                      const Tensor& out) = nullptr;
