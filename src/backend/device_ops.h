@@ -35,6 +35,13 @@ struct DropoutParams {
 // What a GEMM adds to alpha * op(a) @ op(b) + beta * c before it stores c.
 enum class GemmEpilogue { none, bias, bias_gelu };
 
+// The partial sums sum_all needs for n elements: none up to kSumAllOneBlock (one block sums them
+// all), else one per block of a fixed grid of kSumAllPartials, so the order of the additions, and
+// with it the result, does not depend on the GPU. The op allocates them: a dry run sees them too.
+inline constexpr int64_t kSumAllOneBlock = int64_t{1} << 16;
+inline constexpr int64_t kSumAllPartials = 512;
+inline int64_t sum_all_partials(int64_t n) { return n <= kSumAllOneBlock ? 0 : kSumAllPartials; }
+
 struct DeviceOps {
   // ---- point-wise: activations (computed in fp32; gelu is the tanh approximation, as on CPU)
   void (*gelu_forward)(const Tensor& x, const Tensor& out) = nullptr;
@@ -51,8 +58,11 @@ struct DeviceOps {
   void (*binary)(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
   // out = x * factor; out may be x itself.
   void (*scale)(const Tensor& x, float factor, const Tensor& out) = nullptr;
-  // out (0-d) = factor * sum(x), summed in fp32 / fp64 in a fixed order.
-  void (*sum_all)(const Tensor& x, double factor, const Tensor& out) = nullptr;
+  // out (0-d) = factor * sum(x), summed in fp64 in a fixed order. partial: the workspace of
+  // sum_all_partials(x.numel()) fp64 sums (in an i64 tensor's bytes: there is no f64 dtype), or
+  // undefined when that is 0.
+  void (*sum_all)(const Tensor& x, double factor, const Tensor& partial,
+                  const Tensor& out) = nullptr;
   // out[o, i] = factor * sum_j x[o, j, i] for x [outer, n, inner].
   void (*sum_middle)(const Tensor& x, int64_t outer, int64_t n, int64_t inner, double factor,
                      const Tensor& out) = nullptr;

@@ -29,10 +29,20 @@ struct DropoutMask {
   float scale;         // 1 / (1 - p); 0 when p == 1, so nothing is scaled by infinity
 };
 
-Tensor dropout_apply(const Tensor& x, const DropoutMask& mask) {
+// x with the mask applied: in `dtype` on a native device, in f32 on the CPU (the caller rounds).
+Tensor dropout_apply(const Tensor& x, const DropoutMask& mask, DType dtype) {
+  const OpRoute route = op_route("dropout", x.device());
+  if (route.native) {
+    Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+    if (route.device) {
+      route.need(route.device->dropout)(x.contiguous(), mask.rng.seed, mask.rng.offset,
+                                        mask.threshold, mask.scale, out);
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
   const Tensor xf = f32_contiguous(x);
-  if (computes_on_cpu("dropout", x.device())) {
+  if (route.cpu) {
     cpu::dropout_apply(xf.data<float>(), out.data<float>(), out.numel(), mask.rng.seed,
                        mask.rng.offset, mask.threshold, mask.scale);
   }
@@ -52,10 +62,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   mask.rng = (generator ? *generator : default_generator()).reserve(static_cast<uint64_t>(x.numel()));
   mask.threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));  // 2^24
   mask.scale = p == 1.0 ? 0.0f : static_cast<float>(1.0 / (1.0 - p));
-  Tensor out = to_dtype(dropout_apply(x, mask), x.dtype());
+  const DType dtype = x.dtype();
+  Tensor out = to_dtype(dropout_apply(x, mask, dtype), dtype);
   if (auto node = make_function_node("DropoutBackward0", {x})) {
-    node->set_backward([mask](BackwardContext& ctx) -> std::vector<Tensor> {
-      return {dropout_apply(ctx.grad_output(), mask)};
+    node->set_backward([mask, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
+      return {dropout_apply(ctx.grad_output(), mask, dtype)};
     });
     node->set_outputs({out});
   }

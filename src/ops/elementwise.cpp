@@ -13,13 +13,11 @@ namespace headroom {
 
 namespace {
 
-enum class Binary { add, sub, mul };
-
-const char* binary_name(Binary op) {
+const char* binary_name(BinaryOp op) {
   switch (op) {
-    case Binary::add: return "add";
-    case Binary::sub: return "sub";
-    case Binary::mul: return "mul";
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
   }
   return "?";
 }
@@ -30,23 +28,33 @@ DType result_dtype(const Tensor& a, const Tensor& b) {
 }
 
 // The raw computation, no autograd.
-Tensor binary_forward(Binary op, const Tensor& a, const Tensor& b) {
+Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_name(op);
   check_floating(name, "a", a);
   check_floating(name, "b", b);
   check_same_device(name, {a, b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape());
+  const OpRoute route = op_route(name, a.device());
+  if (route.native) {
+    // The entry reads broadcast operands through their zero strides: nothing is materialised.
+    Tensor out = Tensor::empty(shape, result_dtype(a, b), a.device());
+    if (route.device) {
+      route.need(route.device->binary)(op, a.shape() == shape ? a : a.expand(shape),
+                                       b.shape() == shape ? b : b.expand(shape), out);
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(shape, DType::f32, a.device());
   const Tensor af = f32_contiguous(a.shape() == shape ? a : a.expand(shape));
   const Tensor bf = f32_contiguous(b.shape() == shape ? b : b.expand(shape));
-  if (computes_on_cpu(name, a.device())) {
+  if (route.cpu) {
     const float* pa = af.data<float>();
     const float* pb = bf.data<float>();
     float* po = out.data<float>();
     switch (op) {
-      case Binary::add: cpu::add(pa, pb, po, out.numel()); break;
-      case Binary::sub: cpu::sub(pa, pb, po, out.numel()); break;
-      case Binary::mul: cpu::mul(pa, pb, po, out.numel()); break;
+      case BinaryOp::add: cpu::add(pa, pb, po, out.numel()); break;
+      case BinaryOp::sub: cpu::sub(pa, pb, po, out.numel()); break;
+      case BinaryOp::mul: cpu::mul(pa, pb, po, out.numel()); break;
     }
   }
   return to_dtype(out, result_dtype(a, b));
@@ -54,37 +62,43 @@ Tensor binary_forward(Binary op, const Tensor& a, const Tensor& b) {
 
 Tensor scale_forward(const Tensor& x, double factor) {
   check_floating("scale", "x", x);
+  const OpRoute route = op_route("scale", x.device());
+  if (route.native) {
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+    if (route.device) route.need(route.device->scale)(x.contiguous(), static_cast<float>(factor), out);
+    return out;
+  }
   Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
   const Tensor xf = f32_contiguous(x);
-  if (computes_on_cpu("scale", x.device())) {
+  if (route.cpu) {
     cpu::scale(xf.data<float>(), static_cast<float>(factor), out.data<float>(), out.numel());
   }
   return to_dtype(out, x.dtype());
 }
 
-Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   RecordFunction record(binary_name(op), a, b);
   Tensor out = binary_forward(op, a, b);
-  const char* node_name = op == Binary::add ? "AddBackward0"
-                          : op == Binary::sub ? "SubBackward0"
-                                              : "MulBackward0";
+  const char* node_name = op == BinaryOp::add   ? "AddBackward0"
+                          : op == BinaryOp::sub ? "SubBackward0"
+                                                : "MulBackward0";
   if (auto node = make_function_node(node_name, {a, b})) {
     const Shape a_shape = a.shape(), b_shape = b.shape();
-    if (op == Binary::mul) {
+    if (op == BinaryOp::mul) {
       node->save(a);
       node->save(b);
     }
     node->set_backward([op, a_shape, b_shape](BackwardContext& ctx) -> std::vector<Tensor> {
       const Tensor& g = ctx.grad_output();
       Tensor ga, gb;
-      if (op == Binary::mul) {
-        if (ctx.needs_input_grad(0)) ga = sum_to_shape(binary_forward(Binary::mul, g, ctx.saved(1)), a_shape);
-        if (ctx.needs_input_grad(1)) gb = sum_to_shape(binary_forward(Binary::mul, g, ctx.saved(0)), b_shape);
+      if (op == BinaryOp::mul) {
+        if (ctx.needs_input_grad(0)) ga = sum_to_shape(binary_forward(BinaryOp::mul, g, ctx.saved(1)), a_shape);
+        if (ctx.needs_input_grad(1)) gb = sum_to_shape(binary_forward(BinaryOp::mul, g, ctx.saved(0)), b_shape);
       } else {
         if (ctx.needs_input_grad(0)) ga = sum_to_shape(g, a_shape);
         if (ctx.needs_input_grad(1)) {
           gb = sum_to_shape(g, b_shape);
-          if (op == Binary::sub) gb = scale_forward(gb, -1.0);
+          if (op == BinaryOp::sub) gb = scale_forward(gb, -1.0);
         }
       }
       return {ga, gb};
@@ -96,9 +110,9 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary(Binary::add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary(Binary::sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary(Binary::mul, a, b); }
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
 
 Tensor scale(const Tensor& x, double factor) {
   RecordFunction record("scale", x);

@@ -26,15 +26,47 @@ std::string position_of(int64_t flat, const Shape& shape) {
   return text + "]";
 }
 
+void throw_bad_id(int64_t id, int64_t flat, const Shape& shape, int64_t num_embeddings) {
+  throw IndexError(str_cat("embedding: id ", id, " at ids", position_of(flat, shape),
+                           " is out of range for ", num_embeddings, " embeddings"));
+}
+
 template <typename Id>
 void check_ids(const Tensor& ids, int64_t num_embeddings) {
   const Id* data = ids.data<Id>();
   const int64_t bad = cpu::first_bad_id(data, ids.numel(), num_embeddings);
-  if (bad >= 0) {
-    throw IndexError(str_cat("embedding: id ", static_cast<int64_t>(data[bad]), " at ids",
-                             position_of(bad, ids.shape()), " is out of range for ",
-                             num_embeddings, " embeddings"));
+  if (bad >= 0) throw_bad_id(static_cast<int64_t>(data[bad]), bad, ids.shape(), num_embeddings);
+}
+
+// The native path: the gather in the table's dtype, and a backward whose gradient the entry
+// zeroes and scatter-adds in f32. The ids are checked with one read back (two when one is bad).
+Tensor embedding_native(const OpRoute& route, const Tensor& weight, const Tensor& ids,
+                        const Shape& out_shape) {
+  const int64_t num_embeddings = weight.size(0), dim = weight.size(1);
+  const Tensor id_data = ids.contiguous();
+  if (route.device) {
+    const int64_t bad = route.need(route.device->first_bad_id)(id_data, num_embeddings);
+    if (bad >= 0) {
+      const int64_t id = static_cast<int64_t>(id_data.reshape({-1}).narrow(0, bad, 1).item());
+      throw_bad_id(id, bad, ids.shape(), num_embeddings);
+    }
   }
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+  if (route.device) route.need(route.device->embedding_forward)(weight.contiguous(), id_data, out);
+  if (auto node = make_function_node("EmbeddingBackward0", {weight})) {
+    node->save(ids);
+    node->set_backward([num_embeddings, dim](BackwardContext& ctx) -> std::vector<Tensor> {
+      const Tensor& g = ctx.grad_output();
+      const OpRoute back = op_route("embedding backward", g.device());
+      Tensor gw = Tensor::empty(Shape{num_embeddings, dim}, DType::f32, g.device());
+      if (back.device) {
+        back.need(back.device->embedding_backward)(g.contiguous(), ctx.saved(0).contiguous(), gw);
+      }
+      return {gw};
+    });
+    node->set_outputs({out});
+  }
+  return out;
 }
 
 }  // namespace
@@ -54,9 +86,11 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const int64_t num_embeddings = weight.size(0), dim = weight.size(1);
   std::vector<int64_t> out_dims = ids.shape().to_vector();
   out_dims.push_back(dim);
+  const OpRoute route = op_route("embedding", weight.device());
+  if (route.native) return embedding_native(route, weight, ids, Shape(out_dims));
   const bool is_i32 = ids.dtype() == DType::i32;
   const Tensor id_data = ids.contiguous();
-  const bool cpu = computes_on_cpu("embedding", weight.device());
+  const bool cpu = route.cpu;
   if (cpu) {
     if (is_i32) check_ids<int32_t>(id_data, num_embeddings);
     else check_ids<int64_t>(id_data, num_embeddings);

@@ -2,34 +2,13 @@
 // transfers, and the caching allocator over real device memory. Skipped without a GPU.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "core/error.h"
 #include "core/tensor.h"
 #include "memory/device_memory.h"
+#include "cuda_test_support.h"
 
 namespace headroom {
 namespace {
-
-const Device kGpu{DeviceType::cuda, 0};
-
-#define REQUIRE_GPU()                                                             \
-  do {                                                                            \
-    if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device present: skipped"; \
-  } while (0)
-
-// Bitwise equality of two f32 vectors (NaN payloads included).
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  size_t mismatches = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && ++mismatches <= 5) {
-      ADD_FAILURE() << what << ": element " << i << " is " << b[i] << " on the GPU, " << a[i]
-                    << " on the CPU";
-    }
-  }
-  EXPECT_EQ(mismatches, 0u) << what;
-}
 
 // Every f32 bit pattern class: random bits, wide-range normals, the formats' edges.
 Tensor conversion_inputs() {
