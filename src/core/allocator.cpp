@@ -14,6 +14,11 @@ std::array<std::atomic<AllocatorLookup>, kNumDeviceTypes>& lookups() {
   return table;
 }
 
+std::atomic<PinnedAllocator*>& pinned() {
+  static std::atomic<PinnedAllocator*> allocator{nullptr};
+  return allocator;
+}
+
 }  // namespace
 
 void register_allocator(DeviceType type, AllocatorLookup lookup) {
@@ -28,5 +33,11 @@ Allocator& allocator_for(Device device) {
   }
   return lookup(device.index);
 }
+
+PinnedAllocator* register_pinned_allocator(PinnedAllocator* allocator) {
+  return pinned().exchange(allocator);
+}
+
+PinnedAllocator* pinned_allocator() { return pinned().load(); }
 
 }  // namespace headroom

@@ -14,6 +14,10 @@ inline constexpr int kNumDeviceTypes = 3;
 
 const char* device_type_name(DeviceType type);
 
+// A device queue (a CUDA stream's handle); 0 is the default queue, the only one of the CPU and
+// meta.
+using StreamId = uint64_t;
+
 struct Device {
   DeviceType type = DeviceType::cpu;
   int index = 0;

@@ -5,8 +5,10 @@
 
 namespace headroom {
 
-Storage::Storage(size_t nbytes, Device device)
-    : nbytes_(nbytes), device_(device), allocator_(&allocator_for(device)) {
+Storage::Storage(size_t nbytes, Device device) : Storage(nbytes, device, allocator_for(device)) {}
+
+Storage::Storage(size_t nbytes, Device device, Allocator& allocator)
+    : nbytes_(nbytes), device_(device), allocator_(&allocator) {
   data_ = allocator_->allocate(nbytes);
 }
 

@@ -14,6 +14,8 @@ class Allocator;
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // From `allocator` rather than the device's own (pinned host memory for a CPU storage).
+  Storage(size_t nbytes, Device device, Allocator& allocator);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -22,6 +24,7 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  Allocator* allocator() const { return allocator_; }
 
   // Bumped by every in-place write through a tensor, so autograd can tell that a tensor it
   // saved for backward was changed after it was saved (see autograd/saved_tensor.h).

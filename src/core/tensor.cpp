@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/allocator.h"
 #include "core/device_kernels.h"
 #include "core/autograd_meta.h"
 #include "core/error.h"
@@ -326,12 +327,45 @@ Tensor Tensor::to(DType dtype, Overflow overflow) const {
   return out;
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   check_defined("to");
   if (device == this->device()) return *this;
   Tensor out = empty(shape_, dtype_, device);
+  if (non_blocking && device.is_cuda() && is_pinned() && is_contiguous() && numel() > 0) {
+    pinned_allocator()->copy_to_device_async(out.data_ptr(), device, data_ptr(), nbytes());
+    return out;
+  }
   out.copy_(*this);
   return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  check_defined("pin_memory");
+  if (!device().is_cpu()) {
+    throw ValueError(str_cat("pin_memory: the tensor is on ", device(),
+                             "; only CPU tensors can be pinned"));
+  }
+  PinnedAllocator* pinned = pinned_allocator();
+  if (!pinned) {
+    throw NotImplementedError(
+        "pin_memory: this build of headroom has no CUDA backend, and page-locked memory exists "
+        "only for copies to a GPU");
+  }
+  if (is_pinned()) return *this;
+  auto storage = std::make_shared<Storage>(nbytes(), kCPU, *pinned);
+  Tensor out(std::move(storage), shape_, contiguous_strides(shape_), 0, dtype_);
+  out.copy_(*this);
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  return defined() && device().is_cpu() && storage_->allocator() == pinned_allocator() &&
+         storage_->allocator() != nullptr;
+}
+
+void Tensor::record_stream(StreamId stream) const {
+  check_defined("record_stream");
+  if (storage_->data()) storage_->allocator()->record_stream(storage_->data(), stream);
 }
 
 const Tensor& Tensor::fill_(double value) const {

@@ -86,7 +86,19 @@ class Tensor {
   // `overflow` decides what values beyond a narrower floating format's range become: ieee (inf,
   // or NaN for f8_e4m3fn, as PyTorch) or saturate (±max, as Transformer Engine).
   Tensor to(DType dtype, Overflow overflow = Overflow::ieee) const;
-  Tensor to(Device device) const;
+  // With `non_blocking`, a copy from pinned memory (pin_memory()) to a GPU is queued on the
+  // device's current stream and this returns before it has run, as PyTorch's; from other memory
+  // the flag changes nothing.
+  Tensor to(Device device, bool non_blocking = false) const;
+  // A copy in page-locked host memory (this tensor itself when it is pinned already), from which
+  // to(gpu, non_blocking) copies asynchronously. Only for CPU tensors (ValueError otherwise);
+  // NotImplementedError in a build without the CUDA backend, as PyTorch raises there.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
+  // Tells the allocator that work queued on `stream` (not the one the memory was allocated on)
+  // uses this tensor's memory, so that it is reused only after that work has run, as
+  // torch.Tensor.record_stream (Note [Streams and reuse] in memory/caching_allocator.h).
+  void record_stream(StreamId stream) const;
 
   // In-place data operations; they return *this. Tensors are handles, so these are const.
   const Tensor& fill_(double value) const;

@@ -269,6 +269,10 @@ TokenBatch DataLoader::assemble(const std::vector<int64_t>* order, int64_t index
     std::copy(sequence.begin(), sequence.end() - 1, inputs + r * t);
     std::copy(sequence.begin() + 1, sequence.end(), targets + r * t);
   }
+  if (options_.pin_memory && options_.pin_memory_device.is_cuda()) {
+    batch.input_ids = batch.input_ids.pin_memory();
+    batch.targets = batch.targets.pin_memory();
+  }
   return batch;
 }
 

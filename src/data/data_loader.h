@@ -25,7 +25,7 @@
 namespace headroom {
 
 struct TokenBatch {
-  Tensor input_ids;  // [B, T] i64 on the CPU, from its CachingAllocator
+  Tensor input_ids;  // [B, T] i64 on the CPU, from its CachingAllocator (or pinned: pin_memory)
   Tensor targets;    // [B, T] i64: input_ids shifted left by one token
 };
 
@@ -56,9 +56,13 @@ struct DataLoaderOptions {
   // dataloader_persistent_workers: keep the worker threads between epochs instead of joining them
   // at the end of each epoch and starting new ones. Only with num_workers > 0, as in PyTorch.
   bool persistent_workers = false;
-  // dataloader_pin_memory: accepted and ignored for now. Batches come from the CPU allocator,
-  // which has no page-locked pool yet; on the CPU pinning would change nothing anyway.
+  // dataloader_pin_memory: batches are copied into page-locked memory (Tensor::pin_memory) in
+  // the thread that assembles them, so that their copy to the GPU can be queued and overlap the
+  // step before (DataLoaderBatchSource does it on a copy stream). Only when pin_memory_device is
+  // a GPU: for the CPU or meta, pinning would change nothing, and batches stay as they are.
   bool pin_memory = false;
+  // Where the batches go (PyTorch's pin_memory_device); DataLoaderBatchSource sets its device.
+  Device pin_memory_device = kCPU;
 };
 
 class DataLoader {

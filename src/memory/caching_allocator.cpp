@@ -25,6 +25,10 @@ struct CachingAllocator::Block {
   Block* prev = nullptr;  // neighbours within the same segment
   Block* next = nullptr;
   int64_t gc_count_base = 0;  // the pool's free-block search count when this block was cached
+  // Streams other than `stream` that used the block (record_stream), and the events still
+  // pending after it was freed (Note [Streams and reuse]).
+  std::set<StreamId> stream_uses;
+  int event_count = 0;
   MemoryCategory category = MemoryCategory::temporaries;  // while allocated
   std::shared_ptr<const ContextLabels> context;          // of the allocation using it
   std::shared_ptr<const ContextLabels> segment_context;  // of the allocation that made the segment
@@ -155,6 +159,7 @@ void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
                                    format_bytes(kMaxRequest), ")"));
   }
   std::unique_lock<std::mutex> lock(mutex_);
+  process_events();
   const size_t size = round_size(nbytes, config_);
   BlockPool& pool = pool_for(size);
   const size_t segment = segment_size(size);
@@ -315,7 +320,11 @@ void CachingAllocator::free(void* ptr) {
   if (observed) [[unlikely]] {
     usage = usage_event(block->ptr, -static_cast<int64_t>(block->size), block->category);
   }
-  free_block(block);
+  if (block->stream_uses.empty()) {
+    free_block(block);
+  } else {
+    insert_events(block);
+  }
   if (observed) [[unlikely]] {
     lock.unlock();
     notify_memory_observers(usage);
@@ -354,8 +363,58 @@ void CachingAllocator::free_block(Block* block) {
   });
 }
 
+void CachingAllocator::record_stream(void* ptr, StreamId stream) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == active_blocks_.end()) {
+    throw Error(str_cat("record_stream: pointer ", ptr, " is not a live allocation of the ",
+                        device(), " caching allocator"));
+  }
+  Block* block = it->second;
+  // Uses on the allocation stream are ordered with its reuse already.
+  if (stream != block->stream) block->stream_uses.insert(stream);
+}
+
+void CachingAllocator::insert_events(Block* block) {
+  const std::set<StreamId> streams = std::move(block->stream_uses);
+  block->stream_uses.clear();
+  for (StreamId stream : streams) {
+    const EventId event = device_allocator_->record_event(stream);
+    ++block->event_count;
+    events_[stream].emplace_back(event, block);
+  }
+}
+
+void CachingAllocator::process_events() {
+  // Per stream, so that a long-running stream does not hold up the blocks of the others.
+  for (auto it = events_.begin(); it != events_.end();) {
+    auto& pending = it->second;
+    while (!pending.empty()) {
+      const auto [event, block] = pending.front();
+      if (!device_allocator_->query_event(event)) break;
+      device_allocator_->destroy_event(event);
+      pending.pop_front();
+      if (--block->event_count == 0) free_block(block);
+    }
+    it = pending.empty() ? events_.erase(it) : std::next(it);
+  }
+}
+
+void CachingAllocator::synchronize_and_free_events() {
+  for (auto& [stream, pending] : events_) {
+    for (const auto& [event, block] : pending) {
+      device_allocator_->synchronize_event(event);
+      device_allocator_->destroy_event(event);
+      if (--block->event_count == 0) free_block(block);
+    }
+  }
+  events_.clear();
+}
+
 size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
-  if (!src || src->allocated) return 0;
+  // A freed block waiting for events is not free yet (Note [Streams and reuse]).
+  if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty()) return 0;
   if (dst->prev == src) {  // [src dst]
     dst->ptr = src->ptr;
     dst->prev = src->prev;
@@ -398,6 +457,8 @@ bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, size_t s
 }
 
 void CachingAllocator::release_cached_blocks() {
+  // Blocks waiting for events first go back to their pools, so that their segments can go too.
+  synchronize_and_free_events();
   device_allocator_->synchronize();
   stats_.num_sync_all_streams += 1;
   release_blocks(*large_blocks_);
@@ -568,6 +629,13 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
   for (const auto& [ptr, b] : active_blocks_) {
     if (!b->prev) heads.push_back(b);
   }
+  std::set<const Block*> pending;  // a block waits on one event per stream that used it
+  for (const auto& [stream, events] : events_) {
+    for (const auto& [event, b] : events) pending.insert(b);
+  }
+  for (const Block* b : pending) {
+    if (!b->prev) heads.push_back(b);
+  }
   std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
   std::vector<SegmentInfo> out;
   for (const Block* head : heads) {
@@ -581,9 +649,10 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
       s.total_size += b->size;
       if (b->allocated) {
         s.allocated_size += b->size;
-        s.active_size += b->size;
         s.requested_size += b->requested_size;
       }
+      // Freed but waiting for events still counts as active (Note [Streams and reuse]).
+      if (b->allocated || b->event_count > 0) s.active_size += b->size;
       s.blocks.push_back(BlockInfo{b->ptr, b->size, b->requested_size, b->allocated, b->context});
     }
     out.push_back(std::move(s));

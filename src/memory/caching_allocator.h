@@ -4,13 +4,29 @@
 // 2 MiB / 20 MiB / rounded segments, split and coalesced; before an out-of-memory error it frees
 // the cache and retries. Statistics, history and the OOM report follow PyTorch's names, so the
 // figures read on the CPU or meta device are the ones a GPU run would show.
+//
+// Note [Streams and reuse]
+// Every block belongs to the stream it was allocated on, and a free block is reused only by a
+// request on that stream: work queued on one stream runs in order, so memory freed by the host
+// while a kernel still reads it is safe to hand to the next kernel of the same stream, and to no
+// other. A tensor used on another stream says so with record_stream (Tensor::record_stream); when
+// its block is freed, an event is recorded on each of those streams and the block waits, out of
+// every pool, until all of them have completed (PyTorch's stream_uses / insert_events). Pending
+// blocks are checked, oldest first per stream, at the start of each malloc (process_events); an
+// out-of-memory retry and empty_cache wait for all of them first. As in PyTorch, a pending block
+// no longer counts as allocated (memory_allocated drops at free) but still counts as active
+// until its events complete. The events come from the DeviceAllocator; on a device with one
+// queue they complete at once, and the block is reusable at the next malloc.
 #pragma once
 
 #include <cstddef>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -67,9 +83,15 @@ class CachingAllocator final : public Allocator {
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr) noexcept override;
 
+  // Error for a live block not at `ptr` (see Note [Streams and reuse]).
+  void record_stream(void* ptr, StreamId stream) override;
+
   void* malloc(size_t nbytes, StreamId stream);
   // Error for a pointer this allocator did not hand out (or already took back).
   void free(void* ptr);
+
+  // The device's memory and queues, for the stream functions of memory/device_memory.h.
+  DeviceAllocator& device_allocator() const { return *device_allocator_; }
 
   Device device() const;
   DeviceStats stats() const;
@@ -106,6 +128,9 @@ class CachingAllocator final : public Allocator {
   Block* alloc_block(BlockPool& pool, size_t segment, StreamId stream, bool is_retry);
   Block* alloc_found_block(Block* block, size_t size, size_t requested, StreamId stream);
   void free_block(Block* block);
+  void insert_events(Block* block);
+  void process_events();
+  void synchronize_and_free_events();
   size_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool);
   bool release_available_cached_blocks(BlockPool& pool, size_t size, StreamId stream);
   void release_cached_blocks();
@@ -132,6 +157,8 @@ class CachingAllocator final : public Allocator {
   std::unique_ptr<BlockPool> large_blocks_;
   std::unique_ptr<BlockPool> small_blocks_;
   std::unordered_map<uintptr_t, Block*> active_blocks_;
+  // Freed blocks waiting for events, per stream in the order recorded (Note [Streams and reuse]).
+  std::map<StreamId, std::deque<std::pair<EventId, Block*>>> events_;
   TraceRing trace_;
 };
 

@@ -1,6 +1,9 @@
 // How a device obtains and returns raw memory (cudaMalloc, aligned host memory, fake address
-// ranges for meta). Deliberately small: the caching policy, statistics and OOM handling live in
-// CachingAllocator, once for all devices. Entries marked optional have defaults.
+// ranges for meta), and the little of its queues that the memory policy needs: which stream is
+// current, and events that tell when work queued on a stream has run. Deliberately small: the
+// caching policy, statistics and OOM handling live in CachingAllocator, once for all devices.
+// Entries marked optional have defaults, which suit a device with one queue that runs work in
+// order (the CPU, meta): there every event is complete as soon as it is recorded.
 #pragma once
 
 #include <cstddef>
@@ -11,8 +14,8 @@
 
 namespace headroom {
 
-// A device queue (CUDA stream); 0 on devices with a single queue.
-using StreamId = uint64_t;
+// An event recorded on a stream (a CUDA event's handle); opaque outside its DeviceAllocator.
+using EventId = uintptr_t;
 
 struct DeviceMemoryInfo {
   size_t free = 0;   // what the device could still hand out
@@ -30,8 +33,38 @@ class DeviceAllocator {
   virtual DeviceMemoryInfo memory_info() const = 0;
   // (optional) Waits for all queued work before cached memory goes back to the device.
   virtual void synchronize() {}
-  // (optional) The stream this thread allocates for.
+  // (optional) The stream this thread allocates for and queues work on.
   virtual StreamId current_stream() const { return 0; }
+  // (optional) Makes `stream` this thread's current stream and returns the one it replaces.
+  virtual StreamId exchange_stream(StreamId stream) {
+    (void)stream;
+    return 0;
+  }
+  // (optional) A stream for transfers, beside the compute streams, so that copies overlap
+  // kernels (created on first use, alive until the process ends).
+  virtual StreamId copy_stream() { return 0; }
+
+  // (optional) Events: a marker queued on `stream` that completes once the work queued on the
+  // stream before it has run. Every event recorded is destroyed exactly once; query / wait /
+  // synchronize take only events not yet destroyed.
+  virtual EventId record_event(StreamId stream) {
+    (void)stream;
+    return 0;
+  }
+  // Whether the event has completed; never waits.
+  virtual bool query_event(EventId event) {
+    (void)event;
+    return true;
+  }
+  // Blocks the calling thread until the event has completed.
+  virtual void synchronize_event(EventId event) { (void)event; }
+  // Work queued on `stream` from now on starts only once the event has completed; the host does
+  // not wait.
+  virtual void wait_event(StreamId stream, EventId event) {
+    (void)stream;
+    (void)event;
+  }
+  virtual void destroy_event(EventId event) noexcept { (void)event; }
 };
 
 // Aligned host memory.

@@ -119,6 +119,29 @@ void set_memory_limit(Device device, size_t bytes) {
 
 size_t memory_limit(Device device) { return caching_allocator(device).memory_limit(); }
 
+StreamId current_stream(Device device) {
+  return caching_allocator(device).device_allocator().current_stream();
+}
+
+StreamId copy_stream(Device device) {
+  return caching_allocator(device).device_allocator().copy_stream();
+}
+
+void wait_stream(Device device, StreamId waiting, StreamId waited) {
+  if (waiting == waited) return;
+  DeviceAllocator& queues = caching_allocator(device).device_allocator();
+  const EventId event = queues.record_event(waited);
+  queues.wait_event(waiting, event);
+  // The wait took the event's state when it was queued; the event itself may go.
+  queues.destroy_event(event);
+}
+
+StreamGuard::StreamGuard(Device device, StreamId stream)
+    : device_allocator_(caching_allocator(device).device_allocator()),
+      previous_(device_allocator_.exchange_stream(stream)) {}
+
+StreamGuard::~StreamGuard() { device_allocator_.exchange_stream(previous_); }
+
 void tag_memory(const Tensor& tensor, MemoryCategory category) {
   if (!tensor.defined() || !tensor.storage() || !tensor.storage()->data()) return;
   caching_allocator(tensor.device()).set_category(tensor.storage()->data(), category);

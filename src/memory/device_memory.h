@@ -42,6 +42,28 @@ void empty_cache(Device device);
 void set_memory_limit(Device device, size_t bytes);
 size_t memory_limit(Device device);
 
+// The device's streams, named as torch.cuda's (see DeviceAllocator; on the CPU and meta every one
+// is stream 0). The calling thread's current stream, on which tensors are allocated and work is
+// queued; a stream for host-device transfers beside it.
+StreamId current_stream(Device device);
+StreamId copy_stream(Device device);
+// Work queued on `waiting` from now on starts only after the work queued on `waited` so far has
+// run (torch.cuda.Stream.wait_stream); the host does not wait.
+void wait_stream(Device device, StreamId waiting, StreamId waited);
+
+// Makes `stream` the calling thread's current stream of `device` for a scope (torch.cuda.stream).
+class StreamGuard {
+ public:
+  StreamGuard(Device device, StreamId stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  DeviceAllocator& device_allocator_;
+  StreamId previous_;
+};
+
 }  // namespace headroom
 
 namespace headroom {

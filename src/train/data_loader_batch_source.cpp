@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/token_corpus.h"
+#include "memory/device_memory.h"
 #include "train/training_arguments.h"
 
 namespace headroom {
@@ -16,6 +17,7 @@ DataLoaderBatchSource::DataLoaderBatchSource(TrainEvalSplit split,
                                              Device device)
     : train_(std::move(split.train)), eval_(std::move(split.eval)), options_(options),
       device_(device) {
+  options_.pin_memory_device = device_;
   if (max_eval_samples && *max_eval_samples < 1) {
     throw ValueError(str_cat("max_eval_samples: ", *max_eval_samples, " is below 1"));
   }
@@ -36,7 +38,27 @@ DataLoaderBatchSource::DataLoaderBatchSource(TrainEvalSplit split,
 
 TokenBatch DataLoaderBatchSource::to_device(TokenBatch batch) const {
   if (device_.is_cpu()) return batch;
-  return {batch.input_ids.to(device_), batch.targets.to(device_)};
+  if (!batch.input_ids.is_pinned() || !batch.targets.is_pinned()) {
+    return {batch.input_ids.to(device_), batch.targets.to(device_)};
+  }
+  // Note [Batches on the copy stream]
+  // A pinned batch is allocated and copied on the device's copy stream, so the copy runs while
+  // the compute stream still works through the step before (the host queues steps ahead of the
+  // GPU). The compute stream waits for the copy before the step's first kernel, and the batch is
+  // recorded as used there, so its memory goes back to the copy stream's pool only once the step
+  // that read it has run (Note [Streams and reuse]). The pinned source is held back the same way
+  // until its copy is done (HostCachingAllocator).
+  const StreamId compute = current_stream(device_);
+  TokenBatch out;
+  {
+    StreamGuard on_copy_stream(device_, copy_stream(device_));
+    out.input_ids = batch.input_ids.to(device_, /*non_blocking=*/true);
+    out.targets = batch.targets.to(device_, /*non_blocking=*/true);
+  }
+  wait_stream(device_, compute, copy_stream(device_));
+  out.input_ids.record_stream(compute);
+  out.targets.record_stream(compute);
+  return out;
 }
 
 TokenBatch DataLoaderBatchSource::next_batch() {

@@ -1,6 +1,8 @@
 // Raw GPU memory for the CachingAllocator: cudaMalloc / cudaFree on the tensor's device, the
-// device's real free and total memory from cudaMemGetInfo for the OOM report.
+// device's real free and total memory from cudaMemGetInfo for the OOM report, and the streams
+// and events of backend/cuda/cuda_stream.h for its per-stream pools (Note [Streams and reuse]).
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_stream.h"
 #include "memory/device_allocator.h"
 #include "memory/device_memory.h"
 
@@ -45,6 +47,23 @@ class CudaDeviceAllocator final : public DeviceAllocator {
     DeviceGuard guard(index_);
     HEADROOM_CUDA_CHECK(cudaDeviceSynchronize());
   }
+
+  StreamId current_stream() const override { return stream_id(cuda::current_stream()); }
+  StreamId exchange_stream(StreamId stream) override {
+    return stream_id(cuda::exchange_stream(to_stream(stream)));
+  }
+  StreamId copy_stream() override { return stream_id(cuda::copy_stream(index_)); }
+
+  EventId record_event(StreamId stream) override {
+    return cuda::record_event(index_, to_stream(stream));
+  }
+  bool query_event(EventId event) override { return cuda::query_event(event); }
+  void synchronize_event(EventId event) override { cuda::synchronize_event(event); }
+  void wait_event(StreamId stream, EventId event) override {
+    DeviceGuard guard(index_);  // stream 0 is the legacy default stream of the current device
+    cuda::wait_event(to_stream(stream), event);
+  }
+  void destroy_event(EventId event) noexcept override { cuda::destroy_event(event); }
 
  private:
   int index_;
