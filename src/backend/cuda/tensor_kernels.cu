@@ -1,13 +1,15 @@
 // CUDA kernels behind the Tensor class: fill, strided copy with dtype conversion, arange, Philox
 // draws and host transfers, registered as the cuda DeviceKernels. Conversions and random numbers
 // use the same host/device functions as the CPU kernels (core/element_io.h, core/philox.h), so
-// results are bit-identical to the CPU reference. Kernels run on the legacy default stream.
+// results are bit-identical to the CPU reference. Kernels run on the thread's current stream, in
+// order with the op kernels; transfers to and from the CPU wait for that stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_launch.h"
 #include "core/device_kernels.h"
 #include "core/element_io.h"
 #include "core/philox.h"
@@ -17,7 +19,6 @@
 namespace headroom::cuda {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kMaxDims = 16;
 
 // coalesce_dims' result in a form a kernel can take by value.
@@ -56,12 +57,6 @@ __device__ inline void offsets(const Layout& l, int64_t linear, int64_t* dst, in
   *dst = d;
   *src = s;
 }
-
-int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{1} << 20));
-}
-
-void check_launch() { HEADROOM_CUDA_CHECK(cudaGetLastError()); }
 
 __global__ void copy_kernel(char* dst, DType dst_dtype, int dst_size, const char* src,
                             DType src_dtype, int src_size, Layout layout, int64_t n,
@@ -138,7 +133,7 @@ char* base_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 void copy(const Tensor& dst, const Tensor& src, Overflow overflow) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  copy_kernel<<<blocks_for(n), kThreads>>>(base_of(dst), dst.dtype(),
+  copy_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), dst.dtype(),
                                            static_cast<int>(dst.element_size()), base_of(src),
                                            src.dtype(), static_cast<int>(src.element_size()),
                                            make_layout(dst, &src), n, overflow);
@@ -148,7 +143,7 @@ void copy(const Tensor& dst, const Tensor& src, Overflow overflow) {
 void accumulate(const Tensor& dst, const Tensor& src) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  accumulate_kernel<<<blocks_for(n), kThreads>>>(
+  accumulate_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(
       base_of(dst), dst.dtype(), static_cast<int>(dst.element_size()), base_of(src), src.dtype(),
       static_cast<int>(src.element_size()), make_layout(dst, &src), n);
   check_launch();
@@ -161,7 +156,7 @@ void fill(const Tensor& dst, double value) {
   uint64_t pattern;
   std::memcpy(&pattern, bytes, 8);
   const int64_t n = dst.numel();
-  fill_kernel<<<blocks_for(n), kThreads>>>(base_of(dst), static_cast<int>(dst.element_size()),
+  fill_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), static_cast<int>(dst.element_size()),
                                            make_layout(dst, nullptr), n, pattern);
   check_launch();
 }
@@ -169,7 +164,7 @@ void fill(const Tensor& dst, double value) {
 void arange(const Tensor& dst, double start, double step) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  arange_kernel<<<blocks_for(n), kThreads>>>(base_of(dst), dst.dtype(),
+  arange_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), dst.dtype(),
                                              static_cast<int>(dst.element_size()), n, start, step);
   check_launch();
 }
@@ -177,7 +172,7 @@ void arange(const Tensor& dst, double start, double step) {
 void uniform(const Tensor& dst, PhiloxState rng, double low, double high) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  uniform_kernel<<<blocks_for(n), kThreads>>>(base_of(dst), dst.dtype(),
+  uniform_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), dst.dtype(),
                                               static_cast<int>(dst.element_size()), n, rng,
                                               static_cast<float>(low), static_cast<float>(high));
   check_launch();
@@ -186,7 +181,7 @@ void uniform(const Tensor& dst, PhiloxState rng, double low, double high) {
 void normal(const Tensor& dst, PhiloxState rng, double mean, double std) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  normal_kernel<<<blocks_for(n), kThreads>>>(base_of(dst), dst.dtype(),
+  normal_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), dst.dtype(),
                                              static_cast<int>(dst.element_size()), n, rng,
                                              static_cast<float>(mean), static_cast<float>(std));
   check_launch();
@@ -194,12 +189,18 @@ void normal(const Tensor& dst, PhiloxState rng, double mean, double std) {
 
 void copy_from_cpu(const Tensor& dst, const Tensor& cpu_src) {
   DeviceGuard guard(dst.device().index);
-  HEADROOM_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), cpu_src.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice));
+  // On the current stream, after the kernels queued there; the host buffer may be reused as soon
+  // as this returns.
+  HEADROOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), cpu_src.data_ptr(), dst.nbytes(),
+                                      cudaMemcpyHostToDevice, current_stream()));
+  HEADROOM_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
 }
 
 void copy_to_cpu(const Tensor& cpu_dst, const Tensor& src) {
   DeviceGuard guard(src.device().index);
-  HEADROOM_CUDA_CHECK(cudaMemcpy(cpu_dst.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToHost));
+  HEADROOM_CUDA_CHECK(cudaMemcpyAsync(cpu_dst.data_ptr(), src.data_ptr(), src.nbytes(),
+                                      cudaMemcpyDeviceToHost, current_stream()));
+  HEADROOM_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
 }
 
 void synchronize(int index) {
