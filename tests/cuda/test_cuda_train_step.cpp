@@ -31,10 +31,10 @@ struct StepCase {
   // op, and three steps compound them through the updates. bf16: autocast's GEMMs round their
   // outputs to bf16, so a one-ulp difference (2^-8 relative) in some logits moves the loss by
   // about that much. Parameters: ||update_gpu - update_cpu|| / ||update_cpu|| over all
-  // parameters, the updates measured from the (bit-equal) initial weights. It is a norm and not
-  // per element because AdamW's first steps are near lr * sign(g): an element whose gradient is
-  // within rounding of zero may step either way on either device, which a norm weighs by its
-  // true (small) share.
+  // parameters, each device's update measured from its own initial weights (which agree to
+  // 1e-6). A norm and not per element, because AdamW's first steps are near lr * sign(g): an
+  // element whose gradient is within rounding of zero may step either way on either device,
+  // which a norm weighs by its true (small) share.
   double loss_rtol;
   double update_rtol;
 };
@@ -158,14 +158,16 @@ TEST_P(CudaTrainStep, MatchesTheCpuAndThePlan) {
   ASSERT_EQ(gpu.final.size(), cpu.final.size());
   double diff2 = 0.0, update2 = 0.0;
   for (size_t k = 0; k < cpu.final.size(); ++k) {
-    EXPECT_EQ(gpu.initial[k].to_float_vector(), cpu.initial[k].to_float_vector())
-        << c.name << ": initial parameter " << k << " differs (the seeded initialisation)";
-    const std::vector<float> p0 = cpu.initial[k].to_float_vector();
+    // The same Philox draws; mean + std * z may round once more or less (a fused multiply-add).
+    expect_close(gpu.initial[k], cpu.initial[k], {1e-6, 0.0},
+                 c.name + ": initial parameter " + std::to_string(k));
+    const std::vector<float> c0 = cpu.initial[k].to_float_vector();
+    const std::vector<float> g0 = gpu.initial[k].to_float_vector();
     const std::vector<float> pc = cpu.final[k].to_float_vector();
     const std::vector<float> pg = gpu.final[k].to_float_vector();
     for (size_t i = 0; i < pc.size(); ++i) {
-      const double dc = static_cast<double>(pc[i]) - p0[i];
-      const double dg = static_cast<double>(pg[i]) - p0[i];
+      const double dc = static_cast<double>(pc[i]) - c0[i];
+      const double dg = static_cast<double>(pg[i]) - g0[i];
       diff2 += (dg - dc) * (dg - dc);
       update2 += dc * dc;
     }
