@@ -32,7 +32,15 @@ namespace headroom {
 // in fp32; attention's softmax is its online softmax, in fp32 on fp32 copies of q, k, v; and
 // rms_norm is one fused op (below).
 //
-// Differences from PyTorch: rms_norm is one fused op here (HF computes it as pow / mean / rsqrt,
+// The table is PyTorch's CUDA lists (AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32 and
+// AT_FORALL_FP32_SET_OPT_DTYPE, which softmax and sum are on), and every device type uses it, so
+// a CUDA run, its dry run on the meta device and the CPU reference cast the same ops; only the
+// default dtype differs by device (amp/autocast.h: f16 on CUDA, bf16 elsewhere). PyTorch's CPU
+// lists are shorter (softmax, layer_norm and sum are not fp32 there); headroom's CPU follows the
+// CUDA lists instead, so that the CPU is the GPU's reference.
+//
+// Differences from PyTorch: mean is on no PyTorch list (a bf16 mean returns bf16 there) but is
+// fp32 here, as sum is; rms_norm is one fused op here (HF computes it as pow / mean / rsqrt,
 // which are all fp32-listed), so its statistics and output are fp32 as PyTorch's would be; and
 // linear_cross_entropy keeps the logits of each chunk in fp32 instead of rounding them to the
 // region's dtype first (the unfused PyTorch path holds bf16 logits), which only removes a

@@ -55,7 +55,8 @@ struct TrainingPlan {
   std::string format() const;
 };
 
-// Dry-runs `args` for `target` (DryRunOptions as given) and completes the plan.
+// Dry-runs `args` for `target` (DryRunOptions as given; the meta device allocates as the target
+// does, see dry_run_training) and completes the plan.
 TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& target,
                            const DryRunOptions& options = {});
 

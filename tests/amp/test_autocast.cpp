@@ -120,6 +120,27 @@ TEST(Autocast, OffOutsideTheRegionAndForOtherDevicesAndWhenDisabled) {
   EXPECT_EQ(linear(x, w).dtype(), DType::f16);
 }
 
+// torch.autocast("cuda") defaults to f16, and its op lists are the table's (Note [Autocast
+// policy]): amp.rst's CUDA lists put these ops in the low dtype, in fp32, or leave them alone.
+TEST(Autocast, CudaRegionsDefaultToF16AndFollowTheCudaLists) {
+  {
+    Autocast region(DeviceType::cuda);
+    EXPECT_TRUE(AutocastMode::get(DeviceType::cuda).enabled);
+    EXPECT_EQ(AutocastMode::get(DeviceType::cuda).dtype, DType::f16);
+    EXPECT_FALSE(AutocastMode::get(DeviceType::cpu).enabled);
+  }
+  EXPECT_FALSE(AutocastMode::get(DeviceType::cuda).enabled);
+  for (const char* op : {"linear", "matmul", "scaled_dot_product_attention"}) {
+    EXPECT_EQ(autocast_policy(op), AutocastPolicy::lower_precision) << op;
+  }
+  for (const char* op : {"softmax", "layer_norm", "cross_entropy", "sum"}) {
+    EXPECT_EQ(autocast_policy(op), AutocastPolicy::fp32) << op;
+  }
+  for (const char* op : {"gelu", "silu", "embedding", "dropout", "rotary_embedding"}) {
+    EXPECT_EQ(autocast_policy(op), std::nullopt) << op;
+  }
+}
+
 TEST(Autocast, RejectsDtypesOtherThanBf16AndF16) {
   try {
     Autocast region(DeviceType::cpu, DType::f32);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/engine.h"
+#include "cuda/cuda_test_support.h"
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "memory/device_memory.h"
@@ -17,13 +18,6 @@
 
 namespace headroom {
 namespace {
-
-const Device kGpu{DeviceType::cuda, 0};
-
-#define REQUIRE_GPU()                                                             \
-  do {                                                                            \
-    if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device present: skipped"; \
-  } while (0)
 
 struct Config {
   int64_t b, hq, hkv, tq, tk, d;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/engine.h"
+#include "cuda/cuda_test_support.h"
 #include "backend/device_ops.h"
 #include "core/error.h"
 #include "core/generator.h"
@@ -20,13 +21,6 @@
 
 namespace headroom {
 namespace {
-
-const Device kGpu{DeviceType::cuda, 0};
-
-#define REQUIRE_GPU()                                                             \
-  do {                                                                            \
-    if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device present: skipped"; \
-  } while (0)
 
 // Relative tolerance of a result rounded once to `dtype` (also applied to the largest
 // reference magnitude, for elements that cancel to near zero).

@@ -23,7 +23,7 @@
 #include "memory/device_memory.h"
 #include "ops/op_support.h"
 #include "ops/ops.h"
-#include "cuda_test_support.h"
+#include "cuda/cuda_test_support.h"
 
 namespace headroom {
 namespace {

@@ -18,18 +18,13 @@
 #include "io/tokenizer.h"
 #include "memory/device_memory.h"
 #include "memory/host_caching_allocator.h"
+#include "cuda/cuda_test_support.h"
 #include "train/data_loader_batch_source.h"
 
 namespace headroom {
 namespace {
 
-const Device kGpu{DeviceType::cuda, 0};
 constexpr int64_t k12MiBFloats = 3 << 20;  // a large-pool request with an unsplit segment
-
-#define REQUIRE_GPU()                                                             \
-  do {                                                                            \
-    if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device present: skipped"; \
-  } while (0)
 
 // Holds `stream` at this point of its queue until release(): work queued after it stays pending.
 class StreamBlocker {

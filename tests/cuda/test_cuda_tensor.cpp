@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "memory/device_memory.h"
-#include "cuda_test_support.h"
+#include "cuda/cuda_test_support.h"
 
 namespace headroom {
 namespace {

@@ -1,8 +1,9 @@
-// The op harness: registry and the checks every case goes through.
+// The op harness: the checks every case goes through on the CPU and the meta device.
 //
 // Note [Adding a backend to the op harness]
 // A backend is added by running each case on its device next to the CPU and comparing outputs
-// and gradients with the CPU's (the CPU is the oracle); see MetaMatchesCpu for the pattern.
+// and gradients with the CPU's (the CPU is the oracle); see MetaMatchesCpu for the pattern, and
+// tests/cuda/test_cuda_op_harness.cpp for CUDA.
 #include "ops/op_harness.h"
 
 #include <gtest/gtest.h>
@@ -17,48 +18,6 @@
 namespace headroom::testing {
 
 namespace {
-
-std::vector<OpCase>& registry() {
-  static std::vector<OpCase> cases;
-  return cases;
-}
-
-bool is_float_input(const OpInput& in) { return in.kind != OpInput::Kind::ids; }
-
-std::vector<Tensor> make_inputs(const OpCase& c, uint64_t seed, DType dtype, Device device,
-                                bool requires_grad) {
-  Generator gen(seed);
-  std::vector<Tensor> inputs;
-  for (const OpInput& in : c.inputs) {
-    Tensor t;
-    if (in.kind == OpInput::Kind::ids) {
-      const Tensor u = Tensor::rand(in.shape, DType::f32, kCPU, &gen);
-      const Tensor drop = Tensor::rand(in.shape, DType::f32, kCPU, &gen);
-      std::vector<float> uf = u.to_float_vector(), df = drop.to_float_vector();
-      std::vector<int64_t> v(uf.size());
-      for (size_t i = 0; i < v.size(); ++i) {
-        v[i] = std::min<int64_t>(in.id_limit - 1, static_cast<int64_t>(uf[i] * in.id_limit));
-        if (df[i] < in.ignored_fraction) v[i] = -100;
-      }
-      t = Tensor::from_ints(v, in.shape, DType::i64, kCPU);
-    } else if (in.kind == OpInput::Kind::normal) {
-      t = Tensor::randn(in.shape, DType::f32, kCPU, &gen);
-      std::vector<float> v = t.to_float_vector();
-      for (float& x : v) x = static_cast<float>(x * in.scale);
-      t = Tensor::from_floats(v, in.shape, DType::f32, kCPU);
-    } else {
-      t = Tensor::rand(in.shape, DType::f32, kCPU, &gen);
-      std::vector<float> v = t.to_float_vector();
-      for (float& x : v) x = static_cast<float>((0.5f + x) * in.scale);
-      t = Tensor::from_floats(v, in.shape, DType::f32, kCPU);
-    }
-    if (is_float_input(in) && dtype != DType::f32) t = t.to(dtype);
-    if (device != kCPU) t = t.to(device);
-    if (requires_grad && is_float_input(in) && in.differentiable) t.set_requires_grad(true);
-    inputs.push_back(t);
-  }
-  return inputs;
-}
 
 double dot(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0.0;
@@ -82,7 +41,7 @@ class OpHarness : public ::testing::TestWithParam<size_t> {
 
 TEST_P(OpHarness, GradientMatchesFiniteDifferences) {
   const OpCase& c = op();
-  std::vector<Tensor> inputs = make_inputs(c, 1234, DType::f32, kCPU, true);
+  std::vector<Tensor> inputs = make_op_inputs(c, 1234, DType::f32, kCPU, true);
   Tensor out = c.fn(inputs);
   ASSERT_TRUE(out.defined());
   if (!out.requires_grad()) GTEST_SKIP() << "no differentiable input";
@@ -138,7 +97,7 @@ struct RunFigures {
 };
 
 RunFigures run_and_measure(const OpCase& c, Device device) {
-  std::vector<Tensor> inputs = make_inputs(c, 5, DType::f32, device, true);
+  std::vector<Tensor> inputs = make_op_inputs(c, 5, DType::f32, device, true);
   Tensor grad_out;
   {
     NoGradGuard no_grad;
@@ -174,7 +133,7 @@ TEST_P(OpHarness, LowPrecisionIsFp32RoundedOnce) {
   const OpCase& c = op();
   if (c.low_precision.empty()) GTEST_SKIP() << "fp32 only";
   for (DType dtype : c.low_precision) {
-    std::vector<Tensor> low = make_inputs(c, 77, dtype, kCPU, true);
+    std::vector<Tensor> low = make_op_inputs(c, 77, dtype, kCPU, true);
     // The reference sees exactly the rounded inputs, in fp32.
     std::vector<Tensor> wide;
     for (const Tensor& t : low) wide.push_back(is_floating(t.dtype()) ? t.to(DType::f32) : t);
@@ -210,7 +169,7 @@ TEST_P(OpHarness, LowPrecisionIsFp32RoundedOnce) {
 TEST_P(OpHarness, RepeatsBitForBit) {
   const OpCase& c = op();
   auto run = [&] {
-    std::vector<Tensor> inputs = make_inputs(c, 31, DType::f32, kCPU, true);
+    std::vector<Tensor> inputs = make_op_inputs(c, 31, DType::f32, kCPU, true);
     Tensor out = c.fn(inputs);
     std::vector<std::vector<float>> values{out.to_float_vector()};
     if (out.requires_grad()) {
@@ -225,19 +184,12 @@ TEST_P(OpHarness, RepeatsBitForBit) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<size_t>& info) {
-  std::string name = op_cases()[info.param].name;
-  for (char& ch : name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  return name;
+  return op_case_test_name(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpHarness, ::testing::Range<size_t>(0, op_cases().size()),
                          case_name);
 
 }  // namespace
-
-void register_op_case(OpCase op_case) { registry().push_back(std::move(op_case)); }
-const std::vector<OpCase>& op_cases() { return registry(); }
 
 }  // namespace headroom::testing

@@ -54,6 +54,17 @@ struct OpCase {
 void register_op_case(OpCase op_case);
 const std::vector<OpCase>& op_cases();
 
+inline bool is_float_input(const OpInput& in) { return in.kind != OpInput::Kind::ids; }
+
+// The inputs of `c` drawn from `seed`: floating ones drawn in fp32 and rounded to `dtype`, ids
+// as i64, then moved to `device`; floating differentiable ones require grad when asked. A seed
+// gives the same values on every device.
+std::vector<Tensor> make_op_inputs(const OpCase& c, uint64_t seed, DType dtype, Device device,
+                                   bool requires_grad);
+
+// The gtest name of case `index`: its name with each character other than [A-Za-z0-9] as '_'.
+std::string op_case_test_name(size_t index);
+
 }  // namespace headroom::testing
 
 // Registers cases at static-initialisation time: HEADROOM_OP_CASES(gelu_cases) { register... }
