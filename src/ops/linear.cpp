@@ -1,5 +1,6 @@
-// matmul and linear on cpu::gemm. Gradients of weights are computed as one GEMM over all
-// leading dimensions of x (the tokens of a batch), never per sample.
+// matmul and linear on cpu::gemm, or on a native device's gemm entry (cuBLASLt) in the tensors' own
+// dtypes. Gradients of weights are computed as one GEMM over all leading dimensions of x (the
+// tokens of a batch), never per sample.
 #include "ops/linear.h"
 
 #include "autograd/function_node.h"
@@ -44,6 +45,144 @@ LinearDims linear_dims(const Tensor& x, const Tensor& weight, const Tensor& bias
   return {x.numel() / std::max<int64_t>(in, 1), in, out};
 }
 
+// ---- the native pattern (Note [Native allocation pattern]): operands in their own dtype, one
+// GEMM per product, only the results allocated.
+
+// The dtype two operands are multiplied in: theirs, or f32 when they differ.
+DType operand_dtype(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() ? a.dtype() : DType::f32;
+}
+
+// The dtype a GEMM on `operands` writes for a result wanted in `wanted`: the entry writes f32 or
+// the operands' dtype, so anything else is computed in f32 and rounded once afterwards.
+DType result_dtype(DType operands, DType wanted) {
+  return wanted == operands || wanted == DType::f32 ? wanted : DType::f32;
+}
+
+Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : t.to(dtype); }
+
+// The product of x's leading dimensions: the rows of a linear, also when x has no features.
+int64_t leading_numel(const Tensor& x) {
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.ndim(); ++d) rows *= x.size(d);
+  return rows;
+}
+
+// An operand as the gemm entry reads it (unit stride in its last dimension, rows apart by at
+// least a row): the tensor itself, its transpose with the flag flipped when it is a transposed
+// view (k.transpose(-1, -2)), else a contiguous copy.
+struct GemmOperand {
+  Tensor t;
+  bool trans;
+};
+
+GemmOperand gemm_operand(const Tensor& x, bool trans) {
+  const int64_t rows = x.size(-2), cols = x.size(-1);
+  auto packed = [](int64_t size, int64_t stride) { return size <= 1 || stride == 1; };
+  auto apart = [](int64_t size, int64_t stride, int64_t inner) {
+    return size <= 1 || stride >= std::max<int64_t>(inner, 1);
+  };
+  if (packed(cols, x.stride(-1)) && apart(rows, x.stride(-2), cols)) return {x, trans};
+  if (packed(rows, x.stride(-2)) && apart(cols, x.stride(-1), rows)) {
+    return {x.transpose(-1, -2), !trans};
+  }
+  return {x.contiguous(), trans};
+}
+
+// c (fresh, contiguous) = op(a) @ op(b) (+ bias[col]); a, b and c 2-D or [batch, R, C] with a
+// batch of 1 broadcast. The meta device allocates the same operand copies and computes nothing.
+void native_gemm(const OpRoute& route, const Tensor& a, bool trans_a, const Tensor& b,
+                 bool trans_b, const Tensor& c, const Tensor& bias = Tensor()) {
+  const GemmOperand oa = gemm_operand(a, trans_a);
+  const GemmOperand ob = gemm_operand(b, trans_b);
+  if (!route.device || c.numel() == 0) return;
+  if ((trans_a ? a.size(-2) : a.size(-1)) == 0) {
+    // An empty inner dimension: the entry takes none, and the product is zero.
+    if (bias.defined()) {
+      c.copy_(bias.expand(c.shape()));
+    } else {
+      c.zero_();
+    }
+    return;
+  }
+  route.need(route.device->gemm)(oa.trans, ob.trans, oa.t, ob.t, 1.0f, 0.0f, c,
+                                 bias.defined() ? GemmEpilogue::bias : GemmEpilogue::none, bias);
+}
+
+// batched_product on the native route, into a new `out_shape` ([batch..., M, N]): a and b
+// (expanded to the batch) viewed as [batch, R, C], a copy only where their batch dimensions do
+// not collapse into one stride.
+Tensor native_batched_product(const OpRoute& route, const Tensor& a, bool trans_a,
+                              const Tensor& b, bool trans_b, const Shape& out_shape,
+                              int64_t batch, DType dtype) {
+  const DType operands = operand_dtype(a, b);
+  Tensor out = Tensor::empty(out_shape, result_dtype(operands, dtype), a.device());
+  const Tensor a3 = as_dtype(a, operands).reshape({batch, a.size(-2), a.size(-1)});
+  const Tensor b3 = as_dtype(b, operands).reshape({batch, b.size(-2), b.size(-1)});
+  native_gemm(route, a3, trans_a, b3, trans_b, out.view({batch, out.size(-2), out.size(-1)}));
+  return to_dtype(out, dtype);
+}
+
+// linear on the native route: one GEMM with the bias epilogue, out in x's dtype.
+Tensor native_linear_forward(const OpRoute& route, const Tensor& x, const Tensor& weight,
+                             const Tensor& bias, WeightLayout layout, const LinearDims& dims) {
+  const int64_t rows = leading_numel(x);
+  std::vector<int64_t> out_dims = x.shape().to_vector();
+  out_dims.back() = dims.out;
+  const DType operands = operand_dtype(x, weight);
+  const DType result = result_dtype(operands, x.dtype());
+  Tensor out = Tensor::empty(Shape(out_dims), result, x.device());
+  const Tensor x2 = as_dtype(x, operands).reshape({rows, dims.in});
+  // cuBLASLt's bias epilogue reads the bias in the output's dtype.
+  const Tensor b = bias.defined() ? as_dtype(bias, result).contiguous() : Tensor();
+  native_gemm(route, x2, false, as_dtype(weight, operands), layout == WeightLayout::out_in,
+              out.view({rows, dims.out}), b);
+  return to_dtype(out, x.dtype());
+}
+
+// The gradients of a native linear, each in its input's dtype: dx = g @ W and dW = g^T @ x (or
+// x^T @ g for [in, out]) as one GEMM each over all rows, db the column sums of g.
+std::vector<Tensor> native_linear_backward(const OpRoute& route, BackwardContext& ctx,
+                                           WeightLayout layout, DType bias_dtype, bool has_bias,
+                                           const Shape& x_shape) {
+  const Tensor x = ctx.saved(0);
+  const Tensor w = ctx.saved(1);
+  const bool out_in = layout == WeightLayout::out_in;
+  const int64_t rows = leading_numel(x);
+  const int64_t in = x.size(-1);
+  const int64_t out = out_in ? w.size(0) : w.size(1);
+  const Device device = x.device();
+  const Tensor g = ctx.grad_output().contiguous().view({rows, out});
+  Tensor gx, gw, gb;
+  if (ctx.needs_input_grad(0)) {
+    const DType operands = operand_dtype(g, w);
+    gx = Tensor::empty({rows, in}, result_dtype(operands, x.dtype()), device);
+    native_gemm(route, as_dtype(g, operands), false, as_dtype(w, operands), !out_in, gx);
+    gx = to_dtype(gx, x.dtype()).view(x_shape);
+  }
+  if (ctx.needs_input_grad(1)) {
+    const DType operands = operand_dtype(g, x);
+    const Tensor g_op = as_dtype(g, operands);
+    const Tensor x2 = as_dtype(x, operands).reshape({rows, in});
+    gw = Tensor::empty(w.shape(), result_dtype(operands, w.dtype()), device);
+    if (out_in) {
+      native_gemm(route, g_op, true, x2, false, gw);
+    } else {
+      native_gemm(route, x2, true, g_op, false, gw);
+    }
+    gw = to_dtype(gw, w.dtype());
+  }
+  if (has_bias && ctx.needs_input_grad(2)) {
+    gb = Tensor::empty({out}, bias_dtype, device);
+    if (route.device && rows == 0) {
+      gb.zero_();
+    } else if (route.device) {
+      route.need(route.device->sum_middle)(g, 1, rows, out, 1.0, gb);
+    }
+  }
+  return {gx, gw, gb};
+}
+
 // bf16 x, weight and bias run on cpu::gemm_bf16 and give bf16 directly, as a GPU's bf16 GEMM
 // with a bias epilogue; every other dtype computes in fp32 and rounds the result once (for f16
 // inputs that is a GPU's f16 GEMM: f16 operands, fp32 accumulation, one rounding).
@@ -51,8 +190,10 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                       WeightLayout layout, const LinearDims& dims) {
   std::vector<int64_t> out_dims = x.shape().to_vector();
   out_dims.back() = dims.out;
+  const OpRoute route = op_route("linear", x.device());
+  if (route.native) return native_linear_forward(route, x, weight, bias, layout, dims);
   const bool bf16 = all_bf16({x, weight, bias});
-  const bool cpu = computes_on_cpu("linear", x.device());
+  const bool cpu = route.cpu;
   if (bf16) {
     Tensor out = Tensor::empty(Shape(out_dims), DType::bf16, x.device());
     const Tensor xb = x.contiguous();
@@ -116,7 +257,11 @@ Tensor batched_product(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   out_dims.push_back(m);
   out_dims.push_back(n);
   const int64_t batch = batch_shape.numel();
-  const bool cpu = computes_on_cpu("matmul", a.device());
+  const OpRoute route = op_route("matmul", a.device());
+  if (route.native) {
+    return native_batched_product(route, a, trans_a, b, trans_b, Shape(out_dims), batch, dtype);
+  }
+  const bool cpu = route.cpu;
   if (dtype == DType::bf16 && all_bf16({a, b})) {
     Tensor out = Tensor::empty(Shape(out_dims), DType::bf16, a.device());
     const Tensor ab = a.contiguous();
@@ -185,7 +330,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       if (ctx.needs_input_grad(0)) {
         ga = sum_to_shape(batched_product(g, false, sb, true, batch, sa.dtype()), a_shape);
       }
-      if (ctx.needs_input_grad(1)) {
+      if (ctx.needs_input_grad(1) && batch.numel() > 1 &&
+          b_shape.numel() == sb.size(-2) * sb.size(-1) && op_route("matmul", g.device()).native) {
+        // b is one matrix for the whole batch (a weight): sa^T @ g over all batch rows stacked,
+        // one GEMM instead of a product per batch summed afterwards.
+        const int64_t rows = batch.numel() * sa.size(-2);
+        gb = batched_product(sa.reshape({rows, sa.size(-1)}), true,
+                             g.reshape({rows, g.size(-1)}), false, Shape{}, sb.dtype())
+                 .reshape(b_shape);
+      } else if (ctx.needs_input_grad(1)) {
         gb = sum_to_shape(batched_product(sa, true, g, false, batch, sb.dtype()), b_shape);
       }
       return {ga, gb};
@@ -211,15 +364,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
   Tensor out = linear_forward(x, weight, bias, layout, dims);
   if (node) {
     const bool has_bias = bias.defined();
+    const DType bias_dtype = has_bias ? bias.dtype() : DType::f32;
     const Shape x_shape = x.shape();
-    node->set_backward([dims, layout, has_bias, x_shape](BackwardContext& ctx) -> std::vector<Tensor> {
+    node->set_backward([dims, layout, has_bias, bias_dtype,
+                        x_shape](BackwardContext& ctx) -> std::vector<Tensor> {
+      const OpRoute route = op_route("linear backward", ctx.saved(0).device());
+      if (route.native) {
+        return native_linear_backward(route, ctx, layout, bias_dtype, has_bias, x_shape);
+      }
       // bf16 forward, bf16 gradients (as PyTorch computes the gradients of a bf16 linear);
       // otherwise fp32, which the node rounds to the inputs' dtypes.
       const bool bf16 = all_bf16({ctx.saved(0), ctx.saved(1)});
       const DType compute = bf16 ? DType::bf16 : DType::f32;
       const Tensor g = contiguous_as(ctx.grad_output(), compute);
       const Device device = g.device();
-      const bool cpu = computes_on_cpu("linear backward", device);
+      const bool cpu = route.cpu;
       const bool out_in = layout == WeightLayout::out_in;
       Tensor gx, gw, gb;
       if (ctx.needs_input_grad(0)) {

@@ -1,0 +1,379 @@
+// The gemm entry of the CUDA op table through cuBLASLt: row-major tensors handed to a
+// column-major library by swapping the operands, strided batches with broadcast (stride 0)
+// operands, bias / bias+GELU epilogues, one algorithm per problem chosen by cuBLASLt's heuristic
+// and cached, one handle per device per thread, and the workspace of Note [cuBLASLt workspace].
+#include <cublasLt.h>
+
+#include <compare>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/gemm.h"
+#include "backend/device_ops.h"
+#include "memory/memory_category.h"
+
+#define HEADROOM_CUBLAS_CHECK(expr)                                                           \
+  do {                                                                                        \
+    const cublasStatus_t headroom_cublas_status = (expr);                                     \
+    if (headroom_cublas_status != CUBLAS_STATUS_SUCCESS) {                                    \
+      throw ::headroom::Error(::headroom::str_cat(#expr, " failed at ", __FILE__, ":",        \
+                                                  __LINE__, ": ",                             \
+                                                  cublasLtGetStatusString(headroom_cublas_status))); \
+    }                                                                                         \
+  } while (0)
+
+namespace headroom::cuda {
+namespace {
+
+// ---- handles: one per device per thread, from a pool that outlives the threads (as PyTorch's
+// DeviceThreadHandlePool), so a thread that ends returns its handle for the next one.
+
+class HandlePool {
+ public:
+  cublasLtHandle_t acquire(int device) {
+    {
+      std::lock_guard lock(mutex_);
+      std::vector<cublasLtHandle_t>& free = free_[device];
+      if (!free.empty()) {
+        cublasLtHandle_t handle = free.back();
+        free.pop_back();
+        return handle;
+      }
+    }
+    DeviceGuard guard(device);  // a cuBLASLt context belongs to the device current at creation
+    cublasLtHandle_t handle = nullptr;
+    HEADROOM_CUBLAS_CHECK(cublasLtCreate(&handle));
+    return handle;
+  }
+
+  void release(int device, cublasLtHandle_t handle) {
+    std::lock_guard lock(mutex_);
+    free_[device].push_back(handle);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::vector<cublasLtHandle_t>> free_;
+};
+
+// Never destroyed: handles are not torn down while the CUDA runtime shuts down at exit.
+HandlePool& handle_pool() {
+  static HandlePool* pool = new HandlePool;
+  return *pool;
+}
+
+struct ThreadHandles {
+  std::map<int, cublasLtHandle_t> by_device;
+  ~ThreadHandles() {
+    for (const auto& [device, handle] : by_device) handle_pool().release(device, handle);
+  }
+};
+
+cublasLtHandle_t handle_for(int device) {
+  thread_local ThreadHandles handles;
+  auto it = handles.by_device.find(device);
+  if (it == handles.by_device.end()) {
+    it = handles.by_device.emplace(device, handle_pool().acquire(device)).first;
+  }
+  return it->second;
+}
+
+// ---- the workspace: see Note [cuBLASLt workspace].
+
+void* workspace_for(int device, cudaStream_t stream) {
+  static std::mutex mutex;
+  // Never destroyed: the caching allocator may be gone when static destructors run.
+  static auto* workspaces = new std::map<std::pair<int, cudaStream_t>, Tensor>;
+  std::lock_guard lock(mutex);
+  Tensor& workspace = (*workspaces)[{device, stream}];
+  if (!workspace.defined()) {
+    MemoryCategoryScope scope(MemoryCategory::temporaries);
+    workspace = Tensor::empty(Shape{static_cast<int64_t>(kGemmWorkspaceBytes)}, DType::u8,
+                              Device{DeviceType::cuda, device});
+  }
+  return workspace.data_ptr();
+}
+
+// ---- descriptors, owned
+
+template <typename T, cublasStatus_t (*Destroy)(T)>
+struct Descriptor {
+  T raw = nullptr;
+  Descriptor() = default;
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  ~Descriptor() {
+    if (raw) Destroy(raw);
+  }
+};
+using MatmulDesc = Descriptor<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using LayoutDesc = Descriptor<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using PreferenceDesc = Descriptor<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+
+template <typename V>
+void set(const MatmulDesc& desc, cublasLtMatmulDescAttributes_t attribute, const V& value) {
+  HEADROOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.raw, attribute, &value, sizeof(value)));
+}
+template <typename V>
+void set(const LayoutDesc& desc, cublasLtMatrixLayoutAttribute_t attribute, const V& value) {
+  HEADROOM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(desc.raw, attribute, &value, sizeof(value)));
+}
+template <typename V>
+void set(const PreferenceDesc& desc, cublasLtMatmulPreferenceAttributes_t attribute,
+         const V& value) {
+  HEADROOM_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(desc.raw, attribute, &value, sizeof(value)));
+}
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: check_kernel_dtype("gemm", "operand", dtype);
+  }
+  return CUDA_R_32F;  // not reached: check_kernel_dtype threw
+}
+
+// ---- a row-major operand as the column-major library sees it
+
+// One operand: `rows` x `cols` row-major with leading stride `ld`, `batch` matrices (1 or the
+// product's batch) `batch_stride` apart (0: the same matrix for every batch).
+struct Matrix {
+  int64_t batch = 1;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+  int64_t batch_stride = 0;
+};
+
+Matrix matrix_of(const char* name, const Tensor& t) {
+  if (t.ndim() != 2 && t.ndim() != 3) {
+    throw ValueError(str_cat("gemm: ", name, " ", t.shape(), " must be 2-D or 3-D"));
+  }
+  Matrix m;
+  m.rows = t.size(-2);
+  m.cols = t.size(-1);
+  if (m.cols > 1 && t.stride(-1) != 1) {
+    throw ValueError(str_cat("gemm: ", name, " needs a unit stride in its last dimension, has ",
+                             t.strides()));
+  }
+  // A single row's leading stride is free; cuBLASLt only asks that rows do not overlap.
+  m.ld = m.rows > 1 ? t.stride(-2) : std::max<int64_t>(m.cols, 1);
+  if (m.ld < std::max<int64_t>(m.cols, 1)) {
+    throw ValueError(str_cat("gemm: the rows of ", name, " ", t.shape(), " with strides ",
+                             t.strides(), " overlap"));
+  }
+  if (t.ndim() == 3) {
+    m.batch = t.size(0);
+    m.batch_stride = m.batch > 1 ? t.stride(0) : 0;
+  }
+  return m;
+}
+
+// The alignment cuBLASLt may assume for a pointer: the largest power of two dividing it, capped
+// at the preferences' default of 256 bytes (an allocator block's start). Algorithms that need
+// more than a pointer has are then excluded, for a narrowed view for instance.
+uint32_t alignment_of(const void* ptr) {
+  uint32_t alignment = 1;
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  while (alignment < 256 && address % (alignment * 2) == 0) alignment *= 2;
+  return alignment;
+}
+
+// Everything cuBLASLt's heuristic sees: two problems with equal keys get the same algorithm.
+struct ProblemKey {
+  int device;
+  bool trans_a, trans_b;
+  int64_t m, n, k, batch;
+  int64_t lda, ldb, ldc, stride_a, stride_b, stride_c;
+  DType ab_dtype, c_dtype, bias_dtype;
+  GemmEpilogue epilogue;
+  uint32_t align_a, align_b, align_c, align_bias;
+  auto operator<=>(const ProblemKey&) const = default;
+};
+
+class AlgorithmCache {
+ public:
+  // The cached heuristic result of `key`, or the one `choose` returns (then cached).
+  template <typename Choose>
+  cublasLtMatmulHeuristicResult_t get(const ProblemKey& key, Choose choose) {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = cache_.find(key);
+      if (it != cache_.end()) return it->second;
+    }
+    const cublasLtMatmulHeuristicResult_t result = choose();
+    std::lock_guard lock(mutex_);
+    return cache_.emplace(key, result).first->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<ProblemKey, cublasLtMatmulHeuristicResult_t> cache_;
+};
+
+AlgorithmCache& algorithm_cache() {
+  static AlgorithmCache* cache = new AlgorithmCache;
+  return *cache;
+}
+
+// A column-major layout of `rows` x `cols` with leading dimension `ld`, batched when batch > 1.
+void make_layout(LayoutDesc& layout, DType dtype, int64_t rows, int64_t cols, int64_t ld,
+                 int64_t batch, int64_t batch_stride) {
+  HEADROOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout.raw, cuda_type(dtype),
+                                                   static_cast<uint64_t>(rows),
+                                                   static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    set(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<int32_t>(batch));
+    set(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, batch_stride);
+  }
+}
+
+void check_fits_int32(const char* what, int64_t value) {
+  if (value > std::numeric_limits<int32_t>::max()) {
+    throw NotImplementedError(str_cat("gemm: ", what, " = ", value,
+                                      " exceeds cuBLASLt's 32-bit sizes; split the product"));
+  }
+}
+
+void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
+          const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) {
+  // ---- what is asked: shapes, strides, dtypes, devices
+  const Matrix ma = matrix_of("a", a);
+  const Matrix mb = matrix_of("b", b);
+  const Matrix mc = matrix_of("c", c);
+  const int64_t m = trans_a ? ma.cols : ma.rows;
+  const int64_t k = trans_a ? ma.rows : ma.cols;
+  const int64_t n = trans_b ? mb.rows : mb.cols;
+  const int64_t kb = trans_b ? mb.cols : mb.rows;
+  if (k != kb || mc.rows != m || mc.cols != n) {
+    throw ValueError(str_cat("gemm: op(a) of ", a.shape(), " @ op(b) of ", b.shape(),
+                             " (", trans_a ? "transposed" : "as is", ", ", trans_b ? "transposed" : "as is", ") does not give c ", c.shape()));
+  }
+  const int64_t batch = mc.batch;
+  if ((ma.batch != 1 && ma.batch != batch) || (mb.batch != 1 && mb.batch != batch)) {
+    throw ValueError(str_cat("gemm: batch sizes of a ", a.shape(), " and b ", b.shape(),
+                             " do not broadcast to c ", c.shape()));
+  }
+  if (batch > 1 && mc.batch_stride < m * mc.ld) {
+    throw ValueError(str_cat("gemm: the batches of c ", c.shape(), " with strides ", c.strides(),
+                             " overlap"));
+  }
+  if (a.dtype() != b.dtype()) {
+    throw ValueError(str_cat("gemm: a is ", dtype_name(a.dtype()), " but b is ",
+                             dtype_name(b.dtype()), "; the operands share a dtype"));
+  }
+  check_kernel_dtype("gemm", "a", a.dtype());
+  if (c.dtype() != DType::f32 && c.dtype() != a.dtype()) {
+    throw ValueError(str_cat("gemm: c is ", dtype_name(c.dtype()), "; it must be f32 or the ",
+                             "operands' ", dtype_name(a.dtype())));
+  }
+  const bool has_bias = epilogue != GemmEpilogue::none;
+  if (has_bias) {
+    if (!bias.defined() || bias.ndim() != 1 || bias.size(0) != n ||
+        (n > 1 && bias.stride(0) != 1)) {
+      throw ValueError(str_cat("gemm: the epilogue needs a packed bias [", n, "]"));
+    }
+    if (bias.dtype() != DType::f32 && bias.dtype() != c.dtype()) {
+      throw ValueError(str_cat("gemm: bias is ", dtype_name(bias.dtype()), "; it must be f32 or ",
+                               "c's ", dtype_name(c.dtype())));
+    }
+  }
+  for (const Tensor* t : {&a, &b, &c, &bias}) {
+    if (t->defined() && t->device() != c.device()) {
+      throw ValueError(str_cat("gemm: tensors on ", t->device(), " and ", c.device()));
+    }
+  }
+  if (c.device().type != DeviceType::cuda) {
+    throw ValueError(str_cat("gemm: c is on ", c.device(), ", not a CUDA device"));
+  }
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0) {
+    // cuBLASLt does not take an empty inner dimension; c is then beta * c (+ bias), which the
+    // caller writes with a fill or a copy.
+    throw ValueError("gemm: k is 0; fill c instead");
+  }
+  check_fits_int32("m", m);
+  check_fits_int32("n", n);
+  check_fits_int32("k", k);
+  check_fits_int32("batch", batch);
+
+  const int device = c.device().index;
+  DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream();
+  cublasLtHandle_t handle = handle_for(device);
+
+  // ---- row-major to column-major: c^T [n, m] = op(b)^T @ op(a)^T, so cuBLASLt's A is b and its
+  // B is a. A row-major r x c matrix with leading stride ld is the column-major c x r matrix
+  // with the same ld, the transpose of itself: no flag changes sides.
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  MatmulDesc desc;
+  // fp32 accumulation and scaling; f32 operands get plain fp32 FMA (no TF32), as on the CPU.
+  HEADROOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(op_a));
+  set(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(op_b));
+  if (has_bias) {
+    // cuBLASLt's bias runs along D's rows, which are c's columns: bias[col], as asked.
+    const cublasLtEpilogue_t lt_epilogue =
+        epilogue == GemmEpilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+    set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(lt_epilogue));
+    set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.data_ptr()));
+    set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(cuda_type(bias.dtype())));
+  }
+  LayoutDesc layout_a, layout_b, layout_c;
+  make_layout(layout_a, b.dtype(), mb.cols, mb.rows, mb.ld, batch, mb.batch_stride);
+  make_layout(layout_b, a.dtype(), ma.cols, ma.rows, ma.ld, batch, ma.batch_stride);
+  make_layout(layout_c, c.dtype(), n, m, mc.ld, batch, mc.batch_stride);
+
+  const ProblemKey key{device, trans_a, trans_b, m, n, k, batch, ma.ld, mb.ld, mc.ld,
+                       ma.batch_stride, mb.batch_stride, mc.batch_stride, a.dtype(), c.dtype(),
+                       has_bias ? bias.dtype() : DType::f32, epilogue,
+                       alignment_of(a.data_ptr()), alignment_of(b.data_ptr()),
+                       alignment_of(c.data_ptr()),
+                       has_bias ? alignment_of(bias.data_ptr()) : uint32_t{0}};
+  const cublasLtMatmulHeuristicResult_t chosen = algorithm_cache().get(key, [&] {
+    PreferenceDesc preference;
+    HEADROOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference.raw));
+    set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kGemmWorkspaceBytes});
+    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
+    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    HEADROOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc.raw, layout_a.raw,
+                                                         layout_b.raw, layout_c.raw, layout_c.raw,
+                                                         preference.raw, 1, &result, &found));
+    if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+      throw NotImplementedError(str_cat(
+          "gemm: cuBLASLt has no algorithm for ", dtype_name(a.dtype()), " operands, ",
+          dtype_name(c.dtype()), " c", has_bias ? str_cat(", ", dtype_name(bias.dtype()), " bias") : "",
+          ", m ", m, " n ", n, " k ", k, " batch ", batch));
+    }
+    return result;
+  });
+
+  // ---- run: c is both cuBLASLt's C (read with beta) and D (written), in place.
+  void* workspace = workspace_for(device, stream);
+  HEADROOM_CUBLAS_CHECK(cublasLtMatmul(handle, desc.raw, &alpha, b.data_ptr(), layout_a.raw,
+                                       a.data_ptr(), layout_b.raw, &beta, c.data_ptr(),
+                                       layout_c.raw, c.data_ptr(), layout_c.raw, &chosen.algo,
+                                       workspace, kGemmWorkspaceBytes, stream));
+}
+
+const bool kRegistered = [] {
+  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
+  ops.gemm = gemm;
+  return true;
+}();
+
+}  // namespace
+}  // namespace headroom::cuda

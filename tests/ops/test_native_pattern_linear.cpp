@@ -1,0 +1,186 @@
+// linear and matmul in the native allocation pattern (Note [Native allocation pattern]): on the
+// meta device under MetaAllocatesLike(cuda) they allocate what the CUDA path will, to the byte,
+// with no fp32 copies: outputs and gradients in the tensors' own dtypes, broadcast and transposed
+// operands read in place.
+#include <gtest/gtest.h>
+
+#include "autograd/engine.h"
+#include "memory/device_memory.h"
+#include "ops/linear.h"
+#include "ops/op_support.h"
+
+namespace headroom {
+namespace {
+
+// The allocator's block for `bytes`: a multiple of 512.
+int64_t block(int64_t bytes) { return (bytes + 511) / 512 * 512; }
+
+int64_t block_of(const Shape& shape, DType dtype) {
+  return block(shape.numel() * static_cast<int64_t>(dtype_size(dtype)));
+}
+
+// Peak allocated bytes on the meta device above what was allocated when it was made.
+class MetaPeak {
+ public:
+  MetaPeak() : before_(static_cast<int64_t>(memory_allocated(kMeta))) {
+    reset_peak_memory_stats(kMeta);
+  }
+  int64_t growth() const { return static_cast<int64_t>(max_memory_allocated(kMeta)) - before_; }
+
+ private:
+  int64_t before_;
+};
+
+Tensor meta(const Shape& shape, DType dtype, bool requires_grad = false) {
+  Tensor t = Tensor::empty(shape, dtype, kMeta);
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+const DType kFloatDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+TEST(NativePatternLinear, ForwardAllocatesOnlyTheOutput) {
+  MetaAllocatesLike like(DeviceType::cuda);
+  for (DType dtype : kFloatDtypes) {
+    for (WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
+      const Tensor x = meta({2, 32, 256}, dtype);
+      const Tensor w = meta(layout == WeightLayout::out_in ? Shape{128, 256} : Shape{256, 128}, dtype);
+      const Tensor b = meta({128}, dtype);
+      const MetaPeak peak;
+      const Tensor out = linear(x, w, b, layout);
+      EXPECT_EQ(out.dtype(), dtype) << dtype_name(dtype);
+      EXPECT_EQ(out.shape(), (Shape{2, 32, 128}));
+      EXPECT_EQ(peak.growth(), block_of({2, 32, 128}, dtype)) << dtype_name(dtype);
+    }
+  }
+}
+
+// The CPU's pattern, for contrast: f16 inputs are widened to fp32 copies first.
+TEST(NativePatternLinear, CpuPatternWidensWhatTheNativeOneReadsInPlace) {
+  const Tensor x = meta({64, 256}, DType::f16);
+  const Tensor w = meta({128, 256}, DType::f16);
+  int64_t cpu_growth = 0, native_growth = 0;
+  {
+    const MetaPeak peak;
+    const Tensor out = linear(x, w);
+    cpu_growth = peak.growth();
+  }
+  {
+    MetaAllocatesLike like(DeviceType::cuda);
+    const MetaPeak peak;
+    const Tensor out = linear(x, w);
+    native_growth = peak.growth();
+  }
+  EXPECT_EQ(native_growth, block_of({64, 128}, DType::f16));
+  EXPECT_GE(cpu_growth, native_growth + block_of({64, 256}, DType::f32) +
+                            block_of({128, 256}, DType::f32));
+}
+
+TEST(NativePatternLinear, BackwardWritesEachGradientInItsInputDtype) {
+  MetaAllocatesLike like(DeviceType::cuda);
+  for (DType dtype : kFloatDtypes) {
+    for (WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
+      const Shape w_shape = layout == WeightLayout::out_in ? Shape{128, 256} : Shape{256, 128};
+      const Tensor x = meta({2, 32, 256}, dtype, true);
+      const Tensor w = meta(w_shape, dtype, true);
+      const Tensor b = meta({128}, DType::f32, true);  // an f32 bias: its gradient stays f32
+      const Tensor out = linear(x, w, b, layout);
+      const Tensor grad = meta(out.shape(), dtype);
+      const MetaPeak peak;
+      backward(out, grad);
+      EXPECT_EQ(x.grad().dtype(), dtype);
+      EXPECT_EQ(w.grad().dtype(), dtype);
+      EXPECT_EQ(b.grad().dtype(), DType::f32);
+      EXPECT_EQ(x.grad().shape(), x.shape());
+      EXPECT_EQ(w.grad().shape(), w_shape);
+      EXPECT_EQ(peak.growth(), block_of(x.shape(), dtype) + block_of(w_shape, dtype) +
+                                   block_of({128}, DType::f32))
+          << dtype_name(dtype);
+    }
+  }
+}
+
+// Only the gradients asked for are allocated.
+TEST(NativePatternLinear, BackwardSkipsGradientsNobodyNeeds) {
+  MetaAllocatesLike like(DeviceType::cuda);
+  const Tensor x = meta({64, 256}, DType::bf16);
+  const Tensor w = meta({128, 256}, DType::bf16, true);
+  const Tensor out = linear(x, w);
+  const Tensor grad = meta(out.shape(), DType::bf16);
+  const MetaPeak peak;
+  backward(out, grad);
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_EQ(peak.growth(), block_of({128, 256}, DType::bf16));
+}
+
+// x and weight in different dtypes multiply in f32; the output is x's dtype, as on the CPU.
+TEST(NativePatternLinear, MixedDtypesMultiplyInF32) {
+  MetaAllocatesLike like(DeviceType::cuda);
+  const Tensor x = meta({64, 256}, DType::f32);
+  const Tensor w = meta({128, 256}, DType::bf16);
+  const MetaPeak peak;
+  const Tensor out = linear(x, w);
+  EXPECT_EQ(out.dtype(), DType::f32);
+  // The weight's f32 copy and the output.
+  EXPECT_EQ(peak.growth(), block_of({128, 256}, DType::f32) + block_of({64, 128}, DType::f32));
+  EXPECT_EQ(linear(meta({64, 256}, DType::bf16), meta({128, 256}, DType::f32)).dtype(),
+            DType::bf16);
+}
+
+// A weight shared by the batch is read with batch stride 0 (no expanded copy), and its gradient
+// is one GEMM over all batch rows (no per-batch products to sum).
+TEST(NativePatternMatmul, BroadcastOperandIsNeverExpanded) {
+  MetaAllocatesLike like(DeviceType::cuda);
+  for (DType dtype : kFloatDtypes) {
+    const Tensor a = meta({4, 32, 64}, dtype, true);
+    const Tensor b = meta({64, 48}, dtype, true);
+    Tensor out;
+    {
+      const MetaPeak peak;
+      out = matmul(a, b);
+      EXPECT_EQ(out.dtype(), dtype);
+      EXPECT_EQ(out.shape(), (Shape{4, 32, 48}));
+      EXPECT_EQ(peak.growth(), block_of({4, 32, 48}, dtype)) << dtype_name(dtype);
+    }
+    const Tensor grad = meta(out.shape(), dtype);
+    const MetaPeak peak;
+    backward(out, grad);
+    EXPECT_EQ(a.grad().dtype(), dtype);
+    EXPECT_EQ(b.grad().dtype(), dtype);
+    EXPECT_EQ(b.grad().shape(), (Shape{64, 48}));
+    EXPECT_EQ(peak.growth(), block_of({4, 32, 64}, dtype) + block_of({64, 48}, dtype))
+        << dtype_name(dtype);
+  }
+}
+
+// k.transpose(-1, -2) and friends go to the GEMM as they are, with the transpose flag flipped.
+TEST(NativePatternMatmul, TransposedOperandIsReadInPlace) {
+  MetaAllocatesLike like(DeviceType::cuda);
+  const Tensor q = meta({8, 16, 32}, DType::bf16);
+  const Tensor k = meta({8, 24, 32}, DType::bf16);
+  const MetaPeak peak;
+  const Tensor scores = matmul(q, k.transpose(1, 2));
+  EXPECT_EQ(scores.shape(), (Shape{8, 16, 24}));
+  EXPECT_EQ(peak.growth(), block_of({8, 16, 24}, DType::bf16));
+}
+
+// Batch dimensions that do not collapse into one stride (a broadcast head dimension inside a
+// real batch) are copied once, as the CPU does.
+TEST(NativePatternMatmul, UncollapsibleBatchIsCopiedOnce) {
+  MetaAllocatesLike like(DeviceType::cuda);
+  const Tensor a = meta({2, 3, 16, 32}, DType::f16);
+  const Tensor b = meta({2, 1, 32, 8}, DType::f16);
+  const MetaPeak peak;
+  const Tensor out = matmul(a, b);
+  EXPECT_EQ(out.shape(), (Shape{2, 3, 16, 8}));
+  EXPECT_EQ(peak.growth(), block_of({2, 3, 16, 8}, DType::f16) + block_of({2, 3, 32, 8}, DType::f16));
+}
+
+TEST(NativePatternMatmul, MixedDtypesGiveF32) {
+  MetaAllocatesLike like(DeviceType::cuda);
+  EXPECT_EQ(matmul(meta({5, 7}, DType::bf16), meta({7, 3}, DType::f16)).dtype(), DType::f32);
+  EXPECT_EQ(matmul(meta({5, 7}, DType::f32), meta({7, 3}, DType::bf16)).dtype(), DType::f32);
+}
+
+}  // namespace
+}  // namespace headroom
