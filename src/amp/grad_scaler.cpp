@@ -35,7 +35,7 @@ void check_options(const GradScalerOptions& o) {
   }
 }
 
-// The fused pass over one gradient on its device; whether it held inf or NaN.
+// The fused pass over one gradient on the CPU; whether it held inf or NaN.
 bool non_finite_check_and_unscale(const Tensor& grad, float inv_scale) {
   if (!computes_on_cpu("GradScaler.unscale_", grad.device())) return false;
   const Tensor work = grad.contiguous();
@@ -57,6 +57,32 @@ bool non_finite_check_and_unscale(const Tensor& grad, float inv_scale) {
   }
   if (work.storage() != grad.storage()) grad.copy_(work);
   return found;
+}
+
+// The fused pass over one gradient on a native device (or meta planning for one): sets `flag`
+// (f32 [1], zeroed by the caller on the gradient's device) when it held inf or NaN, with no
+// host read.
+void unscale_on_device(const OpRoute& route, const Tensor& grad, float inv_scale,
+                       const Tensor& flag) {
+  if (flag.device() != grad.device()) {
+    throw ValueError(str_cat("GradScaler.unscale_: gradients on ", flag.device(), " and ",
+                             grad.device(), "; one optimizer's gradients must share a device"));
+  }
+  if (!route.device) return;
+  grad.storage()->bump_version();
+  const Tensor work = grad.contiguous();  // the gradient itself unless strided
+  route.need(route.device->unscale_and_check)(work, inv_scale, flag);
+  if (work.storage() != grad.storage()) grad.copy_(work);
+}
+
+// Folds a device flag into `state` (one host read; none on meta) and drops it.
+template <typename State>
+void resolve_found_inf(State& state) {
+  if (!state.found_inf_flag.defined()) return;
+  if (state.found_inf_flag.device().type != DeviceType::meta) {
+    state.found_inf |= state.found_inf_flag.to(kCPU).template data<float>()[0] != 0.0f;
+  }
+  state.found_inf_flag = Tensor();
 }
 
 const nlohmann::json& require_key(const nlohmann::json& state, const char* key) {
@@ -147,9 +173,19 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   // In double, as torch: "FP32 division can be imprecise for certain compile options".
   const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
   bool found = false;
-  for (const Tensor& grad : grads) found |= non_finite_check_and_unscale(grad, inv_scale);
+  Tensor flag;  // on a native device: one found_inf flag for all of this step's gradients
+  for (const Tensor& grad : grads) {
+    const OpRoute route = op_route("GradScaler.unscale_", grad.device());
+    if (!route.native) {
+      found |= non_finite_check_and_unscale(grad, inv_scale);
+      continue;
+    }
+    if (!flag.defined()) flag = Tensor::zeros({1}, DType::f32, grad.device());
+    unscale_on_device(route, grad, inv_scale, flag);
+  }
   state.recorded = !grads.empty();
   state.found_inf = found;
+  state.found_inf_flag = flag;
   state.stage = Stage::unscaled;
 }
 
@@ -174,6 +210,7 @@ bool GradScaler::step(Optimizer& optimizer) {
   }
   if (state.stage == Stage::ready) unscale_(optimizer);
   if (!state.recorded) throw Error("No inf checks were recorded for this optimizer.");
+  resolve_found_inf(state);
   if (!state.found_inf) optimizer.step();
   state.stage = Stage::stepped;
   return !state.found_inf;
@@ -183,7 +220,8 @@ void GradScaler::update() {
   if (!options_.enabled) return;
   check_started("update");
   bool recorded = false, found = false;
-  for (const auto& [optimizer, state] : optimizer_states_) {
+  for (auto& [optimizer, state] : optimizer_states_) {
+    resolve_found_inf(state);
     recorded |= state.recorded;
     found |= state.found_inf;
   }
@@ -221,7 +259,10 @@ void GradScaler::update_dynamic(bool found_inf) {
 
 bool GradScaler::found_inf(const Optimizer& optimizer) const {
   auto it = optimizer_states_.find(&optimizer);
-  return it != optimizer_states_.end() && it->second.found_inf;
+  if (it == optimizer_states_.end()) return false;
+  OptimizerState state = it->second;  // a const query: the flag is read, not folded in
+  resolve_found_inf(state);
+  return state.found_inf;
 }
 
 nlohmann::json GradScaler::state_dict() const {

@@ -84,9 +84,10 @@ class GradScaler {
 
   // Multiplies every gradient of `optimizer` by 1 / scale (the reciprocal in double, rounded to
   // fp32) and records whether any held inf or NaN; one pass per gradient (see
-  // cpu::non_finite_check_and_unscale). On the meta device nothing is computed and no inf is
-  // found. Error "unscale_() has already been called on this optimizer since the last update()."
-  // or "unscale_() is being called after step()." as torch; ValueError "Attempting to unscale
+  // cpu::non_finite_check_and_unscale). On a native device (CUDA) the passes set one device flag
+  // and nothing is read back here: step() reads it once. On the meta device nothing is computed
+  // and no inf is found. Error "unscale_() has already been called on this optimizer since the
+  // last update()." or "unscale_() is being called after step()." as torch; ValueError "Attempting to unscale
   // FP16 gradients." (see GradScalerOptions); NotImplementedError for gradients other than f32,
   // bf16, f16. See Note [Loss scaling and skipped steps].
   void unscale_(Optimizer& optimizer);
@@ -135,6 +136,9 @@ class GradScaler {
     Stage stage = Stage::ready;
     bool recorded = false;  // some gradient was checked (torch: found_inf_per_device not empty)
     bool found_inf = false;
+    // Native devices: f32 [1] set on the device by unscale_, read back once by step() (torch's
+    // found_inf.item()), update() or found_inf(), then folded into found_inf.
+    Tensor found_inf_flag;
   };
 
   // Error unless scale() has been called (torch's _check_scale_growth_tracker).

@@ -169,13 +169,89 @@ struct DeviceOps {
   void (*bnb_adam8bit_update)(const Tensor& param, const Tensor& grad, const Tensor& state1,
                               const Tensor& state2, const Tensor& absmax1, const Tensor& absmax2,
                               const cpu::BnbAdamCoefficients& c) = nullptr;
-  // Sum of |x|^p (p > 0, finite) or max |x| (p = inf) over all of x, added into slot
-  // `index` of `partials` (f32 [count]) without a host read.
+  // Partial sums of |x|^p (p > 0, finite; |x|^2 and |x| exactly, other p through pow) or partial
+  // maxima of |x| (p = inf; NaN wins), in double from x's fp32 values, written to row `index`
+  // of `partials` (i64 [count, kNormPartialBlocks], each slot a double's bits: the dtype table
+  // has no f64). Every slot of the row is written, in a fixed order, so results repeat bit for
+  // bit. No host read.
   void (*norm_partial)(const Tensor& x, double p, const Tensor& partials, int64_t index) = nullptr;
   // grads (f32 / bf16 / f16) multiplied by inv_scale in place; found_inf (f32 [1]) set to 1 when
   // any element is inf or NaN. No host read.
   void (*unscale_and_check)(const Tensor& grad, float inv_scale, const Tensor& found_inf) = nullptr;
-  // (Lion, SGD, Adafactor and LOMO entries follow here.)
+  // Columns of norm_partial's partials: a fixed grid, so that partial sums keep their order.
+  static constexpr int64_t kNormPartialBlocks = 256;
+  // How norm_combine turns the total norm into the gradients' factor (both fp32, as torch):
+  // clip_grad_norm_'s min(1, (1 / (total + 1e-6)) * max_norm) (a NaN total gives NaN), or
+  // LOMO's min(1, max_norm / (total + 1e-6)).
+  enum class ClipRule { torch, lomo };
+  // From the rows of norm_partial (its partials): each tensor's norm rounded to
+  // f32 as cpu::vector_norm does, then the norm of those norms (Note [Gradient norms in fp32]),
+  // into result[0] (f32 [2]), and the clip factor of `rule` for max_norm into result[1]. No host
+  // read.
+  void (*norm_combine)(const Tensor& partials, int64_t count, double p, double max_norm,
+                       ClipRule rule, const Tensor& result) = nullptr;
+  // grad (f32 / bf16 / f16) multiplied in place by factor[1] (norm_combine's result, read on the
+  // device) in fp32 and rounded once; nothing is written when the factor is exactly 1.
+  void (*scale_by_device_factor)(const Tensor& grad, const Tensor& factor) = nullptr;
+
+  // Lion (Note [Lion update]): param in its dtype (rounded to nearest when not f32), grad any
+  // floating dtype, exp_avg f32.
+  struct LionCoefficients {
+    float decay;  // 1 - lr * weight_decay
+    float lr;
+    float beta1, one_minus_beta1;
+    float beta2, one_minus_beta2;
+  };
+  void (*lion_update)(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                      const LionCoefficients& c) = nullptr;
+  // torch's SGD: param in its dtype (rounded to nearest when not f32), grad any floating dtype;
+  // momentum_buffer f32, or undefined without momentum; `first`: the buffer becomes the decayed
+  // gradient itself (torch.clone(d_p)).
+  struct SgdCoefficients {
+    float neg_lr;
+    float weight_decay;
+    float momentum;
+    float one_minus_dampening;
+    bool nesterov;
+  };
+  void (*sgd_update)(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                     bool first, const SgdCoefficients& c) = nullptr;
+  // Adafactor (Note [Adafactor step]) on one parameter: param f32 / bf16 (rounded to nearest),
+  // grad any floating dtype, f32 states. Factored (param [batch, rows, cols] viewed so): row
+  // [batch, rows], col [batch, cols], col_factor f32 [batch, cols] workspace; else exp_avg_sq of
+  // the parameter's shape (row / col / col_factor undefined). exp_avg f32 or undefined (no beta1).
+  // scalars: i64 [adafactor_scalars(batch)] workspace of doubles' bits (as norm_partial's);
+  // slots kAdafactorRms and kAdafactorRms + 1 end as the parameter's RMS before the step and
+  // lr_t, computed on the device from the coefficients, so no host read is needed.
+  static constexpr int64_t kAdafactorRms = 2 * kNormPartialBlocks;
+  static constexpr int64_t adafactor_scalars(int64_t batch) { return kAdafactorRms + 3 + batch; }
+  struct AdafactorCoefficients {
+    float beta2t, one_minus_beta2t;
+    float eps1;
+    float clip_threshold;
+    double rho;   // lr, or the relative step
+    double eps2;  // floor of the RMS in lr_t
+    bool scale_parameter;
+    double weight_decay;
+    bool first_moment;
+    float beta1, one_minus_beta1;
+  };
+  void (*adafactor_update)(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                           const Tensor& exp_avg_sq, const Tensor& row, const Tensor& col,
+                           const Tensor& col_factor, int64_t batch, int64_t rows, int64_t cols,
+                           const Tensor& scalars, const AdafactorCoefficients& c) = nullptr;
+  // LOMO's fused update (Lomo.fuse_update): param f32 / bf16 (rounded to nearest), grad any
+  // floating dtype; clip_factor: norm_combine's result, whose element 1 (the clip factor) is
+  // read on the device, or undefined for no norm clipping.
+  struct LomoCoefficients {
+    float lr;
+    bool decay;
+    float decay_factor;  // 1 - lr * weight_decay
+    bool clip_value;
+    float clip_grad_value;
+  };
+  void (*lomo_update)(const Tensor& param, const Tensor& grad, const Tensor& clip_factor,
+                      const LomoCoefficients& c) = nullptr;
 };
 
 // Fills the table of `type` at start-up: each kernel file sets its own entries.

@@ -1,9 +1,12 @@
 // Adafactor: HF's option checks and step, with the factored statistics reduced in place so that
-// a step needs no temporary of the parameter's size (only one of the column statistics' size).
+// a step needs no temporary of the parameter's size (only one of the column statistics' size);
+// on a native device the same step runs in adafactor_update with no host read.
 #include "optim/adafactor.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -182,6 +185,20 @@ Shape col_shape(const Shape& shape) {
   return col;
 }
 
+// HF's rho: the group's lr, or the relative step at step t.
+double step_rho(const AdafactorOptions& o, double group_lr, double t) {
+  if (!o.relative_step) return group_lr;
+  return std::min(o.warmup_init ? 1e-6 * t : 1e-2, 1.0 / std::sqrt(t));
+}
+
+// Reads the two doubles of AdafactorState::rms_lr.
+std::pair<double, double> read_rms_lr(const Tensor& rms_lr) {
+  const Tensor host = rms_lr.to(kCPU);
+  double values[2];
+  std::memcpy(values, host.data<int64_t>(), sizeof(values));
+  return {values[0], values[1]};
+}
+
 }  // namespace
 
 Adafactor::Adafactor(const std::vector<Tensor>& params, const AdafactorOptions& options)
@@ -222,15 +239,46 @@ void Adafactor::step() {
       // rsqrt of the column statistics, for the two passes over the update.
       const Tensor col_factor =
           factored ? Tensor::empty(state.exp_avg_sq_col.shape(), DType::f32, device) : Tensor();
-      if (!computes_on_cpu("Adafactor", device)) continue;
-
+      const double t = static_cast<double>(state.step);
+      const double rho = step_rho(o, *groups_[g].lr, t);
+      const double beta2t = 1.0 - std::pow(t, o.decay_rate);
+      const double weight_decay = *groups_[g].weight_decay;
+      const OpRoute route = op_route("Adafactor", device);
+      if (route.native) {
+        // Note [Adafactor step] on the device: the RMS values and lr_t stay there.
+        HEADROOM_CHECK(param.is_contiguous(), "Adafactor: parameter '", param_name,
+                       "' is not contiguous");
+        const int64_t n = param.numel();
+        const int64_t cols = factored ? param.shape()[param.ndim() - 1] : 0;
+        const int64_t rows = factored ? param.shape()[param.ndim() - 2] : 0;
+        const int64_t batch = factored ? (rows * cols == 0 ? 0 : n / (rows * cols)) : 1;
+        const Tensor scalars =
+            Tensor::empty({DeviceOps::adafactor_scalars(batch)}, DType::i64, device);
+        state.rms_lr = scalars.narrow(0, DeviceOps::kAdafactorRms, 2);
+        const Tensor grad = floating_grad(param_name, param.grad());
+        if (!route.device) continue;
+        const DeviceOps::AdafactorCoefficients c{
+            .beta2t = static_cast<float>(beta2t),
+            .one_minus_beta2t = static_cast<float>(1.0 - beta2t),
+            .eps1 = static_cast<float>(o.eps1),
+            .clip_threshold = static_cast<float>(o.clip_threshold),
+            .rho = rho,
+            .eps2 = o.eps2,
+            .scale_parameter = o.scale_parameter,
+            .weight_decay = weight_decay,
+            .first_moment = o.beta1.has_value(),
+            .beta1 = static_cast<float>(o.beta1.value_or(0.0)),
+            .one_minus_beta1 = static_cast<float>(1.0 - o.beta1.value_or(0.0))};
+        route.need(route.device->adafactor_update)(
+            param, grad, state.exp_avg, state.exp_avg_sq, state.exp_avg_sq_row,
+            state.exp_avg_sq_col, col_factor, batch, rows, cols, scalars, c);
+        continue;
+      }
+      if (!route.cpu) continue;
       const Tensor grad = f32_grad(param_name, param.grad());
       const Tensor value = f32_contiguous(param);  // the parameter itself when f32
       const int64_t n = param.numel();
       state.rms = rms_of(sum_of_squares(value.data<float>(), n), n);
-      const double t = static_cast<double>(state.step);
-      double rho = *groups_[g].lr;
-      if (o.relative_step) rho = std::min(o.warmup_init ? 1e-6 * t : 1e-2, 1.0 / std::sqrt(t));
       // HF's max(eps2, RMS) is the fp32 tensor RMS when that is larger, and lr_t then is fp32.
       double lr = rho;
       if (o.scale_parameter) {
@@ -239,8 +287,6 @@ void Adafactor::step() {
                                 : o.eps2 * rho;
       }
       state.lr = lr;
-      const double beta2t = 1.0 - std::pow(t, o.decay_rate);
-      const double weight_decay = *groups_[g].weight_decay;
       const AdafactorCoefficients c{
           .beta2t = static_cast<float>(beta2t),
           .one_minus_beta2t = static_cast<float>(1.0 - beta2t),
@@ -274,7 +320,11 @@ OptimizerStateDict Adafactor::state_dict() const {
   for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor&) {
     const AdafactorState& state = states_[g][i];
     if (state.step == 0) return;
-    per_param[key] = {{"step", state.step}, {"RMS", state.rms}, {"lr", state.lr}};
+    const bool on_device =
+        state.rms_lr.defined() && state.rms_lr.device().type != DeviceType::meta;
+    const auto [rms, lr] = on_device ? read_rms_lr(state.rms_lr)
+                                     : std::pair<double, double>{state.rms, state.lr};
+    per_param[key] = {{"step", state.step}, {"RMS", rms}, {"lr", lr}};
     for (const auto& [state_name, tensor] :
          {std::pair<const char*, const Tensor*>{"exp_avg_sq_row", &state.exp_avg_sq_row},
           {"exp_avg_sq_col", &state.exp_avg_sq_col},

@@ -40,6 +40,9 @@ struct AdafactorState {
   int64_t step = 0;   // steps taken with a gradient
   double rms = 0.0;   // HF's state["RMS"]: RMS of the parameter before the last step
   double lr = 0.0;    // the step size lr_t of the last step (what HF's AdafactorSchedule reports)
+  // Native devices: rms and lr of the last step as computed on the device (2 doubles' bits in an
+  // i64 tensor), read back only by state_dict(); rms and lr above are then not kept current.
+  Tensor rms_lr;
 };
 
 class Adafactor final : public Optimizer {

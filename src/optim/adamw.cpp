@@ -1,5 +1,6 @@
 // AdamW: option checks as torch's, lazy fp32 state, per-step coefficients in double (as Python
-// computes them) handed to the fused kernel in backend/cpu/adamw.cpp.
+// computes them) handed to the fused kernel in backend/cpu/adamw.cpp or a native device's
+// adamw_update (one launch per parameter).
 #include "optim/adamw.h"
 
 #include <cmath>
@@ -91,7 +92,7 @@ void AdamW::step() {
                                           dtype_name(grad.dtype()),
                                           "; only f32, bf16 and f16 gradients are supported"));
       }
-      const bool compute = computes_on_cpu("AdamW", param.device());
+      const OpRoute route = op_route("AdamW", param.device());
       const bool low_precision_param = param.dtype() != DType::f32;
       AdamWState& state = states_[g][i];
       if (!state.exp_avg.defined()) {
@@ -103,7 +104,8 @@ void AdamW::step() {
         }
       }
       ++state.step;
-      if (!compute) continue;
+      if (route.native) grad = grad.contiguous();  // a copy only for a strided gradient
+      if (!route.cpu && !route.device) continue;    // meta: shapes and allocations only
 
       // Python floats in torch's code: double arithmetic, then rounded to the tensor's float.
       const double step = static_cast<double>(state.step);
@@ -119,6 +121,16 @@ void AdamW::step() {
           .eps = static_cast<float>(options_.eps),
           .neg_step_size = static_cast<float>(-(lr / bias_correction1)),
       };
+      const bool stochastic = low_precision_param && !state.compensation.defined() &&
+                              options_.stochastic_rounding;
+      const PhiloxState rng =
+          stochastic ? rounding_generator_.reserve(static_cast<uint64_t>(param.numel()))
+                     : PhiloxState{};
+      if (route.device) {
+        route.need(route.device->adamw_update)(param, grad, state.exp_avg, state.exp_avg_sq,
+                                               state.compensation, stochastic, rng, c);
+        continue;
+      }
       grad = grad.contiguous();
       if (!low_precision_param && grad.dtype() == DType::f32 &&
           options_.state_dtype == DType::f32) {
@@ -126,8 +138,6 @@ void AdamW::step() {
                           state.exp_avg_sq.data<float>(), param.numel(), c);
         continue;
       }
-      const bool stochastic = low_precision_param && !state.compensation.defined() &&
-                              options_.stochastic_rounding;
       cpu::adamw_update_mixed(
           {.param = param.data_ptr(),
            .param_dtype = param.dtype(),
@@ -139,8 +149,7 @@ void AdamW::step() {
            .compensation = state.compensation.defined() ? state.compensation.data<BFloat16>()
                                                         : nullptr,
            .stochastic = stochastic,
-           .rng = stochastic ? rounding_generator_.reserve(static_cast<uint64_t>(param.numel()))
-                             : PhiloxState{}},
+           .rng = rng},
           param.numel(), c);
     }
   }

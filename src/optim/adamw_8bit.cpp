@@ -1,5 +1,6 @@
 // AdamW8bit: option checks, lazy state (8-bit or fp32 by size), the step's fp32 coefficients as
-// bitsandbytes computes them, handed to the kernels in backend/cpu/adamw_8bit.cpp.
+// bitsandbytes computes them, handed to the kernels in backend/cpu/adamw_8bit.cpp or a native
+// device's bnb_adam8bit_update / bnb_adam32_update.
 #include "optim/adamw_8bit.h"
 
 #include <cmath>
@@ -98,7 +99,7 @@ void AdamW8bit::step() {
                                           dtype_name(grad_dtype),
                                           "; only f32, bf16 and f16 gradients are supported"));
       }
-      const bool compute = computes_on_cpu("AdamW8bit", param.device());
+      const OpRoute route = op_route("AdamW8bit", param.device());
       const bool eight_bit = uses_8bit_state(param.numel());
       AdamW8bitState& state = states_[g][i];
       if (!state.state1.defined()) {
@@ -113,9 +114,20 @@ void AdamW8bit::step() {
         }
       }
       ++state.step;
-      if (!compute) continue;
+      if (route.native) grad = grad.contiguous();  // a copy only for a strided gradient
+      if (!route.cpu && !route.device) continue;    // meta: shapes and allocations only
       const cpu::BnbAdamCoefficients c =
           coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay, state.step);
+      if (route.device) {
+        // The dynamic maps are the kernel file's own (the same create_dynamic_map values).
+        if (eight_bit) {
+          route.need(route.device->bnb_adam8bit_update)(param, grad, state.state1, state.state2,
+                                                        state.absmax1, state.absmax2, c);
+        } else {
+          route.need(route.device->bnb_adam32_update)(param, grad, state.state1, state.state2, c);
+        }
+        continue;
+      }
       grad = grad.contiguous();
       if (eight_bit) {
         cpu::bnb_adam8bit_blockwise_update(

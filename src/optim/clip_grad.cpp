@@ -1,5 +1,5 @@
 // Gradient clipping: torch's checks and fp32 coefficient arithmetic here, the loops over the
-// gradients in backend/cpu/clip_grad.cpp.
+// gradients in backend/cpu/clip_grad.cpp, or a native device's norm entries with one host read.
 #include "optim/clip_grad.h"
 
 #include <cmath>
@@ -56,6 +56,40 @@ bool computes(const char* op, const std::vector<Tensor>& grads) {
   return !grads.empty() && computes_on_cpu(op, grads.front().device());
 }
 
+// Whether `grads` live on a native device, or on meta planning for one (op_route).
+bool native(const char* op, const std::vector<Tensor>& grads) {
+  return !grads.empty() && op_route(op, grads.front().device()).native;
+}
+
+// Note [Gradient norms on a native device]
+// Without a host read per tensor, as torch's foreach path: each gradient's partial sums go to one
+// row of a device buffer (norm_partial), norm_combine folds them into the total norm of Note
+// [Gradient norms in fp32] and the clip factor, both on the device (f32 [2]), and the gradients
+// are scaled by that factor where it lies. The caller reads the total back once. On meta in the
+// native pattern the two buffers are allocated and nothing is computed.
+Tensor device_norm(const char* op, const std::vector<Tensor>& grads, double norm_type,
+                   double max_norm, DeviceOps::ClipRule rule) {
+  const OpRoute route = op_route(op, grads.front().device());
+  const Device device = grads.front().device();
+  const auto count = static_cast<int64_t>(grads.size());
+  const Tensor partials =
+      Tensor::empty({count, DeviceOps::kNormPartialBlocks}, DType::i64, device);
+  const Tensor result = Tensor::empty({2}, DType::f32, device);
+  if (!route.device) return result;
+  for (int64_t i = 0; i < count; ++i) {
+    route.need(route.device->norm_partial)(grads[static_cast<size_t>(i)].contiguous(), norm_type,
+                                           partials, i);
+  }
+  route.need(route.device->norm_combine)(partials, count, norm_type, max_norm, rule, result);
+  return result;
+}
+
+// Element 0 of a device norm (one host read), or 0 on meta.
+float read_total(const Tensor& result) {
+  if (result.device().type == DeviceType::meta) return 0.0f;
+  return result.to(kCPU).data<float>()[0];
+}
+
 // See Note [Gradient norms in fp32].
 float total_norm(const char* op, const std::vector<Tensor>& grads, double norm_type) {
   if (!computes(op, grads)) return 0.0f;
@@ -84,6 +118,36 @@ void update_in_place(const Tensor& grad,
   grad.copy_(packed);
 }
 
+void check_finite(float total, double norm_type) {
+  if (std::isfinite(total)) return;
+  throw Error(str_cat("clip_grad_norm_: the total norm of order ", norm_type,
+                      " for gradients from `parameters` is non-finite (", total,
+                      "), so it cannot be clipped. To disable this error and scale the "
+                      "gradients by the non-finite norm anyway, set error_if_nonfinite=false"));
+}
+
+// clip_grad_norm_ on a native device (Note [Gradient norms on a native device]): the total is
+// read once, before the scaling when error_if_nonfinite needs it, else after.
+double clip_native(const std::vector<Tensor>& grads, double max_norm, double norm_type,
+                   bool error_if_nonfinite) {
+  constexpr const char* kOp = "clip_grad_norm_";
+  const Tensor result = device_norm(kOp, grads, norm_type, max_norm, DeviceOps::ClipRule::torch);
+  const OpRoute route = op_route(kOp, grads.front().device());
+  if (!route.device) return 0.0;
+  float total = 0.0f;
+  if (error_if_nonfinite) {
+    total = read_total(result);
+    check_finite(total, norm_type);
+  }
+  for (const Tensor& grad : grads) {
+    grad.storage()->bump_version();
+    const Tensor packed = grad.contiguous();  // the gradient itself unless strided
+    route.need(route.device->scale_by_device_factor)(packed, result);
+    if (packed.storage() != grad.storage()) grad.copy_(packed);
+  }
+  return error_if_nonfinite ? total : read_total(result);
+}
+
 }  // namespace
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
@@ -95,13 +159,9 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   check_norm_type(kOp, norm_type);
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients_of(kOp, params);
+  if (native(kOp, grads)) return clip_native(grads, max_norm, norm_type, error_if_nonfinite);
   const float total = total_norm(kOp, grads, norm_type);
-  if (error_if_nonfinite && !std::isfinite(total)) {
-    throw Error(str_cat(kOp, ": the total norm of order ", norm_type,
-                        " for gradients from `parameters` is non-finite (", total,
-                        "), so it cannot be clipped. To disable this error and scale the "
-                        "gradients by the non-finite norm anyway, set error_if_nonfinite=false"));
-  }
+  if (error_if_nonfinite) check_finite(total, norm_type);
   if (!computes(kOp, grads)) return total;
   // torch: clip_coef = max_norm / (total_norm + 1e-6) on an fp32 tensor, where the division is
   // Tensor.__rtruediv__, reciprocal() * max_norm; then torch.clamp(clip_coef, max=1.0), which
@@ -148,7 +208,11 @@ double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   constexpr const char* kOp = "grad_norm";
   check_norm_type(kOp, norm_type);
   NoGradGuard no_grad;
-  return total_norm(kOp, gradients_of(kOp, params), norm_type);
+  const std::vector<Tensor> grads = gradients_of(kOp, params);
+  if (native(kOp, grads)) {
+    return read_total(device_norm(kOp, grads, norm_type, 0.0, DeviceOps::ClipRule::torch));
+  }
+  return total_norm(kOp, grads, norm_type);
 }
 
 double grad_norm(const Optimizer& optimizer, double norm_type) {

@@ -23,12 +23,7 @@ void check_options(const LionOptions& o) {
   }
 }
 
-struct LionCoefficients {
-  float decay;  // 1 - lr * weight_decay
-  float lr;
-  float beta1, one_minus_beta1;
-  float beta2, one_minus_beta2;
-};
+using LionCoefficients = DeviceOps::LionCoefficients;  // the CPU's and a native device's
 
 // Note [Lion update]
 // lion_pytorch's step, per element, every scalar rounded to float and every product rounded
@@ -81,7 +76,15 @@ void Lion::step() {
         state.exp_avg = Tensor::zeros(param.shape(), DType::f32, param.device());
       }
       ++state.step;
-      if (!computes_on_cpu("Lion", param.device())) continue;
+      const OpRoute route = op_route("Lion", param.device());
+      if (route.native) {  // in the tensors' own dtypes; nothing computed on meta
+        HEADROOM_CHECK(param.is_contiguous(), "Lion: parameter '", param_name,
+                       "' is not contiguous");
+        const Tensor grad = floating_grad(param_name, param.grad());
+        if (route.device) route.need(route.device->lion_update)(param, grad, state.exp_avg, c);
+        continue;
+      }
+      if (!route.cpu) continue;
       const Tensor grad = f32_grad(param_name, param.grad());
       const Tensor value = f32_contiguous(param);  // the parameter itself when f32
       lion_update(value.data<float>(), grad.data<float>(), state.exp_avg.data<float>(),

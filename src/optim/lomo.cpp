@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "autograd/accumulate_grad.h"
 #include "core/error.h"
@@ -27,23 +28,16 @@ void check_options(const LomoOptions& o) {
   }
 }
 
-struct LomoCoefficients {
-  float lr;
-  bool decay;
-  float decay_factor;  // 1 - lr * weight_decay
-  bool clip_value;
-  float clip_grad_value;
-  bool clip_norm;
-  float clip_coef;
-};
+using LomoCoefficients = DeviceOps::LomoCoefficients;  // the CPU's and a native device's
 
 // Lomo.fuse_update per element, every product rounded (as the NumPy transcription in
 // tools/gen_optim_golden.py): clamp, scale by clip_coef, decay, step.
-void lomo_update(float* param, const float* grad, int64_t n, const LomoCoefficients& c) {
+void lomo_update(float* param, const float* grad, int64_t n, const LomoCoefficients& c,
+                 std::optional<float> clip_coef) {
   for (int64_t i = 0; i < n; ++i) {
     float g = grad[i];
     if (c.clip_value) g = std::min(std::max(g, -c.clip_grad_value), c.clip_grad_value);
-    if (c.clip_norm) g = g * c.clip_coef;
+    if (clip_coef) g = g * *clip_coef;
     float p = param[i];
     if (c.decay) p = p * c.decay_factor;
     param[i] = p - g * c.lr;
@@ -92,9 +86,20 @@ void Lomo::begin_backward_pass(int pass) {
     phase_ = Phase::measuring;
     norm_sum_of_squares_ = 0.0;
     clip_coef_.reset();
+    norm_partials_ = Tensor();
+    norm_result_ = Tensor();
     return;
   }
-  if (options_.clip_grad_norm) {
+  if (options_.clip_grad_norm && norm_partials_.defined()) {  // pass 0 ran on a native device
+    const OpRoute route = op_route("Lomo", norm_partials_.device());
+    norm_result_ = Tensor::empty({2}, DType::f32, norm_partials_.device());
+    if (route.device) {
+      route.need(route.device->norm_combine)(norm_partials_, norm_partials_.shape()[0], 2.0,
+                                             *options_.clip_grad_norm, DeviceOps::ClipRule::lomo,
+                                             norm_result_);
+    }
+    norm_partials_ = Tensor();
+  } else if (options_.clip_grad_norm) {
     const float norm = static_cast<float>(std::sqrt(norm_sum_of_squares_));
     grad_norm_ = norm;
     clip_coef_ = std::min(1.0f, static_cast<float>(*options_.clip_grad_norm) / (norm + 1e-6f));
@@ -106,7 +111,10 @@ void Lomo::on_gradient(size_t group, size_t index) {
   const auto& [param_name, param] = groups_[group].params[index];
   if (phase_ == Phase::measuring) {
     NoGradGuard no_grad;
-    if (computes_on_cpu("Lomo", param.device())) {
+    const OpRoute route = op_route("Lomo", param.device());
+    if (route.native) {
+      measure_on_device(route, flat_index(group, index), floating_grad(param_name, param.grad()));
+    } else if (route.cpu) {
       const Tensor grad = f32_grad(param_name, param.grad());
       const double norm = l2_norm(grad.data<float>(), grad.numel());
       norm_sum_of_squares_ += norm * norm;
@@ -122,23 +130,43 @@ void Lomo::on_gradient(size_t group, size_t index) {
   apply(group, index);
 }
 
+size_t Lomo::flat_index(size_t group, size_t index) const {
+  for (size_t g = 0; g < group; ++g) index += groups_[g].params.size();
+  return index;
+}
+
+void Lomo::measure_on_device(const OpRoute& route, size_t flat, const Tensor& grad) {
+  if (!norm_partials_.defined()) {
+    // Zeros: a parameter without a gradient in this pass adds nothing to the norm.
+    const auto count = static_cast<int64_t>(flat_index(groups_.size(), 0));
+    norm_partials_ =
+        Tensor::zeros({count, DeviceOps::kNormPartialBlocks}, DType::i64, grad.device());
+  }
+  if (route.device) {
+    route.need(route.device->norm_partial)(grad, 2.0, norm_partials_, static_cast<int64_t>(flat));
+  }
+}
+
 void Lomo::apply(size_t group, size_t index) {
   NoGradGuard no_grad;
   const auto& [param_name, param] = groups_[group].params[index];
-  if (computes_on_cpu("Lomo", param.device())) {
-    const double lr = *groups_[group].lr;
-    const double weight_decay = *groups_[group].weight_decay;
-    const LomoCoefficients c{
-        .lr = static_cast<float>(lr),
-        .decay = weight_decay > 0.0,
-        .decay_factor = static_cast<float>(1.0 - lr * weight_decay),
-        .clip_value = options_.clip_grad_value.has_value(),
-        .clip_grad_value = static_cast<float>(options_.clip_grad_value.value_or(0.0)),
-        .clip_norm = clip_coef_.has_value(),
-        .clip_coef = clip_coef_.value_or(1.0f)};
+  const OpRoute route = op_route("Lomo", param.device());
+  const double lr = *groups_[group].lr;
+  const double weight_decay = *groups_[group].weight_decay;
+  const LomoCoefficients c{
+      .lr = static_cast<float>(lr),
+      .decay = weight_decay > 0.0,
+      .decay_factor = static_cast<float>(1.0 - lr * weight_decay),
+      .clip_value = options_.clip_grad_value.has_value(),
+      .clip_grad_value = static_cast<float>(options_.clip_grad_value.value_or(0.0))};
+  if (route.native) {
+    HEADROOM_CHECK(param.is_contiguous(), "Lomo: parameter '", param_name, "' is not contiguous");
+    const Tensor grad = floating_grad(param_name, param.grad());
+    if (route.device) route.need(route.device->lomo_update)(param, grad, norm_result_, c);
+  } else if (route.cpu) {
     const Tensor grad = f32_grad(param_name, param.grad());
     const Tensor value = f32_contiguous(param);  // the parameter itself when f32
-    lomo_update(value.data<float>(), grad.data<float>(), param.numel(), c);
+    lomo_update(value.data<float>(), grad.data<float>(), param.numel(), c, clip_coef_);
     if (value.storage() != param.storage()) param.copy_(value);
   }
   param.set_grad(Tensor());  // freed at once: the point of LOMO
@@ -168,6 +196,10 @@ void Lomo::step() {
   }
   phase_ = Phase::idle;
   clip_coef_.reset();
+  if (norm_result_.defined() && norm_result_.device().type != DeviceType::meta) {
+    grad_norm_ = norm_result_.to(kCPU).data<float>()[0];  // the step's one host read
+  }
+  norm_result_ = Tensor();
 }
 
 OptimizerStateDict Lomo::state_dict() const {

@@ -14,6 +14,8 @@
 
 namespace headroom {
 
+struct OpRoute;  // ops/op_support.h
+
 // Lomo's defaults. Clipping is off unless set; both thresholds must then be > 0.
 struct LomoOptions {
   double lr = 1e-3;
@@ -68,12 +70,21 @@ class Lomo final : public Optimizer {
   enum class Phase { idle, measuring, updating };
   void on_gradient(size_t group, size_t index);
   void apply(size_t group, size_t index);
+  // The parameter's position over all groups (its row of norm_partials_).
+  size_t flat_index(size_t group, size_t index) const;
+  // Pass 0 on a native device: the gradient's partial norms into its row of norm_partials_.
+  void measure_on_device(const OpRoute& route, size_t flat, const Tensor& grad);
 
   LomoOptions options_;
   Phase phase_ = Phase::idle;
   double norm_sum_of_squares_ = 0.0;  // of the per-tensor norms, during pass 0
   double grad_norm_ = 0.0;
   std::optional<float> clip_coef_;
+  // Native devices (See Note [Gradient norms on a native device]): pass 0's partial norms, one
+  // row per parameter, and their total norm and clip factor (f32 [2]) on the device; the norm is
+  // read back once, by step().
+  Tensor norm_partials_;
+  Tensor norm_result_;
   std::vector<std::pair<Tensor, int>> hooks_;  // parameter, handle
 };
 

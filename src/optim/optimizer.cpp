@@ -190,12 +190,16 @@ void Optimizer::set_param_groups(std::vector<ParamGroup> groups, double default_
 }
 
 Tensor Optimizer::f32_grad(const std::string& param_name, const Tensor& grad) const {
+  return f32_contiguous(floating_grad(param_name, grad));
+}
+
+Tensor Optimizer::floating_grad(const std::string& param_name, const Tensor& grad) const {
   if (grad.dtype() != DType::f32 && grad.dtype() != DType::bf16 && grad.dtype() != DType::f16) {
     throw NotImplementedError(str_cat(name(), ": the gradient of '", param_name, "' is ",
                                       dtype_name(grad.dtype()),
                                       "; only f32, bf16 and f16 gradients are supported"));
   }
-  return f32_contiguous(grad);
+  return grad.contiguous();
 }
 
 void Optimizer::check_lr(double lr) const {

@@ -105,6 +105,8 @@ class Optimizer {
   // The gradient of parameter `name` as contiguous f32: the gradient itself when it already is,
   // else a copy (NotImplementedError unless it is f32, bf16 or f16).
   Tensor f32_grad(const std::string& name, const Tensor& grad) const;
+  // The same check, and the gradient contiguous in its own dtype (for native devices' kernels).
+  Tensor floating_grad(const std::string& name, const Tensor& grad) const;
 
   std::vector<ParamGroup> groups_;
 };

@@ -25,13 +25,7 @@ void check_options(const SGDOptions& o) {
   }
 }
 
-struct SGDCoefficients {
-  float neg_lr;
-  float weight_decay;
-  float momentum;
-  float one_minus_dampening;
-  bool nesterov;
-};
+using SGDCoefficients = DeviceOps::SgdCoefficients;  // the CPU's and a native device's
 
 // torch's per-tensor sequence, per element. `buffer` null: no momentum; `first`: the buffer is
 // the decayed gradient itself (torch.clone(d_p)).
@@ -81,7 +75,17 @@ void SGD::step() {
         state.momentum_buffer = Tensor::empty(param.shape(), DType::f32, param.device());
       }
       ++state.step;
-      if (!computes_on_cpu("SGD", param.device())) continue;
+      const OpRoute route = op_route("SGD", param.device());
+      if (route.native) {  // in the tensors' own dtypes; nothing computed on meta
+        HEADROOM_CHECK(param.is_contiguous(), "SGD: parameter '", param_name,
+                       "' is not contiguous");
+        const Tensor grad = floating_grad(param_name, param.grad());
+        if (route.device) {
+          route.need(route.device->sgd_update)(param, grad, state.momentum_buffer, first, c);
+        }
+        continue;
+      }
+      if (!route.cpu) continue;
       const Tensor grad = f32_grad(param_name, param.grad());
       const Tensor value = f32_contiguous(param);  // the parameter itself when f32
       sgd_update(value.data<float>(), grad.data<float>(),

@@ -1,0 +1,109 @@
+// Fixed-order block reductions and the per-block partial norms behind norm_partial, shared by
+// grad_checks.cu (clip_grad_norm_, LOMO) and optimizers.cu (Adafactor's RMS values). Partial
+// results go to a fixed grid of DeviceOps::kNormPartialBlocks slots and are combined in slot
+// order, so a result repeats bit for bit run to run without float atomics.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/cuda_launch.h"
+#include "backend/device_ops.h"
+
+namespace headroom::cuda {
+
+// The sum of v over the warp, in a fixed tree; every lane gets it.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The sum of v over the block (blockDim.x a multiple of 32, at most 1024), in a fixed order; the
+// result is valid in thread 0. Every thread of the block must call it.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v) {
+  __shared__ T warp_sums[32];
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  T total = 0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_sums[w];
+  }
+  __syncthreads();  // warp_sums may be reused by a following call
+  return total;
+}
+
+// NaN-propagating max, as cpu::vector_norm's max_or_nan.
+__device__ __forceinline__ double max_or_nan(double a, double b) {
+  if (isnan(a) || isnan(b)) return NAN;
+  return a > b ? a : b;
+}
+
+enum class NormKind { two, one, power, inf };
+
+// |x|^p of one element in double, as cpu::vector_norm computes each term.
+template <NormKind kKind>
+__device__ __forceinline__ double norm_term(float x, double p) {
+  const double v = static_cast<double>(x);
+  if constexpr (kKind == NormKind::two) return v * v;
+  if constexpr (kKind == NormKind::one) return fabs(v);
+  if constexpr (kKind == NormKind::power) return pow(fabs(v), p);
+  return fabs(v);
+}
+
+// Block b of a grid of `grid` blocks folds elements b*blockDim + t, stepping by the grid, and
+// writes its partial to row[b]; block 0 also zeroes row[grid .. kNormPartialBlocks).
+template <typename T, NormKind kKind>
+__global__ void __launch_bounds__(kThreads)
+    norm_partial_kernel(const T* x, int64_t n, double p, double* row) {
+  double acc = 0.0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const double term = norm_term<kKind>(to_f32(x[i]), p);
+    acc = kKind == NormKind::inf ? max_or_nan(acc, term) : acc + term;
+  }
+  if constexpr (kKind == NormKind::inf) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      acc = max_or_nan(acc, __shfl_xor_sync(0xffffffffu, acc, offset));
+    }
+    __shared__ double warp_max[kThreads / 32];
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < kThreads / 32; ++w) acc = max_or_nan(acc, warp_max[w]);
+    }
+  } else {
+    acc = block_sum(acc);
+  }
+  if (threadIdx.x == 0) row[blockIdx.x] = acc;
+  if (blockIdx.x == 0) {
+    for (int64_t s = gridDim.x + threadIdx.x; s < DeviceOps::kNormPartialBlocks; s += blockDim.x) {
+      row[s] = 0.0;
+    }
+  }
+}
+
+// Blocks for norm_partial_kernel: about 4 elements per thread or more, at most the fixed grid.
+inline int norm_partial_grid(int64_t n) {
+  const int64_t per_block = int64_t{kThreads} * 4;
+  return static_cast<int>(
+      std::clamp<int64_t>((n + per_block - 1) / per_block, 1, DeviceOps::kNormPartialBlocks));
+}
+
+template <typename T, NormKind kKind>
+void launch_norm_partial(const T* x, int64_t n, double p, double* row, cudaStream_t stream) {
+  norm_partial_kernel<T, kKind><<<norm_partial_grid(n), kThreads, 0, stream>>>(x, n, p, row);
+}
+
+// The sum of x^2 into row[0 .. kNormPartialBlocks).
+template <typename T>
+void launch_sum_of_squares(const T* x, int64_t n, double* row, cudaStream_t stream) {
+  launch_norm_partial<T, NormKind::two>(x, n, 2.0, row, stream);
+}
+
+}  // namespace headroom::cuda
