@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "backend/cpu/adamw.h"
 #include "backend/cpu/adamw_8bit.h"
@@ -137,7 +139,7 @@ struct DeviceOps {
   // c = alpha * op(a) @ op(b) + beta * c, then the epilogue (bias: + bias[col], bias_gelu: gelu
   // of that). a, b, c are 2-D, or 3-D with a leading batch dimension (a or b may have batch
   // stride 0); each has a unit stride in its last dimension and any leading stride. a and b share
-  // a dtype (f32, bf16 or f16; f32 runs without TF32); c is f32 or their dtype; bias is f32 or c's
+  // a dtype (f32, bf16 or f16; f32 runs without TF32); c is f32 or their dtype; bias is in c's
   // dtype. A workspace, when needed, comes from the device's caching allocator.
   void (*gemm)(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha,
                float beta, const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) = nullptr;
@@ -259,5 +261,9 @@ DeviceOps& mutable_device_ops(DeviceType type);
 
 // The table of `type`, or null when no backend registered any entry for it.
 const DeviceOps* find_device_ops(DeviceType type);
+
+// The names of the table's entries that are still null ("entry 12" etc. by position: the table
+// has no reflection); empty when every op has a kernel.
+std::vector<std::string> missing_device_ops(const DeviceOps& ops);
 
 }  // namespace headroom

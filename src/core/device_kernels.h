@@ -41,13 +41,13 @@ struct DeviceKernels {
 
 // Note [Devices that compute the ops]
 // A backend can register the Tensor kernels above before the ops have kernels for its device:
-// the CUDA backend allocates, fills, copies and draws on the GPU, but every op still throws
-// "<op> has no kernel for cuda:0 yet" (computes_on_cpu, ops/op_support.cpp). has_op_kernels says
-// which state a backend is in, so that callers choosing a device can ask instead of failing at
-// the first op: device "auto" (train/model_source.h) takes the GPU only when its backend has op
-// kernels. The CPU and meta (whose ops allocate and compute nothing) have them. A backend that
-// gains op kernels sets the flag in the same change that lets computes_on_cpu route ops to it;
-// tests/core/test_device_kernels.cpp checks that the two agree.
+// then it allocates, fills, copies and draws, but every op throws "<op> has no kernel for
+// <device> yet" (op_route, ops/op_support.h). has_op_kernels says which state a backend is in,
+// so that callers choosing a device can ask instead of failing at the first op: device "auto"
+// (train/model_source.h) takes the GPU only when its backend has op kernels. The CPU and meta
+// (whose ops allocate and compute nothing) have them; the CUDA backend has them when its
+// DeviceOps table (backend/device_ops.h) is complete. tests/core/test_device_kernels.cpp checks
+// that the flag and the ops' dispatch agree.
 
 void register_device_kernels(DeviceType type, const DeviceKernels* kernels);
 

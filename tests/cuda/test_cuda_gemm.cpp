@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "cuda/cuda_test_support.h"
 #include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/gemm.h"
 #include "backend/device_ops.h"
@@ -26,12 +27,6 @@
 namespace headroom {
 namespace {
 
-const Device kGpu{DeviceType::cuda, 0};
-
-#define REQUIRE_GPU()                                                             \
-  do {                                                                            \
-    if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device present: skipped"; \
-  } while (0)
 
 // Relative tolerance per output dtype: fp32 accumulation in another order (f32), plus the one
 // rounding of the result (bf16: 2^-8 relative, f16: 2^-11).

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "amp/grad_scaler.h"
+#include "cuda/cuda_test_support.h"
 #include "autograd/engine.h"
 #include "core/generator.h"
 #include "core/tensor.h"
@@ -27,13 +28,7 @@
 namespace headroom {
 namespace {
 
-const Device kGpu{DeviceType::cuda, 0};
 const Device kMetaDevice{DeviceType::meta, 0};
-
-#define REQUIRE_GPU()                                                             \
-  do {                                                                            \
-    if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device present: skipped"; \
-  } while (0)
 
 // Relative tolerance of a parameter of `dtype` after a few steps (one rounding of the dtype,
 // and a few fp32 ulps where an order of operations differs).

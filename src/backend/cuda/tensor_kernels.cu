@@ -220,9 +220,10 @@ const DeviceKernels kCudaKernels = [] {
   k.copy_to_cpu = copy_to_cpu;
   k.synchronize = synchronize;
   k.device_count = device_count;
-  // The ops have no CUDA kernels yet, so device "auto" stays on the CPU (Note [Devices that
-  // compute the ops] in core/device_kernels.h).
-  k.has_op_kernels = false;
+  // Every entry of the CUDA DeviceOps table is filled by the kernel files of backend/cuda/
+  // (tests/core/test_device_kernels.cpp checks), so the ops run here and device "auto" picks the
+  // GPU (Note [Devices that compute the ops] in core/device_kernels.h).
+  k.has_op_kernels = true;
   return k;
 }();
 
