@@ -18,6 +18,7 @@ constexpr int64_t kPartials = DeviceOps::kNormPartialBlocks;
 void norm_partial(const Tensor& x, double p, const Tensor& partials, int64_t index) {
   double* row = static_cast<double*>(partials.data_ptr()) + index * kPartials;
   const int64_t n = x.numel();
+  DeviceGuard guard(partials.device().index);
   const cudaStream_t stream = current_stream();
   HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), T, {
     const T* data = static_cast<const T*>(x.data_ptr());
@@ -102,6 +103,7 @@ void norm_combine(const Tensor& partials, int64_t count, double p, double max_no
                         : p == 2.0     ? NormKind::two
                         : p == 1.0     ? NormKind::one
                                        : NormKind::power;
+  DeviceGuard guard(result.device().index);
   norm_combine_kernel<<<1, kThreads, 0, current_stream()>>>(
       static_cast<const double*>(partials.data_ptr()), count, kind, p,
       static_cast<float>(max_norm), rule, result.data<float>());
@@ -121,6 +123,7 @@ __global__ void scale_by_factor_kernel(T* x, int64_t n, const float* factor) {
 void scale_by_device_factor(const Tensor& grad, const Tensor& factor) {
   const int64_t n = grad.numel();
   if (n == 0) return;
+  DeviceGuard guard(grad.device().index);
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), T,
       scale_by_factor_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           static_cast<T*>(grad.data_ptr()), n, factor.data<float>()));
@@ -145,6 +148,7 @@ __global__ void unscale_and_check_kernel(T* x, int64_t n, float inv_scale, float
 void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& found_inf) {
   const int64_t n = grad.numel();
   if (n == 0) return;
+  DeviceGuard guard(grad.device().index);
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), T,
       unscale_and_check_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           static_cast<T*>(grad.data_ptr()), n, inv_scale, found_inf.data<float>()));

@@ -181,6 +181,7 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
                     .n = param.numel(),
                     .c = c};
   if (a.n == 0) return;
+  DeviceGuard guard(param.device().index);
   // The CPU takes its FMA kernel only when everything is fp32 (optim/adamw.cpp).
   const bool fused = param.dtype() == DType::f32 && grad.dtype() == DType::f32 &&
                      state == DType::f32;
@@ -216,6 +217,7 @@ void bnb_adam32_update(const Tensor& param, const Tensor& grad, const Tensor& st
                        const Tensor& state2, const BnbAdamCoefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
+  DeviceGuard guard(param.device().index);
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       bnb_adam32_kernel<G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           param.data<float>(), static_cast<const G*>(grad.data_ptr()), state1.data<float>(),
@@ -314,6 +316,7 @@ void bnb_adam8bit_update(const Tensor& param, const Tensor& grad, const Tensor& 
   if (n == 0) return;
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
   if (blocks > 0x7fffffff) throw ValueError("bnb_adam8bit_update: too many state blocks");
+  DeviceGuard guard(param.device().index);
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       bnb_adam8bit_kernel<G><<<static_cast<unsigned>(blocks), kQuantBlock, 0, current_stream()>>>(
           param.data<float>(), static_cast<const G*>(grad.data_ptr()), state1.data<uint8_t>(),
@@ -342,6 +345,7 @@ void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const DeviceOps::LionCoefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
+  DeviceGuard guard(param.device().index);
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       lion_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
@@ -371,6 +375,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
                 bool first, const DeviceOps::SgdCoefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
+  DeviceGuard guard(param.device().index);
   float* buffer = momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr;
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       sgd_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
@@ -561,6 +566,7 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& exp
                       const Tensor& scalars, const AdafactorCoefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
+  DeviceGuard guard(param.device().index);
   const cudaStream_t stream = current_stream();
   auto* s = static_cast<double*>(scalars.data_ptr());
   float* m = exp_avg.defined() ? exp_avg.data<float>() : nullptr;
@@ -622,6 +628,7 @@ void lomo_update(const Tensor& param, const Tensor& grad, const Tensor& clip_fac
                  const DeviceOps::LomoCoefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
+  DeviceGuard guard(param.device().index);
   const float* factor = clip_factor.defined() ? clip_factor.data<float>() : nullptr;
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       lomo_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
