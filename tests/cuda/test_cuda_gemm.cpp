@@ -14,6 +14,7 @@
 
 #include "autograd/engine.h"
 #include "cuda/cuda_test_support.h"
+#include "backend/cuda/cublaslt_library.h"
 #include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/gemm.h"
 #include "backend/device_ops.h"
@@ -132,6 +133,16 @@ void expect_near_reference(const std::vector<double>& ref, const Tensor& got, do
     }
   }
   EXPECT_EQ(bad, 0u) << what;
+}
+
+// Needs no GPU: the library that headroom opens on the first GEMM is found and has every
+// function the gemm entry calls (here the toolkit's copy; on a GPU machine, that machine's).
+TEST(CudaGemm, OpensCublasLtWithEveryFunction) {
+  const cuda::CublasLt& lt = cuda::cublaslt();
+  EXPECT_NE(lt.create, nullptr);
+  EXPECT_NE(lt.matmul, nullptr);
+  EXPECT_NE(lt.matrix_layout_set_attribute, nullptr);
+  EXPECT_STREQ(lt.get_status_string(CUBLAS_STATUS_SUCCESS), "success");
 }
 
 TEST(CudaGemm, EntryTransposesAlphaBetaAndAStridedC) {

@@ -2,7 +2,6 @@
 // column-major library by swapping the operands, strided batches with broadcast (stride 0)
 // operands, bias / bias+GELU epilogues, one algorithm per problem chosen by cuBLASLt's heuristic
 // and cached, one handle per device per thread, and the workspace of Note [cuBLASLt workspace].
-#include <cublasLt.h>
 
 #include <compare>
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/cublaslt_library.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/gemm.h"
 #include "backend/device_ops.h"
@@ -24,7 +24,7 @@
     if (headroom_cublas_status != CUBLAS_STATUS_SUCCESS) {                                    \
       throw ::headroom::Error(::headroom::str_cat(#expr, " failed at ", __FILE__, ":",        \
                                                   __LINE__, ": ",                             \
-                                                  cublasLtGetStatusString(headroom_cublas_status))); \
+                                                  cublaslt().get_status_string(headroom_cublas_status))); \
     }                                                                                         \
   } while (0)
 
@@ -48,7 +48,7 @@ class HandlePool {
     }
     DeviceGuard guard(device);  // a cuBLASLt context belongs to the device current at creation
     cublasLtHandle_t handle = nullptr;
-    HEADROOM_CUBLAS_CHECK(cublasLtCreate(&handle));
+    HEADROOM_CUBLAS_CHECK(cublaslt().create(&handle));
     return handle;
   }
 
@@ -102,33 +102,33 @@ void* workspace_for(int device, cudaStream_t stream) {
 
 // ---- descriptors, owned
 
-template <typename T, cublasStatus_t (*Destroy)(T)>
+template <typename T, cublasStatus_t (*CublasLt::*Destroy)(T)>
 struct Descriptor {
   T raw = nullptr;
   Descriptor() = default;
   Descriptor(const Descriptor&) = delete;
   Descriptor& operator=(const Descriptor&) = delete;
   ~Descriptor() {
-    if (raw) Destroy(raw);
+    if (raw) (cublaslt().*Destroy)(raw);
   }
 };
-using MatmulDesc = Descriptor<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
-using LayoutDesc = Descriptor<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
-using PreferenceDesc = Descriptor<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+using MatmulDesc = Descriptor<cublasLtMatmulDesc_t, &CublasLt::matmul_desc_destroy>;
+using LayoutDesc = Descriptor<cublasLtMatrixLayout_t, &CublasLt::matrix_layout_destroy>;
+using PreferenceDesc = Descriptor<cublasLtMatmulPreference_t, &CublasLt::matmul_preference_destroy>;
 
 template <typename V>
 void set(const MatmulDesc& desc, cublasLtMatmulDescAttributes_t attribute, const V& value) {
-  HEADROOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.raw, attribute, &value, sizeof(value)));
+  HEADROOM_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(desc.raw, attribute, &value, sizeof(value)));
 }
 template <typename V>
 void set(const LayoutDesc& desc, cublasLtMatrixLayoutAttribute_t attribute, const V& value) {
-  HEADROOM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(desc.raw, attribute, &value, sizeof(value)));
+  HEADROOM_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(desc.raw, attribute, &value, sizeof(value)));
 }
 template <typename V>
 void set(const PreferenceDesc& desc, cublasLtMatmulPreferenceAttributes_t attribute,
          const V& value) {
   HEADROOM_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(desc.raw, attribute, &value, sizeof(value)));
+      cublaslt().matmul_preference_set_attribute(desc.raw, attribute, &value, sizeof(value)));
 }
 
 cudaDataType_t cuda_type(DType dtype) {
@@ -227,7 +227,7 @@ AlgorithmCache& algorithm_cache() {
 // A column-major layout of `rows` x `cols` with leading dimension `ld`, batched when batch > 1.
 void make_layout(LayoutDesc& layout, DType dtype, int64_t rows, int64_t cols, int64_t ld,
                  int64_t batch, int64_t batch_stride) {
-  HEADROOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout.raw, cuda_type(dtype),
+  HEADROOM_CUBLAS_CHECK(cublaslt().matrix_layout_create(&layout.raw, cuda_type(dtype),
                                                    static_cast<uint64_t>(rows),
                                                    static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
@@ -317,7 +317,7 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
   const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   MatmulDesc desc;
   // fp32 accumulation and scaling; f32 operands get plain fp32 FMA (no TF32), as on the CPU.
-  HEADROOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  HEADROOM_CUBLAS_CHECK(cublaslt().matmul_desc_create(&desc.raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set(desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(op_a));
   set(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(op_b));
   if (has_bias) {
@@ -341,7 +341,7 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
                        has_bias ? alignment_of(bias.data_ptr()) : uint32_t{0}};
   const cublasLtMatmulHeuristicResult_t chosen = algorithm_cache().get(key, [&] {
     PreferenceDesc preference;
-    HEADROOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference.raw));
+    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_preference_create(&preference.raw));
     set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kGemmWorkspaceBytes});
     set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
     set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
@@ -349,7 +349,7 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
     set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    HEADROOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc.raw, layout_a.raw,
+    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_algo_get_heuristic(handle, desc.raw, layout_a.raw,
                                                          layout_b.raw, layout_c.raw, layout_c.raw,
                                                          preference.raw, 1, &result, &found));
     if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
@@ -363,7 +363,7 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
 
   // ---- run: c is both cuBLASLt's C (read with beta) and D (written), in place.
   void* workspace = workspace_for(device, stream);
-  HEADROOM_CUBLAS_CHECK(cublasLtMatmul(handle, desc.raw, &alpha, b.data_ptr(), layout_a.raw,
+  HEADROOM_CUBLAS_CHECK(cublaslt().matmul(handle, desc.raw, &alpha, b.data_ptr(), layout_a.raw,
                                        a.data_ptr(), layout_b.raw, &beta, c.data_ptr(),
                                        layout_c.raw, c.data_ptr(), layout_c.raw, &chosen.algo,
                                        workspace, kGemmWorkspaceBytes, stream));
