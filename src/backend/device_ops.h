@@ -149,7 +149,8 @@ struct DeviceOps {
   void (*attention_forward)(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                             float scale, DropoutParams dropout, const Tensor& out,
                             const Tensor& lse) = nullptr;
-  // delta: f32 [B, Hq, T] workspace; grad_q / grad_k / grad_v contiguous in q's dtype;
+  // out (forward's) and grad_out contiguous in q's dtype; lse as forward's; delta: f32
+  // [B, Hq, T] workspace; grad_q / grad_k / grad_v contiguous in q's dtype;
   // grad_q_accum: f32 [B, Hq, T, D] workspace when q is not f32, else undefined.
   void (*attention_backward)(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& grad_out, const Tensor& lse,

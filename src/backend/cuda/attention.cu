@@ -751,6 +751,17 @@ void check_problem(const char* entry, const Tensor& q, const Tensor& k, const Te
   }
 }
 
+// The kernels index these buffers as dense rows of D (or as [B, H, T] for lse and delta), so a
+// strided or mistyped one would be read or written silently wrong.
+void check_buffer(const char* entry, const char* name, const Tensor& t, DType dtype,
+                  int64_t numel) {
+  if (t.dtype() != dtype || t.numel() != numel || !t.is_contiguous()) {
+    throw ValueError(str_cat(entry, ": ", name, " must be contiguous ", dtype_name(dtype), " of ",
+                             numel, " elements, not ", dtype_name(t.dtype()), " ", t.shape(),
+                             " with strides ", t.strides()));
+  }
+}
+
 // Grid of (heads, tiles) with the tile count within gridDim.y's limit.
 dim3 grid_of(int64_t heads, int64_t tiles, const char* entry) {
   if (tiles > 65535 || heads > (int64_t{1} << 31) - 1) {
@@ -829,7 +840,10 @@ void launch_backward(const Params& p, const BackwardArgs& args, DType dtype) {
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse) {
   check_problem("attention_forward", q, k, v);
-  if (q.size(0) * q.size(1) * q.size(2) == 0) return;
+  const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
+  check_buffer("attention_forward", "out", out, q.dtype(), q.numel());
+  check_buffer("attention_forward", "lse", lse, DType::f32, q_rows);
+  if (q_rows == 0) return;
   DeviceGuard guard(q.device().index);
   const Params p = make_params(q, k, v, causal, scale, dropout);
   HEADROOM_ATTENTION_DISPATCH(q.dtype(), p.dim, (launch_forward<T, kD>(p, out, lse)));
@@ -844,6 +858,16 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (!f32 && !grad_q_accum.defined()) {
     throw ValueError("attention_backward: grad_q_accum is required for a non-f32 q");
   }
+  const char* entry = "attention_backward";
+  const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
+  check_buffer(entry, "out", out, q.dtype(), q.numel());
+  check_buffer(entry, "grad_out", grad_out, q.dtype(), q.numel());
+  check_buffer(entry, "lse", lse, DType::f32, q_rows);
+  check_buffer(entry, "delta", delta, DType::f32, q_rows);
+  check_buffer(entry, "grad_q", grad_q, q.dtype(), q.numel());
+  check_buffer(entry, "grad_k", grad_k, q.dtype(), k.numel());
+  check_buffer(entry, "grad_v", grad_v, q.dtype(), k.numel());
+  if (!f32) check_buffer(entry, "grad_q_accum", grad_q_accum, DType::f32, q.numel());
   DeviceGuard guard(q.device().index);
   cudaStream_t stream = current_stream();
   // dQ is accumulated in fp32: in grad_q itself for f32, else in grad_q_accum.
