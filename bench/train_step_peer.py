@@ -76,6 +76,21 @@ def batch_tokens(args, step):
     return tokens
 
 
+def init_gpt2_weights(model, layers):
+    """HF GPT-2's _init_weights (initializer_range 0.02), residual projections scaled by
+    1 / sqrt(2 * layers); shared with tools/peer_gpt2_cuda.py."""
+    from torch import nn
+
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02 / math.sqrt(2 * layers) if name.endswith("c_proj.weight") else 0.02
+            nn.init.normal_(p, 0.0, std)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+        else:
+            nn.init.ones_(p)
+
+
 def rss_bytes():
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -149,15 +164,7 @@ def main():
             self.wpe = nn.Embedding(args.context, d)
             self.h = nn.ModuleList(Block(d, args.heads, args.context) for _ in range(args.layers))
             self.ln_f = nn.LayerNorm(d, eps=1e-5)
-            # HF's _init_weights with initializer_range 0.02; residual projections scaled.
-            for name, p in self.named_parameters():
-                if p.dim() >= 2:
-                    std = 0.02 / math.sqrt(2 * args.layers) if name.endswith("c_proj.weight") else 0.02
-                    nn.init.normal_(p, 0.0, std)
-                elif name.endswith("bias"):
-                    nn.init.zeros_(p)
-                else:
-                    nn.init.ones_(p)
+            init_gpt2_weights(self, args.layers)
 
         def loss(self, input_ids, targets):
             t = input_ids.shape[1]

@@ -20,7 +20,6 @@ Usage: python3 tools/peer_gpt2_cuda.py --json [--layers 12 --d-model 768 ...] (s
 import argparse
 import gc
 import json
-import math
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ import time
 
 # The token ids both sides train on (bench_support.h's batch_tokens, in Python).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
-from train_step_peer import batch_tokens  # noqa: E402
+from train_step_peer import batch_tokens, init_gpt2_weights  # noqa: E402
 
 
 def parse_args():
@@ -90,15 +89,7 @@ def main():
             self.wpe = nn.Embedding(args.context, d)
             self.h = nn.ModuleList(Block(d, args.heads) for _ in range(args.layers))
             self.ln_f = nn.LayerNorm(d, eps=1e-5)
-            # HF's _init_weights with initializer_range 0.02; residual projections scaled.
-            for name, p in self.named_parameters():
-                if p.dim() >= 2:
-                    std = 0.02 / math.sqrt(2 * args.layers) if name.endswith("c_proj.weight") else 0.02
-                    nn.init.normal_(p, 0.0, std)
-                elif name.endswith("bias"):
-                    nn.init.zeros_(p)
-                else:
-                    nn.init.ones_(p)
+            init_gpt2_weights(self, args.layers)
 
         def forward(self, input_ids, targets):
             t = input_ids.shape[1]
