@@ -558,6 +558,11 @@ int Trainer::train() {
   std::fflush(stdout);
   ProgressBar progress(max_steps_, global_step_, isatty(STDERR_FILENO) && !args_.disable_tqdm);
   progress_ = &progress;
+  // Also when a step or a log write throws: the bar is a local of this call.
+  struct DetachProgress {
+    ProgressBar*& bar;
+    ~DetachProgress() { bar = nullptr; }
+  } detach_progress{progress_};
   const int64_t eval_steps = args_.eval_steps.value_or(args_.logging_steps);
   if (args_.eval_strategy == "steps" && data_->eval_batch_count(args_.per_device_eval_batch_size) == 0) {
     std::fprintf(stderr, "warning: eval_strategy=steps, but the data has no eval split "
