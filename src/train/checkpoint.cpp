@@ -58,21 +58,27 @@ nlohmann::json read_json_file(const fs::path& path) {
 // writes its files, deleting-checkpoint-STEP-PID while a rotation deletes one.
 constexpr const char* kLeftoverPrefixes[] = {"tmp-", "deleting-"};
 
-// The PID in the name of write_file_atomically's temporary file (.NAME.tmp-PID-N), or nothing.
+// The PID in the name of write_file_atomically's temporary file (.NAME.tmp-PID-COUNTER-TICKS,
+// core/atomic_file.cpp), or nothing.
 std::optional<pid_t> atomic_temp_pid(const std::string& name) {
   const size_t tmp = name.rfind(".tmp-");
   if (name.empty() || name[0] != '.' || tmp == std::string::npos) return {};
+  // Groups of digits separated by single dashes, the PID first.
   const std::string rest = name.substr(tmp + 5);
-  const size_t dash = rest.find('-');
-  if (dash == std::string::npos || dash == 0 || dash > 9 || dash + 1 == rest.size()) return {};
-  auto digits = [](std::string_view text) {
-    return std::all_of(text.begin(), text.end(), ::isdigit);
-  };
-  if (!digits(std::string_view(rest).substr(0, dash)) ||
-      !digits(std::string_view(rest).substr(dash + 1))) {
-    return {};
+  size_t groups = 0;
+  for (size_t begin = 0; begin <= rest.size();) {
+    size_t end = rest.find('-', begin);
+    if (end == std::string::npos) end = rest.size();
+    if (end == begin || !std::all_of(rest.begin() + static_cast<std::ptrdiff_t>(begin),
+                                     rest.begin() + static_cast<std::ptrdiff_t>(end), ::isdigit)) {
+      return {};
+    }
+    ++groups;
+    begin = end + 1;
   }
-  return static_cast<pid_t>(std::stol(rest.substr(0, dash)));
+  const size_t pid_digits = rest.find('-');
+  if (groups < 2 || pid_digits > 9) return {};
+  return static_cast<pid_t>(std::stol(rest.substr(0, pid_digits)));
 }
 
 // The PID of a leftover's name (PREFIX checkpoint-STEP-PID), or nothing for any other name.

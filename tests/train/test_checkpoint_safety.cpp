@@ -118,7 +118,7 @@ TEST(RotationSafety, LeftoversOfKilledSavesAreRemovedByTheNextRun) {
     std::ofstream(out / name / "config.json") << "{}";
   }
   // A killed write of the final model's weights (core/atomic_file.h's temporary name).
-  std::ofstream(out / str_cat(".model.safetensors.tmp-", gone, "-0")) << "half";
+  std::ofstream(out / str_cat(".model.safetensors.tmp-", gone, "-0-320790")) << "half";
   Trainer trainer(args);
   ASSERT_EQ(trainer.train(), 0);
   const std::vector<std::string> names = names_in(out);
