@@ -332,7 +332,8 @@ void GradScaler::load_state_dict(const nlohmann::json& state) {
   check_options(options);
   if (growth_tracker < 0 || growth_tracker >= options.growth_interval) {
     throw ValueError(str_cat("GradScaler.load_state_dict: '_growth_tracker' is ", growth_tracker,
-                             ", outside 0..", options.growth_interval - 1, " (growth_interval - 1)"));
+                             ", outside 0..", options.growth_interval - 1,
+                             " (growth_interval - 1)"));
   }
   if (hysteresis_tracker > options.hysteresis) {
     throw ValueError(str_cat("GradScaler.load_state_dict: '_hysteresis_tracker' is ",

@@ -114,7 +114,9 @@ void check_log_history(const nlohmann::json& history, int64_t global_step) {
   for (size_t i = 0; i < history.size(); ++i) {
     const nlohmann::json& entry = history[i];
     const std::string where = str_cat("log_history[", i, "]");
-    if (!entry.is_object()) throw ValueError(str_cat(where, ": ", entry.dump(), " is not an object"));
+    if (!entry.is_object()) {
+      throw ValueError(str_cat(where, ": ", entry.dump(), " is not an object"));
+    }
     const auto step = entry.find("step");
     if (step == entry.end() || !step->is_number_integer() || step->get<int64_t>() < 0 ||
         step->get<int64_t>() > global_step) {
@@ -132,12 +134,15 @@ void check_log_history(const nlohmann::json& history, int64_t global_step) {
 // trainer_state.json's "headroom" counters, as the Trainer keeps them: integers >= 0 that a run
 // can add to without overflow (below 2^62), an interval loss and time that are finite.
 void check_trainer_state_extra(const nlohmann::json& extra) {
-  if (!extra.is_object()) throw ValueError(str_cat("headroom: ", extra.dump(), " is not an object"));
+  if (!extra.is_object()) {
+    throw ValueError(str_cat("headroom: ", extra.dump(), " is not an object"));
+  }
   constexpr int64_t kCountLimit = int64_t{1} << 62;
   for (const char* key : {"interval_steps", "interval_tokens", "total_tokens"}) {
     if (!extra.contains(key)) continue;
     const nlohmann::json& value = extra[key];
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= kCountLimit) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+        value.get<int64_t>() >= kCountLimit) {
       throw ValueError(str_cat("headroom.", key, ": ", value.dump(), " is not an integer in 0..",
                                kCountLimit - 1));
     }

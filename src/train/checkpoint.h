@@ -53,7 +53,7 @@ void remove_checkpoint(const std::string& dir);
 
 // Deletes the leftovers of killed saves (tmp-checkpoint-STEP-PID) and rotations
 // (deleting-checkpoint-STEP-PID) in `output_dir`, and the temporary files of killed whole-file
-// writes (.NAME.tmp-PID-N, core/atomic_file.h: the final model's), whose process PID is not
+// writes (.NAME.tmp-PID-COUNTER-TICKS, core/atomic_file.cpp: the final model's), whose PID is not
 // running; those of a running process (another run's save in progress) stay. Returns those
 // deleted.
 std::vector<std::string> remove_checkpoint_leftovers(const std::string& output_dir);

@@ -135,7 +135,8 @@ void append_line(const std::string& path, const std::string& line) {
   if (error != 0 && written > 0 && end >= 0) (void)::ftruncate(fd, end);
   if (::close(fd) != 0 && error == 0) error = errno;
   if (error != 0) {
-    throw Error(str_cat(path, ": writing a log line failed: ", std::generic_category().message(error),
+    throw Error(str_cat(path, ": writing a log line failed: ",
+                        std::generic_category().message(error),
                         " (the run stops: its metrics would be lost)"));
   }
 }
@@ -397,7 +398,8 @@ void Trainer::resume() {
                                ", past this run's max_steps ", max_steps_,
                                " (another run's checkpoint, or max_steps too small)"));
     }
-    std::printf("Resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(global_step_));
+    std::printf("Resumed from %s at step %lld\n", dir.c_str(),
+                static_cast<long long>(global_step_));
   };
   if (target != "last") {
     load_checkpoint(target);

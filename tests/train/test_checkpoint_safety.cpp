@@ -189,14 +189,15 @@ TEST(OutputDirSafety, ResumingACheckpointPastMaxStepsIsRefused) {
     Trainer first(args);
     ASSERT_EQ(first.train(), 0);
   }
-  const std::string weights = read_text_file((fs::path(args.output_dir) / "model.safetensors").string());
+  const std::string model = (fs::path(args.output_dir) / "model.safetensors").string();
+  const std::string weights = read_text_file(model);
   args.max_steps = 3;
   args.resume_from_checkpoint = "last";
   Trainer resumed(args);
   const std::string message = error_of<ValueError>([&] { resumed.train(); });
   EXPECT_NE(message.find("checkpoint-4"), std::string::npos) << message;
   EXPECT_NE(message.find("max_steps"), std::string::npos) << message;
-  EXPECT_EQ(read_text_file((fs::path(args.output_dir) / "model.safetensors").string()), weights)
+  EXPECT_EQ(read_text_file(model), weights)
       << "the model in output_dir was overwritten";
 }
 
@@ -236,7 +237,9 @@ class CheckedState : public ::testing::Test {
   void edit_optimizer_meta(const std::function<void(nlohmann::json&)>& edit) {
     SafetensorsFile optimizer((newest_ / kOptimizerFile).string());
     std::vector<std::pair<std::string, Tensor>> tensors;
-    for (const std::string& name : optimizer.names()) tensors.emplace_back(name, optimizer.load(name));
+    for (const std::string& name : optimizer.names()) {
+      tensors.emplace_back(name, optimizer.load(name));
+    }
     auto metadata = optimizer.metadata();
     nlohmann::json meta = nlohmann::json::parse(metadata.at(kOptimizerMetaKey));
     edit(meta);
