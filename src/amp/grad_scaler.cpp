@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,21 @@ void check_options(const GradScalerOptions& o) {
   }
   if (!(o.min_scale >= 0.0 && std::isfinite(o.min_scale))) {
     throw ValueError(str_cat("GradScaler: min_scale must be finite and >= 0, not ", o.min_scale));
+  }
+  // The scale is kept as fp32: 0, a negative or a value past fp32's range (inf) would skip or
+  // corrupt every step. The factors must keep it finite and positive.
+  if (!(o.init_scale > 0.0 && std::isfinite(static_cast<float>(o.init_scale)))) {
+    throw ValueError(str_cat("GradScaler: the scale must be > 0 and finite in fp32 (at most ",
+                             std::numeric_limits<float>::max(), "), not ", o.init_scale));
+  }
+  if (!std::isfinite(o.growth_factor)) {
+    throw ValueError(str_cat("GradScaler: growth_factor must be finite, not ", o.growth_factor));
+  }
+  if (!(o.backoff_factor > 0.0)) {
+    throw ValueError(str_cat("GradScaler: backoff_factor must be > 0, not ", o.backoff_factor));
+  }
+  if (o.growth_interval < 1) {
+    throw ValueError(str_cat("GradScaler: growth_interval must be >= 1, not ", o.growth_interval));
   }
 }
 
@@ -314,6 +330,15 @@ void GradScaler::load_state_dict(const nlohmann::json& state) {
     options.dynamic = it->get<bool>();
   }
   check_options(options);
+  if (growth_tracker < 0 || growth_tracker >= options.growth_interval) {
+    throw ValueError(str_cat("GradScaler.load_state_dict: '_growth_tracker' is ", growth_tracker,
+                             ", outside 0..", options.growth_interval - 1,
+                             " (growth_interval - 1)"));
+  }
+  if (hysteresis_tracker > options.hysteresis) {
+    throw ValueError(str_cat("GradScaler.load_state_dict: '_hysteresis_tracker' is ",
+                             hysteresis_tracker, ", above hysteresis ", options.hysteresis));
+  }
   options_ = options;
   scale_ = static_cast<float>(scale);
   growth_tracker_ = growth_tracker;

@@ -40,6 +40,9 @@ std::vector<TrainOption> make_train_options() {
        "training text: a text file, a directory of them, or JSONL with \"text\" (required)",
        &A::data},
       {"output_dir", data, "where checkpoints, logs and the loss plot go", &A::output_dir},
+      {"overwrite_output_dir", data,
+       "delete the checkpoints of an earlier run in output_dir (else a fresh run refuses them)",
+       &A::overwrite_output_dir},
       {"device", data,
        "auto (cuda when present and its ops have CUDA kernels, else cpu), cpu, cuda, cuda:N or "
        "meta",

@@ -191,6 +191,14 @@ DataLoader::DataLoader(PackedSequences data, DataLoaderOptions options,
       throw ValueError(str_cat("DataLoader: resume state batch_index is ", resume->batch_index,
                                ", outside 0..", num_batches_, " (batches per epoch)"));
     }
+    // The batches consumed, epoch * batches per epoch + batch_index, must stay far from int64's
+    // end: a run counts on from there.
+    constexpr int64_t kLimit = int64_t{1} << 62;
+    if (num_batches_ > 0 && resume->epoch > (kLimit - resume->batch_index) / num_batches_) {
+      throw ValueError(str_cat("DataLoader: resume state epoch is ", resume->epoch, ", above ",
+                               (kLimit - resume->batch_index) / num_batches_, " (2^62 batches of ",
+                               num_batches_, " per epoch)"));
+    }
     epoch_ = resume->epoch;
     batch_index_ = resume->batch_index;
     options_.seed = resume->seed;

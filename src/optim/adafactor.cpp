@@ -346,9 +346,9 @@ void Adafactor::load_state_dict(const OptimizerStateDict& saved) {
   for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
                                   const Tensor& param, const nlohmann::json& entry) {
     AdafactorState& state = states[g][i];
-    state.step = entry.at("step").get<int64_t>();
-    state.rms = entry.at("RMS").get<double>();
-    state.lr = entry.at("lr").get<double>();
+    state.step = state_dict_step(entry, "step");
+    state.rms = state_dict_number(entry, "RMS", 0.0);
+    state.lr = state_dict_number(entry, "lr", 0.0);
     auto load = [&](const char* state_name, const Shape& shape) {
       return load_state_tensor(saved, str_cat("state.", key, ".", state_name), shape, DType::f32,
                                param.device());

@@ -187,7 +187,7 @@ void AdamW::load_state_dict(const OptimizerStateDict& saved) {
   for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
                                   const Tensor& param, const nlohmann::json& entry) {
     AdamWState& state = states[g][i];
-    state.step = state_dict_entry(entry, "step").get<int64_t>();
+    state.step = state_dict_step(entry, "step");
     state.exp_avg = load_state_tensor(saved, str_cat("state.", key, ".exp_avg"), param.shape(),
                                       options_.state_dtype, param.device());
     state.exp_avg_sq = load_state_tensor(saved, str_cat("state.", key, ".exp_avg_sq"),
@@ -198,8 +198,10 @@ void AdamW::load_state_dict(const OptimizerStateDict& saved) {
     }
   });
   const nlohmann::json& rng = state_dict_entry(saved.meta, "rounding_generator");
-  rounding_generator_.manual_seed(state_dict_entry(rng, "seed").get<uint64_t>());
-  rounding_generator_.set_offset(state_dict_entry(rng, "offset").get<uint64_t>());
+  const uint64_t seed = state_dict_unsigned(rng, "seed");
+  const uint64_t offset = state_dict_unsigned(rng, "offset");
+  rounding_generator_.manual_seed(seed);
+  rounding_generator_.set_offset(offset);
   states_ = std::move(states);
 }
 

@@ -181,7 +181,7 @@ void AdamW8bit::load_state_dict(const OptimizerStateDict& saved) {
     const bool eight_bit = uses_8bit_state(param.numel());
     const DType dtype = eight_bit ? DType::u8 : DType::f32;
     AdamW8bitState& state = states[g][i];
-    state.step = state_dict_entry(entry, "step").get<int64_t>();
+    state.step = state_dict_step(entry, "step");
     const std::string prefix = str_cat("state.", key, ".");
     state.state1 =
         load_state_tensor(saved, prefix + "state1", param.shape(), dtype, param.device());

@@ -114,11 +114,13 @@ const nlohmann::json& state_field(const nlohmann::json& state, const char* key) 
   return *it;
 }
 
+// An integer in min..2^62: step() counts on from it without overflow.
 int64_t state_int(const nlohmann::json& state, const char* key, int64_t min) {
   const nlohmann::json& value = state_field(state, key);
-  if (!value.is_number_integer() || value.get<int64_t>() < min) {
+  constexpr int64_t kLimit = int64_t{1} << 62;
+  if (!value.is_number_integer() || value.get<int64_t>() < min || value.get<int64_t>() > kLimit) {
     throw ValueError(str_cat("LRScheduler::load_state_dict: key '", key, "' is ", value.dump(),
-                             "; expected an integer >= ", min));
+                             "; expected an integer in ", min, "..", kLimit));
   }
   return value.get<int64_t>();
 }

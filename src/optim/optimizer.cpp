@@ -1,6 +1,8 @@
 // Optimizer: the parts shared by every optimizer (gradients, learning rates per group).
 #include "optim/optimizer.h"
 
+#include <cmath>
+
 #include <unordered_set>
 
 #include "core/error.h"
@@ -114,10 +116,46 @@ void Optimizer::load_state_dict_meta(const nlohmann::json& meta) {
       }
     }
   }
+  // Checked before any is applied, with the constructors' rules (check_lr; weight_decay >= 0).
+  std::vector<std::pair<double, double>> saved_groups;  // lr, weight_decay
   for (size_t g = 0; g < groups_.size(); ++g) {
-    set_group_lr(g, state_dict_entry(groups[g], "lr").get<double>());
-    groups_[g].weight_decay = state_dict_entry(groups[g], "weight_decay").get<double>();
+    const double lr = state_dict_number(groups[g], "lr", 0.0);
+    check_lr(lr);
+    saved_groups.emplace_back(lr, state_dict_number(groups[g], "weight_decay", 0.0));
   }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    set_group_lr(g, saved_groups[g].first);
+    groups_[g].weight_decay = saved_groups[g].second;
+  }
+}
+
+int64_t Optimizer::state_dict_step(const nlohmann::json& meta, const std::string& key) const {
+  const nlohmann::json& value = state_dict_entry(meta, key);
+  constexpr int64_t kLimit = int64_t{1} << 62;
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kLimit) {
+    throw ValueError(str_cat(name(), ": load_state_dict: '", key, "' is ", value.dump(),
+                             ", expected an integer in 0..", kLimit));
+  }
+  return value.get<int64_t>();
+}
+
+uint64_t Optimizer::state_dict_unsigned(const nlohmann::json& meta, const std::string& key) const {
+  const nlohmann::json& value = state_dict_entry(meta, key);
+  if (!value.is_number_unsigned()) {
+    throw ValueError(str_cat(name(), ": load_state_dict: '", key, "' is ", value.dump(),
+                             ", expected an integer in 0..2^64-1"));
+  }
+  return value.get<uint64_t>();
+}
+
+double Optimizer::state_dict_number(const nlohmann::json& meta, const std::string& key,
+                                    double min) const {
+  const nlohmann::json& value = state_dict_entry(meta, key);
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < min) {
+    throw ValueError(str_cat(name(), ": load_state_dict: '", key, "' is ", value.dump(),
+                             ", expected a finite number >= ", min));
+  }
+  return value.get<double>();
 }
 
 const nlohmann::json& Optimizer::state_dict_entry(const nlohmann::json& meta,

@@ -79,6 +79,12 @@ class Optimizer {
   void load_state_dict_meta(const nlohmann::json& meta);
   // meta[key], or ValueError naming the missing entry.
   const nlohmann::json& state_dict_entry(const nlohmann::json& meta, const std::string& key) const;
+  // meta[key] checked as the optimizer's own values are (a saved state is not trusted): a step
+  // count, an integer in 0..2^62 (its increments cannot overflow); a generator's seed or offset,
+  // an integer in 0..2^64-1; a finite number >= `min`. ValueError naming the key and value.
+  int64_t state_dict_step(const nlohmann::json& meta, const std::string& key) const;
+  uint64_t state_dict_unsigned(const nlohmann::json& meta, const std::string& key) const;
+  double state_dict_number(const nlohmann::json& meta, const std::string& key, double min) const;
   // A copy of the tensor `key` of `state` on `device`, which must have `shape` and `dtype`
   // (ValueError naming the key otherwise, or when it is missing).
   Tensor load_state_tensor(const OptimizerStateDict& state, const std::string& key,

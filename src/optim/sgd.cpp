@@ -118,7 +118,7 @@ void SGD::load_state_dict(const OptimizerStateDict& saved) {
   for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
   for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
                                   const Tensor& param, const nlohmann::json& entry) {
-    states[g][i].step = entry.at("step").get<int64_t>();
+    states[g][i].step = state_dict_step(entry, "step");
     if (options_.momentum != 0.0) {
       states[g][i].momentum_buffer =
           load_state_tensor(saved, str_cat("state.", key, ".momentum_buffer"), param.shape(),

@@ -2,9 +2,12 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cerrno>
 #include <filesystem>
 #include <optional>
@@ -13,6 +16,7 @@
 #include "core/error.h"
 #include "core/text_value.h"
 #include "io/json_file.h"
+#include "train/checksums.h"
 
 namespace headroom {
 
@@ -50,9 +54,107 @@ nlohmann::json read_json_file(const fs::path& path) {
   return parse_json(read_text_file(path.string()), path.string());
 }
 
+// The prefixes of what a killed save or rotation leaves: tmp-checkpoint-STEP-PID while a save
+// writes its files, deleting-checkpoint-STEP-PID while a rotation deletes one.
+constexpr const char* kLeftoverPrefixes[] = {"tmp-", "deleting-"};
+
+// The PID in the name of write_file_atomically's temporary file (.NAME.tmp-PID-COUNTER-TICKS,
+// core/atomic_file.cpp), or nothing.
+std::optional<pid_t> atomic_temp_pid(const std::string& name) {
+  const size_t tmp = name.rfind(".tmp-");
+  if (name.empty() || name[0] != '.' || tmp == std::string::npos) return {};
+  // Groups of digits separated by single dashes, the PID first.
+  const std::string rest = name.substr(tmp + 5);
+  size_t groups = 0;
+  for (size_t begin = 0; begin <= rest.size();) {
+    size_t end = rest.find('-', begin);
+    if (end == std::string::npos) end = rest.size();
+    if (end == begin || !std::all_of(rest.begin() + static_cast<std::ptrdiff_t>(begin),
+                                     rest.begin() + static_cast<std::ptrdiff_t>(end), ::isdigit)) {
+      return {};
+    }
+    ++groups;
+    begin = end + 1;
+  }
+  const size_t pid_digits = rest.find('-');
+  if (groups < 2 || pid_digits > 9) return {};
+  return static_cast<pid_t>(std::stol(rest.substr(0, pid_digits)));
+}
+
+// The PID of a leftover's name (PREFIX checkpoint-STEP-PID), or nothing for any other name.
+std::optional<pid_t> leftover_pid(const std::string& name) {
+  for (const std::string prefix : kLeftoverPrefixes) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const size_t dash = rest.rfind('-');
+    if (dash == std::string::npos || !checkpoint_step(rest.substr(0, dash))) return {};
+    const std::string pid = rest.substr(dash + 1);
+    if (pid.empty() || pid.size() > 9 || !std::all_of(pid.begin(), pid.end(), ::isdigit)) return {};
+    return static_cast<pid_t>(std::stol(pid));
+  }
+  return {};
+}
+
+bool process_is_running(pid_t pid) {
+  if (pid <= 0) return true;  // not a process of ours to judge: kept
+  if (pid == ::getpid()) return false;  // this process saves one checkpoint at a time
+  return ::kill(pid, 0) == 0 || errno == EPERM;
+}
+
 void require_file(const fs::path& path) {
   if (!fs::is_regular_file(path)) {
     throw ValueError(str_cat(path.string(), ": missing from the checkpoint"));
+  }
+}
+
+// Each log_history entry: an object with an integer step in 0..global_step (the plot and the
+// resumed log index by it), and a number or null for each metric (null: HF's missing grad_norm,
+// and what JSON makes of a NaN or infinite loss, which the plot leaves out).
+void check_log_history(const nlohmann::json& history, int64_t global_step) {
+  for (size_t i = 0; i < history.size(); ++i) {
+    const nlohmann::json& entry = history[i];
+    const std::string where = str_cat("log_history[", i, "]");
+    if (!entry.is_object()) {
+      throw ValueError(str_cat(where, ": ", entry.dump(), " is not an object"));
+    }
+    const auto step = entry.find("step");
+    if (step == entry.end() || !step->is_number_integer() || step->get<int64_t>() < 0 ||
+        step->get<int64_t>() > global_step) {
+      throw ValueError(str_cat(where, ".step: ", step == entry.end() ? "missing" : step->dump(),
+                               ", expected an integer in 0..", global_step, " (global_step)"));
+    }
+    for (const auto& [key, value] : entry.items()) {
+      if (!value.is_number() && !value.is_null()) {
+        throw ValueError(str_cat(where, ".", key, ": ", value.dump(), " is not a number"));
+      }
+    }
+  }
+}
+
+// trainer_state.json's "headroom" counters, as the Trainer keeps them: integers >= 0 that a run
+// can add to without overflow (below 2^62), an interval loss and time that are finite.
+void check_trainer_state_extra(const nlohmann::json& extra) {
+  if (!extra.is_object()) {
+    throw ValueError(str_cat("headroom: ", extra.dump(), " is not an object"));
+  }
+  constexpr int64_t kCountLimit = int64_t{1} << 62;
+  for (const char* key : {"interval_steps", "interval_tokens", "total_tokens"}) {
+    if (!extra.contains(key)) continue;
+    const nlohmann::json& value = extra[key];
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+        value.get<int64_t>() >= kCountLimit) {
+      throw ValueError(str_cat("headroom.", key, ": ", value.dump(), " is not an integer in 0..",
+                               kCountLimit - 1));
+    }
+  }
+  for (const char* key : {"interval_loss", "interval_seconds"}) {
+    if (!extra.contains(key)) continue;
+    const nlohmann::json& value = extra[key];
+    if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+        (key == std::string("interval_seconds") && value.get<double>() < 0.0)) {
+      throw ValueError(str_cat("headroom.", key, ": ", value.dump(), " is not a finite number",
+                               key == std::string("interval_seconds") ? " >= 0" : ""));
+    }
   }
 }
 
@@ -85,8 +187,9 @@ std::string commit_checkpoint(const std::string& output_dir, int64_t step,
     write_files(tmp_dir.string());
     fsync_directory(tmp_dir);
     // A directory cannot be renamed over a non-empty one: the old checkpoint of this step (a run
-    // resumed before it) goes first; until the rename, only the temporary copy exists.
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    // resumed before it) goes first, renamed away before it is deleted; until the rename, only
+    // the temporary copy exists.
+    if (fs::exists(final_dir)) remove_checkpoint(final_dir.string());
     fs::rename(tmp_dir, final_dir);
     fsync_directory(out);
   } catch (...) {
@@ -104,8 +207,36 @@ std::vector<std::string> rotate_checkpoints(const std::string& output_dir,
   const auto checkpoints = list_checkpoints(output_dir);
   const int64_t excess = static_cast<int64_t>(checkpoints.size()) - save_total_limit;
   for (int64_t i = 0; i < excess; ++i) {
-    fs::remove_all(checkpoints[static_cast<size_t>(i)].second);
+    remove_checkpoint(checkpoints[static_cast<size_t>(i)].second);
     deleted.push_back(checkpoints[static_cast<size_t>(i)].second);
+  }
+  return deleted;
+}
+
+void remove_checkpoint(const std::string& dir) {
+  const fs::path path(dir);
+  const fs::path doomed =
+      path.parent_path() / str_cat("deleting-", path.filename().string(), "-", ::getpid());
+  fs::remove_all(doomed);
+  fs::rename(path, doomed);
+  // Durable before the first file goes: a crash must not leave checkpoint-STEP half-deleted.
+  fsync_directory(path.parent_path());
+  fs::remove_all(doomed);
+}
+
+std::vector<std::string> remove_checkpoint_leftovers(const std::string& output_dir) {
+  std::vector<std::string> deleted;
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return deleted;
+  for (const fs::directory_entry& entry : fs::directory_iterator(output_dir)) {
+    const std::string name = entry.path().filename().string();
+    // Directories of saves and rotations; files of whole-file writes (the final model's).
+    const std::optional<pid_t> pid = entry.is_directory()      ? leftover_pid(name)
+                                     : entry.is_regular_file() ? atomic_temp_pid(name)
+                                                               : std::nullopt;
+    if (!pid || process_is_running(*pid)) continue;
+    fs::remove_all(entry.path());
+    deleted.push_back(entry.path().string());
   }
   return deleted;
 }
@@ -132,6 +263,10 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
     require_file(root / name);
   }
   if (needs_scaler) require_file(root / kScalerFile);
+  if (!verify_checkpoint_checksums(dir)) {
+    std::fprintf(stderr, "warning: %s has no %s (saved before headroom kept checksums): its files "
+                 "are not verified\n", dir.c_str(), kChecksumsFile);
+  }
 
   contents.weights = std::make_unique<SafetensorsCheckpoint>((root / kSafetensorsWeightsName).string());
 
@@ -153,8 +288,12 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
   contents.rng_state = read_json_file(rng_path);
   with_checkpoint_file(rng_path.string(), [&] {
     const nlohmann::json& generator = contents.rng_state.at("generator");
-    (void)generator.at("seed").get<uint64_t>();
-    (void)generator.at("offset").get<uint64_t>();
+    for (const char* key : {"seed", "offset"}) {
+      if (!generator.at(key).is_number_unsigned()) {
+        throw ValueError(str_cat("generator.", key, ": ", generator.at(key).dump(),
+                                 " is not an integer in 0..2^64-1"));
+      }
+    }
     (void)contents.rng_state.at("data");
   });
 
@@ -171,6 +310,8 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
     if (!state.contains("log_history") || !state["log_history"].is_array()) {
       throw ValueError("log_history: missing or not an array");
     }
+    check_log_history(state["log_history"], state["global_step"].get<int64_t>());
+    if (state.contains("headroom")) check_trainer_state_extra(state["headroom"]);
   });
   return contents;
 }

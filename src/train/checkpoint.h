@@ -45,6 +45,19 @@ std::string commit_checkpoint(const std::string& output_dir, int64_t step,
 std::vector<std::string> rotate_checkpoints(const std::string& output_dir,
                                             int64_t save_total_limit);
 
+// Deletes a checkpoint directory so that it is never seen half-deleted: it is first renamed to
+// deleting-checkpoint-STEP-PID next to it (a name list_checkpoints never lists), the rename made
+// durable, and only then deleted. A kill in the middle leaves that leftover, which
+// remove_checkpoint_leftovers deletes.
+void remove_checkpoint(const std::string& dir);
+
+// Deletes the leftovers of killed saves (tmp-checkpoint-STEP-PID) and rotations
+// (deleting-checkpoint-STEP-PID) in `output_dir`, and the temporary files of killed whole-file
+// writes (.NAME.tmp-PID-COUNTER-TICKS, core/atomic_file.cpp: the final model's), whose PID is not
+// running; those of a running process (another run's save in progress) stay. Returns those
+// deleted.
+std::vector<std::string> remove_checkpoint_leftovers(const std::string& output_dir);
+
 // Everything in a checkpoint directory, parsed and opened, before any of it is applied.
 struct CheckpointContents {
   std::string dir;
@@ -56,9 +69,12 @@ struct CheckpointContents {
   nlohmann::ordered_json trainer_state;  // key order kept, as it is shown again
 };
 
-// Reads a checkpoint: every file must be there (scaler.json when `needs_scaler`), JSON must parse,
-// safetensors headers must be whole and consistent with the file sizes, trainer_state.json needs
-// an integer global_step >= 0 and a log_history array, rng_state.json a generator seed and offset.
+// Reads a checkpoint: every file must be there (scaler.json when `needs_scaler`) and match its
+// checksum (train/checksums.h; a checkpoint without checksums.json is read with a warning), JSON
+// must parse, safetensors headers must be whole and consistent with the file sizes,
+// trainer_state.json needs an integer global_step >= 0 and a log_history array of objects each
+// with an integer step in 0..global_step and numeric losses, and its "headroom" counters in range
+// (check_trainer_state_extra), rng_state.json a generator seed and offset (unsigned integers).
 // ValueError naming the file at fault. Optimizer tensors are loaded onto `device`.
 CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device);
 

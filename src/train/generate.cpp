@@ -65,6 +65,7 @@ std::vector<int32_t> generate(CausalLM& model, const std::vector<int32_t>& promp
   const int64_t context = context_length(model.config());
   std::vector<int32_t> ids = prompt;
   for (int64_t n = 0; n < options.max_new_tokens; ++n) {
+    if (options.stop && options.stop()) break;
     const size_t start = ids.size() > static_cast<size_t>(context) ? ids.size() - context : 0;
     const std::vector<int64_t> window(ids.begin() + static_cast<std::ptrdiff_t>(start), ids.end());
     const int64_t t = static_cast<int64_t>(window.size());

@@ -2,6 +2,7 @@
 // checkpoints that resume bit-identically and an exact memory report.
 #include "train/trainer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <system_error>
 
 #include "amp/autocast.h"
 #include "autograd/engine.h"
@@ -30,6 +32,7 @@
 #include "optim/clip_grad.h"
 #include "optim/optimizer_factory.h"
 #include "train/checkpoint.h"
+#include "train/checksums.h"
 #include "train/generate.h"
 #include "train/model_source.h"
 #include "train/progress.h"
@@ -108,6 +111,35 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
 }
 
 std::string dump_json(const nlohmann::ordered_json& value) { return value.dump(2) + "\n"; }
+
+// Appends `line` to the file at `path`. A failed write (a full disk) is an Error naming the path,
+// and the file is cut back to its old end so that it holds no torn line.
+void append_line(const std::string& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    throw Error(str_cat(path, ": cannot open it to append a log line: ",
+                        std::generic_category().message(errno)));
+  }
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  size_t written = 0;
+  int error = 0;
+  while (written < line.size()) {
+    const ssize_t n = ::write(fd, line.data() + written, line.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (error != 0 && written > 0 && end >= 0) (void)::ftruncate(fd, end);
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    throw Error(str_cat(path, ": writing a log line failed: ",
+                        std::generic_category().message(error),
+                        " (the run stops: its metrics would be lost)"));
+  }
+}
 
 // A phase of the training step, named in the profiler's trace (a user scope) and in the frames
 // of the memory snapshot's allocations. Costs a label push when neither is recording.
@@ -273,6 +305,7 @@ std::string Trainer::save_checkpoint() {
         {"data", nlohmann::ordered_json(data_->state_dict())}};
     write_file_atomically((root / kRngStateFile).string(), dump_json(rng));
     write_file_atomically((root / kTrainerStateFile).string(), dump_json(trainer_state()));
+    write_checkpoint_checksums(tmp);  // last: it covers every file above
   });
   last_saved_step_ = global_step_;
   if (args_.save_total_limit) {
@@ -280,7 +313,44 @@ std::string Trainer::save_checkpoint() {
       std::printf("Deleting older checkpoint [%s] due to save_total_limit\n", deleted.c_str());
     }
   }
+  remove_leftovers();
   return dir;
+}
+
+void Trainer::print_log_line(const std::string& line) {
+  if (progress_) {
+    progress_->print_line(line);
+  } else {
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void Trainer::remove_leftovers() {
+  for (const std::string& deleted : remove_checkpoint_leftovers(args_.output_dir)) {
+    print_log_line(str_cat("Removed ", deleted, ", left by a save or rotation that was killed"));
+  }
+}
+
+void Trainer::prepare_output_dir() {
+  const auto checkpoints = list_checkpoints(args_.output_dir);
+  if (args_.resume_from_checkpoint.empty() && !checkpoints.empty()) {
+    std::string names;
+    for (const auto& [step, path] : checkpoints) {
+      names += str_cat(names.empty() ? "" : ", ", fs::path(path).filename().string());
+    }
+    // Another run's checkpoints would be taken for this one's: rotation would keep the stale
+    // higher-numbered ones and delete each new one, and "last" would resume the other run.
+    if (!args_.overwrite_output_dir) {
+      throw ValueError(str_cat("output_dir: '", args_.output_dir, "' holds the checkpoints of an "
+                               "earlier run (", names, "); resume it with "
+                               "--resume_from_checkpoint last, or pass --overwrite_output_dir to "
+                               "delete them"));
+    }
+    for (const auto& [step, path] : checkpoints) remove_checkpoint(path);
+    std::printf("Deleted %s in %s (overwrite_output_dir)\n", names.c_str(),
+                args_.output_dir.c_str());
+  }
+  remove_leftovers();
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
@@ -307,6 +377,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
     log_history_ = state.at("log_history");
     if (state.contains("headroom")) {
       const nlohmann::ordered_json& extra = state.at("headroom");
+      // Each checked by read_checkpoint (integers in range, finite numbers).
       interval_loss_ = extra.value("interval_loss", 0.0);
       interval_steps_ = extra.value("interval_steps", int64_t{0});
       interval_tokens_ = extra.value("interval_tokens", int64_t{0});
@@ -319,10 +390,20 @@ void Trainer::load_checkpoint(const std::string& dir) {
 
 void Trainer::resume() {
   const std::string& target = args_.resume_from_checkpoint;
+  // Past max_steps the run would train no step and write the checkpoint's model over output_dir's
+  // as if it were this run's result.
+  auto resumed_from = [&](const std::string& dir) {
+    if (global_step_ > max_steps_) {
+      throw ValueError(str_cat("resume_from_checkpoint: ", dir, " is at step ", global_step_,
+                               ", past this run's max_steps ", max_steps_,
+                               " (another run's checkpoint, or max_steps too small)"));
+    }
+    std::printf("Resumed from %s at step %lld\n", dir.c_str(),
+                static_cast<long long>(global_step_));
+  };
   if (target != "last") {
     load_checkpoint(target);
-    std::printf("Resumed from %s at step %lld\n", target.c_str(),
-                static_cast<long long>(global_step_));
+    resumed_from(target);
     return;
   }
   auto checkpoints = list_checkpoints(args_.output_dir);
@@ -333,13 +414,13 @@ void Trainer::resume() {
       if (dirty) build();
       dirty = true;
       load_checkpoint(it->second);
-      std::printf("Resumed from %s at step %lld\n", it->second.c_str(),
-                  static_cast<long long>(global_step_));
-      return;
     } catch (const std::exception& e) {
       last_error = e.what();
       std::fprintf(stderr, "warning: skipping checkpoint %s: %s\n", it->second.c_str(), e.what());
+      continue;
     }
+    resumed_from(it->second);
+    return;
   }
   throw ValueError(str_cat("resume_from_checkpoint=last: no valid ", kCheckpointPrefix,
                            "* in output_dir '", args_.output_dir, "'",
@@ -417,13 +498,8 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
 
 void Trainer::append_metrics(const nlohmann::ordered_json& entry) {
   log_history_.push_back(entry);
-  std::ofstream out(fs::path(args_.output_dir) / "metrics.jsonl", std::ios::app);
-  out << entry.dump() << "\n";
-  if (progress_) {
-    progress_->print_line(format_log_line(entry));
-  } else {
-    std::printf("%s\n", format_log_line(entry).c_str());
-  }
+  append_line((fs::path(args_.output_dir) / "metrics.jsonl").string(), entry.dump() + "\n");
+  print_log_line(format_log_line(entry));
 }
 
 void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
@@ -464,6 +540,7 @@ void Trainer::add_callback(std::shared_ptr<TrainerCallback> callback) {
 }
 
 int Trainer::train() {
+  prepare_output_dir();
   if (!args_.resume_from_checkpoint.empty()) resume();
   fs::create_directories(args_.output_dir);
   {
@@ -483,6 +560,11 @@ int Trainer::train() {
   std::fflush(stdout);
   ProgressBar progress(max_steps_, global_step_, isatty(STDERR_FILENO) && !args_.disable_tqdm);
   progress_ = &progress;
+  // Also when a step or a log write throws: the bar is a local of this call.
+  struct DetachProgress {
+    ProgressBar*& bar;
+    ~DetachProgress() { bar = nullptr; }
+  } detach_progress{progress_};
   const int64_t eval_steps = args_.eval_steps.value_or(args_.logging_steps);
   if (args_.eval_strategy == "steps" && data_->eval_batch_count(args_.per_device_eval_batch_size) == 0) {
     std::fprintf(stderr, "warning: eval_strategy=steps, but the data has no eval split "
@@ -560,38 +642,69 @@ void Trainer::finish_run(bool stopped) {
   write_file_atomically((out / "memory.json").string(),
                         dump_json(memory_report_json(memory_, device_)));
 
+  // The optional steps: a failure is a warning, and a stop signal skips what is left; the run's
+  // results are saved above and its exit status stays.
+  optional_end_step("the loss plot", [&] { plot_losses(); });
+  if (!stopped && args_.sample_max_new_tokens > 0) {
+    optional_end_step("the sample", [&] { print_sample(); });
+  }
+  g_stop_signal.store(0);
+  std::fflush(stdout);
+}
+
+void Trainer::optional_end_step(const char* what, const std::function<void()>& run) {
+  if (const int signal = training_stop_requested(); signal != 0) {
+    std::fprintf(stderr, "headroom: %s skipped: stopped by signal %d\n", what, signal);
+    return;
+  }
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "headroom: warning: %s failed (the run's results are saved): %s\n", what,
+                 e.what());
+  }
+}
+
+void Trainer::plot_losses() {
   PlotSeries train_series, eval_series;
   train_series.label = "train loss";
   eval_series.label = "eval loss";
+  // A NaN or infinite loss is null in the log (JSON has no NaN): left out of the plot.
+  auto add = [](PlotSeries& series, const nlohmann::ordered_json& entry, const char* key) {
+    const auto step = entry.find("step");
+    const auto value = entry.find(key);
+    if (step == entry.end() || !step->is_number() || !value->is_number()) return;
+    series.x.push_back(step->get<double>());
+    series.y.push_back(value->get<double>());
+  };
   for (const auto& entry : log_history_) {
     if (entry.contains("loss")) {
-      train_series.x.push_back(entry["step"].get<double>());
-      train_series.y.push_back(entry["loss"].get<double>());
+      add(train_series, entry, "loss");
     } else if (entry.contains("eval_loss")) {
-      eval_series.x.push_back(entry["step"].get<double>());
-      eval_series.y.push_back(entry["eval_loss"].get<double>());
+      add(eval_series, entry, "eval_loss");
     }
   }
   std::vector<PlotSeries> series;
   if (!train_series.x.empty()) series.push_back(train_series);
   if (!eval_series.x.empty()) series.push_back(eval_series);
   if (!series.empty()) {
-    write_plot_png((out / "loss.png").string(), series,
+    write_plot_png((fs::path(args_.output_dir) / "loss.png").string(), series,
                    {.title = str_cat(args_.model, " loss"), .x_label = "step", .y_label = "loss"});
   }
+}
 
-  if (!stopped && args_.sample_max_new_tokens > 0) {
-    std::vector<int32_t> prompt = tokenizer_->encode(args_.sample_prompt);
-    if (prompt.empty()) prompt.push_back(tokenizer_->eos_token_id().value_or(0));
-    const std::vector<int32_t> ids =
-        generate(*model_, prompt,
-                 {.max_new_tokens = args_.sample_max_new_tokens, .temperature = 0.8, .top_k = 40,
-                  .seed = static_cast<uint64_t>(args_.seed),
-                  .autocast_dtype = recipe_.autocast_dtype});
-    sample_ = tokenizer_->decode(ids);
-    std::printf("--- sample (top-k 40, temperature 0.8) ---\n%s\n---\n", sample_.c_str());
-  }
-  std::fflush(stdout);
+void Trainer::print_sample() {
+  std::vector<int32_t> prompt = tokenizer_->encode(args_.sample_prompt);
+  if (prompt.empty()) prompt.push_back(tokenizer_->eos_token_id().value_or(0));
+  const std::vector<int32_t> ids =
+      generate(*model_, prompt,
+               {.max_new_tokens = args_.sample_max_new_tokens, .temperature = 0.8, .top_k = 40,
+                .seed = static_cast<uint64_t>(args_.seed),
+                .autocast_dtype = recipe_.autocast_dtype,
+                .stop = [] { return training_stop_requested() != 0; }});
+  if (training_stop_requested() != 0) return;  // cut short: not shown
+  sample_ = tokenizer_->decode(ids);
+  std::printf("--- sample (top-k 40, temperature 0.8) ---\n%s\n---\n", sample_.c_str());
 }
 
 int run_training(const TrainingArguments& args,
@@ -637,6 +750,17 @@ EvalResult evaluate_file(const std::string& model, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size, const std::string& device) {
   if (batch_size < 1) throw ValueError(str_cat("batch_size: ", batch_size, " is below 1"));
   const Device target = resolve_device(device);
+  if (fs::is_directory(model)) {
+    // Training may start from a config alone (HF initialises the weights); scoring such a model
+    // would report a random model's loss as this directory's.
+    const fs::path dir(model);
+    if (!fs::exists(dir / kSafetensorsWeightsName) && !fs::exists(dir / kSafetensorsIndexName)) {
+      throw ValueError(str_cat("model: directory '", model, "' has no weights (",
+                               (dir / kSafetensorsWeightsName).string(), " or ",
+                               kSafetensorsIndexName, " is missing): nothing to evaluate"));
+    }
+    verify_checkpoint_checksums(model);  // a checkpoint's files as they were saved
+  }
   ModelAndTokenizer loaded = load_model_and_tokenizer(model, target, 0);
   const int64_t context = context_length(loaded.model->config());
   const int64_t t = max_seq_length > 0 ? max_seq_length : context;

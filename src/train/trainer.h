@@ -78,7 +78,11 @@ class Trainer {
   // and clips, steps the optimizer through the scaler, the scheduler, and zeroes the gradients;
   // then logs (logging_steps), evaluates (eval_strategy "steps"), saves (save_steps) and checks
   // for a stop request. At the end: the model and its tokenizer's files (save_tokenizer) in
-  // output_dir, memory report, loss curve, sample.
+  // output_dir, memory report, loss curve, sample (the last two optional: their failure is a
+  // warning and a stop request skips them, the exit status unchanged).
+  // A fresh run (no resume_from_checkpoint) refuses an output_dir holding checkpoints unless
+  // overwrite_output_dir (which deletes them), a resume refuses a checkpoint past max_steps, and
+  // a failed write of metrics.jsonl stops the run (Error naming it).
   // Returns 0, or 128 + signal after a stop request (the checkpoint of that step saved).
   // Callbacks are told of the run's beginning, each step's end and the run's end.
   int train();
@@ -90,7 +94,8 @@ class Trainer {
   EvalResult evaluate();
 
   // Writes output_dir/checkpoint-<global_step> (see train/checkpoint.h), the tokenizer's files
-  // included, and applies save_total_limit. Returns its path.
+  // and checksums.json included, applies save_total_limit and removes the leftovers of killed
+  // saves. Returns its path.
   std::string save_checkpoint();
 
   struct StepResult {
@@ -133,6 +138,17 @@ class Trainer {
   void log_step(double loss, double grad_norm, double tokens_per_s);
   void log_eval();
   void append_metrics(const nlohmann::ordered_json& entry);
+  // A log line, around the progress bar while there is one.
+  void print_log_line(const std::string& line);
+  // Refuses (or, with overwrite_output_dir, deletes) another run's checkpoints in a fresh run's
+  // output_dir, and removes the leftovers of killed saves and rotations.
+  void prepare_output_dir();
+  void remove_leftovers();
+  // The end-of-run steps that are not results: `run`'s errors are warnings, and a pending stop
+  // request skips it.
+  void optional_end_step(const char* what, const std::function<void()>& run);
+  void plot_losses();
+  void print_sample();
   nlohmann::ordered_json trainer_state() const;
   double epoch() const;
   void finish_run(bool stopped);

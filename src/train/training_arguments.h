@@ -15,6 +15,8 @@ struct TrainingArguments {
                                     // directory with config.json (+ safetensors, tokenizer files)
   std::string data;                 // a text file, a directory of them, or JSONL with "text"
   std::string output_dir = "trainer_output";
+  bool overwrite_output_dir = false;  // a fresh run into an output_dir holding checkpoints:
+                                      // delete them (else refused, as HF's examples do)
   std::string device = "auto";      // headroom: auto (train/model_source.h), cpu, cuda, meta
   std::optional<int64_t> max_seq_length;  // TRL's name; unset: the model's context length
   double validation_split_percentage = 5.0;  // run_clm's held-out share of the data

@@ -696,5 +696,30 @@ TEST(GradScaler, LoadStateDictRejectsBadStatesAndChangesNothing) {
   EXPECT_EQ(scaler.options().growth_factor, 2.0);
 }
 
+// A saved state is checked as the constructor checks its options (issue 19): a scale of 0, a
+// negative one or one past fp32's range would skip every fp16 step; the trackers must lie in
+// their intervals.
+TEST(GradScaler, LoadStateDictChecksEveryFieldAsTheConstructorDoes) {
+  const nlohmann::json good = GradScaler({.init_scale = 2.0}).state_dict();
+  GradScaler scaler;
+  auto expect_refused = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json state = good;
+    state[key] = value;
+    EXPECT_THROW(scaler.load_state_dict(state), ValueError) << key << " " << value.dump();
+  };
+  for (double scale : {0.0, -65536.0, 1e300}) expect_refused("scale", scale);
+  expect_refused("growth_interval", 0);
+  expect_refused("_growth_tracker", -1);
+  expect_refused("_growth_tracker", 2000);  // growth_interval is 2000
+  expect_refused("growth_factor", std::numeric_limits<double>::infinity());
+  expect_refused("backoff_factor", 0.0);
+  for (double scale : {0.0, -1.0, 1e39}) {
+    EXPECT_THROW(GradScaler({.init_scale = scale}), ValueError) << scale;
+  }
+  EXPECT_EQ(scaler.get_scale(), 65536.0f);
+  scaler.load_state_dict(good);
+  EXPECT_EQ(scaler.get_scale(), 2.0f);
+}
+
 }  // namespace
 }  // namespace headroom

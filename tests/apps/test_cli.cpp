@@ -154,6 +154,28 @@ TEST(HeadroomCli, TrainsAFewStepsAndEvaluatesTheResult) {
   }
 }
 
+// Issue 19: eval of a directory with config.json alone scored a random model and exited 0; a
+// fresh run into another run's output_dir would take its checkpoints for its own.
+TEST(HeadroomCli, EvalNeedsWeightsAndTrainRefusesAnotherRunsCheckpoints) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt"), out = dir.file("run");
+  write_bytes(data, std::string(kTinyText) + "\n" + kTinyText + "\n");
+  const std::string train = "train --model gpt2-tiny --data " + data + " --output_dir " + out +
+                            " --max_steps 2 --save_steps 2 --max_seq_length 16"
+                            " --per_device_train_batch_size 2 --sample_max_new_tokens 0"
+                            " --disable_tqdm";
+  const CliRun first = run_cli(train);
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const std::string config_only = dir.file("config_only");
+  std::filesystem::create_directories(config_only);
+  std::filesystem::copy_file(out + "/config.json", config_only + "/config.json");
+  expect_usage_error("eval --model " + config_only + " --data " + data + " --max_seq_length 16",
+                     config_only + "/model.safetensors");
+  expect_usage_error(train, "--overwrite_output_dir");
+  const CliRun overwritten = run_cli(train + " --overwrite_output_dir");
+  EXPECT_EQ(overwritten.exit_code, 0) << overwritten.out << overwritten.err;
+}
+
 // --profile writes output_dir/trace.json and prints the op table; --memory_snapshot the pickle.
 TEST(HeadroomCli, TrainProfilesAndWritesTheMemorySnapshot) {
   TempDir dir;

@@ -234,6 +234,11 @@ TEST(DataLoader, BadOptionsAndStatesAreErrors) {
                            {"dataloader_num_workers is -1"});
   expect_error<ValueError>([&] { DataLoader(data, {.batch_size = 4}, DataLoaderState{0, 4, 42}); },
                            {"batch_index is 4", "outside 0..3"});
+  // An epoch whose batch count overflows the batches consumed (issue 19).
+  expect_error<ValueError>(
+      [&] { DataLoader(data, {.batch_size = 4}, DataLoaderState{int64_t{1} << 61, 0, 42}); },
+      {"epoch is 2305843009213693952", "2^62"});
+  EXPECT_NO_THROW(DataLoader(data, {.batch_size = 4}, DataLoaderState{1000000, 3, 42}));
 }
 
 }  // namespace

@@ -243,10 +243,17 @@ TEST(LRScheduler, LoadStateDictNamesWhatIsWrongAndChangesNothing) {
   text_epoch["last_epoch"] = "3";
   nlohmann::json negative_lr = good;
   negative_lr["_last_lr"] = {1e-3, -1.0};
+  nlohmann::json huge_epoch = good;  // step() would overflow it (issue 19)
+  huge_epoch["last_epoch"] = INT64_MAX;
+  nlohmann::json wrapped_count = good;  // above INT64_MAX: read back negative
+  wrapped_count["_step_count"] = uint64_t{1} << 63;
   const std::pair<nlohmann::json, std::string> cases[] = {
       {missing, "'_step_count' is missing"},
       {one_group, "'base_lrs' is [0.001]; expected a list of 2 learning rates"},
       {text_epoch, "'last_epoch' is \"3\"; expected an integer"},
+      {huge_epoch,
+       "'last_epoch' is 9223372036854775807; expected an integer in 0..4611686018427387904"},
+      {wrapped_count, "'_step_count' is 9223372036854775808; expected an integer in 1.."},
       {negative_lr, "'_last_lr' holds -1.0"},
       {nlohmann::json::array(), "expected a JSON object, not array"},
   };

@@ -162,5 +162,29 @@ TEST(OptimizerStateDict, MismatchesAreValueErrors) {
   EXPECT_NE(load_error(other_names, state).find("'b' saved, 'bias' here"), std::string::npos);
 }
 
+// A saved state is checked as the constructor checks its options (issue 19): a float step count
+// (1e300 became undefined behaviour and NaN losses), a negative weight_decay, a generator offset
+// that is not an unsigned integer.
+TEST(OptimizerStateDict, EveryFieldIsCheckedOnLoad) {
+  const std::vector<NamedTensor> params = make_params(DType::f32);
+  AdamW saved_from(params, {.weight_decay = 0.1});
+  run_steps(saved_from, params, 1, 1);
+  const OptimizerStateDict state = saved_from.state_dict();
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& text) {
+    OptimizerStateDict bad = state;
+    edit(bad.meta);
+    AdamW fresh(params, {.weight_decay = 0.1});
+    const std::string error = load_error(fresh, bad);
+    EXPECT_NE(error.find(text), std::string::npos) << error;
+  };
+  refused([](nlohmann::json& m) { m["state"]["0.0"]["step"] = 1e300; }, "'step' is 1e+300");
+  refused([](nlohmann::json& m) { m["state"]["0.1"]["step"] = -1; }, "'step' is -1");
+  refused([](nlohmann::json& m) { m["param_groups"][0]["weight_decay"] = -0.5; },
+          "'weight_decay' is -0.5");
+  refused([](nlohmann::json& m) { m["param_groups"][0]["lr"] = "0.1"; }, "'lr' is \"0.1\"");
+  refused([](nlohmann::json& m) { m["rounding_generator"]["offset"] = 2.5; }, "'offset' is 2.5");
+  refused([](nlohmann::json& m) { m["rounding_generator"]["seed"] = -3; }, "'seed' is -3");
+}
+
 }  // namespace
 }  // namespace headroom

@@ -21,10 +21,18 @@ namespace fs = std::filesystem;
 using test_data::TempDir;
 
 // Cross-entropy of every next byte, from the model's logits and a log-softmax in double.
+// The fixture's model directory with weights (HF's initialisation from seed 0) saved in it: eval
+// refuses a directory without weights.
+std::string model_with_weights(const fs::path& root) {
+  test_data::tiny_training_args(root, 0.0);
+  const std::string model_dir = (root / "model").string();
+  save_pretrained(*load_pretrained(model_dir, kCPU, 0), model_dir);
+  return model_dir;
+}
+
 TEST(EvaluateFile, EqualsTheMeanCrossEntropyOfConsecutiveWindows) {
   TempDir tmp("evaluate_file");
-  test_data::tiny_training_args(tmp.path(), 0.0);
-  const std::string model_dir = (tmp.path() / "model").string();
+  const std::string model_dir = model_with_weights(tmp.path());
   const std::string text = std::string(test_data::kTinyText).substr(0, 100);
   std::ofstream((tmp.path() / "eval.txt").string()) << text;
   const int64_t t = 8;  // 100 bytes: 11 windows of 9, a tail of 1 dropped
@@ -55,10 +63,10 @@ TEST(EvaluateFile, EqualsTheMeanCrossEntropyOfConsecutiveWindows) {
 
 TEST(EvaluateFile, TooLittleDataNamesTheFile) {
   TempDir tmp("evaluate_short");
-  test_data::tiny_training_args(tmp.path(), 0.0);
+  const std::string model_dir = model_with_weights(tmp.path());
   std::ofstream((tmp.path() / "short.txt").string()) << "abc";
   try {
-    evaluate_file((tmp.path() / "model").string(), (tmp.path() / "short.txt").string(), 8, 1, "cpu");
+    evaluate_file(model_dir, (tmp.path() / "short.txt").string(), 8, 1, "cpu");
     ADD_FAILURE();
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("short.txt"), std::string::npos) << e.what();

@@ -21,6 +21,7 @@
 #include "ops/ops.h"
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
+#include "train/checksums.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
 
@@ -219,8 +220,10 @@ class CorruptCheckpoint : public ::testing::Test {
     }
   }
 
+  // Rewrites a file and the checksum of it, so that what is tested is the file's own check.
   void write(const std::string& file, const std::string& text) {
     std::ofstream(newest_ / file, std::ios::trunc) << text;
+    write_checkpoint_checksums(newest_.string());
   }
 
   TempDir tmp_{"trainer_corrupt"};
@@ -230,6 +233,7 @@ class CorruptCheckpoint : public ::testing::Test {
 
 TEST_F(CorruptCheckpoint, TruncatedWeightsAreRefusedNamingTheFile) {
   fs::resize_file(newest_ / "model.safetensors", fs::file_size(newest_ / "model.safetensors") / 2);
+  write_checkpoint_checksums(newest_.string());
   expect_refused("model.safetensors");
 }
 
@@ -253,6 +257,7 @@ TEST_F(CorruptCheckpoint, WrongTensorShapeIsRefusedNamingTheFile) {
   const auto metadata = optimizer.metadata();
   save_safetensors((newest_ / "optimizer.safetensors.new").string(), tensors, metadata);
   fs::rename(newest_ / "optimizer.safetensors.new", newest_ / "optimizer.safetensors");
+  write_checkpoint_checksums(newest_.string());
   expect_refused("optimizer.safetensors");
 }
 
