@@ -2,6 +2,7 @@
 // RMS norm over the last dimension, statistics f32, one per row.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/kernel_table.h"
@@ -9,13 +10,20 @@
 
 namespace headroom {
 
+// Row blocks of the backward's partial weight / bias sums: partial is
+// [norm_backward_blocks(rows), 2, dim] f32 on every device, a function of the rows alone, so
+// that results repeat on every GPU and a dry run plans the same bytes for every device. 16 rows
+// a block keeps a GPU's blocks busy; the CPU runs the blocks as its parallel units.
+inline constexpr int64_t kNormRowsPerBackwardBlock = 16;
+inline constexpr int64_t kNormMaxBackwardBlocks = 512;
+inline int64_t norm_backward_blocks(int64_t rows) {
+  return std::clamp<int64_t>((rows + kNormRowsPerBackwardBlock - 1) / kNormRowsPerBackwardBlock, 1,
+                             kNormMaxBackwardBlocks);
+}
+
 struct NormKernels {
   static constexpr const char* kName = "norm";
 
-  // Row blocks of the backward's partial weight / bias sums: partial is [backward_blocks(rows), 2,
-  // dim] f32. A function of rows only, so that results repeat on every GPU and the meta device can
-  // plan the partials.
-  Kernel<int64_t(int64_t rows)> backward_blocks{"backward_blocks"};
   Kernel<void(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
               const Tensor& out, const Tensor& mean, const Tensor& rstd)>
       layer_norm_forward{"layer_norm_forward"};

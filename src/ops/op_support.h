@@ -23,6 +23,9 @@ namespace headroom {
 // follows whichever pattern the device it stands in for would: the CPU's by default, a native
 // device's while a MetaAllocatesLike guard says so (the planner sets it when its target is a
 // GPU), so a dry run allocates exactly what the real run will.
+//
+// The families already on one code path (Note [Kernel tables]: norm) allocate the native pattern
+// on every device, the CPU included, and call their device's table without asking the route.
 
 // Where an op's kernels run and which allocation pattern it follows.
 struct OpRoute {

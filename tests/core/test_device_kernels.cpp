@@ -51,8 +51,8 @@ TEST(KernelTables, AMissingEntryIsReportedByFamilyAndName) {
   const NormKernels empty{};
   const std::vector<std::string> missing = missing_kernels(empty);
   EXPECT_EQ(joined(missing),
-            " norm.backward_blocks norm.layer_norm_forward norm.layer_norm_backward"
-            " norm.rms_norm_forward norm.rms_norm_backward");
+            " norm.layer_norm_forward norm.layer_norm_backward norm.rms_norm_forward"
+            " norm.rms_norm_backward");
 }
 
 // An optional entry names what happens without it and is not reported missing.

@@ -9,4 +9,6 @@ namespace headroom::cpu {
 
 const DeviceKernels& tensor_kernels();
 
+void fill_norm_kernels(NormKernels& kernels);  // norm.cpp
+
 }  // namespace headroom::cpu
