@@ -84,14 +84,52 @@ TEST(NativePatternPointwise, ActivationsAllocateOnlyTheirOutputs) {
 }
 
 TEST(NativePatternPointwise, TheCpuPatternWidensWhereTheNativeOneDoesNot) {
-  // The same gelu in the CPU's pattern: an fp32 copy of x and an fp32 result before the rounding.
+  // softmax, not yet on one code path: in the CPU's pattern an fp32 copy of x and an fp32 result
+  // before the rounding.
   const Shape shape{7, 333};
   Tensor x = Tensor::empty(shape, DType::bf16, kMeta);
-  const size_t cpu_pattern = meta_peak([&] { gelu(x); });
-  EXPECT_EQ(cpu_pattern, 2 * blocks_of(bytes_of(shape, DType::f32)) +
-                             blocks_of(bytes_of(shape, DType::bf16)));
+  const size_t cpu_pattern = meta_peak([&] { softmax(x, -1); });
   MetaAllocatesLike guard(DeviceType::cuda);
-  EXPECT_EQ(meta_peak([&] { gelu(x); }), blocks_of(bytes_of(shape, DType::bf16)));
+  const size_t native = meta_peak([&] { softmax(x, -1); });
+  EXPECT_EQ(native, blocks_of(bytes_of(shape, DType::bf16)));
+  EXPECT_GE(cpu_pattern, native + blocks_of(bytes_of(shape, DType::f32)));
+}
+
+// The growth of the device's peak allocated bytes while fn runs.
+size_t peak_on(Device device, const std::function<void()>& fn) {
+  const size_t before = memory_allocated(device);
+  reset_peak_memory_stats(device);
+  fn();
+  return max_memory_allocated(device) - before;
+}
+
+// One code path: a real CPU run of each activation, forward and backward, allocates exactly what
+// the meta dry run plans, whichever device the dry run stands in for.
+TEST(SinglePatternActivation, ACpuRunAllocatesWhatEveryDryRunPlans) {
+  const Shape shape{7, 333};
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const char* name : {"gelu", "silu", "swiglu"}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + name);
+      auto peaks = [&](Device device) {
+        Tensor a = Tensor::ones(shape, dtype, device);
+        Tensor b = Tensor::ones(shape, dtype, device);
+        a.set_requires_grad(true);
+        b.set_requires_grad(true);
+        const std::string op = name;
+        Tensor out;
+        const size_t forward = peak_on(device, [&] {
+          out = op == "gelu" ? gelu(a) : op == "silu" ? silu(a) : swiglu(a, b);
+        });
+        const Tensor grad = Tensor::ones(shape, dtype, device);
+        const size_t backward_peak = peak_on(device, [&] { backward(out, grad); });
+        return std::pair{forward, backward_peak};
+      };
+      const auto cpu_run = peaks(kCPU);
+      EXPECT_EQ(cpu_run, peaks(kMeta));
+      MetaAllocatesLike like_cuda(DeviceType::cuda);
+      EXPECT_EQ(cpu_run, peaks(kMeta));
+    }
+  }
 }
 
 TEST(NativePatternPointwise, BinaryOpsReadBroadcastOperandsInPlace) {

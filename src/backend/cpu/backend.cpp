@@ -15,6 +15,7 @@ const bool kRegistered = [] {
   Backend backend{DeviceType::cpu};
   backend.allocator = make_allocator;
   backend.tensor_kernels = &tensor_kernels();
+  fill_activation_kernels(std::get<ActivationKernels>(backend.kernels));
   fill_norm_kernels(std::get<NormKernels>(backend.kernels));
   register_backend(backend);
   return true;

@@ -9,6 +9,7 @@ namespace headroom::cpu {
 
 const DeviceKernels& tensor_kernels();
 
-void fill_norm_kernels(NormKernels& kernels);  // norm.cpp
+void fill_activation_kernels(ActivationKernels& kernels);  // activation.cpp
+void fill_norm_kernels(NormKernels& kernels);              // norm.cpp
 
 }  // namespace headroom::cpu

@@ -50,6 +50,29 @@ class WidenRows {
   int64_t dim_ = 0;
 };
 
+// Elements [offset, offset + n) of a contiguous tensor as fp32: in place when it is f32, else
+// widened into buf.
+inline const float* widen_span(const Tensor& t, int64_t offset, int64_t n, float* buf) {
+  if (t.dtype() == DType::f32) return t.data<float>() + offset;
+  const char* base = static_cast<const char*>(t.data_ptr());
+  convert_to_f32(base + offset * static_cast<int64_t>(t.element_size()), t.dtype(), buf,
+                 static_cast<size_t>(n));
+  return buf;
+}
+
+// Where to compute elements [offset, offset + n) of t in fp32 (null for an undefined t), and
+// their rounding into t once computed (store_span).
+inline float* span_target(const Tensor& t, int64_t offset, float* buf) {
+  if (!t.defined()) return nullptr;
+  return t.dtype() == DType::f32 ? t.data<float>() + offset : buf;
+}
+inline void store_span(const Tensor& t, int64_t offset, int64_t n, const float* computed) {
+  if (!t.defined() || t.dtype() == DType::f32) return;
+  char* base = static_cast<char*>(t.data_ptr());
+  convert_from_f32(computed, base + offset * static_cast<int64_t>(t.element_size()), t.dtype(),
+                   static_cast<size_t>(n));
+}
+
 // A vector of the tensor's values as fp32 (weights, biases: read by every row): the tensor's own
 // data when it is f32, else widened once into `storage`. Null for an undefined tensor.
 inline const float* widened(const Tensor& t, std::vector<float>& storage) {
