@@ -83,18 +83,6 @@ TEST(NativePatternPointwise, ActivationsAllocateOnlyTheirOutputs) {
   }
 }
 
-TEST(NativePatternPointwise, TheCpuPatternWidensWhereTheNativeOneDoesNot) {
-  // softmax, not yet on one code path: in the CPU's pattern an fp32 copy of x and an fp32 result
-  // before the rounding.
-  const Shape shape{7, 333};
-  Tensor x = Tensor::empty(shape, DType::bf16, kMeta);
-  const size_t cpu_pattern = meta_peak([&] { softmax(x, -1); });
-  MetaAllocatesLike guard(DeviceType::cuda);
-  const size_t native = meta_peak([&] { softmax(x, -1); });
-  EXPECT_EQ(native, blocks_of(bytes_of(shape, DType::bf16)));
-  EXPECT_GE(cpu_pattern, native + blocks_of(bytes_of(shape, DType::f32)));
-}
-
 // The growth of the device's peak allocated bytes while fn runs.
 size_t peak_on(Device device, const std::function<void()>& fn) {
   const size_t before = memory_allocated(device);
@@ -103,12 +91,12 @@ size_t peak_on(Device device, const std::function<void()>& fn) {
   return max_memory_allocated(device) - before;
 }
 
-// One code path: a real CPU run of each activation, forward and backward, allocates exactly what
-// the meta dry run plans, whichever device the dry run stands in for.
-TEST(SinglePatternActivation, ACpuRunAllocatesWhatEveryDryRunPlans) {
+// One code path: a real CPU run of each activation and of softmax, forward and backward,
+// allocates exactly what the meta dry run plans, whichever device the dry run stands in for.
+TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
   const Shape shape{7, 333};
   for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    for (const char* name : {"gelu", "silu", "swiglu"}) {
+    for (const char* name : {"gelu", "silu", "swiglu", "softmax", "softmax0"}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + name);
       auto peaks = [&](Device device) {
         Tensor a = Tensor::ones(shape, dtype, device);
@@ -118,7 +106,11 @@ TEST(SinglePatternActivation, ACpuRunAllocatesWhatEveryDryRunPlans) {
         const std::string op = name;
         Tensor out;
         const size_t forward = peak_on(device, [&] {
-          out = op == "gelu" ? gelu(a) : op == "silu" ? silu(a) : swiglu(a, b);
+          out = op == "gelu"      ? gelu(a)
+                : op == "silu"    ? silu(a)
+                : op == "swiglu"  ? swiglu(a, b)
+                : op == "softmax" ? softmax(a, -1)
+                                  : softmax(a, 0);
         });
         const Tensor grad = Tensor::ones(shape, dtype, device);
         const size_t backward_peak = peak_on(device, [&] { backward(out, grad); });

@@ -17,6 +17,7 @@ const bool kRegistered = [] {
   backend.tensor_kernels = &tensor_kernels();
   fill_activation_kernels(std::get<ActivationKernels>(backend.kernels));
   fill_norm_kernels(std::get<NormKernels>(backend.kernels));
+  fill_softmax_kernels(std::get<SoftmaxKernels>(backend.kernels));
   register_backend(backend);
   return true;
 }();

@@ -11,5 +11,6 @@ const DeviceKernels& tensor_kernels();
 
 void fill_activation_kernels(ActivationKernels& kernels);  // activation.cpp
 void fill_norm_kernels(NormKernels& kernels);              // norm.cpp
+void fill_softmax_kernels(SoftmaxKernels& kernels);        // softmax.cpp
 
 }  // namespace headroom::cpu
