@@ -91,12 +91,12 @@ size_t peak_on(Device device, const std::function<void()>& fn) {
   return max_memory_allocated(device) - before;
 }
 
-// One code path: a real CPU run of each activation and of softmax, forward and backward,
+// One code path: a real CPU run of each activation, softmax and dropout, forward and backward,
 // allocates exactly what the meta dry run plans, whichever device the dry run stands in for.
 TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
   const Shape shape{7, 333};
   for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    for (const char* name : {"gelu", "silu", "swiglu", "softmax", "softmax0"}) {
+    for (const char* name : {"gelu", "silu", "swiglu", "softmax", "softmax0", "dropout"}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + name);
       auto peaks = [&](Device device) {
         Tensor a = Tensor::ones(shape, dtype, device);
@@ -110,6 +110,7 @@ TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
                 : op == "silu"    ? silu(a)
                 : op == "swiglu"  ? swiglu(a, b)
                 : op == "softmax" ? softmax(a, -1)
+                : op == "dropout" ? dropout(a, 0.25, true)
                                   : softmax(a, 0);
         });
         const Tensor grad = Tensor::ones(shape, dtype, device);
