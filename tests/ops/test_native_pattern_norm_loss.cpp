@@ -12,6 +12,7 @@
 #include "backend/norm_kernels.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
+#include "ops/device_peak.h"
 #include "ops/op_support.h"
 #include "ops/ops.h"
 
@@ -82,14 +83,6 @@ TEST(NativePatternNorm, NoPartialsWithoutWeightGradients) {
   const Tensor grad = Tensor::empty({rows, dim}, DType::bf16, kMeta);
   const Tensor out = layer_norm(x, w, Tensor());
   EXPECT_EQ(peak_growth([&] { backward(out, grad); }), block(rows * dim * 2));
-}
-
-// The growth of the device's peak allocated bytes while fn runs.
-int64_t peak_growth_on(Device device, const std::function<void()>& fn) {
-  const int64_t before = static_cast<int64_t>(memory_allocated(device));
-  reset_peak_memory_stats(device);
-  fn();
-  return static_cast<int64_t>(max_memory_allocated(device)) - before;
 }
 
 // One code path: a real CPU run allocates, forward and backward, exactly what the dry run on the

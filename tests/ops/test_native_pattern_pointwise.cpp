@@ -11,6 +11,7 @@
 #include "backend/elementwise_kernels.h"
 #include "backend/reduction_kernels.h"
 #include "memory/device_memory.h"
+#include "ops/device_peak.h"
 #include "ops/op_support.h"
 #include "ops/ops.h"
 
@@ -83,14 +84,6 @@ TEST(NativePatternPointwise, ActivationsAllocateOnlyTheirOutputs) {
   }
 }
 
-// The growth of the device's peak allocated bytes while fn runs.
-size_t peak_on(Device device, const std::function<void()>& fn) {
-  const size_t before = memory_allocated(device);
-  reset_peak_memory_stats(device);
-  fn();
-  return max_memory_allocated(device) - before;
-}
-
 // One code path: a real CPU run of each activation, softmax and dropout, forward and backward,
 // allocates exactly what the meta dry run plans, whichever device the dry run stands in for.
 TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
@@ -105,7 +98,7 @@ TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
         b.set_requires_grad(true);
         const std::string op = name;
         Tensor out;
-        const size_t forward = peak_on(device, [&] {
+        const int64_t forward = peak_growth_on(device, [&] {
           out = op == "gelu"      ? gelu(a)
                 : op == "silu"    ? silu(a)
                 : op == "swiglu"  ? swiglu(a, b)
@@ -114,7 +107,7 @@ TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
                                   : softmax(a, 0);
         });
         const Tensor grad = Tensor::ones(shape, dtype, device);
-        const size_t backward_peak = peak_on(device, [&] { backward(out, grad); });
+        const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
         return std::pair{forward, backward_peak};
       };
       const auto cpu_run = peaks(kCPU);
