@@ -118,6 +118,29 @@ TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
   }
 }
 
+TEST(SinglePatternPointwise, RotaryOnTheCpuAllocatesWhatEveryDryRunPlans) {
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const bool strided : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (strided ? " strided" : " contiguous"));
+      auto peaks = [&](Device device) {
+        // strided: [B, T, H, D] storage read as [B, H, T, D], as attention hands it over.
+        Tensor in = strided ? Tensor::ones({2, 5, 3, 8}, dtype, device).transpose(1, 2)
+                            : Tensor::ones({2, 3, 5, 8}, dtype, device);
+        in.set_requires_grad(true);
+        Tensor out;
+        const int64_t forward = peak_growth_on(device, [&] { out = rotary_embedding(in, 10000.0); });
+        const Tensor grad = Tensor::ones(out.shape(), dtype, device);
+        const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
+        return std::pair{forward, backward_peak};
+      };
+      const auto cpu_run = peaks(kCPU);
+      EXPECT_EQ(cpu_run, peaks(kMeta));
+      MetaAllocatesLike like_cuda(DeviceType::cuda);
+      EXPECT_EQ(cpu_run, peaks(kMeta));
+    }
+  }
+}
+
 TEST(NativePatternPointwise, BinaryOpsReadBroadcastOperandsInPlace) {
   const Shape a_shape{64, 1, 100}, b_shape{9, 1}, out_shape{64, 9, 100};
   for (DType dtype : kLowPrecision) {
