@@ -110,10 +110,7 @@ TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
         const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
         return std::pair{forward, backward_peak};
       };
-      const auto cpu_run = peaks(kCPU);
-      EXPECT_EQ(cpu_run, peaks(kMeta));
-      MetaAllocatesLike like_cuda(DeviceType::cuda);
-      EXPECT_EQ(cpu_run, peaks(kMeta));
+      expect_cpu_run_as_planned(peaks);
     }
   }
 }
@@ -133,10 +130,7 @@ TEST(SinglePatternPointwise, RotaryOnTheCpuAllocatesWhatEveryDryRunPlans) {
         const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
         return std::pair{forward, backward_peak};
       };
-      const auto cpu_run = peaks(kCPU);
-      EXPECT_EQ(cpu_run, peaks(kMeta));
-      MetaAllocatesLike like_cuda(DeviceType::cuda);
-      EXPECT_EQ(cpu_run, peaks(kMeta));
+      expect_cpu_run_as_planned(peaks);
     }
   }
 }
