@@ -1,9 +1,11 @@
-// gelu, silu and swiglu. Each saves only its inputs and recomputes the activation in backward, so
-// an MLP keeps no activation-sized buffer beyond what its linears already save.
+// gelu, silu and swiglu: the output or gradients in the inputs' dtypes, then the device's
+// activation kernels (backend/activation_kernels.h), the same on every device. Each saves only
+// its inputs and recomputes the activation in backward, so an MLP keeps no activation-sized
+// buffer beyond what its linears already save.
 #include "ops/activation.h"
 
 #include "autograd/function_node.h"
-#include "backend/cpu/activation.h"
+#include "backend/activation_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/op_support.h"
@@ -12,48 +14,28 @@ namespace headroom {
 
 namespace {
 
-using UnaryKernel = void (*)(const float* x, float* y, int64_t n);
-using UnaryGradKernel = void (*)(const float* x, const float* dy, float* dx, int64_t n);
-using UnaryEntry = void (*DeviceOps::*)(const Tensor& x, const Tensor& out);
-using UnaryGradEntry = void (*DeviceOps::*)(const Tensor& x, const Tensor& grad_out,
-                                            const Tensor& grad_in);
+using UnaryEntry = Kernel<void(const Tensor& x, const Tensor& out)> ActivationKernels::*;
+using UnaryGradEntry = Kernel<void(const Tensor& x, const Tensor& grad_out,
+                                   const Tensor& grad_in)> ActivationKernels::*;
 
-// A unary activation's kernels: the CPU's and the native table's entries.
+// A unary activation's entries in the activation table.
 struct UnaryKernels {
-  UnaryKernel cpu_forward;
-  UnaryGradKernel cpu_backward;
   UnaryEntry forward;
   UnaryGradEntry backward;
 };
 
+// out in x's dtype.
 Tensor unary_forward(const char* op, const UnaryKernels& kernels, const Tensor& x) {
-  const OpRoute route = op_route(op, x.device());
-  if (route.native) {
-    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (route.device) route.need(route.device->*kernels.forward)(x.contiguous(), out);
-    return out;
-  }
-  Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
-  const Tensor xf = f32_contiguous(x);
-  if (route.cpu) kernels.cpu_forward(xf.data<float>(), out.data<float>(), out.numel());
-  return to_dtype(out, x.dtype());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  need_kernel(op, x.device(), kernels.forward)(x.contiguous(), out);
+  return out;
 }
 
-// x's gradient, in x's dtype on a native device.
+// x's gradient, in x's dtype.
 Tensor unary_backward(const char* op, const UnaryKernels& kernels, const Tensor& x,
                       const Tensor& grad_out) {
-  const OpRoute route = op_route(op, grad_out.device());
-  if (route.native) {
-    Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (route.device) {
-      route.need(route.device->*kernels.backward)(x.contiguous(), grad_out.contiguous(), gx);
-    }
-    return gx;
-  }
-  const Tensor g = f32_contiguous(grad_out);
-  const Tensor xf = f32_contiguous(x);
-  Tensor gx = Tensor::empty(xf.shape(), DType::f32, g.device());
-  if (route.cpu) kernels.cpu_backward(xf.data<float>(), g.data<float>(), gx.data<float>(), gx.numel());
+  Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  need_kernel(op, grad_out.device(), kernels.backward)(x.contiguous(), grad_out.contiguous(), gx);
   return gx;
 }
 
@@ -77,15 +59,13 @@ Tensor unary_activation(const char* op, const char* node_name, const UnaryKernel
 
 Tensor gelu(const Tensor& x) {
   return unary_activation("gelu", "GeluBackward0",
-                          {cpu::gelu_forward, cpu::gelu_backward, &DeviceOps::gelu_forward,
-                           &DeviceOps::gelu_backward},
+                          {&ActivationKernels::gelu_forward, &ActivationKernels::gelu_backward},
                           x);
 }
 
 Tensor silu(const Tensor& x) {
   return unary_activation("silu", "SiluBackward0",
-                          {cpu::silu_forward, cpu::silu_backward, &DeviceOps::silu_forward,
-                           &DeviceOps::silu_backward},
+                          {&ActivationKernels::silu_forward, &ActivationKernels::silu_backward},
                           x);
 }
 
@@ -99,53 +79,27 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
                              " must have the same shape"));
   }
   const DType out_dtype = gate.dtype() == up.dtype() ? gate.dtype() : DType::f32;
-  const OpRoute route = op_route("swiglu", gate.device());
-  Tensor out;
-  if (route.native) {
-    out = Tensor::empty(gate.shape(), out_dtype, gate.device());
-    if (route.device) route.need(route.device->swiglu_forward)(gate.contiguous(), up.contiguous(), out);
-  } else {
-    out = Tensor::empty(gate.shape(), DType::f32, gate.device());
-    const Tensor gf = f32_contiguous(gate);
-    const Tensor uf = f32_contiguous(up);
-    if (route.cpu) {
-      cpu::swiglu_forward(gf.data<float>(), uf.data<float>(), out.data<float>(), out.numel());
-    }
-    out = to_dtype(out, out_dtype);
-  }
+  Tensor out = Tensor::empty(gate.shape(), out_dtype, gate.device());
+  need_kernel("swiglu", gate.device(), &ActivationKernels::swiglu_forward)(gate.contiguous(),
+                                                                          up.contiguous(), out);
   if (auto node = make_function_node("SwigluBackward0", {gate, up})) {
     node->save(gate);
     node->save(up);
     node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
-      const OpRoute back = op_route("swiglu backward", ctx.grad_output().device());
-      if (back.native) {
-        const Tensor& gate_saved = ctx.saved(0);
-        const Tensor& up_saved = ctx.saved(1);
-        Tensor d_gate, d_up;
-        if (ctx.needs_input_grad(0)) {
-          d_gate = Tensor::empty(gate_saved.shape(), gate_saved.dtype(), gate_saved.device());
-        }
-        if (ctx.needs_input_grad(1)) {
-          d_up = Tensor::empty(up_saved.shape(), up_saved.dtype(), up_saved.device());
-        }
-        if (back.device) {
-          back.need(back.device->swiglu_backward)(gate_saved.contiguous(), up_saved.contiguous(),
-                                                  ctx.grad_output().contiguous(), d_gate, d_up);
-        }
-        return {d_gate, d_up};
-      }
-      const Tensor g = f32_contiguous(ctx.grad_output());
-      const Tensor gate_f = f32_contiguous(ctx.saved(0));
-      const Tensor up_f = f32_contiguous(ctx.saved(1));
-      const Device device = g.device();
+      const Tensor& gate_saved = ctx.saved(0);
+      const Tensor& up_saved = ctx.saved(1);
       Tensor d_gate, d_up;
-      if (ctx.needs_input_grad(0)) d_gate = Tensor::empty(g.shape(), DType::f32, device);
-      if (ctx.needs_input_grad(1)) d_up = Tensor::empty(g.shape(), DType::f32, device);
-      if (back.cpu) {
-        cpu::swiglu_backward(gate_f.data<float>(), up_f.data<float>(), g.data<float>(),
-                             d_gate.defined() ? d_gate.data<float>() : nullptr,
-                             d_up.defined() ? d_up.data<float>() : nullptr, g.numel());
+      if (ctx.needs_input_grad(0)) {
+        d_gate = Tensor::empty(gate_saved.shape(), gate_saved.dtype(), gate_saved.device());
       }
+      if (ctx.needs_input_grad(1)) {
+        d_up = Tensor::empty(up_saved.shape(), up_saved.dtype(), up_saved.device());
+      }
+      need_kernel("swiglu backward", ctx.grad_output().device(),
+                  &ActivationKernels::swiglu_backward)(gate_saved.contiguous(),
+                                                       up_saved.contiguous(),
+                                                       ctx.grad_output().contiguous(), d_gate,
+                                                       d_up);
       return {d_gate, d_up};
     });
     node->set_outputs({out});

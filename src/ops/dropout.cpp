@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "autograd/function_node.h"
-#include "backend/cpu/dropout.h"
+#include "backend/dropout_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/op_support.h"
@@ -29,23 +29,12 @@ struct DropoutMask {
   float scale;         // 1 / (1 - p); 0 when p == 1, so nothing is scaled by infinity
 };
 
-// x with the mask applied: in `dtype` on a native device, in f32 on the CPU (the caller rounds).
+// x with the mask applied, in `dtype`.
 Tensor dropout_apply(const Tensor& x, const DropoutMask& mask, DType dtype) {
-  const OpRoute route = op_route("dropout", x.device());
-  if (route.native) {
-    Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-    if (route.device) {
-      route.need(route.device->dropout)(x.contiguous(), mask.rng.seed, mask.rng.offset,
-                                        mask.threshold, mask.scale, out);
-    }
-    return out;
-  }
-  Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
-  const Tensor xf = f32_contiguous(x);
-  if (route.cpu) {
-    cpu::dropout_apply(xf.data<float>(), out.data<float>(), out.numel(), mask.rng.seed,
-                       mask.rng.offset, mask.threshold, mask.scale);
-  }
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  need_kernel("dropout", x.device(), &DropoutKernels::apply)(x.contiguous(), mask.rng.seed,
+                                                             mask.rng.offset, mask.threshold,
+                                                             mask.scale, out);
   return out;
 }
 
@@ -63,7 +52,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   mask.threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));  // 2^24
   mask.scale = p == 1.0 ? 0.0f : static_cast<float>(1.0 / (1.0 - p));
   const DType dtype = x.dtype();
-  Tensor out = to_dtype(dropout_apply(x, mask, dtype), dtype);
+  Tensor out = dropout_apply(x, mask, dtype);
   if (auto node = make_function_node("DropoutBackward0", {x})) {
     node->set_backward([mask, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
       return {dropout_apply(ctx.grad_output(), mask, dtype)};

@@ -9,12 +9,12 @@
 
 #include "amp/autocast.h"
 #include "autograd/engine.h"
-#include "backend/cpu/norm.h"
-#include "backend/device_ops.h"
+#include "backend/norm_kernels.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
-#include "ops/ops.h"
+#include "ops/device_peak.h"
 #include "ops/op_support.h"
+#include "ops/ops.h"
 
 namespace headroom {
 namespace {
@@ -36,12 +36,6 @@ Tensor meta_input(const Shape& shape, DType dtype, bool requires_grad = true) {
   return t;
 }
 
-// The row blocks of the CUDA norm backward's partial sums, as the op plans them.
-int64_t cuda_norm_blocks(int64_t rows) {
-  const DeviceOps* ops = find_device_ops(DeviceType::cuda);
-  return ops && ops->norm_backward_blocks ? ops->norm_backward_blocks(rows)
-                                          : cpu::norm_backward_blocks(rows);
-}
 
 TEST(NativePatternNorm, LayerNormBf16AllocatesOutputsStatisticsAndGradientsOnly) {
   MetaAllocatesLike guard(DeviceType::cuda);
@@ -56,7 +50,7 @@ TEST(NativePatternNorm, LayerNormBf16AllocatesOutputsStatisticsAndGradientsOnly)
             block(rows * dim * 2) + 2 * block(rows * 4));
   EXPECT_EQ(out.dtype(), DType::bf16);
   // dx in bf16; dweight, dbias and the partials in f32, all alive in the kernel's call.
-  const int64_t partial = block(cuda_norm_blocks(rows) * 2 * dim * 4);
+  const int64_t partial = block(norm_backward_blocks(rows) * 2 * dim * 4);
   EXPECT_EQ(peak_growth([&] { backward(out, grad); }),
             block(rows * dim * 2) + 2 * block(dim * 4) + partial);
   EXPECT_EQ(x.grad().dtype(), DType::bf16);
@@ -73,7 +67,7 @@ TEST(NativePatternNorm, RmsNormF16WithF32WeightKeepsXsDtype) {
   Tensor out;
   EXPECT_EQ(peak_growth([&] { out = rms_norm(x, w); }), block(rows * dim * 2) + block(rows * 4));
   EXPECT_EQ(out.dtype(), DType::f16);
-  const int64_t partial = block(cuda_norm_blocks(rows) * 2 * dim * 4);
+  const int64_t partial = block(norm_backward_blocks(rows) * 2 * dim * 4);
   EXPECT_EQ(peak_growth([&] { backward(out, grad); }),
             block(rows * dim * 2) + block(dim * 4) + partial);
   EXPECT_EQ(x.grad().dtype(), DType::f16);
@@ -91,19 +85,29 @@ TEST(NativePatternNorm, NoPartialsWithoutWeightGradients) {
   EXPECT_EQ(peak_growth([&] { backward(out, grad); }), block(rows * dim * 2));
 }
 
-// The same op in the CPU's pattern widens x to f32: the native plan is smaller.
-TEST(NativePatternNorm, CpuPatternWidensWhereTheNativeOneDoesNot) {
-  const int64_t rows = 64, dim = 256;
-  auto forward_peak = [&] {
-    const Tensor x = meta_input({rows, dim}, DType::bf16);
-    const Tensor w = meta_input({dim}, DType::bf16);
-    return peak_growth([&] { Tensor out = layer_norm(x, w, Tensor()); });
-  };
-  const int64_t cpu_pattern = forward_peak();
-  MetaAllocatesLike guard(DeviceType::cuda);
-  const int64_t native = forward_peak();
-  EXPECT_EQ(native, block(rows * dim * 2) + 2 * block(rows * 4));
-  EXPECT_GE(cpu_pattern, native + rows * dim * 4);
+// One code path: a real CPU run allocates, forward and backward, exactly what the dry run on the
+// meta device plans, and the dry run is the same whichever device it stands in for.
+TEST(SinglePatternNorm, ACpuRunAllocatesWhatEveryDryRunPlans) {
+  const int64_t rows = 40, dim = 96;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const bool centred : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (centred ? " layer_norm" : " rms_norm"));
+      auto peaks = [&](Device device) {
+        Tensor x = Tensor::zeros({rows, dim}, dtype, device);
+        Tensor w = Tensor::ones({dim}, dtype, device);
+        Tensor b = Tensor::zeros({dim}, dtype, device);
+        const Tensor grad = Tensor::ones({rows, dim}, dtype, device);
+        for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+        Tensor out;
+        const int64_t forward = peak_growth_on(device, [&] {
+          out = centred ? layer_norm(x, w, b) : rms_norm(x, w);
+        });
+        const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
+        return std::pair{forward, backward_peak};
+      };
+      expect_cpu_run_as_planned(peaks);
+    }
+  }
 }
 
 TEST(NativePatternLoss, CrossEntropyBf16HasNoF32CopyOfTheLogits) {

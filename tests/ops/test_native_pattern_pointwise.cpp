@@ -8,8 +8,10 @@
 #include <functional>
 
 #include "autograd/engine.h"
-#include "backend/device_ops.h"
+#include "backend/elementwise_kernels.h"
+#include "backend/reduction_kernels.h"
 #include "memory/device_memory.h"
+#include "ops/device_peak.h"
 #include "ops/op_support.h"
 #include "ops/ops.h"
 
@@ -82,15 +84,55 @@ TEST(NativePatternPointwise, ActivationsAllocateOnlyTheirOutputs) {
   }
 }
 
-TEST(NativePatternPointwise, TheCpuPatternWidensWhereTheNativeOneDoesNot) {
-  // The same gelu in the CPU's pattern: an fp32 copy of x and an fp32 result before the rounding.
+// One code path: a real CPU run of each activation, softmax and dropout, forward and backward,
+// allocates exactly what the meta dry run plans, whichever device the dry run stands in for.
+TEST(SinglePatternPointwise, ACpuRunAllocatesWhatEveryDryRunPlans) {
   const Shape shape{7, 333};
-  Tensor x = Tensor::empty(shape, DType::bf16, kMeta);
-  const size_t cpu_pattern = meta_peak([&] { gelu(x); });
-  EXPECT_EQ(cpu_pattern, 2 * blocks_of(bytes_of(shape, DType::f32)) +
-                             blocks_of(bytes_of(shape, DType::bf16)));
-  MetaAllocatesLike guard(DeviceType::cuda);
-  EXPECT_EQ(meta_peak([&] { gelu(x); }), blocks_of(bytes_of(shape, DType::bf16)));
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const char* name : {"gelu", "silu", "swiglu", "softmax", "softmax0", "dropout"}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + name);
+      auto peaks = [&](Device device) {
+        Tensor a = Tensor::ones(shape, dtype, device);
+        Tensor b = Tensor::ones(shape, dtype, device);
+        a.set_requires_grad(true);
+        b.set_requires_grad(true);
+        const std::string op = name;
+        Tensor out;
+        const int64_t forward = peak_growth_on(device, [&] {
+          out = op == "gelu"      ? gelu(a)
+                : op == "silu"    ? silu(a)
+                : op == "swiglu"  ? swiglu(a, b)
+                : op == "softmax" ? softmax(a, -1)
+                : op == "dropout" ? dropout(a, 0.25, true)
+                                  : softmax(a, 0);
+        });
+        const Tensor grad = Tensor::ones(shape, dtype, device);
+        const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
+        return std::pair{forward, backward_peak};
+      };
+      expect_cpu_run_as_planned(peaks);
+    }
+  }
+}
+
+TEST(SinglePatternPointwise, RotaryOnTheCpuAllocatesWhatEveryDryRunPlans) {
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const bool strided : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (strided ? " strided" : " contiguous"));
+      auto peaks = [&](Device device) {
+        // strided: [B, T, H, D] storage read as [B, H, T, D], as attention hands it over.
+        Tensor in = strided ? Tensor::ones({2, 5, 3, 8}, dtype, device).transpose(1, 2)
+                            : Tensor::ones({2, 3, 5, 8}, dtype, device);
+        in.set_requires_grad(true);
+        Tensor out;
+        const int64_t forward = peak_growth_on(device, [&] { out = rotary_embedding(in, 10000.0); });
+        const Tensor grad = Tensor::ones(out.shape(), dtype, device);
+        const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
+        return std::pair{forward, backward_peak};
+      };
+      expect_cpu_run_as_planned(peaks);
+    }
+  }
 }
 
 TEST(NativePatternPointwise, BinaryOpsReadBroadcastOperandsInPlace) {

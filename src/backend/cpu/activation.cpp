@@ -1,8 +1,16 @@
-// Activation kernels on backend/cpu/pointwise_simd.h: each public kernel splits its array over
-// threads and runs a loop that has an AVX-512 clone (Note [AVX-512 clones of point-wise loops]).
-#include "backend/cpu/activation.h"
+// The CPU's activation kernels (backend/activation_kernels.h) on backend/cpu/pointwise_simd.h:
+// each entry splits its tensors over threads and runs loops that have an AVX-512 clone (Note
+// [AVX-512 clones of point-wise loops]), on tensors in their own dtypes: f32 operands in place,
+// bf16 / f16 ones widened kWiden elements at a time and outputs rounded once on store, as the
+// CUDA kernels load and store them.
+#include <algorithm>
+#include <array>
 
+#include "backend/activation_kernels.h"
+#include "backend/cpu/backend_parts.h"
+#include "backend/cpu/denormals.h"
 #include "backend/cpu/pointwise_simd.h"
+#include "backend/cpu/widen_rows.h"
 
 namespace headroom::cpu {
 
@@ -76,40 +84,76 @@ HEADROOM_SIMD_CLONES void swiglu_backward_range(const float* gate, const float* 
   }
 }
 
+constexpr int64_t kWiden = 4096;  // elements widened at a time: the thread's scratch stays in L1/L2
+
+// range(inputs, outputs, n) over contiguous tensors of one size (in[0]'s), kWiden elements at a
+// time; an undefined output gets null pointers.
+template <size_t kIn, size_t kOut, typename Range>
+void map_widened(const std::array<const Tensor*, kIn>& in,
+                 const std::array<const Tensor*, kOut>& out, Range range) {
+  ensure_flush_denormal();
+  parallel_ranges(in[0]->numel(), kGrain, 1, [&](int64_t b, int64_t e) {
+    float* scratch = thread_scratch(static_cast<int64_t>(kIn + kOut) * kWiden);
+    for (int64_t c = b; c < e; c += kWiden) {
+      const int64_t m = std::min(kWiden, e - c);
+      std::array<const float*, kIn> ip;
+      std::array<float*, kOut> op;
+      for (size_t k = 0; k < kIn; ++k) ip[k] = widen_span(*in[k], c, m, scratch + k * kWiden);
+      for (size_t k = 0; k < kOut; ++k) op[k] = span_target(*out[k], c, scratch + (kIn + k) * kWiden);
+      range(ip, op, m);
+      for (size_t k = 0; k < kOut; ++k) store_span(*out[k], c, m, op[k]);
+    }
+  });
+}
+
+void gelu_forward(const Tensor& x, const Tensor& out) {
+  map_widened<1, 1>({&x}, {&out}, [](auto ip, auto op, int64_t n) {
+    gelu_forward_range(ip[0], op[0], n);
+  });
+}
+
+void gelu_backward(const Tensor& x, const Tensor& grad_out, const Tensor& grad_in) {
+  map_widened<2, 1>({&x, &grad_out}, {&grad_in}, [](auto ip, auto op, int64_t n) {
+    gelu_backward_range(ip[0], ip[1], op[0], n);
+  });
+}
+
+void silu_forward(const Tensor& x, const Tensor& out) {
+  map_widened<1, 1>({&x}, {&out}, [](auto ip, auto op, int64_t n) {
+    silu_forward_range(ip[0], op[0], n);
+  });
+}
+
+void silu_backward(const Tensor& x, const Tensor& grad_out, const Tensor& grad_in) {
+  map_widened<2, 1>({&x, &grad_out}, {&grad_in}, [](auto ip, auto op, int64_t n) {
+    silu_backward_range(ip[0], ip[1], op[0], n);
+  });
+}
+
+void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  map_widened<2, 1>({&gate, &up}, {&out}, [](auto ip, auto op, int64_t n) {
+    swiglu_forward_range(ip[0], ip[1], op[0], n);
+  });
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad_out,
+                     const Tensor& grad_gate, const Tensor& grad_up) {
+  if (!grad_gate.defined() && !grad_up.defined()) return;
+  map_widened<3, 2>({&gate, &up, &grad_out}, {&grad_gate, &grad_up},
+                    [](auto ip, auto op, int64_t n) {
+                      swiglu_backward_range(ip[0], ip[1], ip[2], op[0], op[1], n);
+                    });
+}
+
 }  // namespace
 
-void gelu_forward(const float* x, float* y, int64_t n) {
-  parallel_ranges(n, kGrain, 1, [&](int64_t b, int64_t e) { gelu_forward_range(x + b, y + b, e - b); });
-}
-
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  parallel_ranges(n, kGrain, 1, [&](int64_t b, int64_t e) {
-    gelu_backward_range(x + b, dy + b, dx + b, e - b);
-  });
-}
-
-void silu_forward(const float* x, float* y, int64_t n) {
-  parallel_ranges(n, kGrain, 1, [&](int64_t b, int64_t e) { silu_forward_range(x + b, y + b, e - b); });
-}
-
-void silu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  parallel_ranges(n, kGrain, 1, [&](int64_t b, int64_t e) {
-    silu_backward_range(x + b, dy + b, dx + b, e - b);
-  });
-}
-
-void swiglu_forward(const float* gate, const float* up, float* out, int64_t n) {
-  parallel_ranges(n, kGrain, 1, [&](int64_t b, int64_t e) {
-    swiglu_forward_range(gate + b, up + b, out + b, e - b);
-  });
-}
-
-void swiglu_backward(const float* gate, const float* up, const float* d_out, float* d_gate,
-                     float* d_up, int64_t n) {
-  parallel_ranges(n, kGrain, 1, [&](int64_t b, int64_t e) {
-    swiglu_backward_range(gate + b, up + b, d_out + b, d_gate ? d_gate + b : nullptr,
-                          d_up ? d_up + b : nullptr, e - b);
-  });
+void fill_activation_kernels(ActivationKernels& kernels) {
+  kernels.gelu_forward = gelu_forward;
+  kernels.gelu_backward = gelu_backward;
+  kernels.silu_forward = silu_forward;
+  kernels.silu_backward = silu_backward;
+  kernels.swiglu_forward = swiglu_forward;
+  kernels.swiglu_backward = swiglu_backward;
 }
 
 }  // namespace headroom::cpu

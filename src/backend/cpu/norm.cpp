@@ -1,11 +1,18 @@
-// LayerNorm / RMSNorm kernels: two passes over a row for the statistics (the row stays in cache),
-// one to write it. Row bodies are templates on the presence of weight / bias so that the inner
-// loops carry no branches.
-#include "backend/cpu/norm.h"
-
+// The CPU's norm kernels (backend/norm_kernels.h): LayerNorm / RMSNorm over the last dimension
+// on tensors in their own dtypes, each row widened to fp32 as it is read and rounded once as it
+// is written (backend/cpu/widen_rows.h). Two passes over a row for the statistics (the row stays
+// in cache), one to write it. Row bodies are templates on the presence of weight / bias so that
+// the inner loops carry no branches. Backward reduces weight / bias gradients over rows in a
+// fixed order (per-block partial sums, then a sum over blocks), so results repeat bit for bit.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "backend/cpu/backend_parts.h"
+#include "backend/cpu/denormals.h"
 #include "backend/cpu/norm_rows.h"
+#include "backend/cpu/widen_rows.h"
+#include "backend/norm_kernels.h"
 
 namespace headroom::cpu {
 
@@ -60,10 +67,10 @@ HEADROOM_ROW_INLINE inline void backward_dx(const float* dy, const float* x, con
 // One block of rows of the backward: dx, and the block's partial sums of dy * x-hat (and dy).
 // layer_norm subtracts the mean (kCentred); rms_norm does not.
 template <bool kCentred, bool kWeight>
-HEADROOM_ROW_INLINE inline void backward_block(const float* dy, const float* x, const float* weight,
-                                               const float* mean, const float* rstd, int64_t begin,
-                                               int64_t end, int64_t dim, float* dx,
-                                               float* partial) {
+HEADROOM_ROW_INLINE inline void backward_block(const WidenRows& dy, const WidenRows& x,
+                                               const float* weight, const float* mean,
+                                               const float* rstd, int64_t begin, int64_t end,
+                                               int64_t dim, const WidenRows& dx, float* partial) {
   const float inv_dim = 1.0f / static_cast<float>(dim);
   float* pw = partial;
   float* pb = partial ? partial + dim : nullptr;
@@ -71,22 +78,24 @@ HEADROOM_ROW_INLINE inline void backward_block(const float* dy, const float* x, 
 #pragma omp simd
     for (int64_t j = 0; j < 2 * dim; ++j) partial[j] = 0.0f;
   }
+  float* scratch = thread_scratch(3 * dim);
   for (int64_t r = begin; r < end; ++r) {
-    const float* dyr = dy + r * dim;
-    const float* xr = x + r * dim;
+    const float* dyr = dy.read(r, scratch);
+    const float* xr = x.read(r, scratch + dim);
     const float shift = kCentred ? mean[r] : 0.0f;
     const float rs = rstd[r];
-    if (dx) {
+    if (dx.defined()) {
+      float* dxr = dx.target(r, scratch + 2 * dim);
       float sum_g, sum_gx;
       backward_sums<kWeight>(dyr, xr, weight, shift, rs, dim, sum_g, sum_gx);
       const float mean_g = kCentred ? sum_g * inv_dim : 0.0f, mean_gx = sum_gx * inv_dim;
       if (partial) {
-        backward_dx<kWeight, true>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dx + r * dim,
-                                   pw, pb);
+        backward_dx<kWeight, true>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dxr, pw, pb);
       } else {
-        backward_dx<kWeight, false>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dx + r * dim,
-                                    pw, pb);
+        backward_dx<kWeight, false>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dxr, pw,
+                                    pb);
       }
+      dx.store(r, dxr);
     } else if (partial) {
 #pragma omp simd
       for (int64_t j = 0; j < dim; ++j) {
@@ -112,36 +121,50 @@ void reduce_partials(const float* partial, int64_t blocks, int64_t dim, float* d
   }
 }
 
+// The rows and row length of a norm's x (contiguous, last dimension > 0).
+int64_t row_count(const Tensor& x) { return x.numel() / x.size(-1); }
+
+float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
 template <bool kCentred>
-void norm_backward(const float* dy, const float* x, const float* weight, const float* mean,
-                   const float* rstd, int64_t rows, int64_t dim, float* dx, float* dweight,
-                   float* dbias, float* partial) {
-  if (!dweight && !dbias) partial = nullptr;
+void norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                   const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                   const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
+  ensure_flush_denormal();
+  const int64_t dim = x.size(-1), rows = row_count(x);
+  std::vector<float> weight_f32;
+  const float* w = widened(weight, weight_f32);
+  const WidenRows dys(grad_out, dim), xs(x, dim), dxs(dx, dim);
+  const float* mp = kCentred ? mean.data<float>() : nullptr;
+  const float* rp = rstd.data<float>();
+  float* pp = dweight.defined() || dbias.defined() ? partial.data<float>() : nullptr;
   const int64_t blocks = norm_backward_blocks(rows);
   for_each_row(blocks, rows * dim, [&](int64_t b) HEADROOM_ROW_INLINE {
     const int64_t begin = b * rows / blocks, end = (b + 1) * rows / blocks;
-    float* block_partial = partial ? partial + b * 2 * dim : nullptr;
-    if (weight) {
-      backward_block<kCentred, true>(dy, x, weight, mean, rstd, begin, end, dim, dx, block_partial);
+    float* block_partial = pp ? pp + b * 2 * dim : nullptr;
+    if (w) {
+      backward_block<kCentred, true>(dys, xs, w, mp, rp, begin, end, dim, dxs, block_partial);
     } else {
-      backward_block<kCentred, false>(dy, x, weight, mean, rstd, begin, end, dim, dx,
-                                      block_partial);
+      backward_block<kCentred, false>(dys, xs, w, mp, rp, begin, end, dim, dxs, block_partial);
     }
   });
-  if (partial) reduce_partials(partial, blocks, dim, dweight, dbias);
+  if (pp) reduce_partials(pp, blocks, dim, data_or_null(dweight), data_or_null(dbias));
 }
 
-}  // namespace
-
-int64_t norm_backward_blocks(int64_t rows) {
-  return std::max<int64_t>(1, std::min<int64_t>(rows, 32));
-}
-
-void layer_norm_forward(const float* x, const float* weight, const float* bias, int64_t rows,
-                        int64_t dim, float eps, float* y, float* mean, float* rstd) {
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                        const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+  ensure_flush_denormal();
+  const int64_t dim = x.size(-1), rows = row_count(x);
+  std::vector<float> weight_f32, bias_f32;
+  const float* w = widened(weight, weight_f32);
+  const float* bias_data = widened(bias, bias_f32);
+  const WidenRows xs(x, dim), ys(out, dim);
+  float* mp = mean.data<float>();
+  float* rp = rstd.data<float>();
   const float inv_dim = 1.0f / static_cast<float>(dim);
   for_each_row(rows, rows * dim, [&](int64_t r) HEADROOM_ROW_INLINE {
-    const float* xr = x + r * dim;
+    float* scratch = thread_scratch(2 * dim);
+    const float* xr = xs.read(r, scratch);
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < dim; ++j) s += xr[j];
@@ -153,48 +176,68 @@ void layer_norm_forward(const float* x, const float* weight, const float* bias, 
       v += d * d;
     }
     const float rs = 1.0f / std::sqrt(v * inv_dim + eps);
-    mean[r] = m;
-    rstd[r] = rs;
-    float* yr = y + r * dim;
-    if (weight && bias) {
-      affine_row<true, true>(xr, weight, bias, m, rs, dim, yr);
-    } else if (weight) {
-      affine_row<true, false>(xr, weight, bias, m, rs, dim, yr);
-    } else if (bias) {
-      affine_row<false, true>(xr, weight, bias, m, rs, dim, yr);
+    mp[r] = m;
+    rp[r] = rs;
+    float* yr = ys.target(r, scratch + dim);
+    if (w && bias_data) {
+      affine_row<true, true>(xr, w, bias_data, m, rs, dim, yr);
+    } else if (w) {
+      affine_row<true, false>(xr, w, bias_data, m, rs, dim, yr);
+    } else if (bias_data) {
+      affine_row<false, true>(xr, w, bias_data, m, rs, dim, yr);
     } else {
-      affine_row<false, false>(xr, weight, bias, m, rs, dim, yr);
+      affine_row<false, false>(xr, w, bias_data, m, rs, dim, yr);
     }
+    ys.store(r, yr);
   });
 }
 
-void layer_norm_backward(const float* dy, const float* x, const float* weight, const float* mean,
-                         const float* rstd, int64_t rows, int64_t dim, float* dx, float* dweight,
-                         float* dbias, float* partial) {
-  norm_backward<true>(dy, x, weight, mean, rstd, rows, dim, dx, dweight, dbias, partial);
+void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                         const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
+  norm_backward<true>(grad_out, x, weight, mean, rstd, dx, dweight, dbias, partial);
 }
 
-void rms_norm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                      float* y, float* rstd) {
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,
+                      const Tensor& rstd) {
+  ensure_flush_denormal();
+  const int64_t dim = x.size(-1), rows = row_count(x);
+  std::vector<float> weight_f32;
+  const float* w = widened(weight, weight_f32);
+  const WidenRows xs(x, dim), ys(out, dim);
+  float* rp = rstd.data<float>();
   const float inv_dim = 1.0f / static_cast<float>(dim);
   for_each_row(rows, rows * dim, [&](int64_t r) HEADROOM_ROW_INLINE {
-    const float* xr = x + r * dim;
+    float* scratch = thread_scratch(2 * dim);
+    const float* xr = xs.read(r, scratch);
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < dim; ++j) s += xr[j] * xr[j];
     const float rs = 1.0f / std::sqrt(s * inv_dim + eps);
-    rstd[r] = rs;
-    if (weight) {
-      affine_row<true, false>(xr, weight, nullptr, 0.0f, rs, dim, y + r * dim);
+    rp[r] = rs;
+    float* yr = ys.target(r, scratch + dim);
+    if (w) {
+      affine_row<true, false>(xr, w, nullptr, 0.0f, rs, dim, yr);
     } else {
-      affine_row<false, false>(xr, weight, nullptr, 0.0f, rs, dim, y + r * dim);
+      affine_row<false, false>(xr, w, nullptr, 0.0f, rs, dim, yr);
     }
+    ys.store(r, yr);
   });
 }
 
-void rms_norm_backward(const float* dy, const float* x, const float* weight, const float* rstd,
-                       int64_t rows, int64_t dim, float* dx, float* dweight, float* partial) {
-  norm_backward<false>(dy, x, weight, nullptr, rstd, rows, dim, dx, dweight, nullptr, partial);
+void rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                       const Tensor& partial) {
+  norm_backward<false>(grad_out, x, weight, Tensor(), rstd, dx, dweight, Tensor(), partial);
+}
+
+}  // namespace
+
+void fill_norm_kernels(NormKernels& kernels) {
+  kernels.layer_norm_forward = layer_norm_forward;
+  kernels.layer_norm_backward = layer_norm_backward;
+  kernels.rms_norm_forward = rms_norm_forward;
+  kernels.rms_norm_backward = rms_norm_backward;
 }
 
 }  // namespace headroom::cpu

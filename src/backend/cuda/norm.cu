@@ -9,7 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/row_access.h"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 
 namespace headroom::cuda {
 namespace {
@@ -19,8 +19,6 @@ constexpr int kBackwardThreads = 256;
 constexpr int kBackwardWarps = kBackwardThreads / kWarpSize;
 // Rows per backward block, and the most blocks: ~16K tokens fill 512 blocks, about four per SM
 // of an H100, while the partials ([blocks, 2, dim] f32) stay a fraction of the activations.
-constexpr int64_t kRowsPerBackwardBlock = 16;
-constexpr int64_t kMaxBackwardBlocks = 512;
 // A block keeps its partial sums in shared memory up to this size (dim <= 5120), else in its
 // slice of the partial buffer in global memory (each column is owned by one thread either way).
 constexpr size_t kMaxSharedPartialBytes = 40 << 10;
@@ -199,11 +197,6 @@ __global__ void reduce_partials_kernel(const float* partial, int64_t blocks, int
   }
 }
 
-int64_t norm_backward_blocks(int64_t rows) {
-  return std::clamp<int64_t>((rows + kRowsPerBackwardBlock - 1) / kRowsPerBackwardBlock, 1,
-                             kMaxBackwardBlocks);
-}
-
 struct RowShape {
   int64_t rows;
   int64_t dim;
@@ -367,15 +360,13 @@ void rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& we
                 partial);
 }
 
-const bool kRegistered = [] {
-  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
-  ops.norm_backward_blocks = norm_backward_blocks;
-  ops.layer_norm_forward = layer_norm_forward;
-  ops.layer_norm_backward = layer_norm_backward;
-  ops.rms_norm_forward = rms_norm_forward;
-  ops.rms_norm_backward = rms_norm_backward;
-  return true;
-}();
-
 }  // namespace
+
+void fill_norm_kernels(NormKernels& kernels) {
+  kernels.layer_norm_forward = layer_norm_forward;
+  kernels.layer_norm_backward = layer_norm_backward;
+  kernels.rms_norm_forward = rms_norm_forward;
+  kernels.rms_norm_backward = rms_norm_backward;
+}
+
 }  // namespace headroom::cuda

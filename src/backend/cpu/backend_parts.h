@@ -1,0 +1,18 @@
+// The parts of the CPU backend that backend/cpu/backend.cpp registers together: the Tensor kernels
+// and the fill functions of the op kernel tables (Note [Kernel tables]).
+#pragma once
+
+#include "backend/backend.h"
+#include "core/device_kernels.h"
+
+namespace headroom::cpu {
+
+const DeviceKernels& tensor_kernels();
+
+void fill_activation_kernels(ActivationKernels& kernels);  // activation.cpp
+void fill_dropout_kernels(DropoutKernels& kernels);        // dropout.cpp
+void fill_norm_kernels(NormKernels& kernels);              // norm.cpp
+void fill_rotary_kernels(RotaryKernels& kernels);          // rotary.cpp
+void fill_softmax_kernels(SoftmaxKernels& kernels);        // softmax.cpp
+
+}  // namespace headroom::cpu

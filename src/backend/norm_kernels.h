@@ -1,0 +1,43 @@
+// The normalisations' kernel table (Note [Kernel tables] in backend/kernel_table.h): layer norm and
+// RMS norm over the last dimension, statistics f32, one per row.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/kernel_table.h"
+#include "core/tensor.h"
+
+namespace headroom {
+
+// Row blocks of the backward's partial weight / bias sums: partial is
+// [norm_backward_blocks(rows), 2, dim] f32 on every device, a function of the rows alone, so
+// that results repeat on every GPU and a dry run plans the same bytes for every device. 16 rows
+// a block keeps a GPU's blocks busy; the CPU runs the blocks as its parallel units.
+inline constexpr int64_t kNormRowsPerBackwardBlock = 16;
+inline constexpr int64_t kNormMaxBackwardBlocks = 512;
+inline int64_t norm_backward_blocks(int64_t rows) {
+  return std::clamp<int64_t>((rows + kNormRowsPerBackwardBlock - 1) / kNormRowsPerBackwardBlock, 1,
+                             kNormMaxBackwardBlocks);
+}
+
+struct NormKernels {
+  static constexpr const char* kName = "norm";
+
+  Kernel<void(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+              const Tensor& out, const Tensor& mean, const Tensor& rstd)>
+      layer_norm_forward{"layer_norm_forward"};
+  // dweight / dbias are f32; dx in its own dtype.
+  Kernel<void(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+              const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+              const Tensor& partial)>
+      layer_norm_backward{"layer_norm_backward"};
+  Kernel<void(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,
+              const Tensor& rstd)>
+      rms_norm_forward{"rms_norm_forward"};
+  Kernel<void(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+              const Tensor& dx, const Tensor& dweight, const Tensor& partial)>
+      rms_norm_backward{"rms_norm_backward"};
+};
+
+}  // namespace headroom
