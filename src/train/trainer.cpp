@@ -277,7 +277,7 @@ std::string Trainer::save_checkpoint() {
   last_saved_step_ = global_step_;
   if (args_.save_total_limit) {
     for (const std::string& deleted : rotate_checkpoints(args_.output_dir, *args_.save_total_limit)) {
-      std::printf("Deleting older checkpoint [%s] due to save_total_limit\n", deleted.c_str());
+      print_line(str_cat("Deleting older checkpoint [", deleted, "] due to save_total_limit"));
     }
   }
   return dir;
@@ -419,10 +419,14 @@ void Trainer::append_metrics(const nlohmann::ordered_json& entry) {
   log_history_.push_back(entry);
   std::ofstream out(fs::path(args_.output_dir) / "metrics.jsonl", std::ios::app);
   out << entry.dump() << "\n";
+  print_line(format_log_line(entry));
+}
+
+void Trainer::print_line(const std::string& line) {
   if (progress_) {
-    progress_->print_line(format_log_line(entry));
+    progress_->print_line(line);
   } else {
-    std::printf("%s\n", format_log_line(entry).c_str());
+    std::printf("%s\n", line.c_str());
   }
 }
 

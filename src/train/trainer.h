@@ -163,6 +163,8 @@ class Trainer {
   MemoryBreakdown memory_;
   std::string sample_;
   ProgressBar* progress_ = nullptr;  // while train() runs: log lines go around the bar
+  // Prints a line on stdout, around the progress bar while there is one (a terminal).
+  void print_line(const std::string& line);
   std::vector<std::shared_ptr<TrainerCallback>> callbacks_;
 };
 
