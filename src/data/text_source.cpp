@@ -39,6 +39,8 @@ const char* skip_reason(const fs::directory_entry& entry, const fs::path& output
     static const std::regex checkpoint("(^|.*-)checkpoint-[0-9]+(-.*)?");
     if (std::regex_match(name, checkpoint)) return "a checkpoint";
     if (name == "__pycache__") return "a cache";
+    // An earlier run's output_dir (HF's Trainer and headroom write trainer_state.json there).
+    if (fs::exists(entry.path() / "trainer_state.json", ec)) return "a training run's output";
     return nullptr;
   }
   static const std::regex token_cache("tokens-[0-9a-f]{16}\\.bin");  // Note [Token cache file]

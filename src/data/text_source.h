@@ -24,7 +24,7 @@ struct TextSourceFile {
 };
 
 // An entry of a data directory that list_text_files left out, and why ("hidden", "the run's
-// output_dir", "a checkpoint", "a token cache", "a cache").
+// output_dir", "a checkpoint", "a training run's output", "a token cache", "a cache").
 struct SkippedPath {
   std::string path;
   std::string reason;
@@ -34,8 +34,9 @@ struct SkippedPath {
 // sorted by path (byte order, so every machine agrees). A directory walk leaves out what is not
 // the user's text: hidden files and directories (names starting with '.'), `output_dir` (a run
 // writing into the data directory must not train on its own metrics.jsonl and checkpoints),
-// checkpoint directories (checkpoint-N, tmp-checkpoint-N-PID, ...), headroom's token cache files
-// (tokens-<key>.bin) and __pycache__; each is added to `skipped` when given. Files ending in
+// checkpoint directories (checkpoint-N, tmp-checkpoint-N-PID, ...), other runs' output
+// directories (those holding trainer_state.json), headroom's token cache files (tokens-<key>.bin)
+// and __pycache__; each is added to `skipped` when given. Files ending in
 // ".jsonl" are JSONL, all others plain text. ValueError when `path` does not exist or a directory
 // holds no files.
 std::vector<TextSourceFile> list_text_files(const std::string& path,

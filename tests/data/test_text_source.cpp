@@ -92,7 +92,7 @@ TEST(TextSource, DirectorySkipsOutputDirCheckpointsAndCachesWithANote) {
   TempDir dir;
   namespace fs = std::filesystem;
   for (const char* sub : {"run/checkpoint-2", "old/checkpoint-10", "old/tmp-checkpoint-12-345",
-                          "run/cache", "notes/__pycache__", ".git"}) {
+                          "run/cache", "notes/__pycache__", ".git", "prev"}) {
     fs::create_directories(dir.file(sub));
   }
   write_bytes(dir.file("a.txt"), "A");
@@ -105,6 +105,8 @@ TEST(TextSource, DirectorySkipsOutputDirCheckpointsAndCachesWithANote) {
   write_bytes(dir.file("old/tokens-fedcba9876543210.bin"), "HRTOKEN");
   write_bytes(dir.file("notes/__pycache__/x.pyc"), "pyc");
   write_bytes(dir.file(".git/config"), "git");
+  write_bytes(dir.file("prev/trainer_state.json"), "{}");  // an earlier run's output_dir
+  write_bytes(dir.file("prev/loss.png"), std::string("\x89PNG\r\n\x1a\n\0", 9));
 
   std::vector<SkippedPath> skipped;
   // Named as a user would, relative and with a trailing slash.
@@ -115,7 +117,8 @@ TEST(TextSource, DirectorySkipsOutputDirCheckpointsAndCachesWithANote) {
   EXPECT_EQ(files[1].path, dir.file("notes/b.txt"));
   std::map<std::string, std::string> reasons;
   for (const SkippedPath& s : skipped) reasons[s.path] = s.reason;
-  EXPECT_EQ(reasons.size(), 6u);
+  EXPECT_EQ(reasons.size(), 7u);
+  EXPECT_EQ(reasons[dir.file("prev")], "a training run's output");
   EXPECT_EQ(reasons[dir.file("run")], "the run's output_dir");
   EXPECT_EQ(reasons[dir.file("old/checkpoint-10")], "a checkpoint");
   EXPECT_EQ(reasons[dir.file("old/tmp-checkpoint-12-345")], "a checkpoint");
@@ -125,7 +128,7 @@ TEST(TextSource, DirectorySkipsOutputDirCheckpointsAndCachesWithANote) {
   const std::string note = skipped_note(dir.str(), skipped);
   EXPECT_NE(note.find("left out .git (hidden), notes/__pycache__ (a cache), "), std::string::npos)
       << note;
-  EXPECT_NE(note.find(" and 1 more"), std::string::npos) << note;
+  EXPECT_NE(note.find(" and 2 more"), std::string::npos) << note;
   // Without an output_dir the run's files are data, but its checkpoints and cache are not.
   skipped.clear();
   EXPECT_EQ(list_text_files(dir.str(), "", &skipped).size(), 3u);
