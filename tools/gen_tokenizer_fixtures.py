@@ -6,18 +6,23 @@
   and as vocab.json + merges.txt;
 - sentencepiece/: a SentencePiece BPE in Llama's configuration (identity normalisation, dummy
   prefix, byte fallback, split digits, unk/bos/eos = 0/1/2), saved as tokenizer.model;
-- reference.json: test texts and the ids and decodings the libraries give for them.
+- reference.json: test texts and the ids and decodings the libraries give for them;
+- gpt2_bpe_edges/: a hand-made byte-level BPE whose tokenizer.json lists a merge pair twice (HF
+  keeps the last rank) and has single_word added tokens, with edges_reference.json: the ids HF
+  gives for texts that put those tokens next to word and non-word characters (², Ⅻ, ٣, marks).
 
 Both models are trained on Debian's `fortunes` package (/usr/share/games/fortunes). Needs the PyPI
 packages `tokenizers` and `sentencepiece` (the pyenv python3, not Debian's /usr/bin/python3).
 Run from the repository root: python3 tools/gen_tokenizer_fixtures.py
+(`python3 tools/gen_tokenizer_fixtures.py edges` makes only gpt2_bpe_edges/, with `tokenizers`.)
 """
 import glob
 import json
 import os
 import tempfile
 
-import sentencepiece as spm
+import sys
+
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 OUT = "tests/fixtures/tokenizer"
@@ -80,6 +85,7 @@ def train_bpe(lines):
 
 
 def train_sentencepiece(lines):
+    import sentencepiece as spm
     directory = os.path.join(OUT, "sentencepiece")
     os.makedirs(directory, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,7 +105,49 @@ def train_sentencepiece(lines):
     return spm.SentencePieceProcessor(model_proto=model)
 
 
+# Characters next to a single_word token: Rust regex's \w (HF's word test) is Alphabetic, marks,
+# decimal digits (Nd), connector punctuation and joiners; other numbers such as ² or ½ are not.
+EDGE_NEIGHBOURS = ["", " ", "-", "_", "a", "1", "\u00b2", "\u00b9", "\u00bd", "\u2167", "\u0663",
+                   "\u00e9", "e\u0301", "\u203f", "\u200d", "\u24d0", "\U0001F170", "\u2460",
+                   "\u3000", "!"]
+
+
+def edge_cases():
+    """A BPE with a merge pair listed twice and single_word added tokens, and HF's ids."""
+    vocab = {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "\u0120": 5, "-": 6, "_": 7, "1": 8}
+    # "b c" first at rank 0, again at rank 2: HF keeps rank 2, so "abc" is "ab" + "c".
+    merges = [("b", "c"), ("a", "b"), ("b", "c")]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    from tokenizers import AddedToken
+    tok.add_special_tokens([AddedToken("<w>", single_word=True, special=True)])
+    tok.add_tokens([AddedToken("cab", single_word=True, normalized=False)])
+    directory = os.path.join(OUT, "gpt2_bpe_edges")
+    os.makedirs(directory, exist_ok=True)
+    tok.save(os.path.join(directory, "tokenizer.json"), pretty=True)
+    tok = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+    texts = ["abc", "babc", "abcbc", "ab bc"]
+    for before in EDGE_NEIGHBOURS:
+        for after in ["", " ", "\u00b2", "a", "\u0663"] if before == "" else [""]:
+            texts.append(before + "<w>" + after)
+            texts.append(before + "cab" + after)
+    for after in EDGE_NEIGHBOURS:
+        texts.append("<w>" + after)
+        texts.append("cab" + after)
+    texts = list(dict.fromkeys(texts))
+    reference = {"texts": texts, "ids": [tok.encode(t, add_special_tokens=False).ids for t in texts]}
+    with open(os.path.join(OUT, "edges_reference.json"), "w", encoding="utf-8") as f:
+        json.dump(reference, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+    print(f"{len(texts)} edge texts")
+
+
 def main():
+    if sys.argv[1:] == ["edges"]:
+        edge_cases()
+        return
+    edge_cases()
     lines = corpus_lines()
     bpe = train_bpe(lines)
     sp = train_sentencepiece(lines)

@@ -103,8 +103,9 @@ std::vector<ConfigEntry> read_json(const std::string& path, const std::string& c
   nlohmann::ordered_json root;
   try {
     root = nlohmann::ordered_json::parse(content);
-  } catch (const nlohmann::json::parse_error& e) {
-    // what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ...".
+  } catch (const nlohmann::json::exception& e) {
+    // what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ...", or
+    // "[json.exception.out_of_range.406] number overflow parsing '8e700'".
     std::string message = e.what();
     if (const size_t end = message.find("] "); end != std::string::npos) message.erase(0, end + 2);
     throw ValueError(str_cat(path, ": ", message));
@@ -146,7 +147,7 @@ std::vector<ConfigEntry> read_yaml(const std::string& path, const std::string& c
   YAML::Node root;
   try {
     root = YAML::Load(content);
-  } catch (const YAML::ParserException& e) {
+  } catch (const YAML::Exception& e) {  // ParserException and the others (undefined anchors, ...)
     throw ValueError(str_cat(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
   }
   if (root.IsNull()) return {};
@@ -155,6 +156,11 @@ std::vector<ConfigEntry> read_yaml(const std::string& path, const std::string& c
   }
   std::vector<ConfigEntry> entries;
   for (const auto& item : root) {
+    if (!item.first.IsScalar()) {  // `{}: 1`: YAML allows any node as a key
+      throw ValueError(str_cat(path, ": line ", item.first.Mark().line + 1, ": the key is ",
+                               item.first.IsMap() ? "a mapping" : item.first.IsSequence() ? "a sequence" : "null",
+                               ", not an option name"));
+    }
     const YAML::Node& value = item.second;
     ConfigValue v;
     if (value.IsNull()) {

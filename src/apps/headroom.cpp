@@ -11,6 +11,7 @@
 #include "apps/eval_command.h"
 #include "apps/plan_command.h"
 #include "apps/train_command.h"
+#include "apps/unknown_option.h"
 #include "backend/cpu/openmp_spin.h"
 #include "core/error.h"
 
@@ -48,6 +49,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // Named by the subcommand whose options they missed, with the nearest option name.
+    const CLI::App* command = &app;
+    for (const CLI::App* sub : app.get_subcommands()) command = sub;
+    return report_error(headroom::unexpected_arguments_message(*command, app.remaining(true)),
+                        " (see --help)", 2);
   } catch (const CLI::ParseError& e) {
     return report_error(e.what(), " (see --help)", 2);
   } catch (const headroom::ValueError& e) {

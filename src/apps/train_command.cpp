@@ -7,8 +7,12 @@
 #include <cstdio>
 
 #include "apps/train_options.h"
+#include "apps/unknown_option.h"
 #include "core/error.h"
+#include "memory/alloc_config.h"
+#include "memory/device_memory.h"
 #include "profile/profiler_callback.h"
+#include "train/model_source.h"
 #include "train/trainer.h"
 
 namespace headroom {
@@ -80,6 +84,9 @@ int run_train_command(const CLI::App& train) {
   if (args.eval_steps && args.eval_strategy == "no") {
     std::fprintf(stderr, "headroom: warning: eval_steps is ignored with eval_strategy no\n");
   }
+  if (!args.memory_limit.empty()) {
+    set_memory_limit(resolve_device(args.device), parse_byte_size(args.memory_limit, "--memory_limit"));
+  }
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
   if (args.profile) callbacks.push_back(std::make_shared<ProfilerCallback>(args));
   return run_training(args, std::move(callbacks));
@@ -91,6 +98,8 @@ TrainingArguments parse_train_arguments(const std::vector<std::string>& args) {
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
   try {
     train.parse(reversed);
+  } catch (const CLI::ExtrasError&) {
+    throw ValueError(unexpected_arguments_message(train, train.remaining()));
   } catch (const CLI::ParseError& e) {
     throw ValueError(e.what());
   }

@@ -10,6 +10,7 @@
 #include "apps/option_value.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "memory/alloc_config.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer_factory.h"
 
@@ -88,6 +89,10 @@ std::vector<TrainOption> make_train_options() {
        "stochastically rounded updates) or pure_bf16+kahan (Kahan-compensated AdamW updates); "
        "overrides bf16 and fp16",
        &A::precision},
+      {"memory_limit", precision,
+       "cap the device's memory, e.g. 24GiB, to see whether a run fits a smaller GPU (default: "
+       "HEADROOM_MEMORY_LIMIT)",
+       &A::memory_limit},
       {"gradient_checkpointing", precision,
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",
@@ -141,6 +146,9 @@ template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+// C++20 deduces this by itself, but clang before 17 needs the guide.
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 }  // namespace
 
@@ -291,6 +299,9 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   }
   check(!a.output_dir.empty(), "output_dir", "must not be empty");
   if (a.device != "auto") rethrow_named("device", [&] { Device::parse(a.device); });
+  if (!a.memory_limit.empty()) {
+    (void)parse_byte_size(a.memory_limit, where("memory_limit").c_str());
+  }
   check(!a.max_seq_length || *a.max_seq_length > 0, "max_seq_length", a.max_seq_length.value_or(0),
         " is not positive");
   check(a.validation_split_percentage >= 0 && a.validation_split_percentage < 100,

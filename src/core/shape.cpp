@@ -41,9 +41,22 @@ void Shape::erase(int pos) {
   *this = Shape(dims);
 }
 
+namespace {
+
+// a * b, or ValueError naming `shape` when the product leaves int64 (an untrusted file's dims).
+int64_t checked_product(int64_t a, int64_t b, const Shape& shape, const char* what) {
+  int64_t out;
+  if (__builtin_mul_overflow(a, b, &out)) {
+    throw ValueError(str_cat("shape ", shape, ": its ", what, " overflows 2^63"));
+  }
+  return out;
+}
+
+}  // namespace
+
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int64_t d : *this) n *= d;
+  for (int64_t d : *this) n = checked_product(n, d, *this, "element count");
   return n;
 }
 
@@ -70,7 +83,8 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t running = 1;
   for (int i = shape.ndim() - 1; i >= 0; --i) {
     strides[i] = running;
-    running *= shape[i] > 1 ? shape[i] : 1;
+    // Checked even past a zero-sized dim: the strides still multiply every later dim.
+    running = checked_product(running, shape[i] > 1 ? shape[i] : 1, shape, "stride");
   }
   return strides;
 }
@@ -110,7 +124,7 @@ Shape infer_size(const Shape& shape, int64_t numel) {
     } else if (shape[i] < 0) {
       throw ValueError(str_cat("shape ", shape, " has a negative dimension ", shape[i]));
     } else {
-      known *= shape[i];
+      known = checked_product(known, shape[i], shape, "element count");
     }
   }
   if (infer >= 0) {

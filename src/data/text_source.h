@@ -23,14 +23,34 @@ struct TextSourceFile {
   int64_t mtime_ns = 0;     // last modification, ns since the epoch
 };
 
-// The files of `path`: the file itself, or every regular file under the directory, recursively,
-// sorted by path (byte order, so every machine agrees), skipping hidden files and directories
-// (names starting with '.'). Files ending in ".jsonl" are JSONL, all others plain text.
-// ValueError when `path` does not exist or a directory holds no files.
-std::vector<TextSourceFile> list_text_files(const std::string& path);
+// An entry of a data directory that list_text_files left out, and why ("hidden", "the run's
+// output_dir", "a checkpoint", "a training run's output", "a token cache", "a cache").
+struct SkippedPath {
+  std::string path;
+  std::string reason;
+};
 
-// Calls `on_document(text)` for each document of `file`, in order. A bad JSONL line is a
-// ValueError "<file>:<line>: <problem>".
+// The files of `path`: the file itself, or every regular file under the directory, recursively,
+// sorted by path (byte order, so every machine agrees). A directory walk leaves out what is not
+// the user's text: hidden files and directories (names starting with '.'), `output_dir` (a run
+// writing into the data directory must not train on its own metrics.jsonl and checkpoints),
+// checkpoint directories (checkpoint-N, tmp-checkpoint-N-PID, ...), other runs' output
+// directories (those holding trainer_state.json), headroom's token cache files (tokens-<key>.bin)
+// and __pycache__; each is added to `skipped` when given. Files ending in
+// ".jsonl" are JSONL, all others plain text. ValueError when `path` does not exist or a directory
+// holds no files.
+std::vector<TextSourceFile> list_text_files(const std::string& path,
+                                            const std::string& output_dir = "",
+                                            std::vector<SkippedPath>* skipped = nullptr);
+
+// One line telling the user what a walk of `data_path` left out ("" when nothing): the first few
+// entries, relative to `data_path`, with their reasons, and how many more.
+std::string skipped_note(const std::string& data_path, const std::vector<SkippedPath>& skipped);
+
+// Calls `on_document(text)` for each document of `file`, in order. The file must be UTF-8 text:
+// a NUL byte makes it binary, and an invalid UTF-8 sequence is an error too (as HF datasets'
+// loaders, which decode strictly), both ValueErrors naming the file and the byte offset. A bad
+// JSONL line is a ValueError "<file>:<line>: <problem>".
 void read_documents(const TextSourceFile& file,
                     const std::function<void(std::string&& text)>& on_document);
 

@@ -296,7 +296,8 @@ void TokenCorpus::copy_to(int64_t start, int64_t count, int64_t* out) const {
 std::shared_ptr<const TokenCorpus> load_token_corpus(const std::string& data_path,
                                                      const Tokenizer& tokenizer,
                                                      const TokenizeOptions& options) {
-  const std::vector<TextSourceFile> files = list_text_files(data_path);
+  std::vector<SkippedPath> skipped;
+  const std::vector<TextSourceFile> files = list_text_files(data_path, options.output_dir, &skipped);
   const int64_t vocab = tokenizer.vocab_size();
   if (vocab <= 0 || vocab > (int64_t{1} << 32)) {
     throw ValueError(str_cat("the ", tokenizer.kind(), " tokenizer's vocab_size ", vocab,
@@ -306,6 +307,7 @@ std::shared_ptr<const TokenCorpus> load_token_corpus(const std::string& data_pat
                           vocab <= 65536 ? 2u : 4u};
   std::shared_ptr<TokenCorpus> corpus(new TokenCorpus());
   corpus->source_ = data_path;
+  corpus->skipped_ = std::move(skipped);
   corpus->token_bytes_ = static_cast<int>(expected.token_bytes);
 
   auto adopt_mapping = [&](void* addr, size_t size) {

@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "data/text_source.h"
 #include "io/tokenizer.h"
 
 namespace headroom {
@@ -33,6 +35,9 @@ struct TokenizeOptions {
   // Threads that encode documents of a large corpus at once (0: one per core). The result does not
   // depend on it. The tokenizer's encode must be safe to call from several threads.
   int64_t num_threads = 0;
+  // The run's output directory: left out when it lies inside a data directory (see
+  // list_text_files).
+  std::string output_dir = "";
 };
 
 // The token stream of a corpus: documents in order, the tokenizer's eos id between consecutive
@@ -57,6 +62,8 @@ class TokenCorpus {
   bool loaded_from_cache() const { return loaded_from_cache_; }
   // Why an existing cache file was not used (empty when there was none, or it was used).
   const std::string& cache_rejected_reason() const { return cache_rejected_reason_; }
+  // What the walk of a data directory left out (see list_text_files), for the user's note.
+  const std::vector<SkippedPath>& skipped() const { return skipped_; }
 
  private:
   friend std::shared_ptr<const TokenCorpus> load_token_corpus(const std::string&,
@@ -68,6 +75,7 @@ class TokenCorpus {
   std::string cache_path_;
   bool loaded_from_cache_ = false;
   std::string cache_rejected_reason_;
+  std::vector<SkippedPath> skipped_;
   int token_bytes_ = 2;
   int64_t count_ = 0;
   const unsigned char* tokens_ = nullptr;  // into owned_ or mapping_

@@ -373,7 +373,9 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
 
   merges_.reserve(spec.merges.size());
   for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
-    const auto& [left, right] = spec.merges[rank];
+    // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+    const std::string& left = spec.merges[rank].first;
+    const std::string& right = spec.merges[rank].second;
     const auto id_of = [&](const std::string& token) {
       const auto it = vocab_.find(token);
       if (it == vocab_.end()) {
@@ -383,8 +385,9 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
       return it->second;
     };
     const int32_t l = id_of(left), r = id_of(right), merged = id_of(left + right);
-    // A repeated pair keeps its first (lowest) rank.
-    merges_.emplace(pair_key(l, r), Merge{static_cast<int32_t>(rank), merged});
+    // A repeated pair keeps its last rank: HF's BPE collects the merges into a map, where a
+    // later entry replaces an earlier one.
+    merges_.insert_or_assign(pair_key(l, r), Merge{static_cast<int32_t>(rank), merged});
   }
 
   for (size_t i = 0; i < added_tokens_.size(); ++i) {
@@ -426,10 +429,7 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
     return pos;
   };
   const auto class_at = [&](size_t pos) { return char_class(decode_utf8(text, pos).code_point); };
-  const auto word_char_at = [&](size_t pos) {
-    const CharClass c = class_at(pos);
-    return c == CharClass::letter || c == CharClass::number || text[pos] == '_';
-  };
+  const auto word_char_at = [&](size_t pos) { return is_word_char(decode_utf8(text, pos).code_point); };
   size_t done = 0;  // text before this is in segments
   for (size_t pos = 0; pos < text.size();) {
     // Skip to the next byte that can start an added token (memchr when there is one such byte).
@@ -453,8 +453,8 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
     if (found->single_word &&
         ((start > 0 && word_char_at(char_before(start))) ||
          (end < text.size() && word_char_at(end)))) {
-      // A word character just before or after: not a match (HF's single_word). Word characters
-      // are letters, numbers and '_'; HF's also include combining marks, which we do not class.
+      // A word character just before or after: not a match (HF's single_word, whose test is
+      // Rust regex's \w; see is_word_char).
       continue;
     }
     if (found->lstrip) {

@@ -109,6 +109,7 @@ SafetensorsTensorInfo parse_entry(const json& entry, const std::string& where, s
     throw ValueError(str_cat(where, ": shape is ", describe_json(shape), ", not an array"));
   }
   uint64_t numel = 1;
+  int64_t strides_product = 1;  // of the dims > 1: a zero dim leaves numel 0, not the strides
   for (size_t i = 0; i < shape.size(); ++i) {
     const json& dim = shape[i];
     if (!dim.is_number_unsigned()) {
@@ -121,6 +122,10 @@ SafetensorsTensorInfo parse_entry(const json& entry, const std::string& where, s
                                ") takes the element count past 2^64"));
     }
     info.shape.push_back(static_cast<int64_t>(d));
+    if (d > 1 && __builtin_mul_overflow(strides_product, static_cast<int64_t>(d), &strides_product)) {
+      throw ValueError(str_cat(where, ": shape ", info.shape,
+                               " has strides past 2^63 (the product of its non-zero dims)"));
+    }
   }
   uint64_t expected_bytes = 0;
   if (__builtin_mul_overflow(numel, dtype_size(info.dtype), &expected_bytes)) {

@@ -26,6 +26,11 @@ struct Utf8Char {
 inline constexpr char32_t kInvalidCodePoint = 0xFFFFFFFF;
 inline Utf8Char decode_utf8(std::string_view text, size_t pos);
 
+// A word character as Rust's regex \w reads one (Alphabetic, marks, decimal digits, connector
+// punctuation such as '_', joiners), which HF tokenizers' single_word added tokens test: 'é',
+// 'Ⅻ', '٣' and a combining accent are word characters, '²', '½' and '①' are not.
+bool is_word_char(char32_t code_point);
+
 // Appends the UTF-8 form of a valid code point.
 void append_utf8(std::string& out, char32_t code_point);
 

@@ -539,7 +539,7 @@ void CachingAllocator::raise_out_of_memory(size_t size, size_t segment, StreamId
   }
   if (memory_limit_ > 0) {
     capacity += str_cat("Its capacity limit is ", format_bytes(memory_limit_),
-                        " (set_memory_limit / HEADROOM_MEMORY_LIMIT). ");
+                        " (--memory_limit / HEADROOM_MEMORY_LIMIT). ");
   }
   throw OutOfMemoryError(str_cat(
       device(), " out of memory. Tried to allocate ", format_bytes(size), " (a new ",
@@ -547,8 +547,10 @@ void CachingAllocator::raise_out_of_memory(size_t size, size_t segment, StreamId
       format_bytes(static_cast<size_t>(allocated)), " is allocated by tensors, and ",
       format_bytes(static_cast<size_t>(reserved - allocated)),
       " is reserved by headroom but unallocated. If reserved but unallocated memory is large, "
-      "try HEADROOM_ALLOC_CONF=max_split_size_mb:<MB> to limit fragmentation. See "
-      "memory_summary() for the allocator's full statistics."));
+      "try HEADROOM_ALLOC_CONF=max_split_size_mb:<MB> to limit fragmentation. `headroom plan` "
+      "finds a configuration that fits (a smaller batch, checkpointing, another precision or "
+      "optimizer), and --memory_snapshot FILE records where the memory went (open the file in "
+      "pytorch.org/memory_viz)."));
 }
 
 MemoryUsageEvent CachingAllocator::usage_event(uintptr_t address, int64_t bytes,

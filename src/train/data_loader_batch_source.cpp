@@ -2,6 +2,7 @@
 #include "train/data_loader_batch_source.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -117,7 +118,10 @@ std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArgumen
                                                            int64_t window, Device device) {
   const std::string cache_dir = (std::filesystem::path(args.output_dir) / "cache").string();
   std::shared_ptr<const TokenCorpus> corpus =
-      load_token_corpus(args.data, tokenizer, {.cache_dir = cache_dir});
+      load_token_corpus(args.data, tokenizer, {.cache_dir = cache_dir, .output_dir = args.output_dir});
+  if (const std::string note = skipped_note(args.data, corpus->skipped()); !note.empty()) {
+    std::fprintf(stderr, "headroom: %s\n", note.c_str());
+  }
   DataLoaderOptions options;
   options.batch_size = args.per_device_train_batch_size;
   options.shuffle = true;

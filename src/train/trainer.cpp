@@ -310,7 +310,7 @@ std::string Trainer::save_checkpoint() {
   last_saved_step_ = global_step_;
   if (args_.save_total_limit) {
     for (const std::string& deleted : rotate_checkpoints(args_.output_dir, *args_.save_total_limit)) {
-      std::printf("Deleting older checkpoint [%s] due to save_total_limit\n", deleted.c_str());
+      print_log_line(str_cat("Deleting older checkpoint [", deleted, "] due to save_total_limit"));
     }
   }
   remove_leftovers();

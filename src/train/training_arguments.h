@@ -86,6 +86,8 @@ struct TrainingArguments {
   int64_t profile_active = 3;
   int64_t profile_repeat = 1;   // 0: cycle until the run ends
   std::string memory_snapshot;  // the pickle's path; empty: none
+  // headroom: caps the training device's memory ("24GiB"), as HEADROOM_MEMORY_LIMIT; empty: none.
+  std::string memory_limit;
 };
 
 }  // namespace headroom

@@ -181,6 +181,19 @@ TEST_F(TrainArguments, ConfigErrorsNameTheFileKeyAndValue) {
   write_bytes(yaml, "seed: [1\n");
   expect_invalid({"--config", yaml}, {yaml, ":"});
 
+  // What the libraries throw beyond their syntax errors also names the file (issue 19,
+  // defect 11): a number past double's range, keys that are not names.
+  write_bytes(json, "{\"learning_rate\": 8e700}");
+  expect_invalid({"--config", json}, {json, "8e700"});
+  write_bytes(yaml, "{}: 1\n");
+  expect_invalid({"--config", yaml}, {yaml, "line 1", "key is a mapping, not an option name"});
+  write_bytes(yaml, "[a]: 1\n");
+  expect_invalid({"--config", yaml}, {yaml, "key is a sequence"});
+  write_bytes(yaml, "seed: *anchor\n");
+  expect_invalid({"--config", yaml}, {yaml, "anchor"});
+  write_bytes(toml, "learning_rate = 1e400\n");
+  expect_invalid({"--config", toml}, {toml});
+
   expect_invalid({"--config", dir_.file("run.ini")},
                  {"run.ini", "unknown config file type '.ini'"});
   expect_invalid({"--config", dir_.file("missing.toml")}, {"missing.toml", "cannot open"});
@@ -211,7 +224,9 @@ TEST_F(TrainArguments, ChecksNameTheOptionAndValue) {
                  {"--dataloader_prefetch_factor", "dataloader_num_workers"});
   expect_invalid({"--resume_from_checkpoint", dir_.file("nope")},
                  {"--resume_from_checkpoint", "nope"});
-  expect_invalid({"--no_such_option", "1"}, {"--no_such_option"});
+  expect_invalid({"--no_such_option", "1"}, {"unknown option --no_such_option"});
+  expect_invalid({"--lerning_rate", "1"}, {"unknown option --lerning_rate; did you mean --learning_rate?"});
+  expect_invalid({"--memory_limit", "lots"}, {"--memory_limit", "'lots' is not a byte size"});
 
   const std::string config = dir_.file("run.toml");
   write_bytes(config, "per-device-train-batch-size = -1\n");

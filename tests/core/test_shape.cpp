@@ -29,6 +29,17 @@ TEST(Shape, ContiguousStrides) {
   EXPECT_EQ(contiguous_strides({2, 0, 4}), Shape({4, 4, 1}));  // as PyTorch: max(size, 1)
 }
 
+// A zero-sized dim makes numel 0 whatever follows, but strides still multiply the later dims:
+// those products must not overflow silently (issue 19, defect 12).
+TEST(Shape, ProductsOfDimsAreOverflowChecked) {
+  const int64_t huge = int64_t{1} << 40;
+  EXPECT_EQ(Shape({0, huge, huge}).numel(), 0);
+  EXPECT_THROW(contiguous_strides({0, huge, huge}), ValueError);
+  EXPECT_THROW(Shape({huge, huge}).numel(), ValueError);
+  EXPECT_THROW(infer_size({huge, huge, -1}, 0), ValueError);
+  EXPECT_EQ(contiguous_strides({huge, 1 << 20, 1 << 2}), Shape({int64_t{1} << 22, 4, 1}));
+}
+
 TEST(Shape, Broadcast) {
   EXPECT_EQ(broadcast_shapes({3, 1, 5}, {4, 1}), Shape({3, 4, 5}));
   EXPECT_EQ(broadcast_shapes({}, {2, 2}), Shape({2, 2}));

@@ -192,7 +192,7 @@ std::shared_ptr<const TokenCorpus> counting_corpus(int64_t n) {
   const std::filesystem::path path =
       std::filesystem::temp_directory_path() / str_cat("headroom_cuda_streams_", n, ".txt");
   std::string text(static_cast<size_t>(n), '\0');
-  for (int64_t i = 0; i < n; ++i) text[static_cast<size_t>(i)] = static_cast<char>(i % 251 + 1);
+  for (int64_t i = 0; i < n; ++i) text[static_cast<size_t>(i)] = static_cast<char>(i % 127 + 1);  // ASCII: text
   std::ofstream(path, std::ios::binary) << text;
   auto corpus = load_token_corpus(path.string(), ByteTokenizer());
   std::filesystem::remove(path);

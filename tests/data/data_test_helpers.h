@@ -51,13 +51,34 @@ class CountingTokenizer final : public Tokenizer {
   std::string name_;
 };
 
-// A plain text file of n bytes whose byte i is i % 256: with ByteTokenizer token i is i % 256.
+// Each token 0..255 as two letters 'a' + high nibble, 'a' + low nibble: any token sequence as
+// plain ASCII text (data files must be UTF-8 text). Vocab 256, no end-of-text id.
+class HexPairTokenizer final : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> ids(text.size() / 2);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (text[2 * i] - 'a') * 16 + (text[2 * i + 1] - 'a');
+    return ids;
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string text;
+    for (int32_t id : ids) text += {static_cast<char>('a' + id / 16), static_cast<char>('a' + id % 16)};
+    return text;
+  }
+  int64_t vocab_size() const override { return 256; }
+  std::optional<int32_t> eos_token_id() const override { return std::nullopt; }
+  std::string kind() const override { return "hex-pair"; }
+  std::string fingerprint() const override { return "hex-pair"; }
+};
+
+// A corpus of n tokens whose token i is i % 256, from a text file.
 inline std::shared_ptr<const TokenCorpus> counting_corpus(const TempDir& dir, int64_t n) {
-  std::string text(static_cast<size_t>(n), '\0');
-  for (int64_t i = 0; i < n; ++i) text[static_cast<size_t>(i)] = static_cast<char>(i % 256);
+  const HexPairTokenizer tokenizer;
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i % 256);
   const std::string path = dir.file(str_cat("counting_", n, ".txt"));
-  write_bytes(path, text);
-  return load_token_corpus(path, ByteTokenizer());
+  write_bytes(path, tokenizer.decode(ids));
+  return load_token_corpus(path, tokenizer);
 }
 
 inline std::vector<int64_t> all_tokens(const TokenCorpus& corpus) {

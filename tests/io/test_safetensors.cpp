@@ -183,6 +183,9 @@ TEST(Safetensors, RejectsBadHeaders) {
                   {"tensor 'w'", "shape dimension 1 is number -3"});
   expect_rejected(one_entry(R"("dtype":"F32","shape":"2","data_offsets":[0,8])", 8),
                   {"tensor 'w'", "shape is string \"2\", not an array"});
+  // No elements, but the strides of the later dims would overflow (issue 19, defect 12).
+  expect_rejected(one_entry(R"("dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0])", 0),
+                  {"tensor 'w'", "shape [0, 4294967296, 4294967296]", "2^63"});
 }
 
 TEST(Safetensors, RejectsBadOffsets) {

@@ -167,6 +167,22 @@ TEST(TokenizerGpt2Bpe, AddedTokenOptions) {
   EXPECT_EQ(tokenizer.eos_token_id(), std::nullopt);
 }
 
+// HF's ids on a tokenizer.json made for the edges (tools/gen_tokenizer_fixtures.py edges): a merge
+// pair listed twice keeps its last rank, and single_word added tokens match next to characters
+// that are not word characters for Rust's regex \w (², ½, ①) and not next to those that are
+// (Ⅷ, ٣, é, a combining accent, ‿, a joiner, ⓐ) (issue 19, defect 18).
+TEST(TokenizerGpt2Bpe, EdgeCasesEqualHf) {
+  const auto tokenizer =
+      Gpt2BpeTokenizer::from_tokenizer_json(tokenizer_fixture("gpt2_bpe_edges/tokenizer.json"));
+  const json ref = json::parse(io_test::read_bytes(tokenizer_fixture("edges_reference.json")));
+  ASSERT_GT(ref["texts"].size(), 50u);
+  for (size_t i = 0; i < ref["texts"].size(); ++i) {
+    const std::string text = ref["texts"][i].get<std::string>();
+    EXPECT_EQ(tokenizer->encode(text), ref["ids"][i].get<std::vector<int32_t>>())
+        << "text " << i << ": \"" << text << "\"";
+  }
+}
+
 TEST(TokenizerGpt2Bpe, IgnoreMergesAndUnknownBytes) {
   Gpt2BpeTokenizer::Spec spec;
   spec.source = "test";

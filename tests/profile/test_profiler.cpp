@@ -43,6 +43,9 @@ std::vector<const RecordedFunction*> named(const ProfilerEvents& events, const s
   }
   return out;
 }
+// The pointers point into `events`: a temporary (profiler.events() returns a copy) would leave
+// them dangling (issue 19, defect 15), so that call does not compile.
+std::vector<const RecordedFunction*> named(ProfilerEvents&& events, const std::string& name) = delete;
 
 TEST(Profiler, RecordsOpsBackwardNodesAndTheirInputShapes) {
   const Tensor w = param({16, 8}), b = param({16}), gamma = param({16}), beta = param({16});
@@ -168,7 +171,8 @@ TEST(Profiler, ScopesOfOtherThreadsKeepTheirThread) {
   });
   worker.join();
   profiler.stop();
-  const auto adds = named(profiler.events(), "add");
+  const ProfilerEvents events = profiler.events();
+  const auto adds = named(events, "add");
   ASSERT_EQ(adds.size(), 1u);
   EXPECT_EQ(adds[0]->thread_id, worker_id);
   EXPECT_NE(worker_id, current_thread_id());
