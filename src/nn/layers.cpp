@@ -1,20 +1,34 @@
 // Linear, Embedding, LayerNorm, RMSNorm.
 #include "nn/layers.h"
 
+#include "core/error.h"
 #include "ops/embedding.h"
 #include "ops/norm.h"
 
 namespace headroom {
 
 Linear::Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device device)
-    : layout_(layout) {
+    : layout_(layout), in_(in), out_(out) {
   register_parameter("weight", weight_,
                      Tensor::empty(layout == WeightLayout::out_in ? Shape{out, in} : Shape{in, out},
                                    DType::f32, device));
   if (bias) register_parameter("bias", bias_, Tensor::zeros({out}, DType::f32, device));
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight_, bias_, layout_); }
+Tensor Linear::forward(const Tensor& x) const {
+  const Tensor base = linear(x, weight_, bias_, layout_);
+  return adapter_ ? adapter_->forward(x, base) : base;
+}
+
+void Linear::set_adapter(std::unique_ptr<LinearAdapter> adapter) {
+  if (adapter_) throw ValueError("Linear: an adapter is already attached");
+  adapter_ = &register_child("", std::move(adapter));
+}
+
+void Linear::remove_adapter() {
+  if (adapter_) remove_child(adapter_);
+  adapter_ = nullptr;
+}
 
 Embedding::Embedding(int64_t num, int64_t dim, Device device) {
   register_parameter("weight", weight_, Tensor::empty({num, dim}, DType::f32, device));

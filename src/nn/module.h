@@ -27,16 +27,24 @@ class Module {
   // Elements over the unique parameters.
   int64_t num_parameters() const;
 
+  // Every module of the tree with its dotted path ("" for this one), depth first.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+
   // Converts every floating parameter of the tree to `dtype` (as model.to(torch.bfloat16)): the
-  // parameters become new leaves that require grad, with no gradient; ties stay tied. Under it
+  // parameters become new leaves that require grad as before (a frozen one stays frozen), with
+  // no gradient; ties stay tied. Under it
   // is "pure bf16" training (amp/precision.h). Optimizers built before hold the old tensors.
-  void to(DType dtype);
+  // recurse false: this module's own parameters only (a Linear's weight and bias, not those of
+  // an adapter it holds).
+  void to(DType dtype, bool recurse = true);
 
   void train(bool mode = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  // Adds a submodule under `name` (for containers such as GPT-2's list of blocks "h").
+  // Adds a submodule under `name` (for containers such as GPT-2's list of blocks "h"). An empty
+  // name puts the child's parameters directly under this module's path (an adapter's lora_A
+  // and lora_B sit beside the weight of the Linear it wraps, as PEFT names them).
   template <typename M>
   M& register_child(const std::string& name, std::unique_ptr<M> module) {
     return register_module(name, std::move(module));
@@ -46,6 +54,8 @@ class Module {
   // Stores `value` in `slot` (a member of the module) as a parameter that requires grad. The
   // module keeps the slot's address, so to() can replace the tensor the layer computes with.
   void register_parameter(const std::string& name, Tensor& slot, const Tensor& value);
+  // Drops the child `child` (and its parameters) from the tree.
+  void remove_child(const Module* child);
   template <typename M>
   M& register_module(const std::string& name, std::unique_ptr<M> module) {
     M& ref = *module;

@@ -29,6 +29,7 @@
 #include "ops/ops.h"
 #include "optim/clip_grad.h"
 #include "optim/optimizer_factory.h"
+#include "peft/lora_model.h"
 #include "train/checkpoint.h"
 #include "train/generate.h"
 #include "train/model_source.h"
@@ -130,6 +131,18 @@ PrecisionRecipe training_precision(const TrainingArguments& args) {
   return precision_recipe(Precision::fp32);
 }
 
+LoraConfig training_lora_config(const TrainingArguments& args) {
+  LoraConfig config;
+  config.r = args.lora_r;
+  config.lora_alpha = args.lora_alpha;
+  config.lora_dropout = args.lora_dropout;
+  config.use_rslora = args.use_rslora;
+  config.target_modules = split_module_names(args.lora_target_modules);
+  config.modules_to_save = split_module_names(args.lora_modules_to_save);
+  config.base_model_name_or_path = args.model;
+  return config;
+}
+
 void request_training_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
 int training_stop_requested() { return g_stop_signal.load(); }
@@ -163,7 +176,17 @@ void Trainer::build() {
                              "] (the model's context length)"));
   }
   window_ = t + 1;
+  // get_peft_model before the recipe's cast, so the adapters take the weights' dtype with it.
+  lora_.reset();
+  if (args_.use_peft) {
+    lora_ = training_lora_config(args_);
+    apply_lora(*model_, *lora_);
+  }
   model_->to(recipe_.param_dtype);
+  if (lora_ && recipe_.autocast_dtype) {
+    // See Note [A frozen base in the compute dtype].
+    store_frozen_projections(*model_, *recipe_.autocast_dtype);
+  }
   model_->train();
   // HF's gradient_checkpointing_enable(), with the policy (memsave) the option names.
   if (args_.gradient_checkpointing) {
@@ -187,7 +210,12 @@ void Trainer::build() {
   options.adam_epsilon = args_.adam_epsilon;
   options.kahan_summation = recipe_.kahan_summation;
   options.seed = static_cast<uint64_t>(args_.seed);
-  optimizer_ = make_optimizer(options, model_->named_parameters());
+  // Only what trains: a frozen base (LoRA) gets no optimizer state.
+  std::vector<std::pair<std::string, Tensor>> trainable;
+  for (auto& [name, p] : model_->named_parameters()) {
+    if (p.requires_grad()) trainable.emplace_back(name, p);
+  }
+  optimizer_ = make_optimizer(options, trainable);
   if (optimizer_->updates_in_backward()) {
     if (args_.gradient_accumulation_steps > 1) {
       throw ValueError(str_cat("gradient_accumulation_steps: ", args_.gradient_accumulation_steps,
@@ -256,8 +284,7 @@ nlohmann::ordered_json Trainer::trainer_state() const {
 std::string Trainer::save_checkpoint() {
   const std::string dir = commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
     const fs::path root(tmp);
-    save_pretrained(*model_, tmp);
-    save_tokenizer(*tokenizer_, tmp);  // as HF's Trainer: a checkpoint is a model directory
+    save_model_files(tmp);  // as HF's Trainer: a checkpoint is a model (or adapter) directory
     const OptimizerStateDict state = optimizer_->state_dict();
     save_safetensors((root / kOptimizerFile).string(), state.tensors,
                      {{kOptimizerMetaKey, state.meta.dump()}});
@@ -284,9 +311,16 @@ std::string Trainer::save_checkpoint() {
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
-  const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), device_);
+  const CheckpointContents saved =
+      read_checkpoint(dir, scaler_->is_enabled(), device_, lora_.has_value());
   const fs::path root(dir);
-  with_checkpoint_file(saved.weights->path(), [&] { load_weights(*model_, *saved.weights); });
+  with_checkpoint_file(saved.weights->path(), [&] {
+    if (lora_) {
+      load_lora_weights(*model_, *saved.weights);
+    } else {
+      load_weights(*model_, *saved.weights);
+    }
+  });
   with_checkpoint_file((root / kOptimizerFile).string(),
                        [&] { optimizer_->load_state_dict(saved.optimizer); });
   with_checkpoint_file((root / kSchedulerFile).string(),
@@ -545,13 +579,21 @@ int Trainer::train() {
   return stop_signal != 0 ? 128 + stop_signal : 0;
 }
 
+void Trainer::save_model_files(const std::string& dir) const {
+  if (lora_) {
+    save_lora_adapter(*model_, *lora_, dir);  // PEFT's save_pretrained: the adapter only
+  } else {
+    save_pretrained(*model_, dir);
+  }
+  save_tokenizer(*tokenizer_, dir);
+}
+
 void Trainer::finish_run(bool stopped) {
   const fs::path out(args_.output_dir);
   if (!stopped) {
     // As run_clm's trainer.save_model(): the trained model, its tokenizer (so that `headroom
     // eval --model output_dir` tokenizes as training did) and the state in output_dir itself.
-    save_pretrained(*model_, args_.output_dir);
-    save_tokenizer(*tokenizer_, args_.output_dir);
+    save_model_files(args_.output_dir);
     write_file_atomically((out / kTrainerStateFile).string(), dump_json(trainer_state()));
   }
 
@@ -634,10 +676,12 @@ int run_training(const TrainingArguments& args,
 }
 
 EvalResult evaluate_file(const std::string& model, const std::string& data,
-                         int64_t max_seq_length, int64_t batch_size, const std::string& device) {
+                         int64_t max_seq_length, int64_t batch_size, const std::string& device,
+                         const std::string& adapter) {
   if (batch_size < 1) throw ValueError(str_cat("batch_size: ", batch_size, " is below 1"));
   const Device target = resolve_device(device);
   ModelAndTokenizer loaded = load_model_and_tokenizer(model, target, 0);
+  if (!adapter.empty()) load_lora_adapter(*loaded.model, adapter);
   const int64_t context = context_length(loaded.model->config());
   const int64_t t = max_seq_length > 0 ? max_seq_length : context;
   if (t > context) {

@@ -48,6 +48,17 @@ struct TrainingArguments {
   bool gradient_checkpointing = false;
   std::string gradient_checkpointing_policy = "full";  // headroom: full | every_N | selective
 
+  // LoRA (peft/), with TRL's ModelConfig names and defaults: the base is frozen and only the
+  // adapters (and modules_to_save) train; output_dir and checkpoints hold PEFT's adapter files.
+  bool use_peft = false;
+  int64_t lora_r = 16;
+  double lora_alpha = 32.0;
+  double lora_dropout = 0.05;
+  std::string lora_target_modules;   // comma-separated names, or all-linear; empty: the
+                                     // architecture's default (PEFT's table)
+  std::string lora_modules_to_save;  // comma-separated module names trained in full
+  bool use_rslora = false;
+
   // Reproducibility.
   int64_t seed = 42;
   std::optional<int64_t> data_seed;  // unset: seed
