@@ -105,16 +105,18 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     const MemoryBreakdown b = MemoryBreakdown::of_device(kMeta);
     if (skipped == 0) {
       result.num_parameters = trainer.model().num_parameters();
-      std::vector<Shape> shapes;
+      std::vector<Shape> shapes, trainable;
       for (const Tensor& p : trainer.model().parameters()) {
         result.parameter_bytes += static_cast<int64_t>(p.nbytes());
         shapes.push_back(p.shape());
+        if (p.requires_grad()) trainable.push_back(p.shape());
       }
       result.recipe = trainer.recipe().name();
       result.config = trainer.model().config();
       result.loss_scaling = trainer.recipe().loss_scaling;
       result.formula =
-          formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes);
+          formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes,
+                                  args.use_peft ? &trainable : nullptr);
     }
     return b;
   };

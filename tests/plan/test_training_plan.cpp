@@ -3,6 +3,8 @@
 // inference plan's KV cache, and a 70B plan without weights.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <cmath>
 
@@ -217,7 +219,7 @@ TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
   base.gradient_accumulation_steps = 2;
   PlanTarget target = plan_target("auto", "RTX4090", "");
   // Room for some configurations only: between the smallest and largest needs.
-  const SearchSpace space{{"bf16", "fp32"}, {"adamw_torch", "lomo"}, {"none", "full"}};
+  const SearchSpace space{{"bf16", "fp32"}, {"adamw_torch", "lomo"}, {"none", "full"}, {"full"}};
   target.capacity_bytes = int64_t{1} << 40;
   const SearchResult everything = search_configurations(base, target, space);
   ASSERT_EQ(everything.fitting.size(), 8u);  // 2 x 2 x 2, all fit in a TiB
@@ -255,6 +257,37 @@ TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
   EXPECT_EQ(some.to_json(100)["configurations"].size(), some.fitting.size());
   target.capacity_bytes = 0;
   EXPECT_THROW(search_configurations(base, target, space), ValueError);
+}
+
+// LoRA rows: the frozen base needs no gradients or optimizer states, so at a capacity between the
+// two only the adapter fits; the default space searches full fine-tuning and two LoRA set-ups.
+TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
+  const TrainingArguments base = preset_args("llama-tiny", 2, 64);
+  PlanTarget target = plan_target("auto", "RTX4090", "");
+  target.capacity_bytes = int64_t{1} << 40;
+  const SearchSpace both{{"fp32"}, {"adamw_torch"}, {"none"}, {"full", "lora:8"}};
+  const SearchResult all = search_configurations(base, target, both);
+  ASSERT_EQ(all.fitting.size(), 2u);
+  const TrainingPlan& full = all.fitting[0].args.use_peft ? all.fitting[1] : all.fitting[0];
+  const TrainingPlan& lora = all.fitting[0].args.use_peft ? all.fitting[0] : all.fitting[1];
+  EXPECT_EQ(lora.args.lora_r, 8);
+  EXPECT_LT(lora.required_bytes, full.required_bytes);
+  target.capacity_bytes = (lora.required_bytes + full.required_bytes) / 2;
+  const SearchResult some = search_configurations(base, target, both);
+  ASSERT_EQ(some.fitting.size(), 1u);
+  EXPECT_TRUE(some.fitting[0].args.use_peft);
+  EXPECT_NE(some.format(5).find("lora r8 default"), std::string::npos) << some.format(5);
+  EXPECT_EQ(some.to_json(5)["configurations"][0]["adapter"], "lora r8 default");
+
+  target.capacity_bytes = int64_t{1} << 40;
+  const SearchResult defaults = search_configurations(base, target, {{"fp32"}, {"adamw_torch"}, {"none"}});
+  std::set<std::string> adapters;
+  for (const TrainingPlan& p : defaults.fitting) {
+    adapters.insert(p.args.use_peft ? str_cat(p.args.lora_r, ":", p.args.lora_target_modules)
+                                    : "full");
+  }
+  EXPECT_EQ(adapters, (std::set<std::string>{"full", "16:", "16:all-linear"}));
+  EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {"lora:0"}}), ValueError);
 }
 
 // Note [Inference memory]: weights in the recipe's dtype and HF's KV cache layout.
