@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
+#include "apps/cli_run.h"
 #include "core/error.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
@@ -199,6 +201,37 @@ TEST(LoraTrainer, BadLoraOptionsAreRefusedNamingTheOption) {
     EXPECT_NE(std::string(e.what()).find("lora_target_modules: 'q_proj' matches no linear layer"),
               std::string::npos) << e.what();
   }
+}
+
+// The command line and config files take TRL's names; bad values are one line, exit 2.
+TEST(LoraTrainer, CommandLineAndConfigFileTakeTrlsNames) {
+  TempDir tmp("lora_cli");
+  const TrainingArguments args = tiny_training_args(tmp.path());
+  const std::string config = (tmp.path() / "run.toml").string();
+  std::ofstream(config) << "use_peft = true\nlora_r = 2\nlora_alpha = 4\n"
+                           "lora_target_modules = \"c_attn, c_proj\"\nuse_rslora = true\n";
+  const std::string common = " --model " + args.model + " --data " + args.data +
+                             " --max_seq_length 16 --per_device_train_batch_size 2 --device cpu"
+                             " --max_steps 2 --save_strategy no --sample_max_new_tokens 0"
+                             " --disable_tqdm --output_dir " + (tmp.path() / "out").string();
+  const CliRun run = run_cli("train --config " + config + common);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json written = parse_json(
+      read_text_file((tmp.path() / "out" / kAdapterConfigFile).string()), "adapter_config.json");
+  EXPECT_EQ(written["r"], 2);
+  EXPECT_EQ(written["lora_alpha"], 4);
+  EXPECT_EQ(written["use_rslora"], true);
+  EXPECT_EQ(written["target_modules"], nlohmann::json({"c_attn", "c_proj"}));
+  // c_proj is in attention and in the MLP: 3 layers x 2 blocks x (A, B).
+  EXPECT_EQ(SafetensorsFile((tmp.path() / "out" / kAdapterWeightsFile).string()).size(), 12u);
+
+  expect_usage_error("train --use_peft --lora_r 0" + common, "lora_r: 0 must be > 0");
+  expect_usage_error("train --use_peft --lora_dropout 1.5" + common,
+                     "lora_dropout: 1.5 is outside [0, 1)");
+  expect_usage_error("train --config " + config + " --lora_target_modules q_proj" + common,
+                     "lora_target_modules: 'q_proj' matches no linear layer of the gpt2 model");
+  expect_usage_error("train --use_peft --lora_target_modules all-linear,c_fc" + common,
+                     "--lora_target_modules: 'all-linear' must be the only entry");
 }
 
 }  // namespace
