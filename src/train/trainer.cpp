@@ -514,6 +514,19 @@ int Trainer::train() {
               static_cast<long long>(args_.per_device_train_batch_size),
               static_cast<long long>(window_ - 1),
               static_cast<long long>(data_->batches_per_epoch()));
+  if (lora_) {
+    // PEFT's print_trainable_parameters.
+    int64_t trainable = 0;
+    for (const auto& [name, p] : lora_state_dict(*model_)) trainable += p.numel();
+    const int64_t all = model_->num_parameters();
+    std::printf("LoRA r %lld on %s: trainable params: %lld || all params: %lld || trainable%%: "
+                "%.4f\n",
+                static_cast<long long>(lora_->r),
+                args_.lora_target_modules.empty() ? "the default targets"
+                                                  : args_.lora_target_modules.c_str(),
+                static_cast<long long>(trainable), static_cast<long long>(all),
+                100.0 * static_cast<double>(trainable) / static_cast<double>(all));
+  }
   std::fflush(stdout);
   ProgressBar progress(max_steps_, global_step_, isatty(STDERR_FILENO) && !args_.disable_tqdm);
   progress_ = &progress;
