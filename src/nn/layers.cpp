@@ -16,16 +16,15 @@ Linear::Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device d
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  const Tensor base = linear(x, weight_, bias_, layout_);
-  return adapter_ ? adapter_->forward(x, base) : base;
+  return with_adapter(x, linear(x, weight_, bias_, layout_));
 }
 
-void Linear::set_adapter(std::unique_ptr<LinearAdapter> adapter) {
+void AdaptableLinear::set_adapter(std::unique_ptr<LinearAdapter> adapter) {
   if (adapter_) throw ValueError("Linear: an adapter is already attached");
   adapter_ = &register_child("", std::move(adapter));
 }
 
-void Linear::remove_adapter() {
+void AdaptableLinear::remove_adapter() {
   if (adapter_) remove_child(adapter_);
   adapter_ = nullptr;
 }

@@ -10,16 +10,43 @@
 namespace headroom {
 
 // The seam through which peft/ adds a trainable branch to a projection (LoRA's
-// B(A(dropout(x)))·scaling): the layer computes its own output, then hands x and that output to
-// the adapter, which returns the sum. Any base layer can hold one: the full-precision Linear
-// below, or a 4-bit frozen linear (quant/), which calls adapter->forward the same way.
+// B(A(dropout(x)))·s): the layer computes its own output, then hands x and that output to the
+// adapter, which returns the sum.
 class LinearAdapter : public Module {
  public:
   // x [..., in], base [..., out] (the base layer's output) -> the layer's output.
   virtual Tensor forward(const Tensor& x, const Tensor& base) const = 0;
 };
 
-class Linear : public Module {
+// A projection that can hold an adapter: the full-precision Linear below, or a frozen 4-bit
+// linear (quant/), which derives from this and ends its forward with with_adapter(x, base).
+// peft/ finds the layers it wraps through this interface.
+class AdaptableLinear : public Module {
+ public:
+  virtual int64_t in_features() const = 0;
+  virtual int64_t out_features() const = 0;
+  // Where and in which dtype an adapter of this layer computes (a 4-bit base: its compute dtype).
+  virtual Device device() const = 0;
+  virtual DType compute_dtype() const = 0;
+
+  // Attaches `adapter` (its parameters named beside the layer's, e.g. "lora_A.weight"); one at
+  // most.
+  void set_adapter(std::unique_ptr<LinearAdapter> adapter);
+  LinearAdapter* adapter() const { return adapter_; }
+  // Detaches the adapter (after merging it into the weight); its parameters leave the tree.
+  void remove_adapter();
+
+ protected:
+  // The layer's output: `base` (its own, for x) plus the adapter's branch when there is one.
+  Tensor with_adapter(const Tensor& x, const Tensor& base) const {
+    return adapter_ ? adapter_->forward(x, base) : base;
+  }
+
+ private:
+  LinearAdapter* adapter_ = nullptr;  // owned as a child module
+};
+
+class Linear : public AdaptableLinear {
  public:
   // Weight [out, in] (out_in, nn.Linear) or [in, out] (in_out, GPT-2's Conv1D); uninitialised.
   Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device device);
@@ -27,20 +54,15 @@ class Linear : public Module {
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
   WeightLayout layout() const { return layout_; }
-  int64_t in_features() const { return in_; }
-  int64_t out_features() const { return out_; }
-
-  // Attaches `adapter` (its parameters named beside weight, e.g. "lora_A.weight"); one at most.
-  void set_adapter(std::unique_ptr<LinearAdapter> adapter);
-  LinearAdapter* adapter() const { return adapter_; }
-  // Detaches the adapter (after merging it into the weight); its parameters leave the tree.
-  void remove_adapter();
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  Device device() const override { return weight_.device(); }
+  DType compute_dtype() const override { return weight_.dtype(); }
 
  private:
   Tensor weight_, bias_;
   WeightLayout layout_;
   int64_t in_, out_;
-  LinearAdapter* adapter_ = nullptr;  // owned as a child module
 };
 
 class Embedding : public Module {

@@ -35,8 +35,8 @@ std::string last_component(const std::string& path) {
 }
 
 // The linear layers of `model` (no adapter's own A and B), by path.
-std::vector<std::pair<std::string, Linear*>> base_linears(CausalLM& model) {
-  std::vector<std::pair<std::string, Linear*>> out;
+std::vector<std::pair<std::string, AdaptableLinear*>> base_linears(CausalLM& model) {
+  std::vector<std::pair<std::string, AdaptableLinear*>> out;
   std::set<const Module*> adapter_parts;
   for (auto& [path, module] : model.named_modules()) {
     if (auto* lora = dynamic_cast<LoraLayer*>(module)) {
@@ -44,13 +44,13 @@ std::vector<std::pair<std::string, Linear*>> base_linears(CausalLM& model) {
     }
   }
   for (auto& [path, module] : model.named_modules()) {
-    auto* linear = dynamic_cast<Linear*>(module);
+    auto* linear = dynamic_cast<AdaptableLinear*>(module);
     if (linear && !adapter_parts.count(module)) out.emplace_back(path, linear);
   }
   return out;
 }
 
-std::string layer_names(const std::vector<std::pair<std::string, Linear*>>& linears) {
+std::string layer_names(const std::vector<std::pair<std::string, AdaptableLinear*>>& linears) {
   std::set<std::string> names;
   for (const auto& [path, linear] : linears) names.insert(last_component(path));
   std::string joined;
@@ -69,7 +69,7 @@ std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
   const bool all_linear = targets.size() == 1 && targets[0] == "all-linear";
   const auto linears = base_linears(model);
 
-  std::vector<Linear*> chosen;
+  std::vector<AdaptableLinear*> chosen;
   std::vector<std::string> paths;
   std::set<std::string> used;
   for (const auto& [path, linear] : linears) {
@@ -120,12 +120,12 @@ std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
 
   for (const Tensor& p : model.parameters()) p.set_requires_grad(false);
   Generator& gen = generator ? *generator : default_generator();
-  for (Linear* linear : chosen) {
-    const Tensor& w = linear->weight();
-    linear->set_adapter(std::make_unique<LoraLayer>(linear->in_features(),
-                                                    linear->out_features(), config, w.device(),
-                                                    w.dtype(), &gen));
-    if (config.bias == LoraBias::lora_only && linear->bias().defined()) {
+  for (AdaptableLinear* layer : chosen) {
+    layer->set_adapter(std::make_unique<LoraLayer>(layer->in_features(), layer->out_features(),
+                                                   config, layer->device(),
+                                                   layer->compute_dtype(), &gen));
+    const auto* linear = dynamic_cast<const Linear*>(layer);
+    if (config.bias == LoraBias::lora_only && linear && linear->bias().defined()) {
       linear->bias().set_requires_grad(true);
     }
   }
@@ -143,8 +143,9 @@ std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
 
 int64_t store_frozen_projections(CausalLM& model, DType compute_dtype) {
   int64_t saved = 0;
-  for (auto& [path, linear] : base_linears(model)) {
-    if (path == "lm_head" || linear->weight().dtype() == compute_dtype) continue;
+  for (auto& [path, layer] : base_linears(model)) {
+    auto* linear = dynamic_cast<Linear*>(layer);  // a 4-bit base is stored as it is
+    if (!linear || path == "lm_head" || linear->weight().dtype() == compute_dtype) continue;
     const Tensor& b = linear->bias();
     if (linear->weight().requires_grad() || (b.defined() && b.requires_grad())) continue;
     const int64_t before = static_cast<int64_t>(linear->weight().nbytes()) +
@@ -235,9 +236,15 @@ void load_lora_weights(CausalLM& model, const SafetensorsCheckpoint& file) {
 int64_t merge_lora(CausalLM& model) {
   NoGradGuard no_grad;
   int64_t merged = 0;
-  for (auto& [path, linear] : base_linears(model)) {
-    const auto* lora = dynamic_cast<const LoraLayer*>(linear->adapter());
+  for (auto& [path, layer] : base_linears(model)) {
+    const auto* lora = dynamic_cast<const LoraLayer*>(layer->adapter());
     if (!lora) continue;
+    auto* linear = dynamic_cast<Linear*>(layer);
+    if (!linear) {
+      throw NotImplementedError(str_cat("merge: layer '", path,
+                                        "' is not a full-precision Linear (merging into a 4-bit "
+                                        "base is not built)"));
+    }
     // PEFT's get_delta_weight: transpose(B @ A, fan_in_fan_out) * scaling, in fp32 here.
     Tensor delta = matmul(lora->lora_B().to(DType::f32), lora->lora_A().to(DType::f32));
     if (linear->layout() == WeightLayout::in_out) delta = delta.transpose(0, 1);

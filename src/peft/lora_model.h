@@ -21,9 +21,9 @@ inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
 // PeftModel's prefix of every key in adapter_model.safetensors.
 inline constexpr const char* kAdapterKeyPrefix = "base_model.model.";
 
-// get_peft_model: checks `config`, freezes every parameter of `model`, wraps each linear layer the
-// targets name with a LoraLayer in the dtype of its weight (drawn from `generator`, the default
-// one when null), and makes trainable the biases config.bias asks for and the parameters of
+// get_peft_model: checks `config`, freezes every parameter of `model`, wraps each projection the
+// targets name (any AdaptableLinear: nn's Linear, or a 4-bit base) with a LoraLayer in the
+// layer's compute_dtype (drawn from `generator`, the default one when null), and makes trainable the biases config.bias asks for and the parameters of
 // modules_to_save. A target or module_to_save matching nothing is a ValueError naming the field,
 // the value and the layers the model has. Returns the paths of the wrapped layers.
 std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
@@ -64,6 +64,7 @@ void load_lora_weights(CausalLM& model, const SafetensorsCheckpoint& weights);
 
 // merge_and_unload: W += (B @ A)·scaling (transposed for GPT-2's [in, out] weights) in every
 // wrapped layer, then the adapters are removed, leaving a plain model. Returns the merged count.
+// NotImplementedError for an adapter on a base that is not a full-precision Linear (4-bit).
 int64_t merge_lora(CausalLM& model);
 
 }  // namespace headroom
