@@ -15,6 +15,35 @@ void Module::register_parameter(const std::string& name, Tensor& slot, const Ten
   parameters_.emplace_back(name, &slot);
 }
 
+void Module::unregister_parameter(const std::string& name) {
+  for (auto it = parameters_.begin(); it != parameters_.end(); ++it) {
+    if (it->first == name) {
+      parameters_.erase(it);
+      return;
+    }
+  }
+  throw ValueError(str_cat("no parameter named '", name, "' to unregister"));
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, tensor] : own_buffers()) out.emplace_back(name, tensor);
+  for (const auto& [name, child] : children_) {
+    for (auto& [n, t] : child->named_buffers()) out.emplace_back(name + "." + n, std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (auto& [name, child] : children_) {
+    for (auto& [n, m] : child->named_modules()) {
+      out.emplace_back(n.empty() ? name : name + "." + n, m);
+    }
+  }
+  return out;
+}
+
 void Module::collect(const std::string& prefix,
                      std::vector<std::pair<std::string, Tensor*>>& out) const {
   for (const auto& [name, slot] : parameters_) out.emplace_back(prefix + name, slot);
@@ -65,6 +94,22 @@ void Module::to(DType dtype) {
       it->second.set_requires_grad(true);
     }
     *slot = it->second;
+  }
+}
+
+void Module::materialize_parameters(
+    const std::function<Tensor(const std::string& name, const Tensor& current)>& make) {
+  NoGradGuard no_grad;
+  std::unordered_map<const AutogradMeta*, Tensor> made;
+  std::vector<std::pair<std::string, Tensor*>> slots;
+  collect("", slots);
+  for (const auto& [name, slot] : slots) {
+    auto [it, inserted] = made.try_emplace(slot->autograd_meta());
+    if (inserted) {
+      it->second = make(name, *slot);
+      if (it->second.defined()) it->second.set_requires_grad(true);
+    }
+    if (it->second.defined()) *slot = it->second;
   }
 }
 
