@@ -12,15 +12,6 @@ namespace headroom {
 
 namespace {
 
-// The table of `device`, null on the meta device (allocations only); NotImplementedError
-// naming the op and entry comes from need_quantization_kernel for a device without one.
-const QuantizationKernels* kernels_for(Device device) {
-  if (device.type == DeviceType::meta) return nullptr;
-  static const QuantizationKernels kNone{};
-  const QuantizationKernels* k = find_quantization_kernels(device.type);
-  return k ? k : &kNone;
-}
-
 int64_t leading_rows(const Tensor& x) { return x.ndim() == 0 ? 0 : x.numel() / std::max<int64_t>(x.size(-1), 1); }
 
 }  // namespace
@@ -75,10 +66,10 @@ Tensor linear_4bit(const Tensor& x, const Quant4bitWeight& weight, const Tensor&
   {
     const Tensor workspace =
         Tensor::empty({linear_4bit_forward_workspace(rows, w.cols, w.rows)}, DType::f32, device);
-    if (const QuantizationKernels* k = kernels_for(device); k && rows > 0) {
-      need_quantization_kernel(k->linear_4bit_forward, "linear_4bit_forward", "linear_4bit",
-                               device)(xc, w, bc, workspace, y);
-    }
+    // One code path on every device: the meta device's entry runs nothing.
+    const auto& kernel =
+        need_kernel("linear_4bit", device, &QuantizationKernels::linear_4bit_forward);
+    if (rows > 0) kernel(xc, w, bc, workspace, y);
   }
   if (auto node = make_function_node("Linear4bitBackward0", {xc, bc})) {
     const Shape x_shape = xc.shape();
@@ -90,10 +81,9 @@ Tensor linear_4bit(const Tensor& x, const Quant4bitWeight& weight, const Tensor&
         gx = Tensor::empty(x_shape, g.dtype(), device);
         const Tensor workspace = Tensor::empty(
             {linear_4bit_backward_workspace(rows, w.cols, w.rows)}, DType::f32, device);
-        if (const QuantizationKernels* k = kernels_for(device); k && rows > 0) {
-          need_quantization_kernel(k->linear_4bit_backward_input, "linear_4bit_backward_input",
-                                   "linear_4bit backward", device)(g, w, workspace, gx);
-        }
+        const auto& kernel = need_kernel("linear_4bit backward", device,
+                                         &QuantizationKernels::linear_4bit_backward_input);
+        if (rows > 0) kernel(g, w, workspace, gx);
       }
       if (has_bias && ctx.needs_input_grad(1)) gb = sum_to_shape(g, Shape{w.rows});
       return {gx, gb};

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/backend_parts.h"
 #include "backend/cpu/gemm.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
@@ -137,12 +138,11 @@ void backward_input(const Tensor& grad_y, const Quant4bitOperand& w, const Tenso
   }
 }
 
-const bool kRegistered = [] {
-  QuantizationKernels& k = mutable_quantization_kernels(DeviceType::cpu);
-  k.linear_4bit_forward = forward;
-  k.linear_4bit_backward_input = backward_input;
-  return true;
-}();
-
 }  // namespace
+
+void fill_quantization_kernels(QuantizationKernels& kernels) {
+  kernels.linear_4bit_forward = forward;
+  kernels.linear_4bit_backward_input = backward_input;
+}
+
 }  // namespace headroom::cpu

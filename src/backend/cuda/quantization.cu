@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cpu/linear_4bit.h"
+#include "backend/cuda/backend_parts.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/quantization_kernels.h"
 
@@ -116,12 +117,11 @@ void backward_input(const Tensor& grad_y, const Quant4bitOperand& w, const Tenso
   check_launch();
 }
 
-const bool kRegistered = [] {
-  QuantizationKernels& k = mutable_quantization_kernels(DeviceType::cuda);
-  k.linear_4bit_forward = forward;
-  k.linear_4bit_backward_input = backward_input;
-  return true;
-}();
-
 }  // namespace
+
+void fill_quantization_kernels(QuantizationKernels& kernels) {
+  kernels.linear_4bit_forward = forward;
+  kernels.linear_4bit_backward_input = backward_input;
+}
+
 }  // namespace headroom::cuda
