@@ -39,7 +39,8 @@ bool is_quant_4bit_saved(const SafetensorsCheckpoint& checkpoint, const std::str
 // Note [Materializing one tensor at a time]
 // transformers' from_pretrained(torch_dtype=..., quantization_config=...) never holds the model
 // in fp32: it builds it empty and fills it tensor by tensor. load_pretrained does the same: the
-// model is built on the meta device (no memory), then Module::materialize_parameters makes each
+// model is built on a scratch meta device (meta:1: no memory, and no plan counts it), then
+// Module::materialize_parameters makes each
 // parameter in named_parameters order, on the target device in options.dtype, read from the
 // files with the conversion inside copy_into, or drawn by the model's init_parameter in fp32
 // (the generator advanced as the constructor does) and rounded. A layer that turns 4-bit reads
@@ -59,8 +60,10 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, Device device,
   std::optional<Quant4bitConfig> quant = read_quantization_config(config_path.string());
   const bool prequantized = quant.has_value();
   if (!quant) quant = options.load_in_4bit;
+  // Built on the scratch meta device, whose allocations no plan on meta:0 sees, so a dry run of
+  // this load counts only what the materialization below allocates, as the real run does.
   std::unique_ptr<CausalLM> model =
-      make_causal_lm(read_hf_config(config_path.string()), kMeta, seed);
+      make_causal_lm(read_hf_config(config_path.string()), Device{DeviceType::meta, 1}, seed);
   std::optional<SafetensorsCheckpoint> checkpoint;
   if (has_weights(path)) checkpoint.emplace(dir);
 
@@ -111,7 +114,10 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, Device device,
       }
       checkpoint->copy_into(file_name, t);
       used.insert(file_name);
+    } else if (t.dtype() == DType::f32 || !floating) {
+      model->init_parameter(name, t, generator);
     } else {
+      // Drawn in fp32 as the constructor draws it, then rounded once.
       const Tensor f32 = Tensor::empty(meta.shape(), DType::f32, device);
       model->init_parameter(name, f32, generator);
       t.copy_(f32);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/blockwise_blocks.h"
 #include "core/error.h"
 
 namespace headroom::cpu {

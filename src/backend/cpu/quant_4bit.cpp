@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/blockwise_quant.h"
+#include "backend/cpu/blockwise_blocks.h"
 #include "core/error.h"
 
 namespace headroom::cpu {
