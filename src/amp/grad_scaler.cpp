@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/grad_scaler.h"
+#include "backend/grad_check_kernels.h"
 #include "core/error.h"
 #include "ops/elementwise.h"
 #include "ops/op_support.h"
@@ -68,10 +69,10 @@ void unscale_on_device(const OpRoute& route, const Tensor& grad, float inv_scale
     throw ValueError(str_cat("GradScaler.unscale_: gradients on ", flag.device(), " and ",
                              grad.device(), "; one optimizer's gradients must share a device"));
   }
-  if (!route.device) return;
+  if (!route.kernels) return;
   grad.storage()->bump_version();
   const Tensor work = grad.contiguous();  // the gradient itself unless strided
-  route.need(route.device->unscale_and_check)(work, inv_scale, flag);
+  route.need(&GradCheckKernels::unscale_and_check)(work, inv_scale, flag);
   if (work.storage() != grad.storage()) grad.copy_(work);
 }
 

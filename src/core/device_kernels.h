@@ -46,7 +46,7 @@ struct DeviceKernels {
 // so that callers choosing a device can ask instead of failing at the first op: device "auto"
 // (train/model_source.h) takes the GPU only when its backend has op kernels. The CPU and meta
 // (whose ops allocate and compute nothing) have them; the CUDA backend has them when its
-// DeviceOps table (backend/device_ops.h) is complete. tests/core/test_device_kernels.cpp checks
+// kernel tables (backend/backend.h) are complete. tests/core/test_device_kernels.cpp checks
 // that the flag and the ops' dispatch agree.
 
 void register_device_kernels(DeviceType type, const DeviceKernels* kernels);

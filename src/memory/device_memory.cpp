@@ -25,24 +25,12 @@ Registry& registry() {
   return *r;
 }
 
-std::unique_ptr<DeviceAllocator> make_cpu(int index) {
-  if (index != 0) throw ValueError(str_cat("device cpu:", index, " does not exist; use cpu"));
-  return make_cpu_device_allocator();
-}
-
-std::unique_ptr<DeviceAllocator> make_meta(int index) {
-  if (index != 0) throw ValueError(str_cat("device meta:", index, " does not exist; use meta"));
-  return make_meta_device_allocator();
-}
-
 template <DeviceType kType>
 Allocator& lookup(int index) {
   return caching_allocator(Device{kType, index});
 }
 
 const bool kRegistered = [] {
-  register_device_allocator(DeviceType::cpu, make_cpu);
-  register_device_allocator(DeviceType::meta, make_meta);
   register_allocator(DeviceType::cpu, lookup<DeviceType::cpu>);
   register_allocator(DeviceType::meta, lookup<DeviceType::meta>);
   register_allocator(DeviceType::cuda, lookup<DeviceType::cuda>);

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "ops/embedding.h"
 #include "ops/norm.h"
+#include "quant/linear_4bit.h"
 
 namespace headroom {
 
@@ -16,6 +17,7 @@ Linear::Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device d
 }
 
 Tensor Linear::forward(const Tensor& x) const {
+  if (quant_) return with_adapter(x, linear_4bit(x, *quant_, bias_, compute_dtype_));
   return with_adapter(x, linear(x, weight_, bias_, layout_));
 }
 
@@ -27,6 +29,23 @@ void AdaptableLinear::set_adapter(std::unique_ptr<LinearAdapter> adapter) {
 void AdaptableLinear::remove_adapter() {
   if (adapter_) remove_child(adapter_);
   adapter_ = nullptr;
+}
+
+void Linear::set_weight_4bit(Quant4bitWeight weight, DType compute_dtype) {
+  if (weight.shape != Shape{out_, in_}) {
+    throw ValueError(str_cat("Linear: a 4-bit weight of shape ", weight.shape, " for a layer of ",
+                             in_, " inputs and ", out_, " outputs (expected [", out_, ", ", in_,
+                             "])"));
+  }
+  if (!quant_) unregister_parameter("weight");
+  weight_ = Tensor();
+  quant_ = std::make_shared<const Quant4bitWeight>(std::move(weight));
+  compute_dtype_ = compute_dtype;
+}
+
+std::vector<std::pair<std::string, Tensor>> Linear::own_buffers() const {
+  if (!quant_) return {};
+  return quant_4bit_state_dict("", *quant_);
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Device device) {

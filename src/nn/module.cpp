@@ -15,6 +15,28 @@ void Module::register_parameter(const std::string& name, Tensor& slot, const Ten
   parameters_.emplace_back(name, &slot);
 }
 
+void Module::unregister_parameter(const std::string& name) {
+  for (auto it = parameters_.begin(); it != parameters_.end(); ++it) {
+    if (it->first == name) {
+      parameters_.erase(it);
+      return;
+    }
+  }
+  throw ValueError(str_cat("no parameter named '", name, "' to unregister"));
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, tensor] : own_buffers()) out.emplace_back(name, tensor);
+  for (const auto& [name, child] : children_) {
+    // An unnamed child (an adapter) puts its buffers beside this module's own.
+    for (auto& [n, t] : child->named_buffers()) {
+      out.emplace_back(name.empty() ? n : name + "." + n, std::move(t));
+    }
+  }
+  return out;
+}
+
 void Module::collect(const std::string& prefix,
                      std::vector<std::pair<std::string, Tensor*>>& out) const {
   for (const auto& [name, slot] : parameters_) out.emplace_back(prefix + name, slot);
@@ -86,6 +108,22 @@ void Module::to(DType dtype, bool recurse) {
       it->second.set_requires_grad(slot->requires_grad());
     }
     *slot = it->second;
+  }
+}
+
+void Module::materialize_parameters(
+    const std::function<Tensor(const std::string& name, const Tensor& current)>& make) {
+  NoGradGuard no_grad;
+  std::unordered_map<const AutogradMeta*, Tensor> made;
+  std::vector<std::pair<std::string, Tensor*>> slots;
+  collect("", slots);
+  for (const auto& [name, slot] : slots) {
+    auto [it, inserted] = made.try_emplace(slot->autograd_meta());
+    if (inserted) {
+      it->second = make(name, *slot);
+      if (it->second.defined()) it->second.set_requires_grad(true);
+    }
+    if (it->second.defined()) *slot = it->second;
   }
 }
 

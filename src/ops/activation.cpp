@@ -3,6 +3,7 @@
 #include "ops/activation.h"
 
 #include "autograd/function_node.h"
+#include "backend/activation_kernels.h"
 #include "backend/cpu/activation.h"
 #include "core/error.h"
 #include "core/record_function.h"
@@ -14,9 +15,9 @@ namespace {
 
 using UnaryKernel = void (*)(const float* x, float* y, int64_t n);
 using UnaryGradKernel = void (*)(const float* x, const float* dy, float* dx, int64_t n);
-using UnaryEntry = void (*DeviceOps::*)(const Tensor& x, const Tensor& out);
-using UnaryGradEntry = void (*DeviceOps::*)(const Tensor& x, const Tensor& grad_out,
-                                            const Tensor& grad_in);
+using UnaryEntry = Kernel<void(const Tensor& x, const Tensor& out)> ActivationKernels::*;
+using UnaryGradEntry = Kernel<void(const Tensor& x, const Tensor& grad_out,
+                                   const Tensor& grad_in)> ActivationKernels::*;
 
 // A unary activation's kernels: the CPU's and the native table's entries.
 struct UnaryKernels {
@@ -30,7 +31,7 @@ Tensor unary_forward(const char* op, const UnaryKernels& kernels, const Tensor& 
   const OpRoute route = op_route(op, x.device());
   if (route.native) {
     Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (route.device) route.need(route.device->*kernels.forward)(x.contiguous(), out);
+    if (route.kernels) route.need(kernels.forward)(x.contiguous(), out);
     return out;
   }
   Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
@@ -45,8 +46,8 @@ Tensor unary_backward(const char* op, const UnaryKernels& kernels, const Tensor&
   const OpRoute route = op_route(op, grad_out.device());
   if (route.native) {
     Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (route.device) {
-      route.need(route.device->*kernels.backward)(x.contiguous(), grad_out.contiguous(), gx);
+    if (route.kernels) {
+      route.need(kernels.backward)(x.contiguous(), grad_out.contiguous(), gx);
     }
     return gx;
   }
@@ -77,15 +78,15 @@ Tensor unary_activation(const char* op, const char* node_name, const UnaryKernel
 
 Tensor gelu(const Tensor& x) {
   return unary_activation("gelu", "GeluBackward0",
-                          {cpu::gelu_forward, cpu::gelu_backward, &DeviceOps::gelu_forward,
-                           &DeviceOps::gelu_backward},
+                          {cpu::gelu_forward, cpu::gelu_backward, &ActivationKernels::gelu_forward,
+                           &ActivationKernels::gelu_backward},
                           x);
 }
 
 Tensor silu(const Tensor& x) {
   return unary_activation("silu", "SiluBackward0",
-                          {cpu::silu_forward, cpu::silu_backward, &DeviceOps::silu_forward,
-                           &DeviceOps::silu_backward},
+                          {cpu::silu_forward, cpu::silu_backward, &ActivationKernels::silu_forward,
+                           &ActivationKernels::silu_backward},
                           x);
 }
 
@@ -103,7 +104,9 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   Tensor out;
   if (route.native) {
     out = Tensor::empty(gate.shape(), out_dtype, gate.device());
-    if (route.device) route.need(route.device->swiglu_forward)(gate.contiguous(), up.contiguous(), out);
+    if (route.kernels) {
+      route.need(&ActivationKernels::swiglu_forward)(gate.contiguous(), up.contiguous(), out);
+    }
   } else {
     out = Tensor::empty(gate.shape(), DType::f32, gate.device());
     const Tensor gf = f32_contiguous(gate);
@@ -128,9 +131,11 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
         if (ctx.needs_input_grad(1)) {
           d_up = Tensor::empty(up_saved.shape(), up_saved.dtype(), up_saved.device());
         }
-        if (back.device) {
-          back.need(back.device->swiglu_backward)(gate_saved.contiguous(), up_saved.contiguous(),
-                                                  ctx.grad_output().contiguous(), d_gate, d_up);
+        if (back.kernels) {
+          back.need(&ActivationKernels::swiglu_backward)(gate_saved.contiguous(),
+                                                         up_saved.contiguous(),
+                                                         ctx.grad_output().contiguous(), d_gate,
+                                                         d_up);
         }
         return {d_gate, d_up};
       }

@@ -1,13 +1,15 @@
 // scaled_dot_product_attention: shape checks, the buffers (output, log-sum-exp, backward
 // workspace) and the autograd node around the flash-attention kernels of backend/cpu/attention.h,
-// or a native device's attention entries (backend/device_ops.h). Saved for backward: q, k, v, the
-// output and lse [B, Hq, Tq] in fp32 — never a T x T matrix.
+// or a native device's attention entries (backend/attention_kernels.h). Saved for backward: q, k,
+// v, the output and lse [B, Hq, Tq] in fp32 — never a T x T matrix.
 #include "ops/attention.h"
 
 #include <cmath>
 
 #include "autograd/function_node.h"
+#include "backend/attention_kernels.h"
 #include "backend/cpu/attention.h"
+#include "backend/dropout_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/autocast.h"
@@ -94,8 +96,8 @@ Tensor native_attention(const OpRoute& route, const cpu::AttentionDims& dims, co
   const Device device = q.device();
   Tensor out = Tensor::empty(q.shape(), q.dtype(), device);
   Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
-  if (route.device) {
-    route.need(route.device->attention_forward)(unit_rows(q), unit_rows(k), unit_rows(v),
+  if (route.kernels) {
+    route.need(&AttentionKernels::forward)(unit_rows(q), unit_rows(k), unit_rows(v),
                                                 is_causal, softmax_scale, dropout, out, lse);
   }
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
@@ -115,8 +117,8 @@ Tensor native_attention(const OpRoute& route, const cpu::AttentionDims& dims, co
       Tensor gq = Tensor::empty(q.shape(), dtype, device);
       Tensor gk = Tensor::empty(k.shape(), dtype, device);
       Tensor gv = Tensor::empty(k.shape(), dtype, device);
-      if (route.device) {
-        route.need(route.device->attention_backward)(
+      if (route.kernels) {
+        route.need(&AttentionKernels::backward)(
             unit_rows(q), unit_rows(k), unit_rows(ctx.saved(2)), ctx.saved(3), g, lse, is_causal,
             softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
       }

@@ -10,11 +10,13 @@
 #include "backend/cpu/cross_entropy.h"
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cross_entropy_kernels.h"
+#include "backend/gemm_kernels.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
 #include "core/record_function.h"
-#include "ops/elementwise.h"
 #include "ops/autocast.h"
+#include "ops/elementwise.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -80,10 +82,10 @@ int64_t count_targets(const char* op, const Tensor& targets, int64_t vocab, int6
 // meta device has no targets to count (0).
 int64_t native_count_targets(const OpRoute& route, const char* op, const Tensor& targets,
                              int64_t vocab, int64_t ignore_index) {
-  if (!route.device) return 0;
+  if (!route.kernels) return 0;
   int64_t first_bad = -1;
   const int64_t count =
-      route.need(route.device->count_targets)(targets, vocab, ignore_index, &first_bad);
+      route.need(&CrossEntropyKernels::count_targets)(targets, vocab, ignore_index, &first_bad);
   if (first_bad >= 0) {
     const Tensor value = targets.reshape({-1}).narrow(0, first_bad, 1).to(kCPU);
     throw_bad_target(op, value.to_int64_vector()[0], first_bad, vocab, ignore_index);
@@ -121,8 +123,8 @@ std::vector<Tensor> cross_entropy_backward(BackwardContext& ctx, int64_t count,
     // The gradient in the logits' dtype straight from the kernel; the incoming gradient is read
     // on the device.
     Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), device);
-    if (route.device) {
-      route.need(route.device->cross_entropy_backward)(
+    if (route.kernels) {
+      route.need(&CrossEntropyKernels::backward)(
           logit_rows(logits, rows, vocab), lse, targets.reshape({rows}), ignore_index,
           mean_scale(count), ctx.grad_output(), grad.view({rows, vocab}));
     }
@@ -203,11 +205,10 @@ LossAndGrads native_linear_cross_entropy(const OpRoute& route, const FunctionNod
   Tensor dlogits;
   if (grads && operand != DType::f32) dlogits = Tensor::empty({chunk, vocab}, operand, device);
   result.out = Tensor::empty(Shape{}, DType::f32, device);
-  if (!route.device) return result;
-  const DeviceOps& ops = *route.device;
-  const auto gemm = route.need(ops.gemm);
-  const auto forward = route.need(ops.cross_entropy_forward);
-  const auto backward = grads ? route.need(ops.cross_entropy_backward) : nullptr;
+  if (!route.kernels) return result;
+  const auto& gemm = route.need(&GemmKernels::gemm);
+  const auto& forward = route.need(&CrossEntropyKernels::forward);
+  const auto* backward = grads ? &route.need(&CrossEntropyKernels::backward) : nullptr;
   const Tensor t_rows = t.reshape({rows});
   const Tensor dx_rows = result.dx.defined() && dim > 0 ? result.dx.view({rows, dim}) : Tensor();
   const float scale = mean_scale(count);
@@ -225,7 +226,7 @@ LossAndGrads native_linear_cross_entropy(const OpRoute& route, const FunctionNod
     forward(chunk_logits, t_chunk, ignore_index, chunk_lse, row_loss.narrow(0, begin, n));
     if (!grads) continue;
     const Tensor d = dlogits.defined() ? dlogits.narrow(0, 0, n) : chunk_logits;
-    backward(chunk_logits, chunk_lse, t_chunk, ignore_index, scale, Tensor(), d);
+    (*backward)(chunk_logits, chunk_lse, t_chunk, ignore_index, scale, Tensor(), d);
     if (dim == 0) continue;
     if (dx_rows.defined()) {
       gemm(false, false, d, wc, 1.0f, 0.0f, dx_rows.narrow(0, begin, n), GemmEpilogue::none,
@@ -237,7 +238,7 @@ LossAndGrads native_linear_cross_entropy(const OpRoute& route, const FunctionNod
     }
   }
   if (result.dweight.defined() && (rows == 0 || dim == 0)) result.dweight.zero_();
-  route.need(ops.mean_loss)(row_loss, count, result.out);
+  route.need(&CrossEntropyKernels::mean_loss)(row_loss, count, result.out);
   return result;
 }
 
@@ -261,7 +262,7 @@ void save_linear_cross_entropy_grads(const std::shared_ptr<FunctionNode>& node, 
         if (ctx.retains_saved()) {  // the saved buffer must stay as it is
           *grad = Tensor::empty(source.shape(), source.dtype(), source.device());
         }
-        if (route.device) route.need(route.device->scale_by_scalar)(source, g, *grad);
+        if (route.kernels) route.need(&CrossEntropyKernels::scale_by_scalar)(source, g, *grad);
       }
       return {dx, dweight};
     }
@@ -318,11 +319,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     {
       // The logits are read in their dtype: no fp32 copy, whole or in chunks.
       const Tensor row_loss = Tensor::empty({rows}, DType::f32, device);
-      if (route.device) {
-        route.need(route.device->cross_entropy_forward)(logit_rows(logits, rows, vocab),
+      if (route.kernels) {
+        route.need(&CrossEntropyKernels::forward)(logit_rows(logits, rows, vocab),
                                                         t.reshape({rows}), ignore_index, lse,
                                                         row_loss);
-        route.need(route.device->mean_loss)(row_loss, count, out);
+        route.need(&CrossEntropyKernels::mean_loss)(row_loss, count, out);
       }
     }
     save_for_cross_entropy_backward(logits, lse, t, count, ignore_index, out);

@@ -15,6 +15,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/dropout.h"
+#include "backend/dropout_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/op_support.h"
@@ -34,8 +35,8 @@ Tensor dropout_apply(const Tensor& x, const DropoutMask& mask, DType dtype) {
   const OpRoute route = op_route("dropout", x.device());
   if (route.native) {
     Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-    if (route.device) {
-      route.need(route.device->dropout)(x.contiguous(), mask.rng.seed, mask.rng.offset,
+    if (route.kernels) {
+      route.need(&DropoutKernels::apply)(x.contiguous(), mask.rng.seed, mask.rng.offset,
                                         mask.threshold, mask.scale, out);
     }
     return out;

@@ -4,6 +4,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/elementwise.h"
+#include "backend/elementwise_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/op_support.h"
@@ -38,9 +39,9 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   if (route.native) {
     // The entry reads broadcast operands through their zero strides: nothing is materialised.
     Tensor out = Tensor::empty(shape, result_dtype(a, b), a.device());
-    if (route.device) {
-      route.need(route.device->binary)(op, a.shape() == shape ? a : a.expand(shape),
-                                       b.shape() == shape ? b : b.expand(shape), out);
+    if (route.kernels) {
+      route.need(&ElementwiseKernels::binary)(op, a.shape() == shape ? a : a.expand(shape),
+                                              b.shape() == shape ? b : b.expand(shape), out);
     }
     return out;
   }
@@ -65,7 +66,9 @@ Tensor scale_forward(const Tensor& x, double factor) {
   const OpRoute route = op_route("scale", x.device());
   if (route.native) {
     Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (route.device) route.need(route.device->scale)(x.contiguous(), static_cast<float>(factor), out);
+    if (route.kernels) {
+      route.need(&ElementwiseKernels::scale)(x.contiguous(), static_cast<float>(factor), out);
+    }
     return out;
   }
   Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());

@@ -6,6 +6,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/embedding.h"
+#include "backend/embedding_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/op_support.h"
@@ -44,23 +45,23 @@ Tensor embedding_native(const OpRoute& route, const Tensor& weight, const Tensor
                         const Shape& out_shape) {
   const int64_t num_embeddings = weight.size(0), dim = weight.size(1);
   const Tensor id_data = ids.contiguous();
-  if (route.device) {
-    const int64_t bad = route.need(route.device->first_bad_id)(id_data, num_embeddings);
+  if (route.kernels) {
+    const int64_t bad = route.need(&EmbeddingKernels::first_bad_id)(id_data, num_embeddings);
     if (bad >= 0) {
       const int64_t id = static_cast<int64_t>(id_data.reshape({-1}).narrow(0, bad, 1).item());
       throw_bad_id(id, bad, ids.shape(), num_embeddings);
     }
   }
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
-  if (route.device) route.need(route.device->embedding_forward)(weight.contiguous(), id_data, out);
+  if (route.kernels) route.need(&EmbeddingKernels::forward)(weight.contiguous(), id_data, out);
   if (auto node = make_function_node("EmbeddingBackward0", {weight})) {
     node->save(ids);
     node->set_backward([num_embeddings, dim](BackwardContext& ctx) -> std::vector<Tensor> {
       const Tensor& g = ctx.grad_output();
       const OpRoute back = op_route("embedding backward", g.device());
       Tensor gw = Tensor::empty(Shape{num_embeddings, dim}, DType::f32, g.device());
-      if (back.device) {
-        back.need(back.device->embedding_backward)(g.contiguous(), ctx.saved(0).contiguous(), gw);
+      if (back.kernels) {
+        back.need(&EmbeddingKernels::backward)(g.contiguous(), ctx.saved(0).contiguous(), gw);
       }
       return {gw};
     });

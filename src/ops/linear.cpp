@@ -6,6 +6,8 @@
 #include "autograd/function_node.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/reduction.h"
+#include "backend/gemm_kernels.h"
+#include "backend/reduction_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/autocast.h"
@@ -95,7 +97,7 @@ void native_gemm(const OpRoute& route, const Tensor& a, bool trans_a, const Tens
                  bool trans_b, const Tensor& c, const Tensor& bias = Tensor()) {
   const GemmOperand oa = gemm_operand(a, trans_a);
   const GemmOperand ob = gemm_operand(b, trans_b);
-  if (!route.device || c.numel() == 0) return;
+  if (!route.kernels || c.numel() == 0) return;
   if ((trans_a ? a.size(-2) : a.size(-1)) == 0) {
     // An empty inner dimension: the entry takes none, and the product is zero.
     if (bias.defined()) {
@@ -105,7 +107,7 @@ void native_gemm(const OpRoute& route, const Tensor& a, bool trans_a, const Tens
     }
     return;
   }
-  route.need(route.device->gemm)(oa.trans, ob.trans, oa.t, ob.t, 1.0f, 0.0f, c,
+  route.need(&GemmKernels::gemm)(oa.trans, ob.trans, oa.t, ob.t, 1.0f, 0.0f, c,
                                  bias.defined() ? GemmEpilogue::bias : GemmEpilogue::none, bias);
 }
 
@@ -184,10 +186,10 @@ std::vector<Tensor> native_linear_backward(const OpRoute& route, BackwardContext
   }
   if (saved.has_bias && ctx.needs_input_grad(2)) {
     gb = Tensor::empty({out}, saved.bias_dtype, device);
-    if (route.device && rows == 0) {
+    if (route.kernels && rows == 0) {
       gb.zero_();
-    } else if (route.device) {
-      route.need(route.device->sum_middle)(g, 1, rows, out, 1.0, gb);
+    } else if (route.kernels) {
+      route.need(&ReductionKernels::sum_middle)(g, 1, rows, out, 1.0, gb);
     }
   }
   return {gx, gw, gb};

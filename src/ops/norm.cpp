@@ -5,6 +5,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/norm.h"
+#include "backend/norm_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/autocast.h"
@@ -45,9 +46,9 @@ float* mutable_data_or_null(const Tensor& t) { return t.defined() ? t.data<float
 // The row blocks of the native backward's partial sums on the device the op runs on or, on the
 // meta device, plans for. A build without that backend plans with the CPU's blocks.
 int64_t native_backward_blocks(const OpRoute& route, int64_t rows) {
-  if (route.device) return route.need(route.device->norm_backward_blocks)(rows);
-  const DeviceOps* planned = find_device_ops(meta_allocates_like());
-  if (planned && planned->norm_backward_blocks) return planned->norm_backward_blocks(rows);
+  if (route.kernels) return route.need(&NormKernels::backward_blocks)(rows);
+  const NormKernels* planned = find_kernels<NormKernels>(meta_allocates_like());
+  if (planned && planned->backward_blocks) return planned->backward_blocks(rows);
   return cpu::norm_backward_blocks(rows);
 }
 
@@ -70,12 +71,12 @@ std::vector<Tensor> native_norm_backward(const OpRoute& route, BackwardContext& 
     partial = Tensor::empty({native_backward_blocks(route, dims.rows), 2, dims.dim}, DType::f32,
                             device);
   }
-  if (route.device) {
+  if (route.kernels) {
     if (centred) {
-      route.need(route.device->layer_norm_backward)(g, x, w, mean, rstd, dx, dweight, dbias,
+      route.need(&NormKernels::layer_norm_backward)(g, x, w, mean, rstd, dx, dweight, dbias,
                                                     partial);
     } else {
-      route.need(route.device->rms_norm_backward)(g, x, w, rstd, dx, dweight, partial);
+      route.need(&NormKernels::rms_norm_backward)(g, x, w, rstd, dx, dweight, partial);
     }
   }
   if (centred) return {dx, dweight, dbias};
@@ -131,12 +132,12 @@ Tensor native_norm(const OpRoute& route, bool centred, const Tensor& x, const Te
   Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
   Tensor mean = centred ? Tensor::empty({dims.rows}, DType::f32, device) : Tensor();
   Tensor rstd = Tensor::empty({dims.rows}, DType::f32, device);
-  if (route.device) {
+  if (route.kernels) {
     if (centred) {
-      route.need(route.device->layer_norm_forward)(xc, w, b, static_cast<float>(eps), out, mean,
+      route.need(&NormKernels::layer_norm_forward)(xc, w, b, static_cast<float>(eps), out, mean,
                                                    rstd);
     } else {
-      route.need(route.device->rms_norm_forward)(xc, w, static_cast<float>(eps), out, rstd);
+      route.need(&NormKernels::rms_norm_forward)(xc, w, static_cast<float>(eps), out, rstd);
     }
   }
   const char* name = centred ? "LayerNormBackward0" : "RmsNormBackward0";

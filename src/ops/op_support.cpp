@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "backend/backend.h"
 #include "backend/cpu/denormals.h"
 #include "core/error.h"
 
@@ -36,8 +37,8 @@ OpRoute op_route(const char* op, Device device) {
       route.native = meta_allocates_like() != DeviceType::cpu;
       return route;
     default:
-      route.device = find_device_ops(device.type);
-      if (!route.device) throw NotImplementedError(str_cat(op, " has no kernel for ", device, " yet"));
+      route.kernels = find_kernel_tables(device.type) != nullptr;
+      if (!route.kernels) throw NotImplementedError(str_cat(op, " has no kernel for ", device, " yet"));
       route.native = true;
       return route;
   }

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "backend/device_ops.h"
+#include "backend/kernel_table.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -18,7 +18,7 @@ namespace headroom {
 // Note [Native allocation pattern]
 // An op allocates in one of two patterns. The CPU's kernels take fp32, so the op widens bf16 /
 // f16 inputs into fp32 copies, computes fp32 results and rounds them to the input dtype. A native
-// device (backend/device_ops.h: CUDA) reads and writes the tensors' own dtypes, so the op
+// device (backend/kernel_table.h: CUDA) reads and writes the tensors' own dtypes, so the op
 // allocates only the outputs, statistics and workspaces. The meta device has no kernels and
 // follows whichever pattern the device it stands in for would: the CPU's by default, a native
 // device's while a MetaAllocatesLike guard says so (the planner sets it when its target is a
@@ -27,16 +27,16 @@ namespace headroom {
 // Where an op's kernels run and which allocation pattern it follows.
 struct OpRoute {
   bool cpu = false;                   // run the CPU kernels on widened fp32 copies
-  const DeviceOps* device = nullptr;  // run these native entries
+  bool kernels = false;               // run the device's kernel tables
   bool native = false;                // allocate in the native pattern (device set, or meta)
   const char* op = "";
   Device where;
 
-  // The entry, or NotImplementedError naming the op and device when the backend lacks it.
-  template <typename F>
-  F need(F entry) const {
-    if (!entry) throw NotImplementedError(str_cat(op, " has no kernel for ", where, " yet"));
-    return entry;
+  // The device's entry, or NotImplementedError naming the op, the entry and the device when the
+  // backend lacks it.
+  template <typename Family, typename Signature>
+  const Kernel<Signature>& need(Kernel<Signature> Family::*entry) const {
+    return need_kernel(op, where, entry);
   }
 };
 

@@ -3,10 +3,11 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/reduction.h"
+#include "backend/reduction_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
-#include "ops/elementwise.h"
 #include "ops/autocast.h"
+#include "ops/elementwise.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -25,7 +26,7 @@ Tensor reduce_all(const Tensor& x, bool average, const char* op) {
     const int64_t partials = sum_all_partials(x.numel());
     const Tensor partial =
         partials > 0 ? Tensor::empty(Shape{partials}, DType::i64, x.device()) : Tensor();
-    if (route.device) route.need(route.device->sum_all)(x.contiguous(), factor, partial, out);
+    if (route.kernels) route.need(&ReductionKernels::sum_all)(x.contiguous(), factor, partial, out);
   } else {
     out = Tensor::empty(Shape{}, DType::f32, x.device());
     const Tensor xf = f32_contiguous(x);
@@ -45,7 +46,7 @@ Tensor reduce_all(const Tensor& x, bool average, const char* op) {
       if (back.native) {
         // The incoming gradient stays on the device: no host read, no sync.
         Tensor grad = Tensor::empty(shape, dtype, g.device());
-        if (back.device) back.need(back.device->fill_scaled)(grad, g.contiguous(), factor);
+        if (back.kernels) back.need(&ReductionKernels::fill_scaled)(grad, g.contiguous(), factor);
         return {grad};
       }
       Tensor grad = Tensor::empty(shape, g.dtype(), g.device());
@@ -76,8 +77,8 @@ Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, cons
   Tensor out;
   if (route.native) {
     out = Tensor::empty(out_shape, x.dtype(), x.device());
-    if (route.device) {
-      route.need(route.device->sum_middle)(x.contiguous(), outer, n, inner,
+    if (route.kernels) {
+      route.need(&ReductionKernels::sum_middle)(x.contiguous(), outer, n, inner,
                                            average ? 1.0 / static_cast<double>(n) : 1.0, out);
     }
   } else {

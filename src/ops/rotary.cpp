@@ -4,6 +4,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/rotary.h"
+#include "backend/rotary_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/op_support.h"
@@ -22,7 +23,7 @@ Tensor rotate(const Tensor& x, double theta, int64_t position_offset, bool inver
   const OpRoute route = op_route(kOp, device);
   if (route.native) {
     Tensor out = Tensor::empty(x.shape(), dtype, device);
-    if (route.device) route.need(route.device->rotary)(x, theta, position_offset, inverse, out);
+    if (route.kernels) route.need(&RotaryKernels::apply)(x, theta, position_offset, inverse, out);
     return out;
   }
   const int64_t seq_len = x.size(2), dim = x.size(3);

@@ -5,6 +5,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/cpu/softmax.h"
+#include "backend/softmax_kernels.h"
 #include "core/record_function.h"
 #include "ops/autocast.h"
 #include "ops/op_support.h"
@@ -42,8 +43,8 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   Tensor out;
   if (route.native) {
     out = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (route.device) {
-      route.need(route.device->softmax_forward)(x.contiguous(), dims.outer, dims.n, dims.inner, out);
+    if (route.kernels) {
+      route.need(&SoftmaxKernels::forward)(x.contiguous(), dims.outer, dims.n, dims.inner, out);
     }
   } else {
     out = Tensor::empty(x.shape(), DType::f32, x.device());
@@ -61,8 +62,8 @@ Tensor softmax(const Tensor& x, int64_t dim) {
         // y has x's dtype, and so has the gradient.
         const Tensor& y = ctx.saved(0);
         Tensor gx = Tensor::empty(y.shape(), y.dtype(), y.device());
-        if (back.device) {
-          back.need(back.device->softmax_backward)(y.contiguous(), ctx.grad_output().contiguous(),
+        if (back.kernels) {
+          back.need(&SoftmaxKernels::backward)(y.contiguous(), ctx.grad_output().contiguous(),
                                                    dims.outer, dims.n, dims.inner, gx);
         }
         return {gx};

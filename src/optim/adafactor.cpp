@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/adafactor_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/memory_category.h"
@@ -253,11 +254,11 @@ void Adafactor::step() {
         const int64_t rows = factored ? param.shape()[param.ndim() - 2] : 0;
         const int64_t batch = factored ? (rows * cols == 0 ? 0 : n / (rows * cols)) : 1;
         const Tensor scalars =
-            Tensor::empty({DeviceOps::adafactor_scalars(batch)}, DType::i64, device);
-        state.rms_lr = scalars.narrow(0, DeviceOps::kAdafactorRms, 2);
+            Tensor::empty({adafactor_scalars(batch)}, DType::i64, device);
+        state.rms_lr = scalars.narrow(0, kAdafactorRms, 2);
         const Tensor grad = floating_grad(param_name, param.grad());
-        if (!route.device) continue;
-        const DeviceOps::AdafactorCoefficients c{
+        if (!route.kernels) continue;
+        const AdafactorKernels::Coefficients c{
             .beta2t = static_cast<float>(beta2t),
             .one_minus_beta2t = static_cast<float>(1.0 - beta2t),
             .eps1 = static_cast<float>(o.eps1),
@@ -269,7 +270,7 @@ void Adafactor::step() {
             .first_moment = o.beta1.has_value(),
             .beta1 = static_cast<float>(o.beta1.value_or(0.0)),
             .one_minus_beta1 = static_cast<float>(1.0 - o.beta1.value_or(0.0))};
-        route.need(route.device->adafactor_update)(
+        route.need(&AdafactorKernels::update)(
             param, grad, state.exp_avg, state.exp_avg_sq, state.exp_avg_sq_row,
             state.exp_avg_sq_col, col_factor, batch, rows, cols, scalars, c);
         continue;

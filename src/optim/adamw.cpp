@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "backend/adamw_kernels.h"
 #include "backend/cpu/adamw.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -105,7 +106,7 @@ void AdamW::step() {
       }
       ++state.step;
       if (route.native) grad = grad.contiguous();  // a copy only for a strided gradient
-      if (!route.cpu && !route.device) continue;    // meta: shapes and allocations only
+      if (!route.cpu && !route.kernels) continue;    // meta: shapes and allocations only
 
       // Python floats in torch's code: double arithmetic, then rounded to the tensor's float.
       const double step = static_cast<double>(state.step);
@@ -126,8 +127,8 @@ void AdamW::step() {
       const PhiloxState rng =
           stochastic ? rounding_generator_.reserve(static_cast<uint64_t>(param.numel()))
                      : PhiloxState{};
-      if (route.device) {
-        route.need(route.device->adamw_update)(param, grad, state.exp_avg, state.exp_avg_sq,
+      if (route.kernels) {
+        route.need(&AdamWKernels::update)(param, grad, state.exp_avg, state.exp_avg_sq,
                                                state.compensation, stochastic, rng, c);
         continue;
       }

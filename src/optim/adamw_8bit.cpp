@@ -5,12 +5,13 @@
 
 #include <cmath>
 
+#include "backend/adamw_8bit_kernels.h"
 #include "backend/cpu/adamw_8bit.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/memory_category.h"
-#include "optim/adamw.h"
 #include "ops/op_support.h"
+#include "optim/adamw.h"
 
 namespace headroom {
 
@@ -115,16 +116,16 @@ void AdamW8bit::step() {
       }
       ++state.step;
       if (route.native) grad = grad.contiguous();  // a copy only for a strided gradient
-      if (!route.cpu && !route.device) continue;    // meta: shapes and allocations only
+      if (!route.cpu && !route.kernels) continue;    // meta: shapes and allocations only
       const cpu::BnbAdamCoefficients c =
           coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay, state.step);
-      if (route.device) {
+      if (route.kernels) {
         // The dynamic maps are the kernel file's own (the same create_dynamic_map values).
         if (eight_bit) {
-          route.need(route.device->bnb_adam8bit_update)(param, grad, state.state1, state.state2,
+          route.need(&AdamW8bitKernels::update_8bit)(param, grad, state.state1, state.state2,
                                                         state.absmax1, state.absmax2, c);
         } else {
-          route.need(route.device->bnb_adam32_update)(param, grad, state.state1, state.state2, c);
+          route.need(&AdamW8bitKernels::update_32bit)(param, grad, state.state1, state.state2, c);
         }
         continue;
       }

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "backend/cpu/clip_grad.h"
+#include "backend/grad_check_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "ops/op_support.h"
@@ -68,19 +69,19 @@ bool native(const char* op, const std::vector<Tensor>& grads) {
 // are scaled by that factor where it lies. The caller reads the total back once. On meta in the
 // native pattern the two buffers are allocated and nothing is computed.
 Tensor device_norm(const char* op, const std::vector<Tensor>& grads, double norm_type,
-                   double max_norm, DeviceOps::ClipRule rule) {
+                   double max_norm, ClipRule rule) {
   const OpRoute route = op_route(op, grads.front().device());
   const Device device = grads.front().device();
   const auto count = static_cast<int64_t>(grads.size());
   const Tensor partials =
-      Tensor::empty({count, DeviceOps::kNormPartialBlocks}, DType::i64, device);
+      Tensor::empty({count, kNormPartialBlocks}, DType::i64, device);
   const Tensor result = Tensor::empty({2}, DType::f32, device);
-  if (!route.device) return result;
+  if (!route.kernels) return result;
   for (int64_t i = 0; i < count; ++i) {
-    route.need(route.device->norm_partial)(grads[static_cast<size_t>(i)].contiguous(), norm_type,
-                                           partials, i);
+    route.need(&GradCheckKernels::norm_partial)(grads[static_cast<size_t>(i)].contiguous(),
+                                                norm_type, partials, i);
   }
-  route.need(route.device->norm_combine)(partials, count, norm_type, max_norm, rule, result);
+  route.need(&GradCheckKernels::norm_combine)(partials, count, norm_type, max_norm, rule, result);
   return result;
 }
 
@@ -131,9 +132,9 @@ void check_finite(float total, double norm_type) {
 double clip_native(const std::vector<Tensor>& grads, double max_norm, double norm_type,
                    bool error_if_nonfinite) {
   constexpr const char* kOp = "clip_grad_norm_";
-  const Tensor result = device_norm(kOp, grads, norm_type, max_norm, DeviceOps::ClipRule::torch);
+  const Tensor result = device_norm(kOp, grads, norm_type, max_norm, ClipRule::torch);
   const OpRoute route = op_route(kOp, grads.front().device());
-  if (!route.device) return 0.0;
+  if (!route.kernels) return 0.0;
   float total = 0.0f;
   if (error_if_nonfinite) {
     total = read_total(result);
@@ -142,7 +143,7 @@ double clip_native(const std::vector<Tensor>& grads, double max_norm, double nor
   for (const Tensor& grad : grads) {
     grad.storage()->bump_version();
     const Tensor packed = grad.contiguous();  // the gradient itself unless strided
-    route.need(route.device->scale_by_device_factor)(packed, result);
+    route.need(&GradCheckKernels::scale_by_device_factor)(packed, result);
     if (packed.storage() != grad.storage()) grad.copy_(packed);
   }
   return error_if_nonfinite ? total : read_total(result);
@@ -210,7 +211,7 @@ double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients_of(kOp, params);
   if (native(kOp, grads)) {
-    return read_total(device_norm(kOp, grads, norm_type, 0.0, DeviceOps::ClipRule::torch));
+    return read_total(device_norm(kOp, grads, norm_type, 0.0, ClipRule::torch));
   }
   return total_norm(kOp, grads, norm_type);
 }

@@ -1,6 +1,7 @@
 // Lion: option checks, lazy state, and the update kernel (one pass over p, g, m).
 #include "optim/lion.h"
 
+#include "backend/lion_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/memory_category.h"
@@ -23,7 +24,7 @@ void check_options(const LionOptions& o) {
   }
 }
 
-using LionCoefficients = DeviceOps::LionCoefficients;  // the CPU's and a native device's
+using LionCoefficients = LionKernels::Coefficients;  // the CPU's and a native device's
 
 // Note [Lion update]
 // lion_pytorch's step, per element, every scalar rounded to float and every product rounded
@@ -81,7 +82,7 @@ void Lion::step() {
         HEADROOM_CHECK(param.is_contiguous(), "Lion: parameter '", param_name,
                        "' is not contiguous");
         const Tensor grad = floating_grad(param_name, param.grad());
-        if (route.device) route.need(route.device->lion_update)(param, grad, state.exp_avg, c);
+        if (route.kernels) route.need(&LionKernels::update)(param, grad, state.exp_avg, c);
         continue;
       }
       if (!route.cpu) continue;

@@ -6,6 +6,8 @@
 #include <optional>
 
 #include "autograd/accumulate_grad.h"
+#include "backend/grad_check_kernels.h"
+#include "backend/lomo_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "ops/op_support.h"
@@ -28,7 +30,7 @@ void check_options(const LomoOptions& o) {
   }
 }
 
-using LomoCoefficients = DeviceOps::LomoCoefficients;  // the CPU's and a native device's
+using LomoCoefficients = LomoKernels::Coefficients;  // the CPU's and a native device's
 
 // Lomo.fuse_update per element, every product rounded (as the NumPy transcription in
 // tools/gen_optim_golden.py): clamp, scale by clip_coef, decay, step.
@@ -93,9 +95,9 @@ void Lomo::begin_backward_pass(int pass) {
   if (options_.clip_grad_norm && norm_partials_.defined()) {  // pass 0 ran on a native device
     const OpRoute route = op_route("Lomo", norm_partials_.device());
     norm_result_ = Tensor::empty({2}, DType::f32, norm_partials_.device());
-    if (route.device) {
-      route.need(route.device->norm_combine)(norm_partials_, norm_partials_.shape()[0], 2.0,
-                                             *options_.clip_grad_norm, DeviceOps::ClipRule::lomo,
+    if (route.kernels) {
+      route.need(&GradCheckKernels::norm_combine)(norm_partials_, norm_partials_.shape()[0], 2.0,
+                                             *options_.clip_grad_norm, ClipRule::lomo,
                                              norm_result_);
     }
     norm_partials_ = Tensor();
@@ -140,10 +142,11 @@ void Lomo::measure_on_device(const OpRoute& route, size_t flat, const Tensor& gr
     // Zeros: a parameter without a gradient in this pass adds nothing to the norm.
     const auto count = static_cast<int64_t>(flat_index(groups_.size(), 0));
     norm_partials_ =
-        Tensor::zeros({count, DeviceOps::kNormPartialBlocks}, DType::i64, grad.device());
+        Tensor::zeros({count, kNormPartialBlocks}, DType::i64, grad.device());
   }
-  if (route.device) {
-    route.need(route.device->norm_partial)(grad, 2.0, norm_partials_, static_cast<int64_t>(flat));
+  if (route.kernels) {
+    route.need(&GradCheckKernels::norm_partial)(grad, 2.0, norm_partials_,
+                                                static_cast<int64_t>(flat));
   }
 }
 
@@ -162,7 +165,7 @@ void Lomo::apply(size_t group, size_t index) {
   if (route.native) {
     HEADROOM_CHECK(param.is_contiguous(), "Lomo: parameter '", param_name, "' is not contiguous");
     const Tensor grad = floating_grad(param_name, param.grad());
-    if (route.device) route.need(route.device->lomo_update)(param, grad, norm_result_, c);
+    if (route.kernels) route.need(&LomoKernels::update)(param, grad, norm_result_, c);
   } else if (route.cpu) {
     const Tensor grad = f32_grad(param_name, param.grad());
     const Tensor value = f32_contiguous(param);  // the parameter itself when f32

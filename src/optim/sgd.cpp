@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backend/sgd_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/memory_category.h"
@@ -25,7 +26,7 @@ void check_options(const SGDOptions& o) {
   }
 }
 
-using SGDCoefficients = DeviceOps::SgdCoefficients;  // the CPU's and a native device's
+using SGDCoefficients = SgdKernels::Coefficients;  // the CPU's and a native device's
 
 // torch's per-tensor sequence, per element. `buffer` null: no momentum; `first`: the buffer is
 // the decayed gradient itself (torch.clone(d_p)).
@@ -80,8 +81,8 @@ void SGD::step() {
         HEADROOM_CHECK(param.is_contiguous(), "SGD: parameter '", param_name,
                        "' is not contiguous");
         const Tensor grad = floating_grad(param_name, param.grad());
-        if (route.device) {
-          route.need(route.device->sgd_update)(param, grad, state.momentum_buffer, first, c);
+        if (route.kernels) {
+          route.need(&SgdKernels::update)(param, grad, state.momentum_buffer, first, c);
         }
         continue;
       }

@@ -145,7 +145,10 @@ int64_t store_frozen_projections(CausalLM& model, DType compute_dtype) {
   int64_t saved = 0;
   for (auto& [path, layer] : base_linears(model)) {
     auto* linear = dynamic_cast<Linear*>(layer);  // a 4-bit base is stored as it is
-    if (!linear || path == "lm_head" || linear->weight().dtype() == compute_dtype) continue;
+    if (!linear || linear->weight_4bit() || path == "lm_head" ||
+        linear->weight().dtype() == compute_dtype) {
+      continue;
+    }
     const Tensor& b = linear->bias();
     if (linear->weight().requires_grad() || (b.defined() && b.requires_grad())) continue;
     const int64_t before = static_cast<int64_t>(linear->weight().nbytes()) +
@@ -240,7 +243,7 @@ int64_t merge_lora(CausalLM& model) {
     const auto* lora = dynamic_cast<const LoraLayer*>(layer->adapter());
     if (!lora) continue;
     auto* linear = dynamic_cast<Linear*>(layer);
-    if (!linear) {
+    if (!linear || linear->weight_4bit()) {
       throw NotImplementedError(str_cat("merge: layer '", path,
                                         "' is not a full-precision Linear (merging into a 4-bit "
                                         "base is not built)"));

@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "autograd/engine.h"
-#include "cuda/cuda_test_support.h"
+#include "backend/backend.h"
 #include "backend/cuda/cublaslt_library.h"
 #include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/gemm.h"
-#include "backend/device_ops.h"
+#include "backend/gemm_kernels.h"
 #include "core/generator.h"
 #include "core/tensor.h"
+#include "cuda/cuda_test_support.h"
 #include "memory/device_memory.h"
 #include "ops/activation.h"
 #include "ops/linear.h"
@@ -87,11 +88,12 @@ Pair pair_of(const Tensor& values, DType dtype) {
   return p;
 }
 
-const DeviceOps& cuda_ops() {
-  const DeviceOps* ops = find_device_ops(DeviceType::cuda);
-  EXPECT_NE(ops, nullptr);
-  EXPECT_NE(ops->gemm, nullptr);
-  return *ops;
+const GemmKernels& cuda_ops() {
+  const KernelTables* tables = find_kernel_tables(DeviceType::cuda);
+  EXPECT_NE(tables, nullptr);
+  const GemmKernels& ops = std::get<GemmKernels>(*tables);
+  EXPECT_TRUE(ops.gemm);
+  return ops;
 }
 
 // ---- the entry itself
@@ -147,7 +149,7 @@ TEST(CudaGemm, OpensCublasLtWithEveryFunction) {
 
 TEST(CudaGemm, EntryTransposesAlphaBetaAndAStridedC) {
   REQUIRE_GPU();
-  const DeviceOps& ops = cuda_ops();
+  const GemmKernels& ops = cuda_ops();
   const int64_t m = 37, n = 29, k = 45;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     for (DType c_dtype : {DType::f32, dtype}) {
@@ -175,7 +177,7 @@ TEST(CudaGemm, EntryTransposesAlphaBetaAndAStridedC) {
 
 TEST(CudaGemm, EntryBroadcastsABatchWithStrideZero) {
   REQUIRE_GPU();
-  const DeviceOps& ops = cuda_ops();
+  const GemmKernels& ops = cuda_ops();
   const int64_t batch = 5, m = 33, n = 17, k = 40;
   for (DType dtype : {DType::f32, DType::bf16}) {
     const Tensor a = random({m, k}, dtype, 3);          // shared by every batch
@@ -194,7 +196,7 @@ TEST(CudaGemm, EntryBroadcastsABatchWithStrideZero) {
 
 TEST(CudaGemm, EntryBiasAndGeluEpilogues) {
   REQUIRE_GPU();
-  const DeviceOps& ops = cuda_ops();
+  const GemmKernels& ops = cuda_ops();
   const int64_t rows = 70, in = 96, out = 130;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     const Tensor x = random({rows, in}, dtype, 5);

@@ -9,15 +9,16 @@
 #include <string>
 
 #include "autograd/engine.h"
-#include "cuda/cuda_test_support.h"
-#include "backend/device_ops.h"
+#include "backend/backend.h"
+#include "backend/gemm_kernels.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/tensor.h"
+#include "cuda/cuda_test_support.h"
 #include "memory/device_memory.h"
-#include "ops/ops.h"
 #include "ops/op_support.h"
+#include "ops/ops.h"
 
 namespace headroom {
 namespace {
@@ -260,8 +261,8 @@ TEST(CudaCrossEntropy, AllIgnoredGivesNanAndZeroGradient) {
 // ---- linear_cross_entropy (needs the gemm entry, which another file of the backend fills)
 
 bool has_gemm() {
-  const DeviceOps* ops = find_device_ops(DeviceType::cuda);
-  return ops && ops->gemm;
+  const KernelTables* tables = find_kernel_tables(DeviceType::cuda);
+  return tables && std::get<GemmKernels>(*tables).gemm;
 }
 
 struct FusedRun {

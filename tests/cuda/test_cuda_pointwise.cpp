@@ -18,12 +18,14 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "backend/elementwise_kernels.h"
+#include "backend/reduction_kernels.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "cuda/cuda_test_support.h"
 #include "memory/device_memory.h"
 #include "ops/op_support.h"
 #include "ops/ops.h"
-#include "cuda/cuda_test_support.h"
 
 namespace headroom {
 namespace {

@@ -9,12 +9,13 @@
 
 #include "amp/autocast.h"
 #include "autograd/engine.h"
+#include "backend/backend.h"
 #include "backend/cpu/norm.h"
-#include "backend/device_ops.h"
+#include "backend/norm_kernels.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
-#include "ops/ops.h"
 #include "ops/op_support.h"
+#include "ops/ops.h"
 
 namespace headroom {
 namespace {
@@ -38,9 +39,11 @@ Tensor meta_input(const Shape& shape, DType dtype, bool requires_grad = true) {
 
 // The row blocks of the CUDA norm backward's partial sums, as the op plans them.
 int64_t cuda_norm_blocks(int64_t rows) {
-  const DeviceOps* ops = find_device_ops(DeviceType::cuda);
-  return ops && ops->norm_backward_blocks ? ops->norm_backward_blocks(rows)
-                                          : cpu::norm_backward_blocks(rows);
+  const KernelTables* tables = find_kernel_tables(DeviceType::cuda);
+  if (!tables || !std::get<NormKernels>(*tables).backward_blocks) {
+    return cpu::norm_backward_blocks(rows);
+  }
+  return std::get<NormKernels>(*tables).backward_blocks(rows);
 }
 
 TEST(NativePatternNorm, LayerNormBf16AllocatesOutputsStatisticsAndGradientsOnly) {

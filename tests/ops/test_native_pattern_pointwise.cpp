@@ -8,7 +8,8 @@
 #include <functional>
 
 #include "autograd/engine.h"
-#include "backend/device_ops.h"
+#include "backend/elementwise_kernels.h"
+#include "backend/reduction_kernels.h"
 #include "memory/device_memory.h"
 #include "ops/op_support.h"
 #include "ops/ops.h"

@@ -5,7 +5,8 @@
 
 #include "amp/grad_scaler.h"
 #include "autograd/engine.h"
-#include "backend/device_ops.h"
+#include "backend/adafactor_kernels.h"
+#include "backend/grad_check_kernels.h"
 #include "core/tensor.h"
 #include "memory/device_memory.h"
 #include "ops/elementwise.h"
@@ -70,12 +71,12 @@ TEST(OptimNativePlan, AdafactorAllocatesItsWorkspaceNotCopies) {
   const Tensor matrix = meta_param({2, 30, 50}, DType::bf16, DType::bf16);
   const Tensor vector = meta_param({70}, DType::f32, DType::f32);
   Adafactor adafactor({matrix, vector});
-  const int64_t scalars = DeviceOps::adafactor_scalars(2) * 8;
+  const int64_t scalars = adafactor_scalars(2) * 8;
   const int64_t states = charged(2 * 30 * 4) + charged(2 * 50 * 4) + charged(70 * 4);
   // Per parameter: the scalars, which stay alive as rms_lr until its next step, and for the
   // matrix col_factor [2, 50] f32, freed before the vector's step; the peak is at the end.
   EXPECT_EQ(peak_growth([&] { adafactor.step(); }),
-            states + charged(scalars) + charged(DeviceOps::adafactor_scalars(1) * 8));
+            states + charged(scalars) + charged(adafactor_scalars(1) * 8));
   // Later steps replace the scalars; col_factor is the only other buffer.
   EXPECT_EQ(peak_growth([&] { adafactor.step(); }), charged(2 * 50 * 4) + charged(scalars));
   EXPECT_TRUE(adafactor.state(0, 0).rms_lr.defined());
@@ -84,7 +85,7 @@ TEST(OptimNativePlan, AdafactorAllocatesItsWorkspaceNotCopies) {
 TEST(OptimNativePlan, ClipGradNormAllocatesPartialsAndResult) {
   const Tensor a = meta_param({100}, DType::bf16, DType::bf16);
   const Tensor b = meta_param({7, 9}, DType::f32, DType::f16);
-  const int64_t partials = charged(2 * DeviceOps::kNormPartialBlocks * 8);
+  const int64_t partials = charged(2 * kNormPartialBlocks * 8);
   {
     MetaAllocatesLike guard(DeviceType::cuda);
     double total = -1.0;
@@ -124,7 +125,7 @@ TEST(OptimNativePlan, LomoMeasuresIntoDevicePartials) {
   EXPECT_FALSE(a.grad().defined());  // measured and dropped
   // The partial norms of both parameters, one row each, live until pass 1 combines them.
   EXPECT_EQ(static_cast<int64_t>(memory_allocated(kMetaDevice)) - before,
-            charged(2 * DeviceOps::kNormPartialBlocks * 8));
+            charged(2 * kNormPartialBlocks * 8));
   // Combining allocates the f32 [2] result before the partials go.
   EXPECT_EQ(peak_growth([&] { lomo.begin_backward_pass(1); }), charged(2 * 4));
   backward(add(sum(a), sum(b)));

@@ -1,9 +1,11 @@
 // CPU kernels behind the Tensor class: fill, strided copy with dtype conversion, arange and
-// Philox draws, registered as the CPU's DeviceKernels. Rows that are contiguous in both tensors
-// go through the bulk (vectorised) conversions; large tensors split rows over OpenMP threads.
+// Philox draws, the CPU's DeviceKernels (registered by backend/cpu/backend.cpp). Rows that are
+// contiguous in both tensors go through the bulk (vectorised) conversions; large tensors split
+// rows over OpenMP threads.
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/backend_parts.h"
 #include "backend/cpu/strided_loop.h"
 #include "core/device_kernels.h"
 #include "core/dtype_convert.h"
@@ -221,19 +223,21 @@ void normal_kernel(const Tensor& dst, PhiloxState rng, double mean, double std) 
   draw_kernel(dst, [&](uint64_t i) { return philox_normal(rng.seed, rng.offset, i, m, s); });
 }
 
-const DeviceKernels kCpuKernels = [] {
-  DeviceKernels k;
-  k.fill = fill_kernel;
-  k.copy = copy_kernel;
-  k.accumulate = accumulate_kernel;
-  k.arange = arange_kernel;
-  k.uniform = uniform_kernel;
-  k.normal = normal_kernel;
-  k.has_op_kernels = true;
-  return k;
-}();
-
-const bool kRegistered = (register_device_kernels(DeviceType::cpu, &kCpuKernels), true);
-
 }  // namespace
+
+const DeviceKernels& tensor_kernels() {
+  static const DeviceKernels kernels = [] {
+    DeviceKernels k;
+    k.fill = fill_kernel;
+    k.copy = copy_kernel;
+    k.accumulate = accumulate_kernel;
+    k.arange = arange_kernel;
+    k.uniform = uniform_kernel;
+    k.normal = normal_kernel;
+    k.has_op_kernels = true;
+    return k;
+  }();
+  return kernels;
+}
+
 }  // namespace headroom::cpu

@@ -1,6 +1,5 @@
-// Flash-attention-2 on the GPU: the attention_forward / attention_backward entries of
-// backend/device_ops.h, with the semantics of the CPU kernels (backend/cpu/attention.h): causal
-// mask, GQA head mapping, dropout on the probabilities from the same Philox stream, lse per row.
+// Flash-attention-2 on the GPU: the forward / backward entries of backend/attention_kernels.h,
+// with the semantics of the CPU kernels (backend/cpu/attention.h): causal mask, GQA head mapping, dropout on the probabilities from the same Philox stream, lse per row.
 //
 // Two kernel families. bf16 / f16 with head size up to 128 run on tensor cores (nvcuda::wmma,
 // 16x16x16, fp32 accumulation), the head size padded to 64 or 128 in shared memory. f32, and
@@ -18,7 +17,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -903,12 +902,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
 }
 
-const bool kRegistered = [] {
-  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
-  ops.attention_forward = attention_forward;
-  ops.attention_backward = attention_backward;
-  return true;
-}();
-
 }  // namespace
+
+void fill_attention_kernels(AttentionKernels& kernels) {
+  kernels.forward = attention_forward;
+  kernels.backward = attention_backward;
+}
+
 }  // namespace headroom::cuda

@@ -11,7 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/row_access.h"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 #include "backend/exp_approx.h"
 #include "core/element_io.h"
 
@@ -381,15 +381,14 @@ void scale_by_scalar(const Tensor& x, const Tensor& scalar, const Tensor& out) {
   check_launch();
 }
 
-const bool kRegistered = [] {
-  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
-  ops.count_targets = count_targets;
-  ops.cross_entropy_forward = cross_entropy_forward;
-  ops.cross_entropy_backward = cross_entropy_backward;
-  ops.mean_loss = mean_loss;
-  ops.scale_by_scalar = scale_by_scalar;
-  return true;
-}();
-
 }  // namespace
+
+void fill_cross_entropy_kernels(CrossEntropyKernels& kernels) {
+  kernels.count_targets = count_targets;
+  kernels.forward = cross_entropy_forward;
+  kernels.backward = cross_entropy_backward;
+  kernels.mean_loss = mean_loss;
+  kernels.scale_by_scalar = scale_by_scalar;
+}
+
 }  // namespace headroom::cuda

@@ -1,6 +1,7 @@
 // Raw GPU memory for the CachingAllocator: cudaMalloc / cudaFree on the tensor's device, the
 // device's real free and total memory from cudaMemGetInfo for the OOM report, and the streams
 // and events of backend/cuda/cuda_stream.h for its per-stream pools (Note [Streams and reuse]).
+#include "backend/cuda/backend_parts.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_stream.h"
 #include "memory/device_allocator.h"
@@ -69,7 +70,9 @@ class CudaDeviceAllocator final : public DeviceAllocator {
   int index_;
 };
 
-std::unique_ptr<DeviceAllocator> make_cuda_device_allocator(int index) {
+}  // namespace
+
+std::unique_ptr<DeviceAllocator> make_device_allocator(int index) {
   const int count = device_count();
   if (index < 0 || index >= count) {
     throw ValueError(str_cat("device cuda:", index, " is not available: ", count,
@@ -77,10 +80,6 @@ std::unique_ptr<DeviceAllocator> make_cuda_device_allocator(int index) {
   }
   return std::make_unique<CudaDeviceAllocator>(index);
 }
-
-const bool kRegistered = (register_device_allocator(DeviceType::cuda, make_cuda_device_allocator), true);
-
-}  // namespace
 
 int device_count() {
   int count = 0;

@@ -9,7 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/operand.cuh"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 #include "core/error.h"
 
 namespace headroom::cuda {
@@ -189,13 +189,12 @@ void embedding_backward(const Tensor& grad_out, const Tensor& ids, const Tensor&
   check_launch();
 }
 
-const bool kRegistered = [] {
-  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
-  ops.first_bad_id = first_bad_id;
-  ops.embedding_forward = embedding_forward;
-  ops.embedding_backward = embedding_backward;
-  return true;
-}();
-
 }  // namespace
+
+void fill_embedding_kernels(EmbeddingKernels& kernels) {
+  kernels.first_bad_id = first_bad_id;
+  kernels.forward = embedding_forward;
+  kernels.backward = embedding_backward;
+}
+
 }  // namespace headroom::cuda

@@ -15,7 +15,7 @@
 #include "backend/cuda/cublaslt_library.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/gemm.h"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 #include "memory/memory_category.h"
 
 #define HEADROOM_CUBLAS_CHECK(expr)                                                           \
@@ -369,11 +369,10 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
                                        workspace, kGemmWorkspaceBytes, stream));
 }
 
-const bool kRegistered = [] {
-  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
-  ops.gemm = gemm;
-  return true;
-}();
-
 }  // namespace
+
+void fill_gemm_kernels(GemmKernels& kernels) {
+  kernels.gemm = gemm;
+}
+
 }  // namespace headroom::cuda

@@ -1,4 +1,4 @@
-// The GEMM entry's workspace (backend/cuda/gemm.cpp fills DeviceOps::gemm through cuBLASLt): its
+// The GEMM entry's workspace (backend/cuda/gemm.cpp fills GemmKernels::gemm through cuBLASLt): its
 // size, and how it shows in the allocator's statistics and the planner's estimate.
 #pragma once
 

@@ -8,12 +8,12 @@
 
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/reduce.cuh"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 
 namespace headroom::cuda {
 namespace {
 
-constexpr int64_t kPartials = DeviceOps::kNormPartialBlocks;
+constexpr int64_t kPartials = kNormPartialBlocks;
 
 void norm_partial(const Tensor& x, double p, const Tensor& partials, int64_t index) {
   double* row = static_cast<double*>(partials.data_ptr()) + index * kPartials;
@@ -65,7 +65,7 @@ __device__ double term_of(float x, NormKind kind, double p) {
 // into its warp's total; thread 0 then folds the warps' totals in order.
 __global__ void __launch_bounds__(kThreads)
     norm_combine_kernel(const double* partials, int64_t count, NormKind kind, double p,
-                        float max_norm, DeviceOps::ClipRule rule, float* result) {
+                        float max_norm, ClipRule rule, float* result) {
   constexpr int kWarps = kThreads / 32;
   __shared__ double warp_totals[kWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
   const float norm = count == 0 ? 0.0f : static_cast<float>(finish_norm(total, kind, p));
   result[0] = norm;
   const float shifted = __fadd_rn(norm, 1e-6f);
-  if (rule == DeviceOps::ClipRule::torch) {
+  if (rule == ClipRule::torch) {
     const float coef = __fmul_rn(__fdiv_rn(1.0f, shifted), max_norm);
     result[1] = coef > 1.0f ? 1.0f : coef;  // torch.clamp(max=1) keeps NaN
   } else {
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 void norm_combine(const Tensor& partials, int64_t count, double p, double max_norm,
-                  DeviceOps::ClipRule rule, const Tensor& result) {
+                  ClipRule rule, const Tensor& result) {
   const NormKind kind = std::isinf(p)  ? NormKind::inf
                         : p == 2.0     ? NormKind::two
                         : p == 1.0     ? NormKind::one
@@ -155,14 +155,13 @@ void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& found_
   check_launch();
 }
 
-const bool kRegistered = [] {
-  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
-  ops.norm_partial = norm_partial;
-  ops.norm_combine = norm_combine;
-  ops.scale_by_device_factor = scale_by_device_factor;
-  ops.unscale_and_check = unscale_and_check;
-  return true;
-}();
-
 }  // namespace
+
+void fill_grad_check_kernels(GradCheckKernels& kernels) {
+  kernels.norm_partial = norm_partial;
+  kernels.norm_combine = norm_combine;
+  kernels.scale_by_device_factor = scale_by_device_factor;
+  kernels.unscale_and_check = unscale_and_check;
+}
+
 }  // namespace headroom::cuda

@@ -9,7 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/row_access.h"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 
 namespace headroom::cuda {
 namespace {
@@ -367,15 +367,14 @@ void rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& we
                 partial);
 }
 
-const bool kRegistered = [] {
-  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
-  ops.norm_backward_blocks = norm_backward_blocks;
-  ops.layer_norm_forward = layer_norm_forward;
-  ops.layer_norm_backward = layer_norm_backward;
-  ops.rms_norm_forward = rms_norm_forward;
-  ops.rms_norm_backward = rms_norm_backward;
-  return true;
-}();
-
 }  // namespace
+
+void fill_norm_kernels(NormKernels& kernels) {
+  kernels.backward_blocks = norm_backward_blocks;
+  kernels.layer_norm_forward = layer_norm_forward;
+  kernels.layer_norm_backward = layer_norm_backward;
+  kernels.rms_norm_forward = rms_norm_forward;
+  kernels.rms_norm_backward = rms_norm_backward;
+}
+
 }  // namespace headroom::cuda

@@ -14,7 +14,7 @@
 #include "backend/cpu/blockwise_quant.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/reduce.cuh"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 #include "core/float_formats.h"
 #include "core/philox.h"
 
@@ -329,7 +329,7 @@ void bnb_adam8bit_update(const Tensor& param, const Tensor& grad, const Tensor& 
 
 template <typename P, typename G>
 __global__ void lion_kernel(P* param, const G* grad, float* exp_avg, int64_t n,
-                            DeviceOps::LionCoefficients c) {
+                            LionKernels::Coefficients c) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = to_f32(grad[i]);
@@ -342,7 +342,7 @@ __global__ void lion_kernel(P* param, const G* grad, float* exp_avg, int64_t n,
 }
 
 void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                 const DeviceOps::LionCoefficients& c) {
+                 const LionKernels::Coefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
@@ -355,7 +355,7 @@ void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 
 template <typename P, typename G>
 __global__ void sgd_kernel(P* param, const G* grad, float* buffer, bool first, int64_t n,
-                           DeviceOps::SgdCoefficients c) {
+                           SgdKernels::Coefficients c) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float p = to_f32(param[i]);
@@ -372,7 +372,7 @@ __global__ void sgd_kernel(P* param, const G* grad, float* buffer, bool first, i
 }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                bool first, const DeviceOps::SgdCoefficients& c) {
+                bool first, const SgdKernels::Coefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
@@ -386,9 +386,9 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
 
 // ---- Adafactor (Note [Adafactor step])
 
-using AdafactorCoefficients = DeviceOps::AdafactorCoefficients;
-constexpr int64_t kPartials = DeviceOps::kNormPartialBlocks;
-constexpr int64_t kRms = DeviceOps::kAdafactorRms;  // then lr_t, the clip divisor, row means
+using AdafactorCoefficients = AdafactorKernels::Coefficients;
+constexpr int64_t kPartials = kNormPartialBlocks;
+constexpr int64_t kRms = kAdafactorRms;  // then lr_t, the clip divisor, row means
 
 // u = g*g + eps1, unfused as on the CPU.
 __device__ __forceinline__ float squared_plus(float g, float eps1) {
@@ -608,7 +608,7 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& exp
 
 template <typename P, typename G>
 __global__ void lomo_kernel(P* param, const G* grad, const float* clip_factor, int64_t n,
-                            DeviceOps::LomoCoefficients c) {
+                            LomoKernels::Coefficients c) {
   const float coef = clip_factor != nullptr ? clip_factor[1] : 1.0f;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -625,7 +625,7 @@ __global__ void lomo_kernel(P* param, const G* grad, const float* clip_factor, i
 }
 
 void lomo_update(const Tensor& param, const Tensor& grad, const Tensor& clip_factor,
-                 const DeviceOps::LomoCoefficients& c) {
+                 const LomoKernels::Coefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
@@ -637,17 +637,31 @@ void lomo_update(const Tensor& param, const Tensor& grad, const Tensor& clip_fac
   check_launch();
 }
 
-const bool kRegistered = [] {
-  DeviceOps& ops = mutable_device_ops(DeviceType::cuda);
-  ops.adamw_update = adamw_update;
-  ops.bnb_adam32_update = bnb_adam32_update;
-  ops.bnb_adam8bit_update = bnb_adam8bit_update;
-  ops.lion_update = lion_update;
-  ops.sgd_update = sgd_update;
-  ops.adafactor_update = adafactor_update;
-  ops.lomo_update = lomo_update;
-  return true;
-}();
-
 }  // namespace
+
+void fill_adamw_kernels(AdamWKernels& kernels) {
+  kernels.update = adamw_update;
+}
+
+void fill_adamw_8bit_kernels(AdamW8bitKernels& kernels) {
+  kernels.update_32bit = bnb_adam32_update;
+  kernels.update_8bit = bnb_adam8bit_update;
+}
+
+void fill_lion_kernels(LionKernels& kernels) {
+  kernels.update = lion_update;
+}
+
+void fill_sgd_kernels(SgdKernels& kernels) {
+  kernels.update = sgd_update;
+}
+
+void fill_adafactor_kernels(AdafactorKernels& kernels) {
+  kernels.update = adafactor_update;
+}
+
+void fill_lomo_kernels(LomoKernels& kernels) {
+  kernels.update = lomo_update;
+}
+
 }  // namespace headroom::cuda

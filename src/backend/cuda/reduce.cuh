@@ -1,7 +1,7 @@
-// Fixed-order block reductions and the per-block partial norms behind norm_partial, shared by
-// grad_checks.cu (clip_grad_norm_, LOMO) and optimizers.cu (Adafactor's RMS values). Partial
-// results go to a fixed grid of DeviceOps::kNormPartialBlocks slots and are combined in slot
-// order, so a result repeats bit for bit run to run without float atomics.
+// Fixed-order block reductions, shared by reduction.cu and softmax.cu, and the per-block partial
+// norms behind norm_partial, shared by grad_checks.cu (clip_grad_norm_, LOMO) and optimizers.cu
+// (Adafactor's RMS values). Partial results go to a fixed grid of kNormPartialBlocks slots and
+// are combined in slot order, so a result repeats bit for bit run to run without float atomics.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +10,36 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_launch.h"
-#include "backend/device_ops.h"
+#include "backend/cuda/backend_parts.h"
 
 namespace headroom::cuda {
+
+// Grid size limit of the row-per-block reductions (grid-stride loops cover the rest).
+inline constexpr int64_t kMaxBlocks = int64_t{1} << 20;
+
+struct Sum {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// `op` over the block in a fixed order: a butterfly within each warp (lane 0's order is the one
+// kept), then the warps' results in warp order. Every thread gets the result. blockDim.x is a
+// multiple of 32, every thread of the block calls it, and scratch holds 32 values.
+template <typename T, typename Op>
+__device__ __forceinline__ T block_reduce(T v, Op op, T* scratch) {
+#pragma unroll
+  for (int lanes = 16; lanes > 0; lanes >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, lanes));
+  __syncthreads();  // the previous call's readers are done with scratch
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  T total = scratch[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total = op(total, scratch[w]);
+  return total;
+}
 
 // The sum of v over the warp, in a fixed tree; every lane gets it.
 template <typename T>
@@ -82,7 +109,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (threadIdx.x == 0) row[blockIdx.x] = acc;
   if (blockIdx.x == 0) {
-    for (int64_t s = gridDim.x + threadIdx.x; s < DeviceOps::kNormPartialBlocks; s += blockDim.x) {
+    for (int64_t s = gridDim.x + threadIdx.x; s < kNormPartialBlocks; s += blockDim.x) {
       row[s] = 0.0;
     }
   }
@@ -92,7 +119,7 @@ __global__ void __launch_bounds__(kThreads)
 inline int norm_partial_grid(int64_t n) {
   const int64_t per_block = int64_t{kThreads} * 4;
   return static_cast<int>(
-      std::clamp<int64_t>((n + per_block - 1) / per_block, 1, DeviceOps::kNormPartialBlocks));
+      std::clamp<int64_t>((n + per_block - 1) / per_block, 1, kNormPartialBlocks));
 }
 
 template <typename T, NormKind kKind>

@@ -1,13 +1,14 @@
 // CUDA kernels behind the Tensor class: fill, strided copy with dtype conversion, arange, Philox
-// draws and host transfers, registered as the cuda DeviceKernels. Conversions and random numbers
-// use the same host/device functions as the CPU kernels (core/element_io.h, core/philox.h), so
-// results are bit-identical to the CPU reference. Kernels run on the thread's current stream, in
+// draws and host transfers: the cuda DeviceKernels (registered by backend/cuda/backend.cpp).
+// Conversions and random numbers use the same host/device functions as the CPU kernels
+// (core/element_io.h, core/philox.h), so results are bit-identical to the CPU reference. Kernels run on the thread's current stream, in
 // order with the op kernels; transfers to and from the CPU wait for that stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cuda/backend_parts.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
 #include "core/device_kernels.h"
@@ -208,26 +209,28 @@ void synchronize(int index) {
   HEADROOM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-const DeviceKernels kCudaKernels = [] {
-  DeviceKernels k;
-  k.fill = fill;
-  k.copy = copy;
-  k.accumulate = accumulate;
-  k.arange = arange;
-  k.uniform = uniform;
-  k.normal = normal;
-  k.copy_from_cpu = copy_from_cpu;
-  k.copy_to_cpu = copy_to_cpu;
-  k.synchronize = synchronize;
-  k.device_count = device_count;
-  // Every entry of the CUDA DeviceOps table is filled by the kernel files of backend/cuda/
-  // (tests/core/test_device_kernels.cpp checks), so the ops run here and device "auto" picks the
-  // GPU (Note [Devices that compute the ops] in core/device_kernels.h).
-  k.has_op_kernels = true;
-  return k;
-}();
-
-const bool kRegistered = (register_device_kernels(DeviceType::cuda, &kCudaKernels), true);
-
 }  // namespace
+
+const DeviceKernels& tensor_kernels() {
+  static const DeviceKernels kernels = [] {
+    DeviceKernels k;
+    k.fill = fill;
+    k.copy = copy;
+    k.accumulate = accumulate;
+    k.arange = arange;
+    k.uniform = uniform;
+    k.normal = normal;
+    k.copy_from_cpu = copy_from_cpu;
+    k.copy_to_cpu = copy_to_cpu;
+    k.synchronize = synchronize;
+    k.device_count = device_count;
+    // Every entry of the CUDA kernel tables is filled by the kernel files of backend/cuda/
+    // (tests/core/test_device_kernels.cpp checks), so the ops run here and device "auto" picks the
+    // GPU (Note [Devices that compute the ops] in core/device_kernels.h).
+    k.has_op_kernels = true;
+    return k;
+  }();
+  return kernels;
+}
+
 }  // namespace headroom::cuda

@@ -1,0 +1,24 @@
+// bitsandbytes' Adam's kernel table (Note [Kernel tables] in backend/kernel_table.h): f32 or 8-bit
+// blockwise states.
+#pragma once
+
+#include "backend/cpu/adamw_8bit.h"
+#include "backend/kernel_table.h"
+#include "core/tensor.h"
+
+namespace headroom {
+
+struct AdamW8bitKernels {
+  static constexpr const char* kName = "adamw_8bit";
+
+  // f32 states (state1 / state2 f32); param f32.
+  Kernel<void(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
+              const cpu::BnbAdamCoefficients& c)>
+      update_32bit{"update_32bit"};
+  // 8-bit blockwise states (u8 with absmax f32 per kAdam8bitBlockSize block); param f32.
+  Kernel<void(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
+              const Tensor& absmax1, const Tensor& absmax2, const cpu::BnbAdamCoefficients& c)>
+      update_8bit{"update_8bit"};
+};
+
+}  // namespace headroom

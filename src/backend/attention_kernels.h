@@ -1,0 +1,28 @@
+// The attention's kernel table (Note [Kernel tables] in backend/kernel_table.h): q [B, Hq, T, D], k
+// / v [B, Hkv, S, D] (any strides, unit stride in D), one dtype; Hq is a multiple of Hkv (GQA).
+#pragma once
+
+#include "backend/dropout_kernels.h"
+#include "backend/kernel_table.h"
+#include "core/tensor.h"
+
+namespace headroom {
+
+struct AttentionKernels {
+  static constexpr const char* kName = "attention";
+
+  // out contiguous in q's dtype; lse f32 [B, Hq, T].
+  Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+              DropoutParams dropout, const Tensor& out, const Tensor& lse)>
+      forward{"forward"};
+  // out (forward's) and grad_out contiguous in q's dtype; lse as forward's; delta: f32 [B, Hq, T]
+  // workspace; grad_q / grad_k / grad_v contiguous in q's dtype; grad_q_accum: f32 [B, Hq, T, D]
+  // workspace when q is not f32, else undefined.
+  Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+              const Tensor& grad_out, const Tensor& lse, bool causal, float scale,
+              DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
+              const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum)>
+      backward{"backward"};
+};
+
+}  // namespace headroom

@@ -1,0 +1,24 @@
+// Registers the CPU backend: its memory, its Tensor kernels and its op kernel tables, together.
+#include "backend/cpu/backend_parts.h"
+#include "core/error.h"
+#include "memory/device_allocator.h"
+
+namespace headroom::cpu {
+namespace {
+
+std::unique_ptr<DeviceAllocator> make_allocator(int index) {
+  if (index != 0) throw ValueError(str_cat("device cpu:", index, " does not exist; use cpu"));
+  return make_cpu_device_allocator();
+}
+
+const bool kRegistered = [] {
+  Backend backend{DeviceType::cpu};
+  backend.allocator = make_allocator;
+  backend.tensor_kernels = &tensor_kernels();
+  fill_quantization_kernels(std::get<QuantizationKernels>(backend.kernels));
+  register_backend(backend);
+  return true;
+}();
+
+}  // namespace
+}  // namespace headroom::cpu

@@ -1,0 +1,38 @@
+// The cross-entropy's kernel table (Note [Kernel tables] in backend/kernel_table.h): logits [rows,
+// vocab] (rows contiguous, any row stride), targets i32 / i64 [rows] contiguous.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/kernel_table.h"
+#include "core/tensor.h"
+
+namespace headroom {
+
+struct CrossEntropyKernels {
+  static constexpr const char* kName = "cross_entropy";
+
+  // Targets that are not ignore_index; first_bad gets the flat index of the first target outside
+  // [0, vocab) that is not ignore_index, or -1. Reads back (one sync).
+  Kernel<int64_t(const Tensor& targets, int64_t vocab, int64_t ignore_index, int64_t* first_bad)>
+      count_targets{"count_targets"};
+  // lse[r] = logsumexp(logits[r]) and row_loss[r] = lse[r] - logits[r, target[r]], 0 for an ignored
+  // row (both f32 [rows]); mean_loss sums row_loss, so no float atomics are needed.
+  Kernel<void(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& lse,
+              const Tensor& row_loss)>
+      forward{"forward"};
+  // grad_logits = (softmax(logits) - onehot(target)) * scale * g, zero for ignored rows, where g is
+  // grad_scale (a 0-d tensor read on the device) or 1 when it is undefined. grad_logits may be
+  // logits itself (in place).
+  Kernel<void(const Tensor& logits, const Tensor& lse, const Tensor& targets, int64_t ignore_index,
+              float scale, const Tensor& grad_scale, const Tensor& grad_logits)>
+      backward{"backward"};
+  // out (0-d f32) = sum(row_loss) / count, summed in fp64 in a fixed order; NaN when count is 0.
+  Kernel<void(const Tensor& row_loss, int64_t count, const Tensor& out)> mean_loss{"mean_loss"};
+  // out = x * scalar, where scalar is a 0-d tensor read on the device (the incoming gradient of
+  // linear_cross_entropy's loss, without a host read); out may be x itself.
+  Kernel<void(const Tensor& x, const Tensor& scalar, const Tensor& out)> scale_by_scalar{
+      "scale_by_scalar"};
+};
+
+}  // namespace headroom

@@ -1,0 +1,21 @@
+// The rotary embedding's kernel table (Note [Kernel tables] in backend/kernel_table.h).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/kernel_table.h"
+#include "core/tensor.h"
+
+namespace headroom {
+
+struct RotaryKernels {
+  static constexpr const char* kName = "rotary";
+
+  // Rotary embedding of x [B, H, T, D] (any strides) into out (contiguous), with the CPU's cos /
+  // sin table values (cpu::rotary_table) computed in the kernel; `inverse` rotates back.
+  Kernel<void(const Tensor& x, double theta, int64_t position_offset, bool inverse,
+              const Tensor& out)>
+      apply{"apply"};
+};
+
+}  // namespace headroom
