@@ -70,8 +70,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
                    "selective, every_2, full)")
       ->group(group);
   plan->add_option("--search-adapters,--search_adapters", o.search_adapters,
-                   "what trains, comma-separated: full, lora:R (the default targets) or "
-                   "lora:R:all-linear (default: full, lora:16, lora:16:all-linear; with "
+                   "what trains, comma-separated: full, lora:R (the default targets), "
+                   "lora:R:all-linear, or qlora:R[:all-linear] on a 4-bit NF4 base (default: "
+                   "full, lora:16, lora:16:all-linear, qlora:16, qlora:16:all-linear; with "
                    "--use_peft: that adapter)")
       ->group(group);
   plan->add_option("--max-results,--max_results", o.max_results, "rows of the search table")

@@ -107,6 +107,18 @@ std::vector<TrainOption> make_train_options() {
        "comma-separated modules trained in full and saved with the adapter (e.g. lm_head)",
        &A::lora_modules_to_save},
       {"use_rslora", peft, "rank-stabilised scaling lora_alpha / sqrt(lora_r)", &A::use_rslora},
+      {"load_in_4bit", peft,
+       "QLoRA: every linear layer but lm_head a frozen 4-bit layer under the adapters",
+       &A::load_in_4bit},
+      {"bnb_4bit_quant_type", peft, "fp4 or nf4", &A::bnb_4bit_quant_type},
+      {"bnb_4bit_use_double_quant", peft,
+       "quantize the 4-bit blocks' absmax too (alias use_bnb_nested_quant)",
+       &A::bnb_4bit_use_double_quant},
+      {"bnb_4bit_compute_dtype", peft,
+       "float32, bfloat16 or float16 (default: the precision recipe's compute dtype)",
+       &A::bnb_4bit_compute_dtype},
+      {"bnb_4bit_quant_storage", peft, "uint8, bfloat16, float16 or float32",
+       &A::bnb_4bit_quant_storage},
       {"logging_steps", logging, "log the loss and learning rate every N steps", &A::logging_steps},
       {"logging_first_step", logging, "log the first step too", &A::logging_first_step},
       {"eval_strategy", logging, "no or steps", &A::eval_strategy},
@@ -173,6 +185,7 @@ std::string kebab_case(std::string_view snake_name) {
 const TrainOption* find_train_option(std::string_view name) {
   std::string snake(name);
   std::replace(snake.begin(), snake.end(), '-', '_');
+  if (snake == "use_bnb_nested_quant") snake = "bnb_4bit_use_double_quant";  // TRL's name
   for (const TrainOption& option : train_options()) {
     if (snake == option.name) return &option;
   }
@@ -369,6 +382,20 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
     } catch (const ValueError& e) {  // "lora_target_modules: ...": name it as the user wrote it
       std::string message = e.what();
       for (const std::string field : {"lora_target_modules", "lora_modules_to_save"}) {
+        if (message.starts_with(field + ":")) {
+          message = where(field.c_str()) + message.substr(field.size());
+        }
+      }
+      throw ValueError(message);
+    }
+  }
+  if (a.load_in_4bit) {
+    try {
+      training_quant_4bit_config(a, training_precision(a));
+    } catch (const ValueError& e) {  // "bnb_4bit_quant_type: ...": named as the user wrote it
+      std::string message = e.what();
+      for (const std::string field : {"load_in_4bit", "bnb_4bit_quant_type",
+                                      "bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"}) {
         if (message.starts_with(field + ":")) {
           message = where(field.c_str()) + message.substr(field.size());
         }

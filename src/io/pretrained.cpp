@@ -46,31 +46,30 @@ bool is_quant_4bit_saved(const SafetensorsCheckpoint& checkpoint, const std::str
 // (the generator advanced as the constructor does) and rounded. A layer that turns 4-bit reads
 // its weight (or bitsandbytes' saved state), quantizes it and drops it before the next tensor,
 // so the peak is the model in its final form plus one layer's weight.
-std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, Device device, uint64_t seed,
-                                          const LoadOptions& options) {
-  const std::filesystem::path path(dir);
-  const std::filesystem::path config_path = path / "config.json";
-  if (!std::filesystem::exists(config_path)) {
-    throw ValueError(str_cat(dir, ": no config.json in the model directory"));
-  }
-  if (!is_floating(options.dtype) || dtype_size(options.dtype) < 2) {
-    throw ValueError(str_cat(dir, ": dtype ", dtype_name(options.dtype),
+namespace {
+
+void check_load_dtype(const std::string& source, DType dtype) {
+  if (!is_floating(dtype) || dtype_size(dtype) < 2) {
+    throw ValueError(str_cat(source, ": dtype ", dtype_name(dtype),
                              " is not one to load a model in (f32, bf16 or f16)"));
   }
-  std::optional<Quant4bitConfig> quant = read_quantization_config(config_path.string());
-  const bool prequantized = quant.has_value();
-  if (!quant) quant = options.load_in_4bit;
+}
+
+// The model `config` describes, materialized as the Note says: from `checkpoint` when there is
+// one, else by HF's init; `quant` (already checked) makes its layers 4-bit, `prequantized` when
+// the files hold bitsandbytes' state.
+std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
+                                                const SafetensorsCheckpoint* checkpoint,
+                                                const std::optional<Quant4bitConfig>& quant,
+                                                bool prequantized, Device device, uint64_t seed,
+                                                const LoadOptions& options) {
   // Built on the scratch meta device, whose allocations no plan on meta:0 sees, so a dry run of
   // this load counts only what the materialization below allocates, as the real run does.
-  std::unique_ptr<CausalLM> model =
-      make_causal_lm(read_hf_config(config_path.string()), Device{DeviceType::meta, 1}, seed);
-  std::optional<SafetensorsCheckpoint> checkpoint;
-  if (has_weights(path)) checkpoint.emplace(dir);
+  std::unique_ptr<CausalLM> model = make_causal_lm(config, Device{DeviceType::meta, 1}, seed);
 
   // The layers that become 4-bit, by the name of their weight.
   std::map<std::string, Linear*> targets;
   if (quant) {
-    check_quant_4bit_config(*quant, str_cat(config_path.string(), ": quantization_config"));
     for (auto& [name, module] : model->named_modules()) {
       auto* layer = dynamic_cast<Linear*>(module);
       if (layer && !is_skipped_module(name, options.skip_modules)) targets[name + ".weight"] = layer;
@@ -142,6 +141,37 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, Device device,
     }
   }
   return model;
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, Device device, uint64_t seed,
+                                          const LoadOptions& options) {
+  const std::filesystem::path path(dir);
+  const std::filesystem::path config_path = path / "config.json";
+  if (!std::filesystem::exists(config_path)) {
+    throw ValueError(str_cat(dir, ": no config.json in the model directory"));
+  }
+  check_load_dtype(dir, options.dtype);
+  std::optional<Quant4bitConfig> quant = read_quantization_config(config_path.string());
+  const bool prequantized = quant.has_value();
+  if (!quant) quant = options.load_in_4bit;
+  if (quant) {
+    check_quant_4bit_config(*quant, str_cat(config_path.string(), ": quantization_config"));
+  }
+  std::optional<SafetensorsCheckpoint> checkpoint;
+  if (has_weights(path)) checkpoint.emplace(dir);
+  return materialize_causal_lm(read_hf_config(config_path.string()),
+                               checkpoint ? &*checkpoint : nullptr, quant,
+                               prequantized, device, seed, options);
+}
+
+std::unique_ptr<CausalLM> make_causal_lm_as(const HfConfig& config, Device device, uint64_t seed,
+                                            const LoadOptions& options) {
+  check_load_dtype("model", options.dtype);
+  if (options.load_in_4bit) check_quant_4bit_config(*options.load_in_4bit, "load_in_4bit");
+  return materialize_causal_lm(config, nullptr, options.load_in_4bit, false, device, seed,
+                               options);
 }
 
 std::optional<Quant4bitConfig> read_quantization_config(const std::string& config_path) {

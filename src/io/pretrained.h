@@ -33,6 +33,12 @@ struct LoadOptions {
 std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, Device device = kCPU,
                                           uint64_t seed = 0, const LoadOptions& options = {});
 
+// The model `config` describes (a preset), made as load_pretrained makes a directory without
+// weights: each parameter drawn by HF's init and rounded to options.dtype one at a time, the
+// 4-bit layers quantized as they are made. make_causal_lm with f32 and no 4-bit gives the same.
+std::unique_ptr<CausalLM> make_causal_lm_as(const HfConfig& config, Device device, uint64_t seed,
+                                            const LoadOptions& options);
+
 // The 4-bit settings of config.json's "quantization_config" (transformers' BitsAndBytesConfig:
 // load_in_4bit, bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype,
 // bnb_4bit_quant_storage), or nullopt without one or with load_in_4bit false. ValueError naming

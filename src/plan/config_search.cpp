@@ -27,10 +27,10 @@ std::vector<std::string> default_policies() { return {"none", "selective", "ever
 
 std::vector<std::string> default_adapters(const TrainingArguments& base) {
   if (base.use_peft) {
-    return {str_cat("lora:", base.lora_r,
+    return {str_cat(base.load_in_4bit ? "qlora:" : "lora:", base.lora_r,
                     base.lora_target_modules.empty() ? "" : ":" + base.lora_target_modules)};
   }
-  return {"full", "lora:16", "lora:16:all-linear"};
+  return {"full", "lora:16", "lora:16:all-linear", "qlora:16", "qlora:16:all-linear"};
 }
 
 std::vector<int64_t> divisors(int64_t n) {
@@ -47,21 +47,33 @@ std::vector<int64_t> divisors(int64_t n) {
 void apply_adapter_choice(TrainingArguments& args, const std::string& choice) {
   if (choice == "full") {
     args.use_peft = false;
+    args.load_in_4bit = false;
     return;
   }
-  const bool lora = choice.starts_with("lora:");
-  const size_t colon = lora ? choice.find(':', 5) : std::string::npos;
-  const std::string rank = lora ? choice.substr(5, colon == std::string::npos ? colon : colon - 5)
-                                : std::string();
+  // "lora:R[:TARGETS]", or "qlora:R[:TARGETS]": the same on a 4-bit base.
+  const bool qlora = choice.starts_with("qlora:");
+  const size_t start = qlora ? 6 : 5;
+  const bool lora = qlora || choice.starts_with("lora:");
+  const size_t colon = lora ? choice.find(':', start) : std::string::npos;
+  const std::string rank =
+      lora ? choice.substr(start, colon == std::string::npos ? colon : colon - start)
+           : std::string();
   const bool digits = !rank.empty() && rank.size() <= 9 &&
                       rank.find_first_not_of("0123456789") == std::string::npos;
   if (!lora || !digits || std::stoll(rank) <= 0) {
     throw ValueError(str_cat("search adapters: '", choice,
-                             "' is not full, lora:R or lora:R:TARGETS (R > 0)"));
+                             "' is not full, lora:R, qlora:R or (q)lora:R:TARGETS (R > 0)"));
   }
   args.use_peft = true;
   args.lora_r = std::stoll(rank);
   args.lora_target_modules = colon == std::string::npos ? "" : choice.substr(colon + 1);
+  if (qlora && !args.load_in_4bit) {
+    // QLoRA's recipe: NF4 with double quantization, computing in the recipe's dtype.
+    args.load_in_4bit = true;
+    args.bnb_4bit_quant_type = "nf4";
+    args.bnb_4bit_use_double_quant = true;
+  }
+  if (!qlora) args.load_in_4bit = false;
 }
 
 SearchResult search_configurations(const TrainingArguments& base, const PlanTarget& target,
@@ -157,10 +169,10 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
 
 namespace {
 
-// "full", or "lora r16 q_proj,v_proj" style for the table.
+// "full", or "lora r16 q_proj,v_proj" / "qlora r16 default" style for the table.
 std::string adapter_label(const TrainingArguments& a) {
   if (!a.use_peft) return "full";
-  return str_cat("lora r", a.lora_r, " ",
+  return str_cat(a.load_in_4bit ? "qlora r" : "lora r", a.lora_r, " ",
                  a.lora_target_modules.empty() ? "default" : a.lora_target_modules);
 }
 

@@ -22,13 +22,15 @@ struct SearchSpace {
   std::vector<std::string> optims;
   std::vector<std::string> policies;
   // What trains: "full" (every weight) or LoRA as "lora:R" (the architecture's default targets)
-  // or "lora:R:all-linear". Empty: full, lora:16 and lora:16:all-linear; when the base
+  // or "lora:R:all-linear", and QLoRA ("qlora:R[:TARGETS]": the same on a frozen 4-bit base,
+  // NF4 with double quantization, unless the base arguments set load_in_4bit's options). Empty:
+  // full, lora:16, lora:16:all-linear, qlora:16 and qlora:16:all-linear; when the base
   // arguments already ask for LoRA (use_peft), that adapter only.
   std::vector<std::string> adapters = {};
 };
 
-// One entry of SearchSpace::adapters applied to `args` (use_peft, lora_r, lora_target_modules);
-// ValueError naming the entry when it is not full / lora:R / lora:R:all-linear with R > 0.
+// One entry of SearchSpace::adapters applied to `args` (use_peft, lora_r, lora_target_modules,
+// load_in_4bit); ValueError naming the entry when it is not full / (q)lora:R[:TARGETS], R > 0.
 void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 
 // Note [Configuration search]

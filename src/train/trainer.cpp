@@ -143,6 +143,38 @@ LoraConfig training_lora_config(const TrainingArguments& args) {
   return config;
 }
 
+namespace {
+
+// dtype_from_name with the option's name in front of its error.
+DType named_dtype(const std::string& name, const char* field) {
+  try {
+    return dtype_from_name(name);
+  } catch (const ValueError& e) {
+    throw ValueError(str_cat(field, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+std::optional<Quant4bitConfig> training_quant_4bit_config(const TrainingArguments& args,
+                                                          const PrecisionRecipe& recipe) {
+  if (!args.load_in_4bit) return std::nullopt;
+  if (!args.use_peft) {
+    throw ValueError("load_in_4bit: true without use_peft; a 4-bit base is frozen and trains "
+                     "only through LoRA adapters");
+  }
+  Quant4bitConfig config;
+  config.quant_type = parse_quant_4bit_type(args.bnb_4bit_quant_type, "bnb_4bit_quant_type");
+  config.double_quant = args.bnb_4bit_use_double_quant;
+  // Unset: the recipe's compute dtype, as TRL passes its model dtype to BitsAndBytesConfig.
+  config.compute_dtype = args.bnb_4bit_compute_dtype.empty()
+                             ? recipe.autocast_dtype.value_or(recipe.param_dtype)
+                             : named_dtype(args.bnb_4bit_compute_dtype, "bnb_4bit_compute_dtype");
+  config.quant_storage = named_dtype(args.bnb_4bit_quant_storage, "bnb_4bit_quant_storage");
+  check_quant_4bit_config(config, "load_in_4bit");
+  return config;
+}
+
 void request_training_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
 int training_stop_requested() { return g_stop_signal.load(); }
@@ -165,8 +197,13 @@ void Trainer::build() {
   data_.reset();
   model_.reset();
   manual_seed(static_cast<uint64_t>(args_.seed));
+  // Each weight is made in the recipe's dtype (a 4-bit base layer quantized as it is made), so
+  // no full-precision copy of the model exists (Note [Materializing one tensor at a time]).
+  LoadOptions load;
+  load.dtype = recipe_.param_dtype;
+  load.load_in_4bit = training_quant_4bit_config(args_, recipe_);
   ModelAndTokenizer loaded =
-      load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed));
+      load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed), load);
   model_ = std::move(loaded.model);
   tokenizer_ = std::move(loaded.tokenizer);
   const int64_t context = context_length(model_->config());

@@ -18,6 +18,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "peft/lora_config.h"
+#include "quant/quant_4bit.h"
 #include "train/batch_source.h"
 #include "train/memory_report.h"
 #include "train/trainer_callback.h"
@@ -57,6 +58,12 @@ PrecisionRecipe training_precision(const TrainingArguments& args);
 // The LoraConfig of `args`' TRL options (use_peft, lora_r, ...); base_model_name_or_path is
 // args.model. Not validated (LoraConfig::validate does that).
 LoraConfig training_lora_config(const TrainingArguments& args);
+
+// The Quant4bitConfig of `args`' 4-bit options (load_in_4bit, bnb_4bit_*) under `recipe`, or
+// nullopt without load_in_4bit. ValueError naming the option for a bad value, and for
+// load_in_4bit without use_peft.
+std::optional<Quant4bitConfig> training_quant_4bit_config(const TrainingArguments& args,
+                                                          const PrecisionRecipe& recipe);
 
 // Asks the running Trainer to stop after its current step, save a checkpoint and return
 // 128 + signal_number. Only stores to a lock-free atomic, so signal handlers may call it.

@@ -58,6 +58,14 @@ struct TrainingArguments {
                                      // architecture's default (PEFT's table)
   std::string lora_modules_to_save;  // comma-separated module names trained in full
   bool use_rslora = false;
+  // QLoRA: a frozen 4-bit base under the adapters, with HF's BitsAndBytesConfig names and
+  // defaults (TRL's use_bnb_nested_quant is bnb_4bit_use_double_quant). Needs use_peft.
+  bool load_in_4bit = false;
+  std::string bnb_4bit_quant_type = "fp4";     // fp4 | nf4
+  bool bnb_4bit_use_double_quant = false;
+  std::string bnb_4bit_compute_dtype;          // float32 | bfloat16 | float16; empty: the
+                                               // recipe's compute dtype (as TRL passes its dtype)
+  std::string bnb_4bit_quant_storage = "uint8";  // uint8 | bfloat16 | float16 | float32
 
   // Reproducibility.
   int64_t seed = 42;

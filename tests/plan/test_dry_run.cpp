@@ -33,6 +33,7 @@ struct GridCase {
   double dropout = 0.0;
   int64_t workers = 0;
   std::string lora_targets;  // "" = full fine-tuning; else --use_peft with these targets
+  bool four_bit = false;     // QLoRA: --load_in_4bit, NF4 with double quantization
 };
 
 TrainingArguments case_arguments(const GridCase& c, const fs::path& root) {
@@ -83,6 +84,9 @@ TrainingArguments case_arguments(const GridCase& c, const fs::path& root) {
     args.lora_r = 8;
     args.lora_dropout = c.dropout;
     args.lora_target_modules = c.lora_targets == "default" ? "" : c.lora_targets;
+    args.load_in_4bit = c.four_bit;
+    args.bnb_4bit_quant_type = "nf4";
+    args.bnb_4bit_use_double_quant = true;
   }
   args.logging_steps = 1;
   args.eval_strategy = "steps";
@@ -208,6 +212,14 @@ std::vector<GridCase> grid() {
     c.precision = "fp16";
     c.optim = "adamw_8bit";
     c.lora_targets = "c_attn,c_fc";
+  });
+  // QLoRA: the adapters on a frozen NF4 base computing in bf16.
+  add("llama_qlora_bf16_all_linear_every_2", "llama", [](GridCase& c) {
+    c.width = 128;
+    c.precision = "bf16";
+    c.lora_targets = "all-linear";
+    c.four_bit = true;
+    c.checkpointing = "every_2";
   });
   add("llama_large_pool_fp32_accumulation_4", "llama", [](GridCase& c) {
     c.width = 256;

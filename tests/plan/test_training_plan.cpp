@@ -260,7 +260,8 @@ TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
 }
 
 // LoRA rows: the frozen base needs no gradients or optimizer states, so at a capacity between the
-// two only the adapter fits; the default space searches full fine-tuning and two LoRA set-ups.
+// two only the adapter fits; the default space searches full fine-tuning and two LoRA set-ups,
+// each also on a 4-bit base (QLoRA).
 TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
   const TrainingArguments base = preset_args("llama-tiny", 2, 64);
   PlanTarget target = plan_target("auto", "RTX4090", "");
@@ -283,10 +284,12 @@ TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
   const SearchResult defaults = search_configurations(base, target, {{"fp32"}, {"adamw_torch"}, {"none"}});
   std::set<std::string> adapters;
   for (const TrainingPlan& p : defaults.fitting) {
-    adapters.insert(p.args.use_peft ? str_cat(p.args.lora_r, ":", p.args.lora_target_modules)
+    adapters.insert(p.args.use_peft ? str_cat(p.args.load_in_4bit ? "q" : "", p.args.lora_r, ":",
+                                              p.args.lora_target_modules)
                                     : "full");
   }
-  EXPECT_EQ(adapters, (std::set<std::string>{"full", "16:", "16:all-linear"}));
+  EXPECT_EQ(adapters,
+            (std::set<std::string>{"full", "16:", "16:all-linear", "q16:", "q16:all-linear"}));
   EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {"lora:0"}}), ValueError);
 }
 
