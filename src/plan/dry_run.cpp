@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "memory/device_memory.h"
+#include "nn/layers.h"
 #include "ops/op_support.h"
 #include "plan/synthetic_batches.h"
 #include "train/memory_report.h"
@@ -110,6 +111,14 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
         result.parameter_bytes += static_cast<int64_t>(p.nbytes());
         shapes.push_back(p.shape());
         if (p.requires_grad()) trainable.push_back(p.shape());
+      }
+      // A 4-bit base's weights are buffers, not parameters, but the model still multiplies by
+      // them: they count as parameters (for the FLOPs of the step estimate) and as weight bytes.
+      for (auto& [name, module] : trainer.model().named_modules()) {
+        const auto* linear = dynamic_cast<const Linear*>(module);
+        if (!linear || !linear->weight_4bit()) continue;
+        result.num_parameters += linear->weight_4bit()->numel();
+        result.parameter_bytes += linear->weight_4bit()->nbytes();
       }
       result.recipe = trainer.recipe().name();
       result.config = trainer.model().config();

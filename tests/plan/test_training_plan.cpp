@@ -293,6 +293,22 @@ TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
   EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {"lora:0"}}), ValueError);
 }
 
+// A 4-bit base's weights are buffers, not parameters: the dry run still counts them (for the
+// step's FLOPs) and their bytes, which are under a quarter of the bf16 weights'.
+TEST(TrainingPlan, QloraCountsTheFourBitWeights) {
+  TrainingArguments args = preset_args("llama-tiny", 2, 64);
+  args.bf16 = true;
+  args.use_peft = true;
+  args.lora_target_modules = "all-linear";
+  const DryRunResult lora = dry_run_training(args);
+  args.load_in_4bit = true;
+  args.bnb_4bit_quant_type = "nf4";
+  const DryRunResult qlora = dry_run_training(args);
+  EXPECT_EQ(qlora.num_parameters, lora.num_parameters);
+  EXPECT_LT(qlora.parameter_bytes, lora.parameter_bytes);
+  EXPECT_LT(qlora.peak_allocated_bytes, lora.peak_allocated_bytes);
+}
+
 // Note [Inference memory]: weights in the recipe's dtype and HF's KV cache layout.
 TEST(InferencePlan, WeightsKvCacheAndPrefill) {
   TrainingArguments args = preset_args("llama-tiny", 3, 200);
