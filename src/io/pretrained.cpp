@@ -75,6 +75,19 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
       if (layer && !is_skipped_module(name, options.skip_modules)) targets[name + ".weight"] = layer;
     }
   }
+  // The parameters made in frozen_linear_dtype, by name.
+  std::set<std::string> frozen;
+  if (options.frozen_linear_dtype) {
+    for (auto& [name, module] : model->named_modules()) {
+      const auto* layer = dynamic_cast<const Linear*>(module);
+      if (!layer || is_skipped_module(name, options.skip_modules) ||
+          is_skipped_module(name, options.keep_modules)) {
+        continue;
+      }
+      frozen.insert(name + ".weight");
+      frozen.insert(name + ".bias");
+    }
+  }
   const bool gpt2 = is_gpt2(*model);
   bool prefixed = true;
   if (checkpoint && gpt2) {
@@ -104,7 +117,9 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
       return Tensor();
     }
     const bool floating = is_floating(meta.dtype());
-    Tensor t = Tensor::empty(meta.shape(), floating ? options.dtype : meta.dtype(), device);
+    const DType dtype = frozen.count(name) && target == targets.end() ? *options.frozen_linear_dtype
+                                                                      : options.dtype;
+    Tensor t = Tensor::empty(meta.shape(), floating ? dtype : meta.dtype(), device);
     if (checkpoint) {
       if (!checkpoint->contains(file_name)) {
         throw ValueError(str_cat(checkpoint->path(), ": tensor '", file_name,

@@ -23,6 +23,11 @@ struct LoadOptions {
   // a directory saved 4-bit (its config.json has a quantization_config) loads 4-bit anyway.
   std::optional<Quant4bitConfig> load_in_4bit;
   std::vector<std::string> skip_modules = {"lm_head"};  // llm_int8_skip_modules
+  // LoRA under autocast (Note [A frozen base in the compute dtype]): the weights and biases of
+  // the linear layers not in skip_modules nor in keep_modules are made in this dtype instead,
+  // so a frozen fp32 copy of them never exists.
+  std::optional<DType> frozen_linear_dtype;
+  std::vector<std::string> keep_modules;  // modules trained in full (modules_to_save)
 };
 
 // Builds the model config.json describes; loads its weights when the directory has any, else

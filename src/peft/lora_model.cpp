@@ -61,7 +61,7 @@ std::string layer_names(const std::vector<std::pair<std::string, AdaptableLinear
 }  // namespace
 
 std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
-                                    Generator* generator) {
+                                    Generator* generator, std::optional<DType> adapter_dtype) {
   config.validate();
   const HfConfig hf = model.config();
   const std::vector<std::string> targets =
@@ -123,7 +123,8 @@ std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
   for (AdaptableLinear* layer : chosen) {
     layer->set_adapter(std::make_unique<LoraLayer>(layer->in_features(), layer->out_features(),
                                                    config, layer->device(),
-                                                   layer->compute_dtype(), &gen));
+                                                   adapter_dtype.value_or(layer->compute_dtype()),
+                                                   &gen));
     const auto* linear = dynamic_cast<const Linear*>(layer);
     if (config.bias == LoraBias::lora_only && linear && linear->bias().defined()) {
       linear->bias().set_requires_grad(true);

@@ -3,6 +3,7 @@
 // adapter's files (adapter_model.safetensors + adapter_config.json) and merging.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,8 +27,11 @@ inline constexpr const char* kAdapterKeyPrefix = "base_model.model.";
 // layer's compute_dtype (drawn from `generator`, the default one when null), and makes trainable the biases config.bias asks for and the parameters of
 // modules_to_save. A target or module_to_save matching nothing is a ValueError naming the field,
 // the value and the layers the model has. Returns the paths of the wrapped layers.
+// `adapter_dtype`, when given, is the adapters' dtype instead of each layer's compute dtype (fp32
+// adapters on a base stored in bf16, as PEFT's under autocast).
 std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
-                                    Generator* generator = nullptr);
+                                    Generator* generator = nullptr,
+                                    std::optional<DType> adapter_dtype = std::nullopt);
 
 // Note [A frozen base in the compute dtype]
 // Under autocast every projection's fp32 weight is cast to the compute dtype (bf16 / fp16), kept
@@ -37,7 +41,9 @@ std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
 // norms and lm_head keep their dtype: autocast runs them in fp32, so casting them would change
 // the numbers (prepare_model_for_kbit_training's upcast is the opposite mistake, bitsandbytes
 // issue 1569). Layers with a trained bias (bias "all" / "lora_only") are left as they are.
-// Returns the bytes the cast saved.
+// The Trainer makes these weights in the compute dtype as it loads them
+// (LoadOptions::frozen_linear_dtype), so no fp32 copy exists even at load; this function then
+// finds nothing left to cast. Returns the bytes the cast saved.
 int64_t store_frozen_projections(CausalLM& model, DType compute_dtype);
 
 // What an adapter saves: the trainable parameters (LoRA's A and B, trained biases,

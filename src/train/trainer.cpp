@@ -202,6 +202,13 @@ void Trainer::build() {
   LoadOptions load;
   load.dtype = recipe_.param_dtype;
   load.load_in_4bit = training_quant_4bit_config(args_, recipe_);
+  // LoRA under autocast: the frozen projections are made in the compute dtype at once (Note [A
+  // frozen base in the compute dtype]), never in the fp32 of the master weights.
+  const bool frozen_in_compute = args_.use_peft && recipe_.autocast_dtype && !load.load_in_4bit;
+  if (frozen_in_compute) {
+    load.frozen_linear_dtype = *recipe_.autocast_dtype;
+    load.keep_modules = split_module_names(args_.lora_modules_to_save);
+  }
   ModelAndTokenizer loaded =
       load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed), load);
   model_ = std::move(loaded.model);
@@ -213,13 +220,14 @@ void Trainer::build() {
                              "] (the model's context length)"));
   }
   window_ = t + 1;
-  // get_peft_model before the recipe's cast, so the adapters take the weights' dtype with it.
+  // The adapters in the recipe's parameter dtype (fp32 under autocast, as PEFT's); the rest is
+  // already in it, but for the frozen projections made in the compute dtype.
   lora_.reset();
   if (args_.use_peft) {
     lora_ = training_lora_config(args_);
-    apply_lora(*model_, *lora_);
+    apply_lora(*model_, *lora_, nullptr, recipe_.param_dtype);
   }
-  model_->to(recipe_.param_dtype);
+  if (!frozen_in_compute) model_->to(recipe_.param_dtype);
   if (lora_ && recipe_.autocast_dtype) {
     // See Note [A frozen base in the compute dtype].
     store_frozen_projections(*model_, *recipe_.autocast_dtype);

@@ -309,6 +309,18 @@ TEST(TrainingPlan, QloraCountsTheFourBitWeights) {
   EXPECT_LT(qlora.peak_allocated_bytes, lora.peak_allocated_bytes);
 }
 
+// LoRA under bf16 autocast makes the frozen projections in bf16 as it loads them: the load never
+// holds the model in fp32 (it did when the model was built whole and then cast).
+TEST(TrainingPlan, LoraUnderAutocastLoadsTheFrozenProjectionsInBf16) {
+  TrainingArguments args = preset_args("llama-tiny", 2, 64);
+  args.bf16 = true;
+  const DryRunResult full = dry_run_training(args);  // every parameter an fp32 master weight
+  args.use_peft = true;
+  const DryRunResult lora = dry_run_training(args);
+  EXPECT_LT(lora.load_peak_allocated_bytes, full.parameter_bytes);
+  EXPECT_LT(lora.parameter_bytes, full.parameter_bytes * 3 / 4);
+}
+
 // Note [Inference memory]: weights in the recipe's dtype and HF's KV cache layout.
 TEST(InferencePlan, WeightsKvCacheAndPrefill) {
   TrainingArguments args = preset_args("llama-tiny", 3, 200);
