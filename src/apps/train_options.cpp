@@ -112,8 +112,8 @@ std::vector<TrainOption> make_train_options() {
        &A::load_in_4bit},
       {"bnb_4bit_quant_type", peft, "fp4 or nf4", &A::bnb_4bit_quant_type},
       {"bnb_4bit_use_double_quant", peft,
-       "quantize the 4-bit blocks' absmax too (alias use_bnb_nested_quant)",
-       &A::bnb_4bit_use_double_quant},
+       "quantize the 4-bit blocks' absmax too", &A::bnb_4bit_use_double_quant,
+       "use_bnb_nested_quant"},
       {"bnb_4bit_compute_dtype", peft,
        "float32, bfloat16 or float16 (default: the precision recipe's compute dtype)",
        &A::bnb_4bit_compute_dtype},
@@ -185,9 +185,8 @@ std::string kebab_case(std::string_view snake_name) {
 const TrainOption* find_train_option(std::string_view name) {
   std::string snake(name);
   std::replace(snake.begin(), snake.end(), '-', '_');
-  if (snake == "use_bnb_nested_quant") snake = "bnb_4bit_use_double_quant";  // TRL's name
   for (const TrainOption& option : train_options()) {
-    if (snake == option.name) return &option;
+    if (snake == option.name || (option.alias && snake == option.alias)) return &option;
   }
   return nullptr;
 }

@@ -191,7 +191,7 @@ TEST(QloraTrainer, CommandLineAndConfigFileTakeBitsAndBytesNames) {
   const CliRun ok = run_cli("train --config " + config + common);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   const CliRun flags =
-      run_cli("train --load_in_4bit --bnb_4bit_quant_type fp4 --bnb_4bit_use_double_quant "
+      run_cli("train --load_in_4bit --bnb_4bit_quant_type fp4 --use_bnb_nested_quant "
               "--bnb_4bit_quant_storage bfloat16" + common);
   EXPECT_EQ(flags.exit_code, 0) << flags.err;
   expect_usage_error("train --load_in_4bit --bnb_4bit_quant_type int4" + common,
