@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "apps/cli_run.h"
 #include "core/error.h"
@@ -149,6 +150,33 @@ TEST(QloraTrainer, Fp32RecipeWithAnFp4BaseComputesInFp32) {
   ASSERT_EQ(trainer.train(), 0);
   const std::vector<double> l = losses(trainer);
   EXPECT_LT(l.back(), l.front());
+}
+
+// The base is quantized again, deterministically, when a run resumes: steps 3 and 4 after
+// resuming from checkpoint-2 repeat the uninterrupted run's losses bit for bit.
+TEST(QloraTrainer, ResumedRunRepeatsTheUninterruptedLosses) {
+  TempDir tmp("qlora_resume");
+  TrainingArguments args = qlora_args(tmp.path());
+  args.precision = "bf16";
+  args.max_steps = 4;
+  args.save_strategy = "steps";
+  args.save_steps = 2;
+  Trainer full(args);
+  ASSERT_EQ(full.train(), 0);
+  const std::vector<double> expected = losses(full);
+  ASSERT_EQ(expected.size(), 4u);
+  TrainingArguments resumed_args = args;
+  resumed_args.output_dir = (tmp.path() / "resumed").string();
+  resumed_args.resume_from_checkpoint = (tmp.path() / "out" / "checkpoint-2").string();
+  Trainer resumed(resumed_args);
+  ASSERT_EQ(resumed.train(), 0);
+  std::map<int64_t, double> got;  // the resumed history carries the first steps' entries too
+  for (const auto& entry : resumed.log_history()) {
+    if (entry.contains("loss")) got[entry["step"].get<int64_t>()] = entry["loss"].get<double>();
+  }
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[3], expected[2]);
+  EXPECT_EQ(got[4], expected[3]);
 }
 
 TEST(QloraTrainer, BadFourBitOptionsAreRefusedNamingTheOption) {
