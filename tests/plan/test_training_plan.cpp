@@ -151,6 +151,12 @@ TEST(StepCost, CountsPalmFlopsAndRecompute) {
   EXPECT_DOUBLE_EQ(cost.recompute_flops, 4.0 * 12 * 768 * 1024 * tokens);
   const double fp32 = estimate_step_cost(config, args, false, n, 16 * n, h100).compute_seconds;
   EXPECT_NEAR(fp32 / cost.compute_seconds, 989.0 / 67.0, 1e-9);
+
+  // A frozen base (LoRA): the matmuls' backward is dX only, 4N instead of 6N per token.
+  args.gradient_checkpointing = false;
+  args.use_peft = true;
+  cost = estimate_step_cost(config, args, true, n, 16 * n, h100);
+  EXPECT_DOUBLE_EQ(cost.model_flops, (4.0 * n + 12.0 * 12 * 768 * 1024) * tokens);
 }
 
 // The largest preset: 69B parameters planned on the meta device without memory behind them.
