@@ -37,6 +37,10 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
                    "cuda:N or meta")
       ->capture_default_str()
       ->multi_option_policy(last);
+  eval->add_option("--adapter", o.adapter,
+                   "a LoRA adapter directory (adapter_config.json + adapter_model.safetensors, as "
+                   "PEFT saves it) applied to the model")
+      ->multi_option_policy(last);
   eval->add_flag("--json", o.json, "print one JSON object instead of the line");
   return eval;
 }
@@ -74,7 +78,10 @@ int run_eval(const EvalOptions& o) {
       throw ValueError(str_cat("--device: ", e.what()));
     }
   }
-  const EvalResult result = evaluate_file(o.model, o.data, length, batch, o.device);
+  if (!o.adapter.empty() && !std::filesystem::is_directory(o.adapter, ec)) {
+    throw ValueError(str_cat("--adapter: '", o.adapter, "' is not a directory"));
+  }
+  const EvalResult result = evaluate_file(o.model, o.data, length, batch, o.device, o.adapter);
   std::printf("%s\n", format_eval_result(result, o.json).c_str());
   return 0;
 }

@@ -20,6 +20,7 @@ struct EvalOptions {
   std::string max_seq_length;  // text, converted by option_value for one error style
   std::string per_device_eval_batch_size = "8";
   std::string device = "auto";
+  std::string adapter;  // a PEFT LoRA adapter directory applied to the model; empty: none
   bool json = false;
 };
 

@@ -9,6 +9,7 @@
 
 #include "apps/demo_command.h"
 #include "apps/eval_command.h"
+#include "apps/merge_command.h"
 #include "apps/plan_command.h"
 #include "apps/train_command.h"
 #include "apps/unknown_option.h"
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   CLI::App* train_command = headroom::add_train_command(app);
   headroom::EvalOptions eval;
   CLI::App* eval_command = headroom::add_eval_command(app, eval);
+  headroom::MergeOptions merge;
+  CLI::App* merge_command = headroom::add_merge_command(app, merge);
   headroom::PlanOptions plan;
   CLI::App* plan_command = headroom::add_plan_command(app, plan);
   try {
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
     if (demo_command->parsed()) return headroom::run_demo(demo);
     if (train_command->parsed()) return headroom::run_train_command(*train_command);
     if (eval_command->parsed()) return headroom::run_eval(eval);
+    if (merge_command->parsed()) return headroom::run_merge(merge);
     if (plan_command->parsed()) return headroom::run_plan_command(*plan_command, plan);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

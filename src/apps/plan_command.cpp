@@ -69,6 +69,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
                    "checkpointing to search: none, selective, every_N, full (default: none, "
                    "selective, every_2, full)")
       ->group(group);
+  plan->add_option("--search-adapters,--search_adapters", o.search_adapters,
+                   "what trains, comma-separated: full, lora:R (the default targets), "
+                   "lora:R:all-linear, or qlora:R[:all-linear] on a 4-bit NF4 base (default: "
+                   "full, lora:16, lora:16:all-linear, qlora:16, qlora:16:all-linear; with "
+                   "--use_peft: that adapter)")
+      ->group(group);
   plan->add_option("--max-results,--max_results", o.max_results, "rows of the search table")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
@@ -101,7 +107,7 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   if (!o.json) std::printf("%s", plan.format().c_str());
   if (target.capacity_bytes > 0 && !o.no_search) {
     const SearchSpace space{comma_list(o.search_precisions), comma_list(o.search_optims),
-                            comma_list(o.search_policies)};
+                            comma_list(o.search_policies), comma_list(o.search_adapters)};
     const bool tty = isatty(STDERR_FILENO) != 0;
     const SearchResult search = search_configurations(args, target, space, [&](int64_t runs) {
       if (tty) std::fprintf(stderr, "\rsearching: %lld dry runs", static_cast<long long>(runs));

@@ -21,6 +21,7 @@ struct PlanOptions {
   std::string search_precisions;  // comma lists; empty: all
   std::string search_optims;
   std::string search_policies;
+  std::string search_adapters;
   int64_t max_results = 20;
   int steps = 2;
 };

@@ -35,6 +35,7 @@ void add_training_options(CLI::App& train) {
     if (const std::string kebab = kebab_case(option.name); kebab != option.name) {
       names += ",--" + kebab;
     }
+    if (option.alias) names += str_cat(",--", option.alias, ",--", kebab_case(option.alias));
     CLI::Option* added = train.add_option(names, option.help)
                              ->group(option.group)
                              ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

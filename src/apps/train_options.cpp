@@ -13,6 +13,7 @@
 #include "memory/alloc_config.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer_factory.h"
+#include "train/trainer.h"
 
 namespace headroom {
 namespace {
@@ -31,6 +32,7 @@ std::vector<TrainOption> make_train_options() {
   const char* optimizer = "Optimizer and schedule";
   const char* precision = "Precision and memory";
   const char* logging = "Logging, evaluation, checkpoints";
+  const char* peft = "LoRA (PEFT)";
   const char* loading = "Data loading";
   const char* other = "Seeds and the sample";
   const char* profiling = "Profiling";
@@ -97,6 +99,34 @@ std::vector<TrainOption> make_train_options() {
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",
        &A::gradient_checkpointing_policy},
+      {"use_peft", peft,
+       "train LoRA adapters on a frozen base; output_dir and checkpoints hold PEFT's "
+       "adapter_model.safetensors and adapter_config.json",
+       &A::use_peft},
+      {"lora_r", peft, "the adapters' rank", &A::lora_r},
+      {"lora_alpha", peft, "scaling numerator: updates are scaled by lora_alpha / lora_r",
+       &A::lora_alpha},
+      {"lora_dropout", peft, "dropout on the adapters' input", &A::lora_dropout},
+      {"lora_target_modules", peft,
+       "comma-separated layer names or suffixes (q_proj,v_proj), or all-linear (default: "
+       "c_attn for GPT-2, q_proj,v_proj for Llama)",
+       &A::lora_target_modules},
+      {"lora_modules_to_save", peft,
+       "comma-separated modules trained in full and saved with the adapter (e.g. lm_head)",
+       &A::lora_modules_to_save},
+      {"use_rslora", peft, "rank-stabilised scaling lora_alpha / sqrt(lora_r)", &A::use_rslora},
+      {"load_in_4bit", peft,
+       "QLoRA: every linear layer but lm_head a frozen 4-bit layer under the adapters",
+       &A::load_in_4bit},
+      {"bnb_4bit_quant_type", peft, "fp4 or nf4", &A::bnb_4bit_quant_type},
+      {"bnb_4bit_use_double_quant", peft,
+       "quantize the 4-bit blocks' absmax too", &A::bnb_4bit_use_double_quant,
+       "use_bnb_nested_quant"},
+      {"bnb_4bit_compute_dtype", peft,
+       "float32, bfloat16 or float16 (default: the precision recipe's compute dtype)",
+       &A::bnb_4bit_compute_dtype},
+      {"bnb_4bit_quant_storage", peft, "uint8, bfloat16, float16 or float32",
+       &A::bnb_4bit_quant_storage},
       {"logging_steps", logging, "log the loss and learning rate every N steps", &A::logging_steps},
       {"logging_first_step", logging, "log the first step too", &A::logging_first_step},
       {"eval_strategy", logging, "no or steps", &A::eval_strategy},
@@ -167,7 +197,7 @@ const TrainOption* find_train_option(std::string_view name) {
   std::string snake(name);
   std::replace(snake.begin(), snake.end(), '-', '_');
   for (const TrainOption& option : train_options()) {
-    if (snake == option.name) return &option;
+    if (snake == option.name || (option.alias && snake == option.alias)) return &option;
   }
   return nullptr;
 }
@@ -352,6 +382,40 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   }
   check(policy == "full" || policy == "selective" || every_n, "gradient_checkpointing_policy",
         "unknown value '", policy, "' (expected full, selective or every_N with N >= 1)");
+
+  // LoRA: the fields LoraConfig::validate checks, named as the user wrote them.
+  if (a.use_peft) {
+    check(a.lora_r > 0, "lora_r", a.lora_r, " must be > 0");
+    check(std::isfinite(a.lora_alpha), "lora_alpha", format_real(a.lora_alpha),
+          " is not a finite number");
+    check(a.lora_dropout >= 0 && a.lora_dropout < 1, "lora_dropout", format_real(a.lora_dropout),
+          " is outside [0, 1)");
+    try {
+      training_lora_config(a).validate();
+    } catch (const ValueError& e) {  // "lora_target_modules: ...": name it as the user wrote it
+      std::string message = e.what();
+      for (const std::string field : {"lora_target_modules", "lora_modules_to_save"}) {
+        if (message.starts_with(field + ":")) {
+          message = where(field.c_str()) + message.substr(field.size());
+        }
+      }
+      throw ValueError(message);
+    }
+  }
+  if (a.load_in_4bit) {
+    try {
+      training_quant_4bit_config(a, training_precision(a));
+    } catch (const ValueError& e) {  // "bnb_4bit_quant_type: ...": named as the user wrote it
+      std::string message = e.what();
+      for (const std::string field : {"load_in_4bit", "bnb_4bit_quant_type",
+                                      "bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"}) {
+        if (message.starts_with(field + ":")) {
+          message = where(field.c_str()) + message.substr(field.size());
+        }
+      }
+      throw ValueError(message);
+    }
+  }
 
   // Logging, evaluation, checkpoints. HF's eval_strategy "steps" without eval_steps evaluates
   // every logging_steps (TrainingArguments.__post_init__); eval_steps with eval_strategy "no"

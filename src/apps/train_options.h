@@ -25,6 +25,7 @@ struct TrainOption {
   const char* group;  // the --help section
   std::string help;
   TrainingField field;
+  const char* alias = nullptr;  // another name users know it by (TRL's), or null
 };
 
 // Every TrainingArguments field, in the order --help lists them.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/generator.h"
 #include "nn/block_runner.h"
 #include "nn/model_config.h"
 #include "nn/module.h"
@@ -23,6 +24,11 @@ class CausalLM : public Module {
   virtual std::vector<std::string> tied_parameter_names() const { return {}; }
   // The number of transformer blocks (n_layer, num_hidden_layers).
   virtual int64_t num_blocks() const = 0;
+  // HF's _init_weights for the parameter `name`: matrices drawn from `generator` (which the
+  // caller advances in named_parameters order, as the constructor does), norm weights 1, biases
+  // 0. load_pretrained uses it to initialise one tensor at a time in its training dtype.
+  virtual void init_parameter(const std::string& name, const Tensor& p,
+                              Generator& generator) const = 0;
 
   // How the blocks and their projections run; empty runners call them directly. See
   // Note [Block runners] (memsave's enable_gradient_checkpointing sets them).

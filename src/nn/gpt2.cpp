@@ -113,16 +113,28 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Device device, uint64
     throw ValueError(str_cat("GPT-2 config: n_embd ", config.n_embd,
                              " is not a multiple of n_head ", config.n_head));
   }
-  // HF's _init_weights: N(0, initializer_range) for Conv1D and embedding weights, zero biases,
-  // LayerNorm 1 / 0; the residual projections (c_proj) get std / sqrt(2 * n_layer).
   Generator generator(seed);
-  const double std = config.initializer_range;
   for (auto& [name, p] : named_parameters()) {
-    if (p.ndim() != 2) continue;
-    const bool residual = name.size() >= 13 && name.compare(name.size() - 13, 13, "c_proj.weight") == 0;
-    p.normal_(0.0, residual ? std / std::sqrt(2.0 * static_cast<double>(config.n_layer)) : std,
-              &generator);
+    if (p.ndim() == 2) init_parameter(name, p, generator);
   }
+}
+
+// HF's _init_weights: N(0, initializer_range) for Conv1D and embedding weights, zero biases,
+// LayerNorm 1 / 0; the residual projections (c_proj) get std / sqrt(2 * n_layer).
+void GPT2LMHeadModel::init_parameter(const std::string& name, const Tensor& p,
+                                     Generator& generator) const {
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (p.ndim() != 2) {
+    p.fill_(ends_with(".weight") ? 1.0 : 0.0);  // the 1-D weights are LayerNorm's
+    return;
+  }
+  const double std = config_.initializer_range;
+  const bool residual = ends_with("c_proj.weight");
+  p.normal_(0.0, residual ? std / std::sqrt(2.0 * static_cast<double>(config_.n_layer)) : std,
+            &generator);
 }
 
 Tensor GPT2LMHeadModel::hidden_states(const Tensor& input_ids) {

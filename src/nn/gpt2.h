@@ -76,6 +76,8 @@ class GPT2LMHeadModel : public CausalLM {
   HfConfig config() const override { return config_; }
   std::vector<std::string> tied_parameter_names() const override { return {"lm_head.weight"}; }
   int64_t num_blocks() const override { return config_.n_layer; }
+  void init_parameter(const std::string& name, const Tensor& p,
+                      Generator& generator) const override;
 
  private:
   const GPT2Config config_;

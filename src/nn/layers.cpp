@@ -1,20 +1,52 @@
 // Linear, Embedding, LayerNorm, RMSNorm.
 #include "nn/layers.h"
 
+#include "core/error.h"
 #include "ops/embedding.h"
 #include "ops/norm.h"
+#include "quant/linear_4bit.h"
 
 namespace headroom {
 
 Linear::Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device device)
-    : layout_(layout) {
+    : layout_(layout), in_(in), out_(out) {
   register_parameter("weight", weight_,
                      Tensor::empty(layout == WeightLayout::out_in ? Shape{out, in} : Shape{in, out},
                                    DType::f32, device));
   if (bias) register_parameter("bias", bias_, Tensor::zeros({out}, DType::f32, device));
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight_, bias_, layout_); }
+Tensor Linear::forward(const Tensor& x) const {
+  if (quant_) return with_adapter(x, linear_4bit(x, *quant_, bias_, compute_dtype_));
+  return with_adapter(x, linear(x, weight_, bias_, layout_));
+}
+
+void AdaptableLinear::set_adapter(std::unique_ptr<LinearAdapter> adapter) {
+  if (adapter_) throw ValueError("Linear: an adapter is already attached");
+  adapter_ = &register_child("", std::move(adapter));
+}
+
+void AdaptableLinear::remove_adapter() {
+  if (adapter_) remove_child(adapter_);
+  adapter_ = nullptr;
+}
+
+void Linear::set_weight_4bit(Quant4bitWeight weight, DType compute_dtype) {
+  if (weight.shape != Shape{out_, in_}) {
+    throw ValueError(str_cat("Linear: a 4-bit weight of shape ", weight.shape, " for a layer of ",
+                             in_, " inputs and ", out_, " outputs (expected [", out_, ", ", in_,
+                             "])"));
+  }
+  if (!quant_) unregister_parameter("weight");
+  weight_ = Tensor();
+  quant_ = std::make_shared<const Quant4bitWeight>(std::move(weight));
+  compute_dtype_ = compute_dtype;
+}
+
+std::vector<std::pair<std::string, Tensor>> Linear::own_buffers() const {
+  if (!quant_) return {};
+  return quant_4bit_state_dict("", *quant_);
+}
 
 Embedding::Embedding(int64_t num, int64_t dim, Device device) {
   register_parameter("weight", weight_, Tensor::empty({num, dim}, DType::f32, device));

@@ -1,23 +1,88 @@
 // The building blocks of GPT-2 and Llama as modules with HF's parameter names: Linear (either
-// weight layout), Embedding, LayerNorm, RMSNorm.
+// weight layout, or a frozen 4-bit weight as bitsandbytes' Linear4bit; either can hold an
+// adapter), Embedding, LayerNorm, RMSNorm.
 #pragma once
+
+#include <memory>
 
 #include "nn/module.h"
 #include "ops/linear.h"
+#include "quant/quant_4bit.h"
 
 namespace headroom {
 
-class Linear : public Module {
+// The seam through which peft/ adds a trainable branch to a projection (LoRA's
+// B(A(dropout(x)))·s): the layer computes its own output, then hands x and that output to the
+// adapter, which returns the sum.
+class LinearAdapter : public Module {
+ public:
+  // x [..., in], base [..., out] (the base layer's output) -> the layer's output.
+  virtual Tensor forward(const Tensor& x, const Tensor& base) const = 0;
+};
+
+// A projection that can hold an adapter: the Linear below, with a full-precision or a frozen
+// 4-bit weight, ends its forward with with_adapter(x, base). peft/ finds the layers it wraps
+// through this interface.
+class AdaptableLinear : public Module {
+ public:
+  virtual int64_t in_features() const = 0;
+  virtual int64_t out_features() const = 0;
+  // Where and in which dtype an adapter of this layer computes (a 4-bit base: its compute dtype).
+  virtual Device device() const = 0;
+  virtual DType compute_dtype() const = 0;
+
+  // Attaches `adapter` (its parameters named beside the layer's, e.g. "lora_A.weight"); one at
+  // most.
+  void set_adapter(std::unique_ptr<LinearAdapter> adapter);
+  LinearAdapter* adapter() const { return adapter_; }
+  // Detaches the adapter (after merging it into the weight); its parameters leave the tree.
+  void remove_adapter();
+
+ protected:
+  // The layer's output: `base` (its own, for x) plus the adapter's branch when there is one.
+  Tensor with_adapter(const Tensor& x, const Tensor& base) const {
+    return adapter_ ? adapter_->forward(x, base) : base;
+  }
+
+ private:
+  LinearAdapter* adapter_ = nullptr;  // owned as a child module
+};
+
+// A linear layer. Its weight is a trainable parameter, or (QLoRA) a frozen 4-bit tensor in
+// bitsandbytes' layout, [out, in] for either layout as transformers stores Conv1D weights, that
+// forward multiplies through linear_4bit; the bias stays a parameter. See nn/linear_4bit.h.
+class Linear : public AdaptableLinear {
  public:
   // Weight [out, in] (out_in, nn.Linear) or [in, out] (in_out, GPT-2's Conv1D); uninitialised.
   Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device device);
   Tensor forward(const Tensor& x) const;
+  // Undefined for a 4-bit layer.
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
+  WeightLayout layout() const { return layout_; }
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  Device device() const override { return quant_ ? quant_->device() : weight_.device(); }
+  // A 4-bit layer's compute dtype, else its weight's dtype.
+  DType compute_dtype() const override { return quant_ ? compute_dtype_ : weight_.dtype(); }
+
+  // Makes the weight a frozen 4-bit one computing in `compute_dtype`: `weight` has shape
+  // [out, in]. The full-precision parameter is dropped (no longer a parameter, its memory freed
+  // with the last reference). ValueError for another shape.
+  void set_weight_4bit(Quant4bitWeight weight, DType compute_dtype);
+  // The 4-bit weight, or null for a full-precision layer.
+  const Quant4bitWeight* weight_4bit() const { return quant_.get(); }
+
+ protected:
+  // bitsandbytes' state_dict entries of a 4-bit weight (weight, weight.absmax, ...).
+  std::vector<std::pair<std::string, Tensor>> own_buffers() const override;
 
  private:
   Tensor weight_, bias_;
   WeightLayout layout_;
+  int64_t in_, out_;
+  std::shared_ptr<const Quant4bitWeight> quant_;
+  DType compute_dtype_ = DType::f32;
 };
 
 class Embedding : public Module {

@@ -105,11 +105,22 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Device device, uint64_t
   // counts a negative padding_idx from the end and refuses one outside the vocabulary.
   Generator generator(seed);
   for (auto& [name, p] : named_parameters()) {
-    if (p.ndim() == 2) p.normal_(0.0, c.initializer_range, &generator);
+    if (p.ndim() == 2) init_parameter(name, p, generator);
   }
-  if (c.pad_token_id) {
+}
+
+void LlamaForCausalLM::init_parameter(const std::string& name, const Tensor& p,
+                                      Generator& generator) const {
+  if (p.ndim() != 2) {
+    const bool weight = name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    p.fill_(weight ? 1.0 : 0.0);  // the 1-D weights are RMSNorm's
+    return;
+  }
+  const LlamaConfig& c = config_;
+  p.normal_(0.0, c.initializer_range, &generator);
+  if (c.pad_token_id && name == "model.embed_tokens.weight") {
     const int64_t row = *c.pad_token_id < 0 ? *c.pad_token_id + c.vocab_size : *c.pad_token_id;
-    model_.embed_tokens().weight().narrow(0, row, 1).zero_();
+    p.narrow(0, row, 1).zero_();
   }
 }
 

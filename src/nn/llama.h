@@ -73,6 +73,8 @@ class LlamaForCausalLM : public CausalLM {
   HfConfig config() const override { return config_; }
   std::vector<std::string> tied_parameter_names() const override;
   int64_t num_blocks() const override { return config_.num_hidden_layers; }
+  void init_parameter(const std::string& name, const Tensor& p,
+                      Generator& generator) const override;
 
  private:
   const Tensor& head_weight() const;

@@ -142,40 +142,50 @@ Tensor native_linear_forward(const OpRoute& route, const Tensor& x, const Tensor
   return to_dtype(out, x.dtype());
 }
 
+// What a linear's backward knows of its forward. x is saved only for dW and the weight only for
+// dx (slot -1: not saved), so a frozen weight (LoRA's base) keeps no activation alive for a
+// gradient nobody wants, as torch's addmm saves self only when mat2 requires grad.
+struct LinearSaved {
+  int x_slot = -1;
+  int w_slot = -1;
+  int64_t rows = 0;  // product of x's leading dimensions
+  Shape x_shape, w_shape;
+  DType x_dtype = DType::f32, w_dtype = DType::f32, bias_dtype = DType::f32;
+  bool has_bias = false;
+};
+
 // The gradients of a native linear, each in its input's dtype: dx = g @ W and dW = g^T @ x (or
 // x^T @ g for [in, out]) as one GEMM each over all rows, db the column sums of g.
 std::vector<Tensor> native_linear_backward(const OpRoute& route, BackwardContext& ctx,
-                                           WeightLayout layout, DType bias_dtype, bool has_bias,
-                                           const Shape& x_shape) {
-  const Tensor x = ctx.saved(0);
-  const Tensor w = ctx.saved(1);
+                                           WeightLayout layout, const LinearDims& dims,
+                                           const LinearSaved& saved) {
   const bool out_in = layout == WeightLayout::out_in;
-  const int64_t rows = leading_numel(x);
-  const int64_t in = x.size(-1);
-  const int64_t out = out_in ? w.size(0) : w.size(1);
-  const Device device = x.device();
+  const int64_t rows = saved.rows, in = dims.in, out = dims.out;
+  const Device device = ctx.grad_output().device();
   const Tensor g = ctx.grad_output().contiguous().view({rows, out});
   Tensor gx, gw, gb;
   if (ctx.needs_input_grad(0)) {
+    const Tensor w = ctx.saved(static_cast<size_t>(saved.w_slot));
     const DType operands = operand_dtype(g, w);
-    gx = Tensor::empty({rows, in}, result_dtype(operands, x.dtype()), device);
+    gx = Tensor::empty({rows, in}, result_dtype(operands, saved.x_dtype), device);
     native_gemm(route, as_dtype(g, operands), false, as_dtype(w, operands), !out_in, gx);
-    gx = to_dtype(gx, x.dtype()).view(x_shape);
+    gx = to_dtype(gx, saved.x_dtype).view(saved.x_shape);
   }
   if (ctx.needs_input_grad(1)) {
+    const Tensor x = ctx.saved(static_cast<size_t>(saved.x_slot));
     const DType operands = operand_dtype(g, x);
     const Tensor g_op = as_dtype(g, operands);
     const Tensor x2 = as_dtype(x, operands).reshape({rows, in});
-    gw = Tensor::empty(w.shape(), result_dtype(operands, w.dtype()), device);
+    gw = Tensor::empty(saved.w_shape, result_dtype(operands, saved.w_dtype), device);
     if (out_in) {
       native_gemm(route, g_op, true, x2, false, gw);
     } else {
       native_gemm(route, x2, true, g_op, false, gw);
     }
-    gw = to_dtype(gw, w.dtype());
+    gw = to_dtype(gw, saved.w_dtype);
   }
-  if (has_bias && ctx.needs_input_grad(2)) {
-    gb = Tensor::empty({out}, bias_dtype, device);
+  if (saved.has_bias && ctx.needs_input_grad(2)) {
+    gb = Tensor::empty({out}, saved.bias_dtype, device);
     if (route.kernels && rows == 0) {
       gb.zero_();
     } else if (route.kernels) {
@@ -359,24 +369,26 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
   // The node saves its inputs before the GEMM runs: a recompute under selective checkpointing
   // stops right after these saves and never repeats the GEMM (Note [Selective checkpointing]).
   auto node = make_function_node("LinearBackward0", {x, weight, bias});
+  LinearSaved saved;
   if (node) {
-    node->save(x);
-    node->save(weight);
+    if (node->needs_input_grad(1)) saved.x_slot = static_cast<int>(node->save(x));
+    if (node->needs_input_grad(0)) saved.w_slot = static_cast<int>(node->save(weight));
   }
   Tensor out = linear_forward(x, weight, bias, layout, dims);
   if (node) {
-    const bool has_bias = bias.defined();
-    const DType bias_dtype = has_bias ? bias.dtype() : DType::f32;
-    const Shape x_shape = x.shape();
-    node->set_backward([dims, layout, has_bias, bias_dtype,
-                        x_shape](BackwardContext& ctx) -> std::vector<Tensor> {
-      const OpRoute route = op_route("linear backward", ctx.saved(0).device());
-      if (route.native) {
-        return native_linear_backward(route, ctx, layout, bias_dtype, has_bias, x_shape);
-      }
+    saved.rows = leading_numel(x);
+    saved.x_shape = x.shape();
+    saved.w_shape = weight.shape();
+    saved.x_dtype = x.dtype();
+    saved.w_dtype = weight.dtype();
+    saved.has_bias = bias.defined();
+    saved.bias_dtype = saved.has_bias ? bias.dtype() : DType::f32;
+    node->set_backward([dims, layout, saved](BackwardContext& ctx) -> std::vector<Tensor> {
+      const OpRoute route = op_route("linear backward", ctx.grad_output().device());
+      if (route.native) return native_linear_backward(route, ctx, layout, dims, saved);
       // bf16 forward, bf16 gradients (as PyTorch computes the gradients of a bf16 linear);
       // otherwise fp32, which the node rounds to the inputs' dtypes.
-      const bool bf16 = all_bf16({ctx.saved(0), ctx.saved(1)});
+      const bool bf16 = saved.x_dtype == DType::bf16 && saved.w_dtype == DType::bf16;
       const DType compute = bf16 ? DType::bf16 : DType::f32;
       const Tensor g = contiguous_as(ctx.grad_output(), compute);
       const Device device = g.device();
@@ -385,8 +397,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
       Tensor gx, gw, gb;
       if (ctx.needs_input_grad(0)) {
         // gx[rows, in] = g[rows, out] @ W, W being [out, in] (out_in) or [in, out] transposed.
-        const Tensor w = contiguous_as(ctx.saved(1), compute);
-        gx = Tensor::empty(x_shape, compute, device);
+        const Tensor w = contiguous_as(ctx.saved(static_cast<size_t>(saved.w_slot)), compute);
+        gx = Tensor::empty(saved.x_shape, compute, device);
         if (cpu) {
           gemm_any(false, !out_in, dims.rows, dims.in, dims.out, g, dims.out, w,
                    out_in ? dims.in : dims.out, gx, dims.in);
@@ -394,7 +406,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
       }
       if (ctx.needs_input_grad(1)) {
         // gw = g^T @ x ([out, in]) or x^T @ g ([in, out]).
-        const Tensor x = contiguous_as(ctx.saved(0), compute);
+        const Tensor x = contiguous_as(ctx.saved(static_cast<size_t>(saved.x_slot)), compute);
         gw = Tensor::empty(out_in ? Shape{dims.out, dims.in} : Shape{dims.in, dims.out}, compute,
                            device);
         if (cpu && out_in) {
@@ -403,7 +415,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
           gemm_any(true, false, dims.in, dims.out, dims.rows, x, dims.in, g, dims.out, gw, dims.out);
         }
       }
-      if (has_bias && ctx.needs_input_grad(2)) {
+      if (saved.has_bias && ctx.needs_input_grad(2)) {
         gb = Tensor::empty(Shape{dims.out}, DType::f32, device);
         if (bf16) {
           // The column sums as ones[1, rows] @ g in fp32, without an fp32 copy of g.

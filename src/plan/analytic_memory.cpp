@@ -48,7 +48,8 @@ nlohmann::ordered_json FormulaMemory::to_json() const {
 
 FormulaMemory formula_training_memory(const HfConfig& config, const TrainingArguments& args,
                                       const PrecisionRecipe& recipe,
-                                      const std::vector<Shape>& parameter_shapes) {
+                                      const std::vector<Shape>& parameter_shapes,
+                                      const std::vector<Shape>* trainable_shapes) {
   FormulaMemory f;
   const bool pure = recipe.precision == Precision::pure_bf16;
   const bool mixed = recipe.autocast_dtype.has_value();
@@ -60,16 +61,17 @@ FormulaMemory formula_training_memory(const HfConfig& config, const TrainingArgu
     const auto extras = parse_optim_args(args.optim_args);
     if (auto it = extras.find("momentum"); it != extras.end()) sgd_momentum = std::stod(it->second);
   }
-  double n = 0.0, states = 0.0;
-  for (const Shape& shape : parameter_shapes) {
-    n += static_cast<double>(shape.numel());
+  double n = 0.0, trained = 0.0, states = 0.0;
+  for (const Shape& shape : parameter_shapes) n += static_cast<double>(shape.numel());
+  for (const Shape& shape : trainable_shapes ? *trainable_shapes : parameter_shapes) {
+    trained += static_cast<double>(shape.numel());
     states += optimizer_state_bytes(args.optim, shape, recipe.optimizer_state_dtype == DType::bf16,
                                     recipe.kahan_summation, sgd_momentum);
   }
   f.parameters = static_cast<int64_t>(n * f.weight_bytes_per_parameter);
-  f.gradients = static_cast<int64_t>(n * f.gradient_bytes_per_parameter);
+  f.gradients = static_cast<int64_t>(trained * f.gradient_bytes_per_parameter);
   f.optimizer_states = static_cast<int64_t>(states);
-  f.optimizer_bytes_per_parameter = n > 0.0 ? states / n : 0.0;
+  f.optimizer_bytes_per_parameter = trained > 0.0 ? states / trained : 0.0;
 
   const ModelDims m = model_dims(config);
   const auto s = static_cast<double>(args.max_seq_length.value_or(context_length(config)));

@@ -48,8 +48,11 @@ struct FormulaMemory {
 // The formula figures of training `config` with `args` (optim, optim_args,
 // per_device_train_batch_size, max_seq_length (unset: the context), gradient_checkpointing and
 // its policy) in `recipe`, over the model's parameter shapes (unique tensors: tied weights once).
+// trainable_shapes (LoRA: the adapters): gradients and optimizer states are counted over those
+// only; null: over every parameter.
 FormulaMemory formula_training_memory(const HfConfig& config, const TrainingArguments& args,
                                       const PrecisionRecipe& recipe,
-                                      const std::vector<Shape>& parameter_shapes);
+                                      const std::vector<Shape>& parameter_shapes,
+                                      const std::vector<Shape>* trainable_shapes = nullptr);
 
 }  // namespace headroom

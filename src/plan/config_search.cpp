@@ -25,6 +25,14 @@ std::vector<std::string> default_optims() {
 
 std::vector<std::string> default_policies() { return {"none", "selective", "every_2", "full"}; }
 
+std::vector<std::string> default_adapters(const TrainingArguments& base) {
+  if (base.use_peft) {
+    return {str_cat(base.load_in_4bit ? "qlora:" : "lora:", base.lora_r,
+                    base.lora_target_modules.empty() ? "" : ":" + base.lora_target_modules)};
+  }
+  return {"full", "lora:16", "lora:16:all-linear", "qlora:16", "qlora:16:all-linear"};
+}
+
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> out;
   for (int64_t d = 1; d <= n; ++d) {
@@ -35,6 +43,38 @@ std::vector<int64_t> divisors(int64_t n) {
 
 
 }  // namespace
+
+void apply_adapter_choice(TrainingArguments& args, const std::string& choice) {
+  if (choice == "full") {
+    args.use_peft = false;
+    args.load_in_4bit = false;
+    return;
+  }
+  // "lora:R[:TARGETS]", or "qlora:R[:TARGETS]": the same on a 4-bit base.
+  const bool qlora = choice.starts_with("qlora:");
+  const size_t start = qlora ? 6 : 5;
+  const bool lora = qlora || choice.starts_with("lora:");
+  const size_t colon = lora ? choice.find(':', start) : std::string::npos;
+  const std::string rank =
+      lora ? choice.substr(start, colon == std::string::npos ? colon : colon - start)
+           : std::string();
+  const bool digits = !rank.empty() && rank.size() <= 9 &&
+                      rank.find_first_not_of("0123456789") == std::string::npos;
+  if (!lora || !digits || std::stoll(rank) <= 0) {
+    throw ValueError(str_cat("search adapters: '", choice,
+                             "' is not full, lora:R, qlora:R or (q)lora:R:TARGETS (R > 0)"));
+  }
+  args.use_peft = true;
+  args.lora_r = std::stoll(rank);
+  args.lora_target_modules = colon == std::string::npos ? "" : choice.substr(colon + 1);
+  if (qlora && !args.load_in_4bit) {
+    // QLoRA's recipe: NF4 with double quantization, computing in the recipe's dtype.
+    args.load_in_4bit = true;
+    args.bnb_4bit_quant_type = "nf4";
+    args.bnb_4bit_use_double_quant = true;
+  }
+  if (!qlora) args.load_in_4bit = false;
+}
 
 SearchResult search_configurations(const TrainingArguments& base, const PlanTarget& target,
                                    const SearchSpace& space,
@@ -48,6 +88,11 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   const auto precisions = space.precisions.empty() ? default_precisions(target) : space.precisions;
   const auto optims = space.optims.empty() ? default_optims() : space.optims;
   const auto policies = space.policies.empty() ? default_policies() : space.policies;
+  const auto adapters = space.adapters.empty() ? default_adapters(base) : space.adapters;
+  for (const std::string& adapter : adapters) {
+    TrainingArguments check = base;
+    apply_adapter_choice(check, adapter);
+  }
   const std::vector<std::string> known = optimizer_names();
   for (const std::string& optim : optims) {
     if (std::find(known.begin(), known.end(), optim) == known.end()) {
@@ -63,12 +108,13 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   };
   // One row: the micro-batches from the smallest up; the fastest split that fits is kept.
   // False when the engine refuses the precision x optimizer.
-  auto search_row = [&](const std::string& precision, const std::string& optim,
-                        const std::string& policy) {
+  auto search_row = [&](const std::string& adapter, const std::string& precision,
+                        const std::string& optim, const std::string& policy) {
     std::optional<TrainingPlan> best;
     for (int64_t micro : divisors(result.effective_batch)) {
       if (optim == "lomo" && micro != result.effective_batch) continue;
       TrainingArguments args = base;
+      apply_adapter_choice(args, adapter);
       args.precision = precision;
       args.bf16 = args.fp16 = false;
       args.optim = optim;
@@ -82,7 +128,9 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
         plan = plan_training(args, target, options);
       } catch (const Error& e) {
         // A combination the engine does not offer (8-bit states of bf16 weights, ...).
-        result.unsupported.push_back(str_cat(precision, " + ", optim, ": ", e.what()));
+        result.unsupported.push_back(
+            str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
+                    e.what()));
         return false;
       }
       ++result.dry_runs;
@@ -99,14 +147,17 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
     if (best) result.fitting.push_back(std::move(*best));
     return true;
   };
-  for (const std::string& precision : precisions) {
-    parse_precision(precision);
-    for (const std::string& optim : optims) {
-      if (optim == "lomo" && precision == "fp16") continue;  // no loss scaling inside backward
-      if (optim == "adamw_bf16" && precision.starts_with("pure_bf16")) continue;
-      if (precision == "pure_bf16+kahan" && optim != "adamw_torch") continue;  // AdamW's update
-      for (const std::string& policy : policies) {
-        if (!search_row(precision, optim, policy)) break;
+  for (const std::string& adapter : adapters) {
+    for (const std::string& precision : precisions) {
+      parse_precision(precision);
+      for (const std::string& optim : optims) {
+        if (optim == "lomo" && precision == "fp16") continue;  // no loss scaling inside backward
+        if (optim == "adamw_bf16" && precision.starts_with("pure_bf16")) continue;
+        if (precision == "pure_bf16+kahan" && optim != "adamw_torch") continue;  // AdamW's update
+        if (adapter != "full" && optim != "adamw_torch") continue;  // see the Note
+        for (const std::string& policy : policies) {
+          if (!search_row(adapter, precision, optim, policy)) break;
+        }
       }
     }
   }
@@ -116,11 +167,23 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   return result;
 }
 
+namespace {
+
+// "full", or "lora r16 q_proj,v_proj" / "qlora r16 default" style for the table.
+std::string adapter_label(const TrainingArguments& a) {
+  if (!a.use_peft) return "full";
+  return str_cat(a.load_in_4bit ? "qlora r" : "lora r", a.lora_r, " ",
+                 a.lora_target_modules.empty() ? "default" : a.lora_target_modules);
+}
+
+}  // namespace
+
 nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
     const TrainingPlan& p = fitting[i];
-    rows.push_back({{"precision", p.dry.recipe},
+    rows.push_back({{"adapter", adapter_label(p.args)},
+                    {"precision", p.dry.recipe},
                     {"optim", p.args.optim},
                     {"gradient_checkpointing_policy",
                      p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy : "none"},
@@ -159,15 +222,16 @@ std::string SearchResult::format(int64_t max_rows) const {
     }
     return text;
   }
-  std::snprintf(line, sizeof line, "  %4s  %-10s %-12s %-10s %12s %14s %14s %10s\n", "rank",
-                "precision", "optim", "ckpt", "micro x acc", "peak alloc", "required", "step s");
+  std::snprintf(line, sizeof line, "  %4s  %-22s %-10s %-12s %-10s %12s %14s %14s %10s\n",
+                "rank", "adapter", "precision", "optim", "ckpt", "micro x acc", "peak alloc",
+                "required", "step s");
   text += line;
   for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
     const TrainingPlan& p = fitting[i];
     const std::string split = str_cat(p.args.per_device_train_batch_size, " x ",
                                       p.args.gradient_accumulation_steps);
-    std::snprintf(line, sizeof line, "  %4zu  %-10s %-12s %-10s %12s %14s %14s %10.4g\n", i + 1,
-                  p.dry.recipe.c_str(), p.args.optim.c_str(),
+    std::snprintf(line, sizeof line, "  %4zu  %-22s %-10s %-12s %-10s %12s %14s %14s %10.4g\n",
+                  i + 1, adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
                   p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
                                                 : "none",
                   split.c_str(), format_bytes(p.dry.peak_allocated_bytes).c_str(),

@@ -21,7 +21,17 @@ struct SearchSpace {
   std::vector<std::string> precisions;
   std::vector<std::string> optims;
   std::vector<std::string> policies;
+  // What trains: "full" (every weight) or LoRA as "lora:R" (the architecture's default targets)
+  // or "lora:R:all-linear", and QLoRA ("qlora:R[:TARGETS]": the same on a frozen 4-bit base,
+  // NF4 with double quantization, unless the base arguments set load_in_4bit's options). Empty:
+  // full, lora:16, lora:16:all-linear, qlora:16 and qlora:16:all-linear; when the base
+  // arguments already ask for LoRA (use_peft), that adapter only.
+  std::vector<std::string> adapters = {};
 };
+
+// One entry of SearchSpace::adapters applied to `args` (use_peft, lora_r, lora_target_modules,
+// load_in_4bit); ValueError naming the entry when it is not full / (q)lora:R[:TARGETS], R > 0.
+void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 
 // Note [Configuration search]
 // The effective batch (per_device_train_batch_size x gradient_accumulation_steps of the base
@@ -31,8 +41,9 @@ struct SearchSpace {
 // micro-batch; of the splits that fit, the row keeps the fastest by estimate. LOMO keeps no gradients to accumulate: only micro-batch = effective batch; it
 // has no fp16 recipe. pure_bf16 already keeps AdamW's states in bf16, so adamw_bf16 adds nothing
 // to it and is skipped there; pure_bf16+kahan is searched with adamw_torch only, the one optimizer
-// with a Kahan update (Note [Precision recipes]). Each dry run does 2 steps of at most 2
-// micro-batches (DryRunOptions).
+// with a Kahan update (Note [Precision recipes]). LoRA rows search AdamW (adamw_torch) only:
+// the adapters' states are a few MB, so another optimizer changes next to nothing. Each dry run
+// does 2 steps of at most 2 micro-batches (DryRunOptions).
 struct SearchResult {
   int64_t effective_batch = 0;
   // One per precision x optimizer x policy that fits at some split (its fastest split), best

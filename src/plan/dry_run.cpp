@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "memory/device_memory.h"
+#include "nn/layers.h"
 #include "ops/op_support.h"
 #include "plan/synthetic_batches.h"
 #include "train/memory_report.h"
@@ -105,16 +106,26 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     const MemoryBreakdown b = MemoryBreakdown::of_device(kMeta);
     if (skipped == 0) {
       result.num_parameters = trainer.model().num_parameters();
-      std::vector<Shape> shapes;
+      std::vector<Shape> shapes, trainable;
       for (const Tensor& p : trainer.model().parameters()) {
         result.parameter_bytes += static_cast<int64_t>(p.nbytes());
         shapes.push_back(p.shape());
+        if (p.requires_grad()) trainable.push_back(p.shape());
+      }
+      // A 4-bit base's weights are buffers, not parameters, but the model still multiplies by
+      // them: they count as parameters (for the FLOPs of the step estimate) and as weight bytes.
+      for (auto& [name, module] : trainer.model().named_modules()) {
+        const auto* linear = dynamic_cast<const Linear*>(module);
+        if (!linear || !linear->weight_4bit()) continue;
+        result.num_parameters += linear->weight_4bit()->numel();
+        result.parameter_bytes += linear->weight_4bit()->nbytes();
       }
       result.recipe = trainer.recipe().name();
       result.config = trainer.model().config();
       result.loss_scaling = trainer.recipe().loss_scaling;
       result.formula =
-          formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes);
+          formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes,
+                                  args.use_peft ? &trainable : nullptr);
     }
     return b;
   };

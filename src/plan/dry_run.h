@@ -58,8 +58,9 @@ struct DryRunResult {
   bool loss_scaling = false;
   Peaks no_overflow_peaks;         // the dry run without skipped steps
   Peaks first_step_skipped_peaks;  // with loss scaling: the run whose first step overflowed
-  int64_t num_parameters = 0;
-  int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype
+  int64_t num_parameters = 0;       // a 4-bit base's weights included (Module's count has none)
+  int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype and of the
+                                     // 4-bit weights with their quantization state
   int64_t tokens_per_step = 0;       // batch x accumulation x max_seq_length
   std::string recipe;                // the precision recipe's name
   HfConfig config;                   // the model's

@@ -30,7 +30,9 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& arg
   const double attention_forward =
       4.0 * layers * static_cast<double>(d.heads * d.head_dim) * t;  // per token
   const double forward = 2.0 * n + attention_forward;                               // per token
-  cost.model_flops = 3.0 * forward * tokens;
+  // Backward: twice the forward (dX and dW), or for a frozen base's matmuls only dX.
+  const double backward = args.use_peft ? 2.0 * n + 2.0 * attention_forward : 2.0 * forward;
+  cost.model_flops = (forward + backward) * tokens;
 
   CheckpointPolicy policy;
   if (args.gradient_checkpointing) {

@@ -18,7 +18,9 @@ namespace headroom {
 // PaLM appendix B's 6N + 12*L*d*T split 1 : 2 between forward and backward). Recompute adds a
 // forward per checkpointed block: all of it for full / every_N blocks, for selective only the
 // attention core (4*d*T per token and layer) since the projections are kept. LOMO with
-// max_grad_norm runs forward and backward twice. Compute time = FLOPs / (peak x kModelFlopsUtilization),
+// max_grad_norm runs forward and backward twice. A frozen base (LoRA, QLoRA) computes no
+// weight gradients: its matmuls' backward is dX only, so the matmuls cost 2N x 2 per token
+// instead of 2N x 3 (the adapters' own FLOPs are negligible). Compute time = FLOPs / (peak x kModelFlopsUtilization),
 // at the 16-bit tensor-core peak for autocast and pure bf16, at the fp32 peak for fp32.
 // Optimizer time: bytes read and written per parameter (weights, gradient and state, read and
 // written back) / memory bandwidth. Launch overhead: kKernelsPerBlock kernels per block and

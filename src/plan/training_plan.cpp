@@ -64,7 +64,12 @@ std::string describe_configuration(const TrainingArguments& a) {
                                : std::string("no checkpointing");
   const std::string tokens =
       a.max_seq_length ? str_cat(*a.max_seq_length, " tokens") : std::string("context tokens");
-  return str_cat(a.model, ", ", precision, ", ", a.optim, ", ", checkpointing, ", ",
+  const std::string lora =
+      a.use_peft ? str_cat("LoRA r ", a.lora_r, " on ",
+                           a.lora_target_modules.empty() ? "default targets" : a.lora_target_modules,
+                           ", ")
+                 : std::string();
+  return str_cat(a.model, ", ", lora, precision, ", ", a.optim, ", ", checkpointing, ", ",
                  a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ",
                  tokens);
 }

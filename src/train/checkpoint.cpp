@@ -251,14 +251,18 @@ void with_checkpoint_file(const std::string& path, const std::function<void()>& 
   }
 }
 
-CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device) {
+CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device,
+                                   bool adapter) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) {
     throw ValueError(str_cat("resume_from_checkpoint: '", dir, "' is not a directory"));
   }
   CheckpointContents contents;
   contents.dir = dir;
-  for (const char* name : {"config.json", kSafetensorsWeightsName, kOptimizerFile, kSchedulerFile,
+  // PEFT's file names (peft/lora_model.h's kAdapterConfigFile, kAdapterWeightsFile).
+  const char* config_name = adapter ? "adapter_config.json" : "config.json";
+  const char* weights_name = adapter ? "adapter_model.safetensors" : kSafetensorsWeightsName;
+  for (const char* name : {config_name, weights_name, kOptimizerFile, kSchedulerFile,
                            kRngStateFile, kTrainerStateFile}) {
     require_file(root / name);
   }
@@ -268,7 +272,7 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
                  "are not verified\n", dir.c_str(), kChecksumsFile);
   }
 
-  contents.weights = std::make_unique<SafetensorsCheckpoint>((root / kSafetensorsWeightsName).string());
+  contents.weights = std::make_unique<SafetensorsCheckpoint>((root / weights_name).string());
 
   const std::string optimizer_path = (root / kOptimizerFile).string();
   SafetensorsFile optimizer_file(optimizer_path);

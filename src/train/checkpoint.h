@@ -61,7 +61,9 @@ std::vector<std::string> remove_checkpoint_leftovers(const std::string& output_d
 // Everything in a checkpoint directory, parsed and opened, before any of it is applied.
 struct CheckpointContents {
   std::string dir;
-  std::unique_ptr<SafetensorsCheckpoint> weights;  // model.safetensors (and config.json present)
+  // model.safetensors (and config.json present), or adapter_model.safetensors (and
+  // adapter_config.json) for an adapter's checkpoint
+  std::unique_ptr<SafetensorsCheckpoint> weights;
   OptimizerStateDict optimizer;
   nlohmann::json scheduler;
   nlohmann::json scaler;  // null when the checkpoint has no scaler.json
@@ -75,8 +77,10 @@ struct CheckpointContents {
 // trainer_state.json needs an integer global_step >= 0 and a log_history array of objects each
 // with an integer step in 0..global_step and numeric losses, and its "headroom" counters in range
 // (check_trainer_state_extra), rng_state.json a generator seed and offset (unsigned integers).
-// ValueError naming the file at fault. Optimizer tensors are loaded onto `device`.
-CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device);
+// ValueError naming the file at fault. Optimizer tensors are loaded onto `device`. `adapter`:
+// the checkpoint of a LoRA run, whose weights are PEFT's adapter files.
+CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device,
+                                   bool adapter = false);
 
 // Runs `apply`; an exception that does not name `path` is rethrown as a ValueError that does, so
 // that a checkpoint's errors always say which file was bad.

@@ -12,16 +12,19 @@
 namespace headroom {
 
 ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device,
-                                           uint64_t seed) {
+                                           uint64_t seed, const LoadOptions& options) {
   ModelAndTokenizer result;
   if (std::optional<HfConfig> preset = find_model_preset(model)) {
-    result.model = make_causal_lm(*preset, device, seed);
+    const bool plain =
+        options.dtype == DType::f32 && !options.load_in_4bit && !options.frozen_linear_dtype;
+    result.model = plain ? make_causal_lm(*preset, device, seed)
+                         : make_causal_lm_as(*preset, device, seed, options);
     result.tokenizer = std::make_unique<ByteTokenizer>();
   } else if (std::filesystem::is_directory(model)) {
     if (!std::filesystem::exists(std::filesystem::path(model) / "config.json")) {
       throw ValueError(str_cat("model: directory '", model, "' has no config.json"));
     }
-    result.model = load_pretrained(model, device, seed);
+    result.model = load_pretrained(model, device, seed, options);
     result.tokenizer = load_tokenizer(model);
   } else {
     std::string known;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "io/pretrained.h"
 #include "io/tokenizer.h"
 #include "nn/causal_lm.h"
 
@@ -19,10 +20,11 @@ struct ModelAndTokenizer {
 
 // `model` names a preset (nn/model_presets.h), initialised as HF does from `seed`, or a
 // directory: load_pretrained (its weights when it has any, else HF's initialisation from `seed`)
-// and load_tokenizer. ValueError naming the argument or path when it is neither, and when the
-// tokenizer's vocabulary does not fit in the model's.
+// and load_tokenizer; either made in options' dtype and 4-bit layers, one tensor at a time.
+// ValueError naming the argument or path when it is neither, and when the tokenizer's
+// vocabulary does not fit in the model's.
 ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device,
-                                           uint64_t seed);
+                                           uint64_t seed, const LoadOptions& options = {});
 
 // TrainingArguments.device: "auto" is auto_device(), anything else is Device::parse's (an
 // explicit "cuda" is taken as asked, and its ops then say that they have no kernel there).

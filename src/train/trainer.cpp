@@ -31,6 +31,7 @@
 #include "ops/ops.h"
 #include "optim/clip_grad.h"
 #include "optim/optimizer_factory.h"
+#include "peft/lora_model.h"
 #include "train/checkpoint.h"
 #include "train/checksums.h"
 #include "train/generate.h"
@@ -162,6 +163,50 @@ PrecisionRecipe training_precision(const TrainingArguments& args) {
   return precision_recipe(Precision::fp32);
 }
 
+LoraConfig training_lora_config(const TrainingArguments& args) {
+  LoraConfig config;
+  config.r = args.lora_r;
+  config.lora_alpha = args.lora_alpha;
+  config.lora_dropout = args.lora_dropout;
+  config.use_rslora = args.use_rslora;
+  config.target_modules = split_module_names(args.lora_target_modules);
+  config.modules_to_save = split_module_names(args.lora_modules_to_save);
+  config.base_model_name_or_path = args.model;
+  return config;
+}
+
+namespace {
+
+// dtype_from_name with the option's name in front of its error.
+DType named_dtype(const std::string& name, const char* field) {
+  try {
+    return dtype_from_name(name);
+  } catch (const ValueError& e) {
+    throw ValueError(str_cat(field, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+std::optional<Quant4bitConfig> training_quant_4bit_config(const TrainingArguments& args,
+                                                          const PrecisionRecipe& recipe) {
+  if (!args.load_in_4bit) return std::nullopt;
+  if (!args.use_peft) {
+    throw ValueError("load_in_4bit: true without use_peft; a 4-bit base is frozen and trains "
+                     "only through LoRA adapters");
+  }
+  Quant4bitConfig config;
+  config.quant_type = parse_quant_4bit_type(args.bnb_4bit_quant_type, "bnb_4bit_quant_type");
+  config.double_quant = args.bnb_4bit_use_double_quant;
+  // Unset: the recipe's compute dtype, as TRL passes its model dtype to BitsAndBytesConfig.
+  config.compute_dtype = args.bnb_4bit_compute_dtype.empty()
+                             ? recipe.autocast_dtype.value_or(recipe.param_dtype)
+                             : named_dtype(args.bnb_4bit_compute_dtype, "bnb_4bit_compute_dtype");
+  config.quant_storage = named_dtype(args.bnb_4bit_quant_storage, "bnb_4bit_quant_storage");
+  check_quant_4bit_config(config, "load_in_4bit");
+  return config;
+}
+
 void request_training_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
 int training_stop_requested() { return g_stop_signal.load(); }
@@ -184,8 +229,20 @@ void Trainer::build() {
   data_.reset();
   model_.reset();
   manual_seed(static_cast<uint64_t>(args_.seed));
+  // Each weight is made in the recipe's dtype (a 4-bit base layer quantized as it is made), so
+  // no full-precision copy of the model exists (Note [Materializing one tensor at a time]).
+  LoadOptions load;
+  load.dtype = recipe_.param_dtype;
+  load.load_in_4bit = training_quant_4bit_config(args_, recipe_);
+  // LoRA under autocast: the frozen projections are made in the compute dtype at once (Note [A
+  // frozen base in the compute dtype]), never in the fp32 of the master weights.
+  const bool frozen_in_compute = args_.use_peft && recipe_.autocast_dtype && !load.load_in_4bit;
+  if (frozen_in_compute) {
+    load.frozen_linear_dtype = *recipe_.autocast_dtype;
+    load.keep_modules = split_module_names(args_.lora_modules_to_save);
+  }
   ModelAndTokenizer loaded =
-      load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed));
+      load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed), load);
   model_ = std::move(loaded.model);
   tokenizer_ = std::move(loaded.tokenizer);
   const int64_t context = context_length(model_->config());
@@ -195,7 +252,18 @@ void Trainer::build() {
                              "] (the model's context length)"));
   }
   window_ = t + 1;
-  model_->to(recipe_.param_dtype);
+  // The adapters in the recipe's parameter dtype (fp32 under autocast, as PEFT's); the rest is
+  // already in it, but for the frozen projections made in the compute dtype.
+  lora_.reset();
+  if (args_.use_peft) {
+    lora_ = training_lora_config(args_);
+    apply_lora(*model_, *lora_, nullptr, recipe_.param_dtype);
+  }
+  if (!frozen_in_compute) model_->to(recipe_.param_dtype);
+  if (lora_ && recipe_.autocast_dtype) {
+    // See Note [A frozen base in the compute dtype].
+    store_frozen_projections(*model_, *recipe_.autocast_dtype);
+  }
   model_->train();
   // HF's gradient_checkpointing_enable(), with the policy (memsave) the option names.
   if (args_.gradient_checkpointing) {
@@ -219,7 +287,12 @@ void Trainer::build() {
   options.adam_epsilon = args_.adam_epsilon;
   options.kahan_summation = recipe_.kahan_summation;
   options.seed = static_cast<uint64_t>(args_.seed);
-  optimizer_ = make_optimizer(options, model_->named_parameters());
+  // Only what trains: a frozen base (LoRA) gets no optimizer state.
+  std::vector<std::pair<std::string, Tensor>> trainable;
+  for (auto& [name, p] : model_->named_parameters()) {
+    if (p.requires_grad()) trainable.emplace_back(name, p);
+  }
+  optimizer_ = make_optimizer(options, trainable);
   if (optimizer_->updates_in_backward()) {
     if (args_.gradient_accumulation_steps > 1) {
       throw ValueError(str_cat("gradient_accumulation_steps: ", args_.gradient_accumulation_steps,
@@ -288,8 +361,7 @@ nlohmann::ordered_json Trainer::trainer_state() const {
 std::string Trainer::save_checkpoint() {
   const std::string dir = commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
     const fs::path root(tmp);
-    save_pretrained(*model_, tmp);
-    save_tokenizer(*tokenizer_, tmp);  // as HF's Trainer: a checkpoint is a model directory
+    save_model_files(tmp);  // as HF's Trainer: a checkpoint is a model (or adapter) directory
     const OptimizerStateDict state = optimizer_->state_dict();
     save_safetensors((root / kOptimizerFile).string(), state.tensors,
                      {{kOptimizerMetaKey, state.meta.dump()}});
@@ -354,9 +426,16 @@ void Trainer::prepare_output_dir() {
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
-  const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), device_);
+  const CheckpointContents saved =
+      read_checkpoint(dir, scaler_->is_enabled(), device_, lora_.has_value());
   const fs::path root(dir);
-  with_checkpoint_file(saved.weights->path(), [&] { load_weights(*model_, *saved.weights); });
+  with_checkpoint_file(saved.weights->path(), [&] {
+    if (lora_) {
+      load_lora_weights(*model_, *saved.weights);
+    } else {
+      load_weights(*model_, *saved.weights);
+    }
+  });
   with_checkpoint_file((root / kOptimizerFile).string(),
                        [&] { optimizer_->load_state_dict(saved.optimizer); });
   with_checkpoint_file((root / kSchedulerFile).string(),
@@ -557,6 +636,19 @@ int Trainer::train() {
               static_cast<long long>(args_.per_device_train_batch_size),
               static_cast<long long>(window_ - 1),
               static_cast<long long>(data_->batches_per_epoch()));
+  if (lora_) {
+    // PEFT's print_trainable_parameters.
+    int64_t trainable = 0;
+    for (const auto& [name, p] : lora_state_dict(*model_)) trainable += p.numel();
+    const int64_t all = model_->num_parameters();
+    std::printf("LoRA r %lld on %s: trainable params: %lld || all params: %lld || trainable%%: "
+                "%.4f\n",
+                static_cast<long long>(lora_->r),
+                args_.lora_target_modules.empty() ? "the default targets"
+                                                  : args_.lora_target_modules.c_str(),
+                static_cast<long long>(trainable), static_cast<long long>(all),
+                100.0 * static_cast<double>(trainable) / static_cast<double>(all));
+  }
   std::fflush(stdout);
   ProgressBar progress(max_steps_, global_step_, isatty(STDERR_FILENO) && !args_.disable_tqdm);
   progress_ = &progress;
@@ -627,13 +719,21 @@ int Trainer::train() {
   return stop_signal != 0 ? 128 + stop_signal : 0;
 }
 
+void Trainer::save_model_files(const std::string& dir) const {
+  if (lora_) {
+    save_lora_adapter(*model_, *lora_, dir);  // PEFT's save_pretrained: the adapter only
+  } else {
+    save_pretrained(*model_, dir);
+  }
+  save_tokenizer(*tokenizer_, dir);
+}
+
 void Trainer::finish_run(bool stopped) {
   const fs::path out(args_.output_dir);
   if (!stopped) {
     // As run_clm's trainer.save_model(): the trained model, its tokenizer (so that `headroom
     // eval --model output_dir` tokenizes as training did) and the state in output_dir itself.
-    save_pretrained(*model_, args_.output_dir);
-    save_tokenizer(*tokenizer_, args_.output_dir);
+    save_model_files(args_.output_dir);
     write_file_atomically((out / kTrainerStateFile).string(), dump_json(trainer_state()));
   }
 
@@ -747,7 +847,8 @@ int run_training(const TrainingArguments& args,
 }
 
 EvalResult evaluate_file(const std::string& model, const std::string& data,
-                         int64_t max_seq_length, int64_t batch_size, const std::string& device) {
+                         int64_t max_seq_length, int64_t batch_size, const std::string& device,
+                         const std::string& adapter) {
   if (batch_size < 1) throw ValueError(str_cat("batch_size: ", batch_size, " is below 1"));
   const Device target = resolve_device(device);
   if (fs::is_directory(model)) {
@@ -762,6 +863,7 @@ EvalResult evaluate_file(const std::string& model, const std::string& data,
     verify_checkpoint_checksums(model);  // a checkpoint's files as they were saved
   }
   ModelAndTokenizer loaded = load_model_and_tokenizer(model, target, 0);
+  if (!adapter.empty()) load_lora_adapter(*loaded.model, adapter);
   const int64_t context = context_length(loaded.model->config());
   const int64_t t = max_seq_length > 0 ? max_seq_length : context;
   if (t > context) {

@@ -17,6 +17,8 @@
 #include "nn/causal_lm.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
+#include "peft/lora_config.h"
+#include "quant/quant_4bit.h"
 #include "train/batch_source.h"
 #include "train/memory_report.h"
 #include "train/trainer_callback.h"
@@ -43,13 +45,25 @@ struct EvalResult {
 // max_seq_length + 1 tokens (the incomplete tail dropped), scored by `model` (a preset or a
 // model directory) in batches of `batch_size` windows. max_seq_length <= 0: the model's context.
 // ValueError naming the data when it holds less than one window.
+// `adapter`: a directory with a PEFT LoRA adapter (adapter_config.json +
+// adapter_model.safetensors) applied to the model first; empty: none.
 EvalResult evaluate_file(const std::string& model, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size,
-                         const std::string& device = "auto");
+                         const std::string& device = "auto", const std::string& adapter = "");
 
 // The recipe `args` asks for: `precision` when set (parse_precision), else bf16 / fp16
 // (ValueError for both), else fp32.
 PrecisionRecipe training_precision(const TrainingArguments& args);
+
+// The LoraConfig of `args`' TRL options (use_peft, lora_r, ...); base_model_name_or_path is
+// args.model. Not validated (LoraConfig::validate does that).
+LoraConfig training_lora_config(const TrainingArguments& args);
+
+// The Quant4bitConfig of `args`' 4-bit options (load_in_4bit, bnb_4bit_*) under `recipe`, or
+// nullopt without load_in_4bit. ValueError naming the option for a bad value, and for
+// load_in_4bit without use_peft.
+std::optional<Quant4bitConfig> training_quant_4bit_config(const TrainingArguments& args,
+                                                          const PrecisionRecipe& recipe);
 
 // Asks the running Trainer to stop after its current step, save a checkpoint and return
 // 128 + signal_number. Only stores to a lock-free atomic, so signal handlers may call it.
@@ -131,6 +145,9 @@ class Trainer {
   const std::string& sample() const { return sample_; }
 
  private:
+  // The trained model's files in `dir`: the adapter (use_peft) or the whole model, and the
+  // tokenizer's.
+  void save_model_files(const std::string& dir) const;
   void build();
   void resume();
   void load_checkpoint(const std::string& dir);
@@ -159,6 +176,7 @@ class Trainer {
   PrecisionRecipe recipe_;
   int64_t window_ = 0;
   std::unique_ptr<CausalLM> model_;
+  std::optional<LoraConfig> lora_;  // set with use_peft: the model carries these adapters
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<BatchSource> data_;
   std::unique_ptr<Optimizer> optimizer_;

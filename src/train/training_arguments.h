@@ -50,6 +50,25 @@ struct TrainingArguments {
   bool gradient_checkpointing = false;
   std::string gradient_checkpointing_policy = "full";  // headroom: full | every_N | selective
 
+  // LoRA (peft/), with TRL's ModelConfig names and defaults: the base is frozen and only the
+  // adapters (and modules_to_save) train; output_dir and checkpoints hold PEFT's adapter files.
+  bool use_peft = false;
+  int64_t lora_r = 16;
+  double lora_alpha = 32.0;
+  double lora_dropout = 0.05;
+  std::string lora_target_modules;   // comma-separated names, or all-linear; empty: the
+                                     // architecture's default (PEFT's table)
+  std::string lora_modules_to_save;  // comma-separated module names trained in full
+  bool use_rslora = false;
+  // QLoRA: a frozen 4-bit base under the adapters, with HF's BitsAndBytesConfig names and
+  // defaults (TRL's use_bnb_nested_quant is bnb_4bit_use_double_quant). Needs use_peft.
+  bool load_in_4bit = false;
+  std::string bnb_4bit_quant_type = "fp4";     // fp4 | nf4
+  bool bnb_4bit_use_double_quant = false;
+  std::string bnb_4bit_compute_dtype;          // float32 | bfloat16 | float16; empty: the
+                                               // recipe's compute dtype (as TRL passes its dtype)
+  std::string bnb_4bit_quant_storage = "uint8";  // uint8 | bfloat16 | float16 | float32
+
   // Reproducibility.
   int64_t seed = 42;
   std::optional<int64_t> data_seed;  // unset: seed

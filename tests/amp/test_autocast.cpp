@@ -179,7 +179,9 @@ TEST(Autocast, GradientsReachFp32ParametersAsFp32) {
 }
 
 TEST(Autocast, CastCacheCastsEachParameterOncePerRegion) {
-  const Tensor x = Tensor::randn({4, 256});
+  // x needs a gradient, so each linear keeps its bf16 weight for dx (a linear whose input needs
+  // none keeps no weight); x is no leaf, so its casts are not cached.
+  const Tensor x = scale(Tensor::randn({4, 256}).set_requires_grad(true), 1.0);
   const Tensor w = parameter({256, 256});
   const size_t w_bf16 = 256 * 256 * 2;
   const AutocastCacheStats before = autocast_cache_stats();

@@ -101,7 +101,8 @@ TEST(HeadroomPlanCli, PlansPureBf16WithKahanSummation) {
 
   const CliRun search = run_cli(
       "plan" + model + " --gpu-memory 1GiB --search-precisions pure_bf16+kahan"
-      " --search-optims adamw_torch,adamw_bf16,lion --search-policies none --json");
+      " --search-optims adamw_torch,adamw_bf16,lion --search-policies none --search-adapters full"
+      " --json");
   ASSERT_EQ(search.exit_code, 0) << search.err;
   const nlohmann::json found = nlohmann::json::parse(search.out)["search"];
   ASSERT_EQ(found["configurations"].size(), 1u) << found.dump();

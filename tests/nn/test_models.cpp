@@ -18,6 +18,7 @@
 #include "io/pretrained.h"
 #include "io/safetensors.h"
 #include "nn/gpt2.h"
+#include "nn/expect_close.h"
 #include "nn/llama.h"
 #include "ops/ops.h"
 
@@ -26,23 +27,7 @@ namespace {
 
 const std::string kModels = std::string(HEADROOM_FIXTURES_DIR) + "/models/";
 
-// |a - b| <= rtol * max|b| for every element: relative to the tensor's scale.
-void expect_close(const Tensor& actual, const Tensor& expected, double rtol,
-                  const std::string& what) {
-  ASSERT_EQ(actual.shape(), expected.shape()) << what;
-  const std::vector<float> a = actual.to(DType::f32).to_float_vector();
-  const std::vector<float> b = expected.to_float_vector();
-  double scale = 0.0;
-  for (float v : b) scale = std::max(scale, static_cast<double>(std::abs(v)));
-  double worst = 0.0;
-  size_t at = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::abs(static_cast<double>(a[i]) - b[i]);
-    if (d > worst) worst = d, at = i;
-  }
-  EXPECT_LE(worst, rtol * scale) << what << ": element " << at << " is " << a[at]
-                                 << ", expected " << b[at] << " (scale " << scale << ")";
-}
+using test_data::expect_close;
 
 // |a - b| <= rtol * |b| + atol for each element on its own, with atol = atol_of_scale * max|b|:
 // a floor for elements near zero, whose error is that of the O(max|b|) terms they are summed

@@ -32,6 +32,8 @@ struct GridCase {
   std::string checkpointing;  // "" = none
   double dropout = 0.0;
   int64_t workers = 0;
+  std::string lora_targets;  // "" = full fine-tuning; else --use_peft with these targets
+  bool four_bit = false;     // QLoRA: --load_in_4bit, NF4 with double quantization
 };
 
 TrainingArguments case_arguments(const GridCase& c, const fs::path& root) {
@@ -77,6 +79,15 @@ TrainingArguments case_arguments(const GridCase& c, const fs::path& root) {
   args.gradient_checkpointing = !c.checkpointing.empty();
   if (!c.checkpointing.empty()) args.gradient_checkpointing_policy = c.checkpointing;
   args.dataloader_num_workers = c.workers;
+  if (!c.lora_targets.empty()) {
+    args.use_peft = true;
+    args.lora_r = 8;
+    args.lora_dropout = c.dropout;
+    args.lora_target_modules = c.lora_targets == "default" ? "" : c.lora_targets;
+    args.load_in_4bit = c.four_bit;
+    args.bnb_4bit_quant_type = "nf4";
+    args.bnb_4bit_use_double_quant = true;
+  }
   args.logging_steps = 1;
   args.eval_strategy = "steps";
   args.per_device_eval_batch_size = 2;
@@ -182,6 +193,33 @@ std::vector<GridCase> grid() {
     c.precision = "fp16";
     c.optim = "adamw_8bit";
     c.accumulation = 2;
+  });
+  // LoRA: a frozen base, adapters on some or all projections, lora_dropout on their input.
+  add("gpt2_lora_fp32_adamw", "gpt2", [](GridCase& c) { c.lora_targets = "default"; });
+  add("llama_lora_bf16_all_linear_selective", "llama", [](GridCase& c) {
+    c.precision = "bf16";
+    c.lora_targets = "all-linear";
+    c.checkpointing = "selective";
+    c.dropout = 0.1;
+  });
+  add("llama_lora_pure_bf16_full_ckpt_accumulation_2", "llama", [](GridCase& c) {
+    c.precision = "pure_bf16";
+    c.lora_targets = "q_proj,v_proj";
+    c.checkpointing = "full";
+    c.accumulation = 2;
+  });
+  add("gpt2_lora_fp16_adamw_8bit", "gpt2", [](GridCase& c) {
+    c.precision = "fp16";
+    c.optim = "adamw_8bit";
+    c.lora_targets = "c_attn,c_fc";
+  });
+  // QLoRA: the adapters on a frozen NF4 base computing in bf16.
+  add("llama_qlora_bf16_all_linear_every_2", "llama", [](GridCase& c) {
+    c.width = 128;
+    c.precision = "bf16";
+    c.lora_targets = "all-linear";
+    c.four_bit = true;
+    c.checkpointing = "every_2";
   });
   add("llama_large_pool_fp32_accumulation_4", "llama", [](GridCase& c) {
     c.width = 256;

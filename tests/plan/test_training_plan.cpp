@@ -3,6 +3,8 @@
 // inference plan's KV cache, and a 70B plan without weights.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <cmath>
 
@@ -149,6 +151,12 @@ TEST(StepCost, CountsPalmFlopsAndRecompute) {
   EXPECT_DOUBLE_EQ(cost.recompute_flops, 4.0 * 12 * 768 * 1024 * tokens);
   const double fp32 = estimate_step_cost(config, args, false, n, 16 * n, h100).compute_seconds;
   EXPECT_NEAR(fp32 / cost.compute_seconds, 989.0 / 67.0, 1e-9);
+
+  // A frozen base (LoRA): the matmuls' backward is dX only, 4N instead of 6N per token.
+  args.gradient_checkpointing = false;
+  args.use_peft = true;
+  cost = estimate_step_cost(config, args, true, n, 16 * n, h100);
+  EXPECT_DOUBLE_EQ(cost.model_flops, (4.0 * n + 12.0 * 12 * 768 * 1024) * tokens);
 }
 
 // The largest preset: 69B parameters planned on the meta device without memory behind them.
@@ -217,7 +225,7 @@ TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
   base.gradient_accumulation_steps = 2;
   PlanTarget target = plan_target("auto", "RTX4090", "");
   // Room for some configurations only: between the smallest and largest needs.
-  const SearchSpace space{{"bf16", "fp32"}, {"adamw_torch", "lomo"}, {"none", "full"}};
+  const SearchSpace space{{"bf16", "fp32"}, {"adamw_torch", "lomo"}, {"none", "full"}, {"full"}};
   target.capacity_bytes = int64_t{1} << 40;
   const SearchResult everything = search_configurations(base, target, space);
   ASSERT_EQ(everything.fitting.size(), 8u);  // 2 x 2 x 2, all fit in a TiB
@@ -255,6 +263,68 @@ TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
   EXPECT_EQ(some.to_json(100)["configurations"].size(), some.fitting.size());
   target.capacity_bytes = 0;
   EXPECT_THROW(search_configurations(base, target, space), ValueError);
+}
+
+// LoRA rows: the frozen base needs no gradients or optimizer states, so at a capacity between the
+// two only the adapter fits; the default space searches full fine-tuning and two LoRA set-ups,
+// each also on a 4-bit base (QLoRA).
+TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
+  const TrainingArguments base = preset_args("llama-tiny", 2, 64);
+  PlanTarget target = plan_target("auto", "RTX4090", "");
+  target.capacity_bytes = int64_t{1} << 40;
+  const SearchSpace both{{"fp32"}, {"adamw_torch"}, {"none"}, {"full", "lora:8"}};
+  const SearchResult all = search_configurations(base, target, both);
+  ASSERT_EQ(all.fitting.size(), 2u);
+  const TrainingPlan& full = all.fitting[0].args.use_peft ? all.fitting[1] : all.fitting[0];
+  const TrainingPlan& lora = all.fitting[0].args.use_peft ? all.fitting[0] : all.fitting[1];
+  EXPECT_EQ(lora.args.lora_r, 8);
+  EXPECT_LT(lora.required_bytes, full.required_bytes);
+  target.capacity_bytes = (lora.required_bytes + full.required_bytes) / 2;
+  const SearchResult some = search_configurations(base, target, both);
+  ASSERT_EQ(some.fitting.size(), 1u);
+  EXPECT_TRUE(some.fitting[0].args.use_peft);
+  EXPECT_NE(some.format(5).find("lora r8 default"), std::string::npos) << some.format(5);
+  EXPECT_EQ(some.to_json(5)["configurations"][0]["adapter"], "lora r8 default");
+
+  target.capacity_bytes = int64_t{1} << 40;
+  const SearchResult defaults = search_configurations(base, target, {{"fp32"}, {"adamw_torch"}, {"none"}});
+  std::set<std::string> adapters;
+  for (const TrainingPlan& p : defaults.fitting) {
+    adapters.insert(p.args.use_peft ? str_cat(p.args.load_in_4bit ? "q" : "", p.args.lora_r, ":",
+                                              p.args.lora_target_modules)
+                                    : "full");
+  }
+  EXPECT_EQ(adapters,
+            (std::set<std::string>{"full", "16:", "16:all-linear", "q16:", "q16:all-linear"}));
+  EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {"lora:0"}}), ValueError);
+}
+
+// A 4-bit base's weights are buffers, not parameters: the dry run still counts them (for the
+// step's FLOPs) and their bytes, which are under a quarter of the bf16 weights'.
+TEST(TrainingPlan, QloraCountsTheFourBitWeights) {
+  TrainingArguments args = preset_args("llama-tiny", 2, 64);
+  args.bf16 = true;
+  args.use_peft = true;
+  args.lora_target_modules = "all-linear";
+  const DryRunResult lora = dry_run_training(args);
+  args.load_in_4bit = true;
+  args.bnb_4bit_quant_type = "nf4";
+  const DryRunResult qlora = dry_run_training(args);
+  EXPECT_EQ(qlora.num_parameters, lora.num_parameters);
+  EXPECT_LT(qlora.parameter_bytes, lora.parameter_bytes);
+  EXPECT_LT(qlora.peak_allocated_bytes, lora.peak_allocated_bytes);
+}
+
+// LoRA under bf16 autocast makes the frozen projections in bf16 as it loads them: the load never
+// holds the model in fp32 (it did when the model was built whole and then cast).
+TEST(TrainingPlan, LoraUnderAutocastLoadsTheFrozenProjectionsInBf16) {
+  TrainingArguments args = preset_args("llama-tiny", 2, 64);
+  args.bf16 = true;
+  const DryRunResult full = dry_run_training(args);  // every parameter an fp32 master weight
+  args.use_peft = true;
+  const DryRunResult lora = dry_run_training(args);
+  EXPECT_LT(lora.load_peak_allocated_bytes, full.parameter_bytes);
+  EXPECT_LT(lora.parameter_bytes, full.parameter_bytes * 3 / 4);
 }
 
 // Note [Inference memory]: weights in the recipe's dtype and HF's KV cache layout.

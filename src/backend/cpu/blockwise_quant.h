@@ -20,7 +20,11 @@ using QuantizationMap = std::array<float, 256>;
 // PyTorch computes it; see Note [Dynamic map in fp32]. The signed map (for Adam's first moment)
 // runs from -0.99296875 to 1, the unsigned one (second moment) from 0 to 1. ValueError when the
 // arguments do not give 2^total_bits values (bitsandbytes' assertion) or total_bits is not 1..8.
-QuantizationMap create_dynamic_map(bool is_signed, int max_exponent_bits = 7, int total_bits = 8);
+// fused_linspace: torch 2's CPU linspace rounds start + step * i once (a fused multiply-add),
+// which shifts 22 of the signed map's values by an ulp; bitsandbytes from PyPI builds its map on
+// that torch, and 4-bit double quantization (quant/quant_4bit.h) uses that map.
+QuantizationMap create_dynamic_map(bool is_signed, int max_exponent_bits = 7, int total_bits = 8,
+                                   bool fused_linspace = false);
 
 // The code of `x` (a value already divided by its block's absmax): bitsandbytes' dQuantize, a
 // 7-step binary search that ends on an even index p and then picks the nearest of code[p - 1],
@@ -57,6 +61,14 @@ HEADROOM_HD inline uint8_t quantize_nearest(const Code& code, float x) {
 // `absmax` holds ceil(n / block_size) floats. OpenMP over blocks.
 void quantize_blockwise(const QuantizationMap& code, const float* in, int64_t n,
                         int64_t block_size, uint8_t* out, float* absmax);
+
+// bitsandbytes' CPU quantize_blockwise (csrc/cpu_ops.cpp, 0.50): the same blocks and absmax as
+// quantize_blockwise, but the code of x * (1 / absmax) is looked up in a table of 65536 bins
+// over [-1, 1], each bin holding the code nearest to its left edge; see
+// Note [bitsandbytes' CPU lookup table]. It can differ from quantize_nearest by one code near a
+// midpoint. Double quantization of 4-bit weights (quant/quant_4bit.h) uses it on the CPU.
+void quantize_blockwise_lut(const QuantizationMap& code, const float* in, int64_t n,
+                            int64_t block_size, uint8_t* out, float* absmax);
 
 // out[i] = code[in[i]] * absmax[i / block_size].
 void dequantize_blockwise(const QuantizationMap& code, const uint8_t* in, const float* absmax,

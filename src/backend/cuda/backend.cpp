@@ -28,6 +28,7 @@ const bool kRegistered = [] {
   fill_sgd_kernels(std::get<SgdKernels>(k));
   fill_adafactor_kernels(std::get<AdafactorKernels>(k));
   fill_lomo_kernels(std::get<LomoKernels>(k));
+  fill_quantization_kernels(std::get<QuantizationKernels>(k));
   register_backend(backend);
   return true;
 }();

@@ -32,5 +32,6 @@ void fill_lion_kernels(LionKernels& kernels);                   // optimizers.cu
 void fill_sgd_kernels(SgdKernels& kernels);                     // optimizers.cu
 void fill_adafactor_kernels(AdafactorKernels& kernels);         // optimizers.cu
 void fill_lomo_kernels(LomoKernels& kernels);                   // optimizers.cu
+void fill_quantization_kernels(QuantizationKernels& kernels);   // quantization.cu
 
 }  // namespace headroom::cuda

@@ -9,8 +9,12 @@
 namespace headroom::meta {
 namespace {
 
+// meta:1 is a scratch meta device: load_pretrained builds a model there before its tensors are
+// materialized one at a time (io/pretrained.h), so that its construction counts in no plan.
 std::unique_ptr<DeviceAllocator> make_allocator(int index) {
-  if (index != 0) throw ValueError(str_cat("device meta:", index, " does not exist; use meta"));
+  if (index != 0 && index != 1) {
+    throw ValueError(str_cat("device meta:", index, " does not exist; use meta"));
+  }
   return make_meta_device_allocator();
 }
 
