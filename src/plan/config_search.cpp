@@ -222,7 +222,7 @@ std::string SearchResult::format(int64_t max_rows) const {
     }
     return text;
   }
-  std::snprintf(line, sizeof line, "  %4s  %-22s %-10s %-12s %-10s %12s %14s %14s %10s\n",
+  std::snprintf(line, sizeof line, "  %4s  %-22s %-15s %-12s %-10s %12s %14s %14s %10s\n",
                 "rank", "adapter", "precision", "optim", "ckpt", "micro x acc", "peak alloc",
                 "required", "step s");
   text += line;
@@ -230,7 +230,7 @@ std::string SearchResult::format(int64_t max_rows) const {
     const TrainingPlan& p = fitting[i];
     const std::string split = str_cat(p.args.per_device_train_batch_size, " x ",
                                       p.args.gradient_accumulation_steps);
-    std::snprintf(line, sizeof line, "  %4zu  %-22s %-10s %-12s %-10s %12s %14s %14s %10.4g\n",
+    std::snprintf(line, sizeof line, "  %4zu  %-22s %-15s %-12s %-10s %12s %14s %14s %10.4g\n",
                   i + 1, adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
                   p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
                                                 : "none",
