@@ -114,18 +114,22 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
       }
       // A 4-bit base's weights are buffers, not parameters, but the model still multiplies by
       // them: they count as parameters (for the FLOPs of the step estimate) and as weight bytes.
+      int64_t bytes_4bit = 0;
       for (auto& [name, module] : trainer.model().named_modules()) {
         const auto* linear = dynamic_cast<const Linear*>(module);
         if (!linear || !linear->weight_4bit()) continue;
         result.num_parameters += linear->weight_4bit()->numel();
-        result.parameter_bytes += linear->weight_4bit()->nbytes();
+        bytes_4bit += linear->weight_4bit()->nbytes();
       }
+      result.parameter_bytes += bytes_4bit;
       result.recipe = trainer.recipe().name();
       result.config = trainer.model().config();
       result.loss_scaling = trainer.recipe().loss_scaling;
       result.formula =
           formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes,
                                   args.use_peft ? &trainable : nullptr);
+      // The packed weights and their block statistics, as bitsandbytes lays them out.
+      result.formula.parameters += bytes_4bit;
     }
     return b;
   };

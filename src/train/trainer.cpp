@@ -27,6 +27,7 @@
 #include "memory/memory_history.h"
 #include "memory/memory_snapshot.h"
 #include "memsave/checkpoint_policy.h"
+#include "nn/layers.h"
 #include "nn/model_presets.h"
 #include "ops/ops.h"
 #include "optim/clip_grad.h"
@@ -327,8 +328,17 @@ void Trainer::build() {
   interval_steps_ = interval_tokens_ = total_tokens_ = 0;
   last_saved_step_ = -1;
   memory_ = MemoryBreakdown{};
-  // Note [Memory breakdown at the peak]: the weights as the recipe keeps them.
+  // Note [Memory breakdown at the peak]: the weights as the recipe keeps them, a 4-bit base's
+  // packed weights and their statistics (buffers, not parameters) included.
   for (const Tensor& p : model_->parameters()) tag_memory(p, MemoryCategory::parameters);
+  for (auto& [name, module] : model_->named_modules()) {
+    const auto* linear = dynamic_cast<const Linear*>(module);
+    if (!linear || !linear->weight_4bit()) continue;
+    const Quant4bitWeight& w = *linear->weight_4bit();
+    for (const Tensor* t : {&w.packed, &w.absmax, &w.nested_absmax, &w.nested_code}) {
+      tag_memory(*t, MemoryCategory::parameters);
+    }
+  }
 }
 
 double Trainer::epoch() const {

@@ -134,6 +134,32 @@ TEST(QloraTrainer, PureBf16KeepsNormsAndEmbeddingsInBf16) {
   expect_qlora_trains(args, DType::bf16, DType::bf16);
 }
 
+TEST(QloraTrainer, MemoryBreakdownCountsThePackedWeightsAsParameters) {
+  TempDir tmp("qlora_breakdown");
+  TrainingArguments args = qlora_args(tmp.path());
+  args.precision = "pure_bf16";
+  args.max_steps = 1;
+  Trainer trainer(args);
+  int64_t weights = 0;  // the parameters' and the 4-bit buffers' blocks, as the allocator rounds
+  for (const auto& [name, p] : trainer.model().named_parameters()) {
+    weights += static_cast<int64_t>((p.nbytes() + 511) / 512 * 512);
+  }
+  int64_t packed = 0;
+  for (auto& [name, module] : trainer.model().named_modules()) {
+    const auto* linear = dynamic_cast<const Linear*>(module);
+    if (!linear || !linear->weight_4bit()) continue;
+    const Quant4bitWeight& w = *linear->weight_4bit();
+    for (const Tensor* t : {&w.packed, &w.absmax, &w.nested_absmax, &w.nested_code}) {
+      if (t->defined()) packed += static_cast<int64_t>((t->nbytes() + 511) / 512 * 512);
+    }
+  }
+  ASSERT_GT(packed, 0);
+  ASSERT_EQ(trainer.train(), 0);
+  // The 4-bit weights are the model's weights, not the step's temporaries (they were before).
+  EXPECT_EQ(trainer.memory_breakdown().bytes(MemoryCategory::parameters), weights + packed);
+  EXPECT_LT(trainer.memory_breakdown().bytes(MemoryCategory::temporaries), packed);
+}
+
 TEST(QloraTrainer, Fp32RecipeWithAnFp4BaseComputesInFp32) {
   TempDir tmp("qlora_fp32");
   TrainingArguments args = qlora_args(tmp.path());
