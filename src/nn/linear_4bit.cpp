@@ -44,4 +44,13 @@ std::vector<std::string> convert_linears_to_4bit(Module& root, const Quant4bitCo
   return converted;
 }
 
+std::vector<const Quant4bitWeight*> weights_4bit(Module& root) {
+  std::vector<const Quant4bitWeight*> weights;
+  for (auto& [name, module] : root.named_modules()) {
+    const auto* linear = dynamic_cast<const Linear*>(module);
+    if (linear && linear->weight_4bit()) weights.push_back(linear->weight_4bit());
+  }
+  return weights;
+}
+
 }  // namespace headroom

@@ -15,6 +15,10 @@ namespace headroom {
 // Linear::forward then runs linear_4bit(x, *weight_4bit(), bias(), compute_dtype()).
 inline bool is_linear_4bit(const Linear& layer) { return layer.weight_4bit() != nullptr; }
 
+// The frozen 4-bit weights of the layers below `root`, in module order: the model's weights
+// that are buffers, not parameters (for parameter counts, byte counts and memory tags).
+std::vector<const Quant4bitWeight*> weights_4bit(Module& root);
+
 // The layer's weight in its own layout ([out, in], or [in, out] for Conv1D) and `dtype`:
 // the parameter converted, or the 4-bit weight dequantized whole (for merging an adapter).
 Tensor linear_weight_as(const Linear& layer, DType dtype);

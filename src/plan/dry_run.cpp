@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "memory/device_memory.h"
-#include "nn/layers.h"
+#include "nn/linear_4bit.h"
 #include "ops/op_support.h"
 #include "plan/synthetic_batches.h"
 #include "train/memory_report.h"
@@ -115,11 +115,9 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
       // A 4-bit base's weights are buffers, not parameters, but the model still multiplies by
       // them: they count as parameters (for the FLOPs of the step estimate) and as weight bytes.
       int64_t bytes_4bit = 0;
-      for (auto& [name, module] : trainer.model().named_modules()) {
-        const auto* linear = dynamic_cast<const Linear*>(module);
-        if (!linear || !linear->weight_4bit()) continue;
-        result.num_parameters += linear->weight_4bit()->numel();
-        bytes_4bit += linear->weight_4bit()->nbytes();
+      for (const Quant4bitWeight* w : weights_4bit(trainer.model())) {
+        result.num_parameters += w->numel();
+        bytes_4bit += w->nbytes();
       }
       result.parameter_bytes += bytes_4bit;
       result.recipe = trainer.recipe().name();

@@ -27,7 +27,7 @@
 #include "memory/memory_history.h"
 #include "memory/memory_snapshot.h"
 #include "memsave/checkpoint_policy.h"
-#include "nn/layers.h"
+#include "nn/linear_4bit.h"
 #include "nn/model_presets.h"
 #include "ops/ops.h"
 #include "optim/clip_grad.h"
@@ -331,11 +331,8 @@ void Trainer::build() {
   // Note [Memory breakdown at the peak]: the weights as the recipe keeps them, a 4-bit base's
   // packed weights and their statistics (buffers, not parameters) included.
   for (const Tensor& p : model_->parameters()) tag_memory(p, MemoryCategory::parameters);
-  for (auto& [name, module] : model_->named_modules()) {
-    const auto* linear = dynamic_cast<const Linear*>(module);
-    if (!linear || !linear->weight_4bit()) continue;
-    const Quant4bitWeight& w = *linear->weight_4bit();
-    for (const Tensor* t : {&w.packed, &w.absmax, &w.nested_absmax, &w.nested_code}) {
+  for (const Quant4bitWeight* w : weights_4bit(*model_)) {
+    for (const Tensor* t : {&w->packed, &w->absmax, &w->nested_absmax, &w->nested_code}) {
       tag_memory(*t, MemoryCategory::parameters);
     }
   }
@@ -638,9 +635,12 @@ int Trainer::train() {
     for (const auto& entry : log_history_) lines += entry.dump() + "\n";
     write_file_atomically((fs::path(args_.output_dir) / "metrics.jsonl").string(), lines);
   }
+  // A 4-bit base's weights are buffers but still the model's parameters (PEFT counts them too).
+  int64_t num_parameters = model_->num_parameters();
+  for (const Quant4bitWeight* w : weights_4bit(*model_)) num_parameters += w->numel();
   std::printf("Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld windows of %lld "
               "tokens, %lld micro-batches per epoch\n",
-              args_.model.c_str(), static_cast<double>(model_->num_parameters()) / 1e6,
+              args_.model.c_str(), static_cast<double>(num_parameters) / 1e6,
               recipe_.name().c_str(), device_.str().c_str(), static_cast<long long>(max_steps_),
               static_cast<long long>(args_.gradient_accumulation_steps),
               static_cast<long long>(args_.per_device_train_batch_size),
@@ -650,7 +650,7 @@ int Trainer::train() {
     // PEFT's print_trainable_parameters.
     int64_t trainable = 0;
     for (const auto& [name, p] : lora_state_dict(*model_)) trainable += p.numel();
-    const int64_t all = model_->num_parameters();
+    const int64_t all = num_parameters;
     std::printf("LoRA r %lld on %s: trainable params: %lld || all params: %lld || trainable%%: "
                 "%.4f\n",
                 static_cast<long long>(lora_->r),

@@ -145,11 +145,8 @@ TEST(QloraTrainer, MemoryBreakdownCountsThePackedWeightsAsParameters) {
     weights += static_cast<int64_t>((p.nbytes() + 511) / 512 * 512);
   }
   int64_t packed = 0;
-  for (auto& [name, module] : trainer.model().named_modules()) {
-    const auto* linear = dynamic_cast<const Linear*>(module);
-    if (!linear || !linear->weight_4bit()) continue;
-    const Quant4bitWeight& w = *linear->weight_4bit();
-    for (const Tensor* t : {&w.packed, &w.absmax, &w.nested_absmax, &w.nested_code}) {
+  for (const Quant4bitWeight* w : weights_4bit(trainer.model())) {
+    for (const Tensor* t : {&w->packed, &w->absmax, &w->nested_absmax, &w->nested_code}) {
       if (t->defined()) packed += static_cast<int64_t>((t->nbytes() + 511) / 512 * 512);
     }
   }
