@@ -8,7 +8,8 @@
 //       [--heads 8] [--context 256] [--batch 4] [--vocab 32000] [--r 16]
 //       [--targets q_proj,v_proj] [--steps 5] [--threads N] [--no-peer]
 // The first 2 steps are warm-up and not timed; fp32, AdamW (lr 1e-4, no weight decay). The peer
-// runs with /work/venv/bin/python (torch, transformers, peft), or $HEADROOM_PEER_PYTHON.
+// runs with python3 (it needs torch, transformers and peft from PyPI, e.g. in a venv), or
+// $HEADROOM_PEER_PYTHON.
 #include <omp.h>
 #include <unistd.h>
 
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
       ours[mode] = run_child(str_cat(self, " --only ", mode, " --threads ", threads, common_args(o)));
     }
     const char* env_python = std::getenv("HEADROOM_PEER_PYTHON");
-    const std::string python = env_python ? env_python : "/work/venv/bin/python";
+    const std::string python = env_python ? env_python : "python3";
     const auto script = std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "lora_peer.py";
     const bool peer = o.peer && access(python.c_str(), X_OK) == 0;
     if (o.peer && !peer) std::printf("peer: skipped (%s missing)\n", python.c_str());

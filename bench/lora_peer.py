@@ -1,4 +1,4 @@
-#!/work/venv/bin/python
+#!/usr/bin/env python3
 """The PyTorch side of bench/lora: the same Llama-shaped model (transformers' LlamaForCausalLM,
 random init) fine-tuned in full, or with PEFT's LoRA (get_peft_model) on the same targets, with
 torch.optim.AdamW over the trainable parameters, on the same token ids (bench/bench_support.h's
@@ -9,7 +9,7 @@ Peak memory is the growth of the resident set (getrusage maxrss over /proc/self/
 first step), since PyTorch's CPU allocator keeps no statistics; one mode per process, so the
 peaks do not mix.
 
-Usage: /work/venv/bin/python bench/lora_peer.py --mode lora [--layers 4 --hidden 512 ...]
+Usage: python3 bench/lora_peer.py --mode lora [--layers 4 --hidden 512 ...]
 """
 
 import argparse

@@ -1,4 +1,4 @@
-#!/work/venv/bin/python
+#!/usr/bin/env python3
 """Writes tests/fixtures/peft/: LoRA adapters made by the real peft + transformers, with the
 outputs headroom must reproduce, so that the C++ tests check headroom's LoRA without Python.
 
@@ -27,7 +27,7 @@ A second mode checks the other direction, an adapter trained and saved by headro
 loads DIR with PeftModel.from_pretrained onto the base, computes the eval loss as above, runs
 `headroom eval --model BASE --adapter DIR --json` and fails unless the two agree to 1e-5.
 
-Usage: /work/venv/bin/python tools/gen_lora_golden.py [--out tests/fixtures/peft]
+Usage: python3 tools/gen_lora_golden.py [--out tests/fixtures/peft]
 """
 
 import argparse

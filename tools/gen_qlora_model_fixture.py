@@ -11,8 +11,8 @@ blocks a row, which is 0 for these 32-wide rows, so every row reads block 0's ab
 logits are wrong (max error 0.3 here); weights whose rows are a multiple of the blocksize are
 unaffected.
 
-  /work/venv/bin/python tools/gen_qlora_model_fixture.py            write the fixtures
-  /work/venv/bin/python tools/gen_qlora_model_fixture.py --check DIR  load a 4-bit model headroom
+  python3 tools/gen_qlora_model_fixture.py            write the fixtures
+  python3 tools/gen_qlora_model_fixture.py --check DIR  load a 4-bit model headroom
       saved with transformers and print its logits' largest difference from the fixture's
       reference (DIR's config.json names the architecture)
 """

@@ -15,7 +15,7 @@ bits (little-endian bytes for byte arrays, the IEEE bits of each fp32 / f16 / bf
   blockwise <n> <blocksize> / input <f32> / codes <bytes> / absmax <f32>
                                            bitsandbytes' CPU quantize_blockwise (signed map)
 
-Run with /work/venv/bin/python (torch, bitsandbytes).
+Run with a python3 that has torch and bitsandbytes (a venv with them from PyPI).
 """
 import os
 
