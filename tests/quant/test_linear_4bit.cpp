@@ -32,6 +32,8 @@ Quant4bitWeight make_weight(int64_t out, int64_t in, Quant4bitType type, bool ne
 void expect_close(const Tensor& a, const Tensor& b, double rtol, double atol) {
   ASSERT_EQ(a.shape(), b.shape());
   const std::vector<float> x = a.to_float_vector(), y = b.to_float_vector();
+  // The 4-bit kernel sums its tiles in another order than the dense GEMM it is compared with;
+  // each caller states the rtol / atol its dtype needs.
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_NEAR(x[i], y[i], atol + rtol * std::fabs(y[i])) << "element " << i;
   }
@@ -123,6 +125,8 @@ TEST(Linear4bit, NoWholeDequantizedWeightIsEverAllocated) {
 }
 
 TEST(Linear4bit, MissingKernelNamesOpEntryAndDevice) {
+  // The probe needs a device without the family: cuda in a CPU-only build (with CUDA built it
+  // has it).
   if (find_kernels<QuantizationKernels>(DeviceType::cuda)) {
     GTEST_SKIP() << "this build has the CUDA backend";
   }
