@@ -1,6 +1,7 @@
 // Attention forward + backward: the flash kernels (backend/cpu/attention.h) against a naive
 // materialised softmax(QK^T)V on cpu::gemm, side by side in one run, plus the autograd op.
-// Usage: attention_bench [B H T D [reps]]   (default 8 6 256 64, causal)
+// Usage: attention_bench [B H T D [reps [dtype]]]   (default 8 6 256 64 10 f32, causal; dtype:
+// f32, bf16 or f16, of the op + autograd row only)
 #include <omp.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
   int reps = 10;
   if (argc >= 5) s = {std::atoll(argv[1]), std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4])};
   if (argc >= 6) reps = std::atoi(argv[5]);
+  const DType op_dtype = argc >= 7 ? dtype_from_name(argv[6]) : DType::f32;
   const int64_t n = s.b * s.h * s.t * s.d, nt = s.b * s.h * s.t * s.t;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
   Generator gen(1);
@@ -121,21 +124,25 @@ int main(int argc, char** argv) {
   const float *q = tq.data<float>(), *k = tk.data<float>(), *v = tv.data<float>(),
               *g = tg.data<float>();
 
-  std::vector<float> out(n), lse(s.b * s.h * s.t), delta(s.b * s.h * s.t), gq(n), gk(n), gv(n);
-  const cpu::AttentionOperand oq{q, s.h * s.t * s.d, s.t * s.d, s.d};
-  const cpu::AttentionOperand ok{k, s.h * s.t * s.d, s.t * s.d, s.d};
-  const cpu::AttentionOperand ov{v, s.h * s.t * s.d, s.t * s.d, s.d};
-  const cpu::AttentionProblem pb{{s.b, s.h, s.h, s.t, s.t, s.d}, oq, ok, ov, true, scale, {}};
+  // The kernels of the CPU's attention table, on the op's buffers.
+  const Tensor tout = Tensor::empty({s.b, s.h, s.t, s.d}, DType::f32, kCPU);
+  const Tensor tlse = Tensor::empty({s.b, s.h, s.t}, DType::f32, kCPU);
+  const Tensor tdelta = Tensor::empty({s.b, s.h, s.t}, DType::f32, kCPU);
+  const Tensor tgq = Tensor::empty({s.b, s.h, s.t, s.d}, DType::f32, kCPU);
+  const Tensor tgk = Tensor::empty({s.b, s.h, s.t, s.d}, DType::f32, kCPU);
+  const Tensor tgv = Tensor::empty({s.b, s.h, s.t, s.d}, DType::f32, kCPU);
   double cpu[4];
   const double flash_fwd = best_ms(
-      reps, [&] { cpu::attention_forward(pb, out.data(), lse.data()); }, &cpu[0]);
+      reps, [&] { cpu::attention_forward(tq, tk, tv, true, scale, {}, tout, tlse); }, &cpu[0]);
   const double flash_bwd = best_ms(
       reps,
       [&] {
-        cpu::attention_backward(pb, out.data(), g, lse.data(), delta.data(), gq.data(),
-                                gk.data(), gv.data());
+        cpu::attention_backward(tq, tk, tv, tout, tg, tlse, true, scale, {}, tdelta, tgq, tgk,
+                                tgv, Tensor());
       },
       &cpu[1]);
+  const std::vector<float> out = tout.to_float_vector(), gq = tgq.to_float_vector(),
+                           gk = tgk.to_float_vector(), gv = tgv.to_float_vector();
 
   std::vector<float> probs(nt), dprobs(nt), nout(n), ngq(n), ngk(n), ngv(n);
   const double naive_fwd = best_ms(
@@ -148,12 +155,13 @@ int main(int argc, char** argv) {
       },
       &cpu[3]);
 
-  tq.set_requires_grad(true);
-  tk.set_requires_grad(true);
-  tv.set_requires_grad(true);
+  const Tensor oq = tq.to(op_dtype).set_requires_grad(true);
+  const Tensor ok = tk.to(op_dtype).set_requires_grad(true);
+  const Tensor ov = tv.to(op_dtype).set_requires_grad(true);
+  const Tensor og = tg.to(op_dtype);
   const double op_total = best_ms(reps, [&] {
-    Tensor o = scaled_dot_product_attention(tq, tk, tv, true);
-    backward(o, tg);
+    Tensor o = scaled_dot_product_attention(oq, ok, ov, true);
+    backward(o, og);
   });
 
   std::printf("attention B %lld H %lld T %lld D %lld causal, %d threads, best of %d (ms)\n",
@@ -166,7 +174,8 @@ int main(int argc, char** argv) {
               flash_bwd, flash_fwd + flash_bwd, cpu[0], cpu[1]);
   std::printf("  %-28s %9.2f %9.2f %9.2f %12.2f %12.2f\n", "naive materialised (gemm)",
               naive_fwd, naive_bwd, naive_fwd + naive_bwd, cpu[2], cpu[3]);
-  std::printf("  %-28s %9s %9s %9.2f\n", "op + autograd", "", "", op_total);
+  const std::string op_row = std::string("op + autograd, ") + dtype_name(op_dtype);
+  std::printf("  %-28s %9s %9s %9.2f\n", op_row.c_str(), "", "", op_total);
   std::printf("  naive keeps %.1f MiB of probabilities; flash keeps %.1f KiB of lse\n",
               nt * 4.0 / (1 << 20), s.b * s.h * s.t * 4.0 / 1024);
   std::printf("  max |flash - naive|: out %.2e, grad_q %.2e, grad_k %.2e, grad_v %.2e\n",

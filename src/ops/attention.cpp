@@ -1,14 +1,13 @@
 // scaled_dot_product_attention: shape checks, the buffers (output, log-sum-exp, backward
-// workspace) and the autograd node around the flash-attention kernels of backend/cpu/attention.h,
-// or a native device's attention entries (backend/attention_kernels.h). Saved for backward: q, k,
-// v, the output and lse [B, Hq, Tq] in fp32 — never a T x T matrix.
+// workspaces) and the autograd node around the device's attention kernels
+// (backend/attention_kernels.h), the same on every device. Saved for backward: q, k, v, the
+// output in q's dtype and lse [B, Hq, Tq] in fp32 — never a T x T matrix.
 #include "ops/attention.h"
 
 #include <cmath>
 
 #include "autograd/function_node.h"
 #include "backend/attention_kernels.h"
-#include "backend/cpu/attention.h"
 #include "backend/dropout_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
@@ -21,26 +20,25 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-// x itself when it is fp32 with a contiguous last dimension (such as the transposed views of
-// [B, T, H, D] projections that models pass: the kernels read rows at any stride, so these cost
-// no copy), else a contiguous fp32 copy.
-Tensor f32_rows(const Tensor& x) {
-  if (x.dtype() == DType::f32 && (x.stride(3) == 1 || x.size(3) <= 1)) return x;
-  return f32_contiguous(x);
-}
-
-// x itself when its last dimension is contiguous, else a contiguous copy in its own dtype: the
-// native kernels read rows at any stride and q, k, v in their own dtype.
+// x itself when its last dimension is contiguous (such as the transposed views of [B, T, H, D]
+// projections that models pass), else a contiguous copy in its own dtype: the kernels read rows
+// at any stride, in q, k and v's own dtype.
 Tensor unit_rows(const Tensor& x) {
   return x.stride(3) == 1 || x.size(3) <= 1 ? x : x.contiguous();
 }
 
-cpu::AttentionOperand operand(const Tensor& x) {
-  return {x.data<float>(), x.stride(0), x.stride(1), x.stride(2)};
-}
+// The problem's sizes.
+struct AttentionDims {
+  int64_t batch;
+  int64_t q_heads;
+  int64_t kv_heads;
+  int64_t q_len;
+  int64_t kv_len;
+  int64_t head_dim;
+};
 
-cpu::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   bool is_causal, double dropout_p) {
+AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                              double dropout_p) {
   check_floating(kOp, "q", q);
   check_floating(kOp, "k", k);
   check_floating(kOp, "v", v);
@@ -75,58 +73,10 @@ cpu::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tenso
   return {q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
 }
 
-cpu::AttentionProblem make_problem(const cpu::AttentionDims& dims, const Tensor& q,
-                                   const Tensor& k, const Tensor& v, bool causal, float scale,
-                                   const cpu::AttentionDropout& dropout) {
-  return {dims, operand(q), operand(k), operand(v), causal, scale, dropout};
-}
-
-// What both paths save: the inputs as given, the output in q's dtype and lse (f32).
+// Saved for backward: the inputs as given, the output in q's dtype and lse (f32).
 void save_for_backward(FunctionNode& node, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& out, const Tensor& lse) {
   for (const Tensor* t : {&q, &k, &v, &out, &lse}) node.save(*t);
-}
-
-// The native pattern (Note [Native allocation pattern]): out in q's dtype and lse, no fp32
-// copies; backward allocates delta, the fp32 dQ accumulator when q is not f32, and the three
-// gradients in q's dtype.
-Tensor native_attention(const OpRoute& route, const cpu::AttentionDims& dims, const Tensor& q,
-                        const Tensor& k, const Tensor& v, bool is_causal, float softmax_scale,
-                        const DropoutParams& dropout) {
-  const Device device = q.device();
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), device);
-  Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
-  if (route.kernels) {
-    route.need(&AttentionKernels::forward)(unit_rows(q), unit_rows(k), unit_rows(v),
-                                                is_causal, softmax_scale, dropout, out, lse);
-  }
-  if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
-    save_for_backward(*node, q, k, v, out, lse);
-    node->set_backward([is_causal, softmax_scale,
-                        dropout](BackwardContext& ctx) -> std::vector<Tensor> {
-      const Tensor& q = ctx.saved(0);
-      const Tensor& k = ctx.saved(1);
-      const Tensor& lse = ctx.saved(4);
-      const DType dtype = q.dtype();
-      const Device device = q.device();
-      const Tensor g = contiguous_as(ctx.grad_output(), dtype);
-      const OpRoute route = op_route("scaled_dot_product_attention backward", device);
-      Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
-      Tensor gq_accum;
-      if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
-      Tensor gq = Tensor::empty(q.shape(), dtype, device);
-      Tensor gk = Tensor::empty(k.shape(), dtype, device);
-      Tensor gv = Tensor::empty(k.shape(), dtype, device);
-      if (route.kernels) {
-        route.need(&AttentionKernels::backward)(
-            unit_rows(q), unit_rows(k), unit_rows(ctx.saved(2)), ctx.saved(3), g, lse, is_causal,
-            softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
-      }
-      return {gq, gk, gv};
-    });
-    node->set_outputs({out});
-  }
-  return out;
 }
 
 }  // namespace
@@ -139,51 +89,42 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     return scaled_dot_product_attention((*cast)[0], (*cast)[1], (*cast)[2], is_causal, scale,
                                         dropout_p, generator);
   }
-  const cpu::AttentionDims dims = check_attention(q, k, v, is_causal, dropout_p);
+  const AttentionDims dims = check_attention(q, k, v, is_causal, dropout_p);
   const float softmax_scale =
       static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.head_dim))));
-  cpu::AttentionDropout dropout;
+  DropoutParams dropout;
   if (dropout_p > 0.0) {
     const uint64_t n = static_cast<uint64_t>(dims.batch * dims.q_heads * dims.q_len * dims.kv_len);
     const PhiloxState rng = (generator ? *generator : default_generator()).reserve(n);
     dropout = {static_cast<float>(dropout_p), rng.seed, rng.offset};
   }
+  // out in q's dtype and lse; no fp32 copies of q, k or v on any device.
   const Device device = q.device();
-  const OpRoute route = op_route(kOp, device);
-  if (route.native) {
-    return native_attention(route, dims, q, k, v, is_causal, softmax_scale,
-                            {dropout.p, dropout.seed, dropout.offset});
-  }
-  Tensor out = Tensor::empty(q.shape(), DType::f32, device);
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), device);
   Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
-  {
-    const Tensor qf = f32_rows(q), kf = f32_rows(k), vf = f32_rows(v);
-    if (route.cpu) {
-      cpu::attention_forward(make_problem(dims, qf, kf, vf, is_causal, softmax_scale, dropout),
-                             out.data<float>(), lse.data<float>());
-    }
-  }
-  out = to_dtype(out, q.dtype());
+  need_kernel(kOp, device, &AttentionKernels::forward)(unit_rows(q), unit_rows(k), unit_rows(v),
+                                                       is_causal, softmax_scale, dropout, out, lse);
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
     save_for_backward(*node, q, k, v, out, lse);
-    node->set_backward([dims, is_causal, softmax_scale,
+    node->set_backward([is_causal, softmax_scale,
                         dropout](BackwardContext& ctx) -> std::vector<Tensor> {
-      const Tensor g = f32_contiguous(ctx.grad_output());
-      const Tensor qf = f32_rows(ctx.saved(0)), kf = f32_rows(ctx.saved(1)),
-                   vf = f32_rows(ctx.saved(2));
-      const Tensor of = f32_contiguous(ctx.saved(3));
-      const Tensor lse = ctx.saved(4);
-      const Device device = g.device();
+      const Tensor& q = ctx.saved(0);
+      const Tensor& k = ctx.saved(1);
+      const Tensor& lse = ctx.saved(4);
+      const DType dtype = q.dtype();
+      const Device device = q.device();
+      const Tensor g = contiguous_as(ctx.grad_output(), dtype);
+      // delta [B, Hq, Tq], the fp32 dQ accumulator when q is not f32 (dQ sums over key tiles),
+      // and the three gradients in q's dtype.
       Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
-      Tensor gq = Tensor::empty(qf.shape(), DType::f32, device);
-      Tensor gk = Tensor::empty(kf.shape(), DType::f32, device);
-      Tensor gv = Tensor::empty(vf.shape(), DType::f32, device);
-      if (computes_on_cpu("scaled_dot_product_attention backward", device)) {
-        cpu::attention_backward(make_problem(dims, qf, kf, vf, is_causal, softmax_scale, dropout),
-                                of.data<float>(), g.data<float>(), lse.data<float>(),
-                                delta.data<float>(), gq.data<float>(), gk.data<float>(),
-                                gv.data<float>());
-      }
+      Tensor gq_accum;
+      if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
+      Tensor gq = Tensor::empty(q.shape(), dtype, device);
+      Tensor gk = Tensor::empty(k.shape(), dtype, device);
+      Tensor gv = Tensor::empty(k.shape(), dtype, device);
+      need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
+          unit_rows(q), unit_rows(k), unit_rows(ctx.saved(2)), ctx.saved(3), g, lse, is_causal,
+          softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
       return {gq, gk, gv};
     });
     node->set_outputs({out});

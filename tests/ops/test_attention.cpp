@@ -170,19 +170,13 @@ TEST(Attention, KernelLogSumExpMatchesReference) {
   const Dims s{2, 4, 2, 100, 100, 16};
   const Inputs in = random_inputs(s, 5);
   for (bool causal : {true, false}) {
-    const std::vector<float> q = in.q.to_float_vector(), k = in.k.to_float_vector(),
-                             v = in.v.to_float_vector();
     const Reference ref =
-        reference_attention(s, q, k, v, in.grad_out.to_float_vector(), causal, 0.25);
-    std::vector<float> out(q.size()), lse(s.b * s.hq * s.tq);
-    const cpu::AttentionProblem pb{{s.b, s.hq, s.hkv, s.tq, s.tk, s.d},
-                                   {q.data(), s.hq * s.tq * s.d, s.tq * s.d, s.d},
-                                   {k.data(), s.hkv * s.tk * s.d, s.tk * s.d, s.d},
-                                   {v.data(), s.hkv * s.tk * s.d, s.tk * s.d, s.d},
-                                   causal,
-                                   0.25f,
-                                   {}};
-    cpu::attention_forward(pb, out.data(), lse.data());
+        reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
+                            in.v.to_float_vector(), in.grad_out.to_float_vector(), causal, 0.25);
+    const Tensor out_t = Tensor::empty(in.q.shape(), DType::f32, kCPU);
+    const Tensor lse_t = Tensor::empty({s.b, s.hq, s.tq}, DType::f32, kCPU);
+    cpu::attention_forward(in.q, in.k, in.v, causal, 0.25f, {}, out_t, lse_t);
+    const std::vector<float> out = out_t.to_float_vector(), lse = lse_t.to_float_vector();
     expect_close(lse, ref.lse, 1e-6, causal ? "causal lse" : "lse");
     expect_close(out, ref.out, 2e-5, "out");
   }
@@ -286,16 +280,97 @@ TEST(Attention, SavesInputsOutputAndLseOnlyAndNeverATxTBuffer) {
   }
 }
 
-TEST(Attention, LowPrecisionComputesInFp32) {
-  const Dims s{1, 2, 2, 40, 40, 16};
-  const Inputs in = random_inputs(s, 4);
-  const Tensor qb = in.q.to(DType::bf16), kb = in.k.to(DType::bf16), vb = in.v.to(DType::bf16);
-  NoGradGuard no_grad;
-  const Tensor low = scaled_dot_product_attention(qb, kb, vb);
-  const Tensor wide = scaled_dot_product_attention(qb.to(DType::f32), kb.to(DType::f32),
-                                                   vb.to(DType::f32));
-  EXPECT_EQ(low.dtype(), DType::bf16);
-  EXPECT_EQ(low.to_float_vector(), wide.to(DType::bf16).to_float_vector());
+// What the kernels of the CPU's attention table compute for one problem: out, lse, and the
+// three gradients from out_for_backward (the forward's own out when undefined).
+struct KernelRun {
+  Tensor out, lse, grad_q, grad_k, grad_v;
+};
+
+KernelRun run_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out,
+                      bool causal, DropoutParams dropout, const Tensor& out_for_backward = {},
+                      const Tensor& lse_for_backward = {}) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(q.size(3)));
+  KernelRun r;
+  r.out = Tensor::empty(q.shape(), q.dtype(), kCPU);
+  r.lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::f32, kCPU);
+  cpu::attention_forward(q, k, v, causal, scale, dropout, r.out, r.lse);
+  const Tensor delta = Tensor::empty(r.lse.shape(), DType::f32, kCPU);
+  const Tensor accum =
+      q.dtype() == DType::f32 ? Tensor() : Tensor::empty(q.shape(), DType::f32, kCPU);
+  r.grad_q = Tensor::empty(q.shape(), q.dtype(), kCPU);
+  r.grad_k = Tensor::empty(k.shape(), q.dtype(), kCPU);
+  r.grad_v = Tensor::empty(k.shape(), q.dtype(), kCPU);
+  cpu::attention_backward(q, k, v, out_for_backward.defined() ? out_for_backward : r.out,
+                          grad_out, lse_for_backward.defined() ? lse_for_backward : r.lse, causal,
+                          scale, dropout, delta, r.grad_q, r.grad_k, r.grad_v, accum);
+  return r;
+}
+
+// The kernels on bf16 / f16 inputs against the fp32 kernels on the same (rounded) values, their
+// results rounded once. Backward reads the forward's output in the dtype it was stored in (for
+// delta = rowsum(out * grad_out), as the CUDA kernel and FlashAttention do), so the fp32
+// reference's backward is handed that rounded output, and the low-precision forward's lse. Up to
+// head size 64 the low-precision kernels widen tiles of the f32 kernels' shapes, so every sum
+// runs in the same order and the results agree bit for bit. At head size 128 their tiles have
+// fewer keys (forward) and rows (backward) (Note [Widened attention tiles]): the fp32 sums differ
+// in their last bits, which moves a rounded value by at most one unit in the last place of the
+// dtype (2^-7 relative for bf16, 2^-10 for f16) where it lies at a rounding boundary; values
+// near 0 after cancellation get 1e-6 of the tensor's largest value besides.
+TEST(Attention, LowPrecisionIsFp32RoundedOnce) {
+  const struct {
+    Dims dims;
+    bool causal;
+    float dropout_p;
+    bool exact;
+  } cases[] = {
+      {{1, 2, 2, 40, 40, 16}, false, 0.0f, true},
+      {{2, 4, 2, 70, 300, 32}, false, 0.0f, true},
+      {{1, 4, 2, 300, 300, 64}, true, 0.2f, true},
+      {{1, 3, 1, 300, 300, 64}, true, 0.0f, true},
+      {{1, 4, 1, 150, 150, 128}, true, 0.1f, false},
+      {{1, 2, 2, 70, 300, 128}, false, 0.0f, false},
+  };
+  for (const auto& c : cases) {
+    const Dims& s = c.dims;
+    const Inputs in = random_inputs(s, 4 + s.d);
+    const DropoutParams dropout{c.dropout_p, 99, 5};
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      const std::string name = std::string(dtype_name(dtype)) + " Hq" + std::to_string(s.hq) +
+                               " Hkv" + std::to_string(s.hkv) + " Tq" + std::to_string(s.tq) +
+                               " D" + std::to_string(s.d);
+      const Tensor q = in.q.detach().to(dtype), k = in.k.detach().to(dtype),
+                   v = in.v.detach().to(dtype), g = in.grad_out.to(dtype);
+      const KernelRun low = run_kernels(q, k, v, g, c.causal, dropout);
+      const KernelRun ref =
+          run_kernels(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), g.to(DType::f32),
+                      c.causal, dropout, low.out.to(DType::f32), low.lse);
+      if (c.exact) {
+        EXPECT_EQ(low.lse.to_float_vector(), ref.lse.to_float_vector()) << name;
+      }
+      const double ulp = dtype == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+      const std::pair<const char*, std::pair<Tensor, Tensor>> results[] = {
+          {"out", {low.out, ref.out}},
+          {"grad_q", {low.grad_q, ref.grad_q}},
+          {"grad_k", {low.grad_k, ref.grad_k}},
+          {"grad_v", {low.grad_v, ref.grad_v}}};
+      for (const auto& [what, pair] : results) {
+        EXPECT_EQ(pair.first.dtype(), dtype) << name << " " << what;
+        const std::vector<float> got = pair.first.to_float_vector();
+        const std::vector<float> wide = pair.second.to_float_vector();
+        const std::vector<float> once = pair.second.to(dtype).to_float_vector();
+        if (c.exact) {
+          EXPECT_EQ(got, once) << name << " " << what;
+          continue;
+        }
+        double largest = 0.0;
+        for (float x : wide) largest = std::max(largest, static_cast<double>(std::abs(x)));
+        for (size_t i = 0; i < once.size(); ++i) {
+          ASSERT_NEAR(got[i], once[i], ulp * std::abs(wide[i]) + 1e-6 * largest)
+              << name << " " << what << ", element " << i;
+        }
+      }
+    }
+  }
 }
 
 template <typename Fn>

@@ -1,13 +1,14 @@
-// scaled_dot_product_attention planned for a native device: on the meta device under
-// MetaAllocatesLike(cuda) it allocates what the CUDA path will (Note [Native allocation pattern]):
-// out in q's dtype and lse, then delta, the fp32 dQ accumulator (q not f32) and the three
-// gradients in q's dtype, with no fp32 copies of q, k, v or out. Byte counts are by hand; every
-// buffer here is a multiple of the allocator's 512-byte rounding.
+// scaled_dot_product_attention's one allocation pattern, the same on every device: out in q's
+// dtype and lse, then delta, the fp32 dQ accumulator (q not f32) and the three gradients in q's
+// dtype, with no fp32 copies of q, k, v or out. A meta dry run allocates it whichever device it
+// stands in for, and a real CPU run allocates exactly what the dry run plans. Byte counts are by
+// hand; every buffer here is a multiple of the allocator's 512-byte rounding.
 #include <gtest/gtest.h>
 
 #include "autograd/engine.h"
 #include "core/tensor.h"
 #include "memory/device_memory.h"
+#include "ops/device_peak.h"
 #include "ops/ops.h"
 #include "ops/op_support.h"
 
@@ -78,16 +79,50 @@ TEST(NativePatternAttention, AllocatesOutputsStatisticsAndGradientsOnly) {
   }
 }
 
-TEST(NativePatternAttention, WithoutTheGuardMetaFollowsTheCpuPattern) {
-  // The CPU widens bf16 q, k, v and computes out in fp32 before rounding it: more bytes at peak.
+TEST(NativePatternAttention, MetaPlansOnePatternWithOrWithoutTheGuard) {
+  // The CPU reads bf16 q, k, v in place as CUDA does: no fp32 copies, with or without the guard.
   const Case c{2, 4, 2, 64, 64, DType::bf16, true, 0.0};
   const int64_t out = bytes_of(c.b * c.hq * c.t * c.d, DType::bf16);
   const int64_t lse = bytes_of(c.b * c.hq * c.t, DType::f32);
-  const Peaks cpu_like = run_on_meta(c);
-  EXPECT_EQ(cpu_like.forward_kept, out + lse);
-  EXPECT_GT(cpu_like.forward_peak, out + lse);
+  const Peaks plain = run_on_meta(c);
+  EXPECT_EQ(plain.forward_kept, out + lse);
+  EXPECT_EQ(plain.forward_peak, out + lse);
   MetaAllocatesLike guard(DeviceType::cuda);
-  EXPECT_EQ(run_on_meta(c).forward_peak, out + lse);
+  const Peaks like_cuda = run_on_meta(c);
+  EXPECT_EQ(like_cuda.forward_peak, plain.forward_peak);
+  EXPECT_EQ(like_cuda.backward_peak, plain.backward_peak);
+}
+
+// One code path: a real CPU run, forward and backward, allocates exactly what the meta dry run
+// plans, whichever device the dry run stands in for; in every dtype, causal or not, with and
+// without dropout, with GQA, and with a head size (128) whose bf16 / f16 tiles are smaller than
+// the f32 ones (Note [Widened attention tiles] in backend/cpu/attention.cpp).
+TEST(SinglePatternAttention, ACpuRunAllocatesWhatEveryDryRunPlans) {
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const Case& c : {Case{2, 4, 2, 70, 16, dtype, true, 0.0},
+                          Case{2, 4, 2, 70, 16, dtype, false, 0.0},
+                          Case{2, 4, 2, 70, 16, dtype, true, 0.2},
+                          Case{1, 2, 2, 37, 8, dtype, false, 0.3},
+                          Case{1, 4, 1, 130, 128, dtype, true, 0.1}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (c.causal ? " causal" : " full") +
+                   " dropout " + std::to_string(c.dropout_p) + " D " + std::to_string(c.d));
+      auto peaks = [&](Device device) {
+        Tensor q = Tensor::ones({c.b, c.hq, c.t, c.d}, dtype, device);
+        Tensor k = Tensor::ones({c.b, c.hkv, c.t, c.d}, dtype, device);
+        Tensor v = Tensor::ones({c.b, c.hkv, c.t, c.d}, dtype, device);
+        for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
+        const Tensor grad = Tensor::ones({c.b, c.hq, c.t, c.d}, dtype, device);
+        Tensor out;
+        const int64_t forward = peak_growth_on(device, [&] {
+          out = scaled_dot_product_attention(q, k, v, c.causal, {}, c.dropout_p);
+        });
+        const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
+        EXPECT_EQ(q.grad().dtype(), dtype);
+        return std::pair{forward, backward_peak};
+      };
+      expect_cpu_run_as_planned(peaks);
+    }
+  }
 }
 
 TEST(NativePatternAttention, TransposedViewsAreReadInPlace) {

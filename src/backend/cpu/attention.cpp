@@ -1,6 +1,7 @@
 // Flash-attention-2 on the CPU. Work items own their outputs (a query tile in forward; a key/value
 // head, or one of its key tiles, in backward), so no two threads write one element and every sum
-// runs in a fixed order: results repeat bit for bit.
+// runs in a fixed order: results repeat bit for bit. bf16 / f16 operands are widened tile by tile
+// into stack buffers of the working thread; no buffer grows with the problem beyond a tile.
 #include "backend/cpu/attention.h"
 
 #include <omp.h>
@@ -9,8 +10,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
+#include "backend/attention_buffers.h"
+#include "backend/attention_kernels.h"
+#include "backend/cpu/backend_parts.h"
 #include "backend/cpu/gemm.h"
+#include "core/dtype_convert.h"
+#include "core/error.h"
 #include "core/philox.h"
 
 namespace headroom::cpu {
@@ -28,6 +35,18 @@ constexpr int64_t kForwardRows = 64;
 constexpr int64_t kForwardKeys = 256;
 constexpr int64_t kBackwardRows = 256;
 constexpr int64_t kBackwardKeys = 64;
+
+// Note [Widened attention tiles]
+// f32 operands are read in place. A bf16 / f16 tile (its rows of q, k, v or dO) is widened into
+// a stack buffer of the working thread before its products, and dK, dV and the output are summed
+// in fp32 stack tiles and rounded once into their dtype (dQ sums in the op's f32 grad_q_accum).
+// The buffers hold kWideTileFloats floats (kWideKeyFloats for backward's key-side tiles), so for
+// a head size above 64 (forward's keys) or 128 (backward's keys) the tiles of a low-precision
+// problem have fewer rows than the f32 ones: at most about 260 KiB of stack per thread in
+// forward and 390 KiB in backward, whatever the problem. Up to those head sizes the tiles, and so
+// every sum's order, are those of the f32 kernel on the widened values.
+constexpr int64_t kWideTileFloats = 16384;
+constexpr int64_t kWideKeyFloats = 8192;
 
 // Below this many multiply-adds of QK^T a call stays on one thread.
 constexpr int64_t kParallelWork = int64_t{1} << 18;
@@ -90,7 +109,7 @@ float row_max(const float* x, int64_t n, float init) {
 }
 
 // Scale (1 / (1 - p)) or 0 for `n` consecutive probabilities from linear index `first`.
-void dropout_scales(const AttentionDropout& dropout, uint64_t first, int64_t n, float* out) {
+void dropout_scales(const DropoutParams& dropout, uint64_t first, int64_t n, float* out) {
   const float keep_scale = 1.0f / (1.0f - dropout.p);
   int64_t c = 0;
   while (c < n) {
@@ -102,30 +121,164 @@ void dropout_scales(const AttentionDropout& dropout, uint64_t first, int64_t n, 
   }
 }
 
+
+// A [B, H, T, D] operand whose last dimension is contiguous (element strides of the rest), in
+// its own dtype.
+struct Operand {
+  const char* data;
+  DType dtype;
+  int64_t element_size;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t row_stride;
+};
+
+Operand operand_of(const Tensor& x) {
+  return {static_cast<const char*>(x.data_ptr()), x.dtype(),
+          static_cast<int64_t>(x.element_size()), x.stride(0), x.stride(1), x.stride(2)};
+}
+
+struct Dims {
+  int64_t batch;
+  int64_t q_heads;
+  int64_t kv_heads;  // divides q_heads: query head h reads kv head h / (q_heads / kv_heads)
+  int64_t q_len;
+  int64_t kv_len;
+  int64_t head_dim;
+};
+
+// The tile shapes of one problem: the f32 ones, or fewer rows for a low-precision problem with a
+// large head size (Note [Widened attention tiles]).
+struct Tiles {
+  int64_t forward_rows = kForwardRows;
+  int64_t forward_keys = kForwardKeys;
+  int64_t backward_rows = kBackwardRows;
+  int64_t backward_keys = kBackwardKeys;
+};
+
+struct Problem {
+  Dims dims;
+  Operand q, k, v;
+  bool causal;  // key j > query i masked (q_len == kv_len)
+  float scale;
+  DropoutParams dropout;
+  bool wide;  // q, k, v are bf16 / f16: tiles are widened (Note [Widened attention tiles])
+  Tiles tiles;
+};
+
+Problem make_problem(const char* entry, const Tensor& q, const Tensor& k, const Tensor& v,
+                     bool causal, float scale, const DropoutParams& dropout) {
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
+    throw ValueError(str_cat(entry, ": q, k and v must share a dtype, got ", dtype_name(q.dtype()),
+                             ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype())));
+  }
+  if (q.dtype() != DType::f32 && q.dtype() != DType::bf16 && q.dtype() != DType::f16) {
+    throw ValueError(str_cat(entry, ": q must be f32, bf16 or f16, not ", dtype_name(q.dtype())));
+  }
+  for (const Tensor* x : {&q, &k, &v}) {
+    if (x->size(3) > 1 && x->stride(3) != 1) {
+      throw ValueError(str_cat(entry, ": q, k and v need a unit stride in the head dim, got ",
+                               x->shape(), " with strides ", x->strides()));
+    }
+  }
+  Problem pb{{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)},
+             operand_of(q),
+             operand_of(k),
+             operand_of(v),
+             causal,
+             scale,
+             dropout,
+             q.dtype() != DType::f32,
+             {}};
+  if (pb.wide) {
+    const int64_t dim = pb.dims.head_dim;
+    if (dim > kWideKeyFloats) {
+      throw NotImplementedError(str_cat(entry, ": head size ", dim, " of a ", dtype_name(q.dtype()),
+                                        " q exceeds the CPU kernels' limit of ", kWideKeyFloats,
+                                        " for bf16 / f16"));
+    }
+    pb.tiles.forward_rows = std::min(kForwardRows, kWideTileFloats / dim);
+    pb.tiles.forward_keys = std::min(kForwardKeys, kWideTileFloats / dim);
+    pb.tiles.backward_rows = std::min(kBackwardRows, kWideTileFloats / dim);
+    pb.tiles.backward_keys = std::min(kBackwardKeys, kWideKeyFloats / dim);
+  }
+  return pb;
+}
+
+// fp32 rows of a tile: `data` with `ld` floats between rows.
+struct Rows {
+  const float* data;
+  int64_t ld;
+};
+
+// Rows [row, row + n) of head h of batch b of x as fp32: in place when x is f32, else widened
+// into buf (n * dim floats, ld = dim).
+Rows rows_of(const Operand& x, int64_t dim, int64_t b, int64_t h, int64_t row, int64_t n,
+             float* buf) {
+  const int64_t first = b * x.batch_stride + h * x.head_stride + row * x.row_stride;
+  if (x.dtype == DType::f32) {
+    return {reinterpret_cast<const float*>(x.data) + first, x.row_stride};
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    convert_to_f32(x.data + (first + r * x.row_stride) * x.element_size, x.dtype, buf + r * dim,
+                   static_cast<size_t>(dim));
+  }
+  return {buf, dim};
+}
+
+// A contiguous [rows, D] result in its own dtype: f32 computed in place, bf16 / f16 computed in
+// an fp32 tile and rounded once.
+struct Result {
+  char* data;
+  DType dtype;
+  int64_t element_size;
+
+  explicit Result(const Tensor& t)
+      : data(static_cast<char*>(t.data_ptr())),
+        dtype(t.dtype()),
+        element_size(static_cast<int64_t>(t.element_size())) {}
+
+  // Where to sum rows starting at element `offset`: the tensor itself, or `tile`.
+  float* target(int64_t offset, float* tile) const {
+    return dtype == DType::f32 ? reinterpret_cast<float*>(data) + offset : tile;
+  }
+  // Rounds n computed elements into the tensor from `offset` (nothing to do for f32).
+  void store(int64_t offset, int64_t n, const float* computed) const {
+    if (dtype != DType::f32) {
+      convert_from_f32(computed, data + offset * element_size, dtype, static_cast<size_t>(n));
+    }
+  }
+};
+
 // Keys [j0, j0 + bc) that row i may see: all, or those up to the diagonal when causal.
-inline int64_t visible_keys(const AttentionProblem& pb, int64_t i, int64_t j0, int64_t bc) {
+inline int64_t visible_keys(const Problem& pb, int64_t i, int64_t j0, int64_t bc) {
   return pb.causal ? std::clamp<int64_t>(i - j0 + 1, 0, bc) : bc;
 }
 
-inline uint64_t linear_index(const AttentionDims& d, int64_t b, int64_t h, int64_t i, int64_t j) {
+inline uint64_t linear_index(const Dims& d, int64_t b, int64_t h, int64_t i, int64_t j) {
   return static_cast<uint64_t>(((b * d.q_heads + h) * d.q_len + i) * d.kv_len + j);
-}
-
-const float* tile_of(const AttentionOperand& x, int64_t b, int64_t h, int64_t row) {
-  return x.data + b * x.batch_stride + h * x.head_stride + row * x.row_stride;
 }
 
 int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
-// One query tile of one head: O and lse for rows [i0, i0 + br).
-void forward_tile(const AttentionProblem& pb, int64_t b, int64_t h, int64_t i0, float* out,
-                  float* lse) {
-  const AttentionDims& d = pb.dims;
+// A thread's widened tiles of forward (Note [Widened attention tiles]): q rows, the k or v rows
+// of the current key tile, and the output rows summed in fp32.
+struct WideForwardTiles {
+  alignas(64) float q[kWideTileFloats];
+  alignas(64) float kv[kWideTileFloats];
+  alignas(64) float out[kWideTileFloats];
+};
+
+// One query tile of one head: O and lse for rows [i0, i0 + br). `wide` is null for f32.
+void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Result& out,
+                  float* lse, WideForwardTiles* wide) {
+  const Dims& d = pb.dims;
   const int64_t dim = d.head_dim;
-  const int64_t br = std::min(kForwardRows, d.q_len - i0);
+  const int64_t br = std::min(pb.tiles.forward_rows, d.q_len - i0);
   const int64_t kvh = h / (d.q_heads / d.kv_heads);
-  const float* q = tile_of(pb.q, b, h, i0);
-  float* o = out + ((b * d.q_heads + h) * d.q_len + i0) * dim;
+  const Rows q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
+  const int64_t out_offset = ((b * d.q_heads + h) * d.q_len + i0) * dim;
+  float* o = out.target(out_offset, wide ? wide->out : nullptr);
   float* row_lse = lse + (b * d.q_heads + h) * d.q_len + i0;
   alignas(64) float s[kForwardRows * kForwardKeys];
   alignas(64) float keep[kForwardKeys];
@@ -136,12 +289,10 @@ void forward_tile(const AttentionProblem& pb, int64_t b, int64_t h, int64_t i0, 
   }
   std::fill(o, o + br * dim, 0.0f);
   const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kForwardKeys) {
-    const int64_t bc = std::min(kForwardKeys, key_end - j0);
-    const float* k = tile_of(pb.k, b, kvh, j0);
-    const float* v = tile_of(pb.v, b, kvh, j0);
-    gemm(false, true, br, bc, dim, pb.scale, q, pb.q.row_stride, k, pb.k.row_stride, 0.0f, s,
-         kForwardKeys);
+  for (int64_t j0 = 0; j0 < key_end; j0 += pb.tiles.forward_keys) {
+    const int64_t bc = std::min(pb.tiles.forward_keys, key_end - j0);
+    const Rows k = rows_of(pb.k, dim, b, kvh, j0, bc, wide ? wide->kv : nullptr);
+    gemm(false, true, br, bc, dim, pb.scale, q.data, q.ld, k.data, k.ld, 0.0f, s, kForwardKeys);
     for (int64_t r = 0; r < br; ++r) {
       float* sr = s + r * kForwardKeys;
       const int64_t n = visible_keys(pb, i0 + r, j0, bc);
@@ -168,7 +319,9 @@ void forward_tile(const AttentionProblem& pb, int64_t b, int64_t h, int64_t i0, 
         for (int64_t c = 0; c < n; ++c) sr[c] *= keep[c];
       }
     }
-    gemm(false, false, br, dim, bc, 1.0f, s, kForwardKeys, v, pb.v.row_stride, 1.0f, o, dim);
+    // k's widened rows are spent: v's take their place.
+    const Rows v = rows_of(pb.v, dim, b, kvh, j0, bc, wide ? wide->kv : nullptr);
+    gemm(false, false, br, dim, bc, 1.0f, s, kForwardKeys, v.data, v.ld, 1.0f, o, dim);
   }
   for (int64_t r = 0; r < br; ++r) {
     // l is 0 only when a row sees no key (kv_len 0): its output stays 0.
@@ -178,16 +331,17 @@ void forward_tile(const AttentionProblem& pb, int64_t b, int64_t h, int64_t i0, 
     for (int64_t e = 0; e < dim; ++e) orow[e] *= inv;
     row_lse[r] = m[r] + std::log(l[r]);
   }
+  out.store(out_offset, br * dim, o);
 }
 
-// What the backward tiles read besides the problem.
+// What the backward tiles read and write besides the problem.
 struct BackwardArgs {
-  const float* grad_out;
+  Operand grad_out;  // contiguous [B, Hq, Tq, D] in q's dtype
   const float* lse;
   const float* delta;
-  float* grad_q;
-  float* grad_k;
-  float* grad_v;
+  float* grad_q;  // f32 dQ sums: grad_q itself (f32) or grad_q_accum
+  Result grad_k;
+  Result grad_v;
 };
 
 // Per-thread tiles of backward: probabilities and dS, kBackwardRows x kBackwardKeys each.
@@ -196,20 +350,36 @@ struct BackwardScratch {
   alignas(64) float ds[kBackwardRows * kBackwardKeys];
 };
 
+// A thread's widened tiles of backward (Note [Widened attention tiles]): q and dO rows of a
+// query tile, k and v rows of a key tile, and that key tile's dK and dV summed in fp32.
+struct WideBackwardTiles {
+  alignas(64) float q[kWideTileFloats];
+  alignas(64) float grad_out[kWideTileFloats];
+  alignas(64) float k[kWideKeyFloats];
+  alignas(64) float v[kWideKeyFloats];
+  alignas(64) float grad_k[kWideKeyFloats];
+  alignas(64) float grad_v[kWideKeyFloats];
+};
+
+// The fp32 rows one block of backward reads: br query rows of q and dO, bc key rows of k and v.
+struct BlockRows {
+  Rows q, grad_out, k, v;
+};
+
 // For query rows [i0, i0 + br) of head h against keys [j0, j0 + bc): p = the (dropped and
 // scaled) probabilities, ds = dL/dS, both br x bc with row stride kBackwardKeys, masked entries 0.
-void block_grads(const AttentionProblem& pb, const BackwardArgs& args, int64_t b, int64_t h,
-                 int64_t i0, int64_t br, int64_t j0, int64_t bc, BackwardScratch& scratch) {
-  const AttentionDims& d = pb.dims;
+void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t h, int64_t i0,
+                 int64_t br, int64_t j0, int64_t bc, const BlockRows& rows,
+                 BackwardScratch& scratch) {
+  const Dims& d = pb.dims;
   const int64_t dim = d.head_dim;
-  const int64_t kvh = h / (d.q_heads / d.kv_heads);
   const int64_t row0 = (b * d.q_heads + h) * d.q_len + i0;
   float* p = scratch.p;
   float* ds = scratch.ds;
-  gemm(false, true, br, bc, dim, pb.scale, tile_of(pb.q, b, h, i0), pb.q.row_stride,
-       tile_of(pb.k, b, kvh, j0), pb.k.row_stride, 0.0f, p, kBackwardKeys);
-  gemm(false, true, br, bc, dim, 1.0f, args.grad_out + row0 * dim, dim,
-       tile_of(pb.v, b, kvh, j0), pb.v.row_stride, 0.0f, ds, kBackwardKeys);
+  gemm(false, true, br, bc, dim, pb.scale, rows.q.data, rows.q.ld, rows.k.data, rows.k.ld, 0.0f,
+       p, kBackwardKeys);
+  gemm(false, true, br, bc, dim, 1.0f, rows.grad_out.data, rows.grad_out.ld, rows.v.data,
+       rows.v.ld, 0.0f, ds, kBackwardKeys);
   alignas(64) float keep[kBackwardKeys];
   for (int64_t r = 0; r < br; ++r) {
     float* pr = p + r * kBackwardKeys;
@@ -240,93 +410,139 @@ void block_grads(const AttentionProblem& pb, const BackwardArgs& args, int64_t b
 
 // dK and dV of key tile j0 of kv head kvh (written from zero), and with dq also the
 // contributions of this key tile to dQ of the query heads of the group. Query rows run in
-// chunks of kBackwardRows from the first row that sees the tile (j0 when causal).
-void backward_key_tile(const AttentionProblem& pb, const BackwardArgs& args, int64_t b,
-                       int64_t kvh, int64_t j0, bool dq, BackwardScratch& scratch) {
-  const AttentionDims& d = pb.dims;
+// chunks of backward_rows from the first row that sees the tile (j0 when causal).
+void backward_key_tile(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t kvh,
+                       int64_t j0, bool dq, BackwardScratch& scratch, WideBackwardTiles* wide) {
+  const Dims& d = pb.dims;
   const int64_t dim = d.head_dim;
   const int64_t group = d.q_heads / d.kv_heads;
-  const int64_t bc = std::min(kBackwardKeys, d.kv_len - j0);
-  const int64_t kv_row = (b * d.kv_heads + kvh) * d.kv_len + j0;
-  float* dk = args.grad_k + kv_row * dim;
-  float* dv = args.grad_v + kv_row * dim;
+  const int64_t bc = std::min(pb.tiles.backward_keys, d.kv_len - j0);
+  const int64_t kv_offset = ((b * d.kv_heads + kvh) * d.kv_len + j0) * dim;
+  float* dk = args.grad_k.target(kv_offset, wide ? wide->grad_k : nullptr);
+  float* dv = args.grad_v.target(kv_offset, wide ? wide->grad_v : nullptr);
   std::fill(dk, dk + bc * dim, 0.0f);
   std::fill(dv, dv + bc * dim, 0.0f);
+  BlockRows rows{};
+  rows.k = rows_of(pb.k, dim, b, kvh, j0, bc, wide ? wide->k : nullptr);
+  rows.v = rows_of(pb.v, dim, b, kvh, j0, bc, wide ? wide->v : nullptr);
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (int64_t i0 = pb.causal ? j0 : 0; i0 < d.q_len; i0 += kBackwardRows) {
-      const int64_t br = std::min(kBackwardRows, d.q_len - i0);
+    for (int64_t i0 = pb.causal ? j0 : 0; i0 < d.q_len; i0 += pb.tiles.backward_rows) {
+      const int64_t br = std::min(pb.tiles.backward_rows, d.q_len - i0);
       const int64_t q_row = (b * d.q_heads + h) * d.q_len + i0;
-      block_grads(pb, args, b, h, i0, br, j0, bc, scratch);
-      gemm(true, false, bc, dim, br, 1.0f, scratch.p, kBackwardKeys,
-           args.grad_out + q_row * dim, dim, 1.0f, dv, dim);
-      gemm(true, false, bc, dim, br, pb.scale, scratch.ds, kBackwardKeys,
-           tile_of(pb.q, b, h, i0), pb.q.row_stride, 1.0f, dk, dim);
+      rows.q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
+      rows.grad_out = rows_of(args.grad_out, dim, b, h, i0, br, wide ? wide->grad_out : nullptr);
+      block_grads(pb, args, b, h, i0, br, j0, bc, rows, scratch);
+      gemm(true, false, bc, dim, br, 1.0f, scratch.p, kBackwardKeys, rows.grad_out.data,
+           rows.grad_out.ld, 1.0f, dv, dim);
+      gemm(true, false, bc, dim, br, pb.scale, scratch.ds, kBackwardKeys, rows.q.data, rows.q.ld,
+           1.0f, dk, dim);
       if (dq) {
-        gemm(false, false, br, dim, bc, pb.scale, scratch.ds, kBackwardKeys,
-             tile_of(pb.k, b, kvh, j0), pb.k.row_stride, 1.0f, args.grad_q + q_row * dim, dim);
+        gemm(false, false, br, dim, bc, pb.scale, scratch.ds, kBackwardKeys, rows.k.data,
+             rows.k.ld, 1.0f, args.grad_q + q_row * dim, dim);
       }
+    }
+  }
+  args.grad_k.store(kv_offset, bc * dim, dk);
+  args.grad_v.store(kv_offset, bc * dim, dv);
+}
+
+// dQ of query rows [i0, i0 + backward_rows) of head h, from the key tiles in ascending order.
+void backward_query_tile(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t h,
+                         int64_t i0, BackwardScratch& scratch, WideBackwardTiles* wide) {
+  const Dims& d = pb.dims;
+  const int64_t dim = d.head_dim;
+  const int64_t br = std::min(pb.tiles.backward_rows, d.q_len - i0);
+  const int64_t kvh = h / (d.q_heads / d.kv_heads);
+  float* dq = args.grad_q + ((b * d.q_heads + h) * d.q_len + i0) * dim;
+  std::fill(dq, dq + br * dim, 0.0f);
+  const Rows q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
+  const Rows grad_out = rows_of(args.grad_out, dim, b, h, i0, br, wide ? wide->grad_out : nullptr);
+  const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
+  for (int64_t j0 = 0; j0 < key_end; j0 += pb.tiles.backward_keys) {
+    const int64_t bc = std::min(pb.tiles.backward_keys, d.kv_len - j0);
+    // Causal: rows before j0 see none of this tile; start at the first that does.
+    const int64_t skip = pb.causal ? std::max<int64_t>(j0 - i0, 0) : 0;
+    BlockRows rows{{q.data + skip * q.ld, q.ld},
+                   {grad_out.data + skip * grad_out.ld, grad_out.ld},
+                   rows_of(pb.k, dim, b, kvh, j0, bc, wide ? wide->k : nullptr),
+                   rows_of(pb.v, dim, b, kvh, j0, bc, wide ? wide->v : nullptr)};
+    block_grads(pb, args, b, h, i0 + skip, br - skip, j0, bc, rows, scratch);
+    gemm(false, false, br - skip, dim, bc, pb.scale, scratch.ds, kBackwardKeys, rows.k.data,
+         rows.k.ld, 1.0f, dq + skip * dim, dim);
+  }
+}
+
+bool worth_parallel(const Dims& d) {
+  return d.batch * d.q_heads * d.q_len * d.kv_len * d.head_dim > kParallelWork;
+}
+
+// The forward items, each thread with its widened tiles when kWide.
+template <bool kWide>
+void forward_items(const Problem& pb, const Result& out, float* lse) {
+  const Dims& d = pb.dims;
+  const int64_t q_tiles = ceil_div(d.q_len, pb.tiles.forward_rows);
+  const int64_t items = d.batch * d.q_heads * q_tiles;
+#pragma omp parallel if (worth_parallel(d))
+  {
+    [[maybe_unused]] std::conditional_t<kWide, WideForwardTiles, char> tiles;
+    WideForwardTiles* wide = nullptr;
+    if constexpr (kWide) wide = &tiles;
+    // Causal tiles differ in cost, hence the dynamic schedule, longest (last) tiles first.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t bh = item / q_tiles;
+      const int64_t it = q_tiles - 1 - item % q_tiles;
+      forward_tile(pb, bh / d.q_heads, bh % d.q_heads, it * pb.tiles.forward_rows, out, lse, wide);
     }
   }
 }
 
-// dQ of query rows [i0, i0 + kBackwardRows) of head h, from the key tiles in ascending order.
-void backward_query_tile(const AttentionProblem& pb, const BackwardArgs& args, int64_t b,
-                         int64_t h, int64_t i0, BackwardScratch& scratch) {
-  const AttentionDims& d = pb.dims;
-  const int64_t dim = d.head_dim;
-  const int64_t br = std::min(kBackwardRows, d.q_len - i0);
-  const int64_t kvh = h / (d.q_heads / d.kv_heads);
-  float* dq = args.grad_q + ((b * d.q_heads + h) * d.q_len + i0) * dim;
-  std::fill(dq, dq + br * dim, 0.0f);
-  const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kBackwardKeys) {
-    const int64_t bc = std::min(kBackwardKeys, d.kv_len - j0);
-    // Causal: rows before j0 see none of this tile; start at the first that does.
-    const int64_t skip = pb.causal ? std::max<int64_t>(j0 - i0, 0) : 0;
-    block_grads(pb, args, b, h, i0 + skip, br - skip, j0, bc, scratch);
-    gemm(false, false, br - skip, dim, bc, pb.scale, scratch.ds, kBackwardKeys,
-         tile_of(pb.k, b, kvh, j0), pb.k.row_stride, 1.0f, dq + skip * dim, dim);
+// delta[row] = sum over D of out * grad_out, both contiguous in q's dtype; bf16 / f16 rows are
+// widened in chunks of kDeltaChunk.
+constexpr int64_t kDeltaChunk = 256;
+
+void row_deltas(const Tensor& out, const Tensor& grad_out, int64_t rows, int64_t dim,
+                float* delta, bool parallel) {
+  if (out.dtype() == DType::f32) {
+    const float* o_data = out.data<float>();
+    const float* g_data = grad_out.data<float>();
+#pragma omp parallel for if (parallel)
+    for (int64_t row = 0; row < rows; ++row) {
+      const float* o = o_data + row * dim;
+      const float* g = g_data + row * dim;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t e = 0; e < dim; ++e) sum += o[e] * g[e];
+      delta[row] = sum;
+    }
+    return;
   }
-}
-
-bool worth_parallel(const AttentionDims& d) {
-  return d.batch * d.q_heads * d.q_len * d.kv_len * d.head_dim > kParallelWork;
-}
-
-}  // namespace
-
-void attention_forward(const AttentionProblem& pb, float* out, float* lse) {
-  const AttentionDims& d = pb.dims;
-  const int64_t q_tiles = ceil_div(d.q_len, kForwardRows);
-  const int64_t items = d.batch * d.q_heads * q_tiles;
-  // Causal tiles differ in cost, hence the dynamic schedule, longest (last) tiles first.
-#pragma omp parallel for schedule(dynamic, 1) if (worth_parallel(d))
-  for (int64_t item = 0; item < items; ++item) {
-    const int64_t bh = item / q_tiles;
-    const int64_t it = q_tiles - 1 - item % q_tiles;
-    forward_tile(pb, bh / d.q_heads, bh % d.q_heads, it * kForwardRows, out, lse);
-  }
-}
-
-void attention_backward(const AttentionProblem& pb, const float* out, const float* grad_out,
-                        const float* lse, float* delta, float* grad_q, float* grad_k,
-                        float* grad_v) {
-  const AttentionDims& d = pb.dims;
-  const int64_t dim = d.head_dim;
-  const int64_t rows = d.batch * d.q_heads * d.q_len;
-  const bool parallel = worth_parallel(d);
+  const char* o_data = static_cast<const char*>(out.data_ptr());
+  const char* g_data = static_cast<const char*>(grad_out.data_ptr());
+  const int64_t size = static_cast<int64_t>(out.element_size());
 #pragma omp parallel for if (parallel)
   for (int64_t row = 0; row < rows; ++row) {
-    const float* o = out + row * dim;
-    const float* g = grad_out + row * dim;
+    alignas(64) float o[kDeltaChunk], g[kDeltaChunk];
     float sum = 0.0f;
+    for (int64_t e0 = 0; e0 < dim; e0 += kDeltaChunk) {
+      const int64_t n = std::min(kDeltaChunk, dim - e0);
+      const int64_t first = (row * dim + e0) * size;
+      convert_to_f32(o_data + first, out.dtype(), o, static_cast<size_t>(n));
+      convert_to_f32(g_data + first, grad_out.dtype(), g, static_cast<size_t>(n));
 #pragma omp simd reduction(+ : sum)
-    for (int64_t e = 0; e < dim; ++e) sum += o[e] * g[e];
+      for (int64_t e = 0; e < n; ++e) sum += o[e] * g[e];
+    }
     delta[row] = sum;
   }
-  const BackwardArgs args{grad_out, lse, delta, grad_q, grad_k, grad_v};
+}
+
+// The backward passes after delta, each thread with its widened tiles when kWide.
+template <bool kWide>
+void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) {
+  const Dims& d = pb.dims;
+  const int64_t dim = d.head_dim;
   const int64_t heads = d.batch * d.kv_heads;
-  const int64_t k_tiles = ceil_div(d.kv_len, kBackwardKeys);
+  const int64_t k_tiles = ceil_div(d.kv_len, pb.tiles.backward_keys);
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
   // Note [Attention backward schedules]
   // With enough key/value heads to keep every thread busy, one thread owns a whole kv head: its
@@ -339,36 +555,96 @@ void attention_backward(const AttentionProblem& pb, const float* out, const floa
 #pragma omp parallel if (parallel)
     {
       BackwardScratch scratch;
+      [[maybe_unused]] std::conditional_t<kWide, WideBackwardTiles, char> tiles;
+      WideBackwardTiles* wide = nullptr;
+      if constexpr (kWide) wide = &tiles;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t head = 0; head < heads; ++head) {
         const int64_t b = head / d.kv_heads, kvh = head % d.kv_heads;
         const int64_t group = d.q_heads / d.kv_heads;
-        float* dq = grad_q + (b * d.q_heads + kvh * group) * d.q_len * dim;
+        float* dq = args.grad_q + (b * d.q_heads + kvh * group) * d.q_len * dim;
         std::fill(dq, dq + group * d.q_len * dim, 0.0f);
         for (int64_t jt = 0; jt < k_tiles; ++jt) {
-          backward_key_tile(pb, args, b, kvh, jt * kBackwardKeys, true, scratch);
+          backward_key_tile(pb, args, b, kvh, jt * pb.tiles.backward_keys, true, scratch, wide);
         }
       }
     }
     return;
   }
-  const int64_t q_tiles = ceil_div(d.q_len, kBackwardRows);
+  const int64_t q_tiles = ceil_div(d.q_len, pb.tiles.backward_rows);
 #pragma omp parallel if (parallel)
   {
     BackwardScratch scratch;
+    [[maybe_unused]] std::conditional_t<kWide, WideBackwardTiles, char> tiles;
+    WideBackwardTiles* wide = nullptr;
+    if constexpr (kWide) wide = &tiles;
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t item = 0; item < heads * k_tiles; ++item) {
       const int64_t head = item / k_tiles;
       backward_key_tile(pb, args, head / d.kv_heads, head % d.kv_heads,
-                        (item % k_tiles) * kBackwardKeys, false, scratch);
+                        (item % k_tiles) * pb.tiles.backward_keys, false, scratch, wide);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < d.batch * d.q_heads * q_tiles; ++item) {
       const int64_t bh = item / q_tiles;
       const int64_t it = q_tiles - 1 - item % q_tiles;
-      backward_query_tile(pb, args, bh / d.q_heads, bh % d.q_heads, it * kBackwardRows, scratch);
+      backward_query_tile(pb, args, bh / d.q_heads, bh % d.q_heads,
+                          it * pb.tiles.backward_rows, scratch, wide);
     }
   }
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                       float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse) {
+  const char* entry = "attention_forward";
+  const Problem pb = make_problem(entry, q, k, v, causal, scale, dropout);
+  check_attention_forward_buffers(entry, q, out, lse);
+  if (pb.wide) {
+    forward_items<true>(pb, Result(out), lse.data<float>());
+  } else {
+    forward_items<false>(pb, Result(out), lse.data<float>());
+  }
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& grad_out, const Tensor& lse, bool causal, float scale,
+                        DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
+                        const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum) {
+  const char* entry = "attention_backward";
+  const Problem pb = make_problem(entry, q, k, v, causal, scale, dropout);
+  const Dims& d = pb.dims;
+  const int64_t rows = d.batch * d.q_heads * d.q_len;
+  check_attention_backward_buffers(entry, q, k, out, grad_out, lse, delta, grad_q, grad_k, grad_v,
+                                   grad_q_accum);
+  const bool parallel = worth_parallel(d);
+  row_deltas(out, grad_out, rows, d.head_dim, delta.data<float>(), parallel);
+  // dQ sums in fp32: in grad_q itself for f32, else in grad_q_accum, rounded once below.
+  const Tensor& accum = pb.wide ? grad_q_accum : grad_q;
+  const BackwardArgs args{operand_of(grad_out), lse.data<float>(), delta.data<float>(),
+                          accum.data<float>(), Result(grad_k), Result(grad_v)};
+  if (pb.wide) {
+    backward_items<true>(pb, args, parallel);
+    const int64_t n = grad_q.numel();
+    const int64_t chunks = ceil_div(n, kWideTileFloats);
+    const float* sums = grad_q_accum.data<float>();
+    char* dst = static_cast<char*>(grad_q.data_ptr());
+    const int64_t size = static_cast<int64_t>(grad_q.element_size());
+#pragma omp parallel for if (parallel)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t first = c * kWideTileFloats;
+      convert_from_f32(sums + first, dst + first * size, grad_q.dtype(),
+                       static_cast<size_t>(std::min(kWideTileFloats, n - first)));
+    }
+  } else {
+    backward_items<false>(pb, args, parallel);
+  }
+}
+
+void fill_attention_kernels(AttentionKernels& kernels) {
+  kernels.forward = attention_forward;
+  kernels.backward = attention_backward;
 }
 
 }  // namespace headroom::cpu

@@ -1,55 +1,30 @@
-// Flash-attention-2 style attention kernels on the CPU: query tiles against key tiles with an
-// online softmax, keeping only the per-row log-sum-exp; backward recomputes the probabilities
-// tile by tile. The tile products run on cpu::gemm (single-threaded inside our OpenMP regions).
+// Flash-attention-2 style attention kernels on the CPU, the CPU's attention table
+// (backend/attention_kernels.h): query tiles against key tiles with an online softmax, keeping
+// only the per-row log-sum-exp; backward recomputes the probabilities tile by tile. q, k, v and
+// the gradients are read and written in their own dtype (f32, bf16, f16); bf16 / f16 tiles are
+// widened on the calling thread's stack and results rounded once, as the CUDA kernels load and
+// store them, with products and sums in fp32 (cpu::gemm, single-threaded inside our regions).
 #pragma once
 
-#include <cstdint>
+#include "backend/dropout_kernels.h"
+#include "core/tensor.h"
 
 namespace headroom::cpu {
 
-struct AttentionDims {
-  int64_t batch;
-  int64_t q_heads;
-  int64_t kv_heads;  // divides q_heads: query head h reads kv head h / (q_heads / kv_heads)
-  int64_t q_len;
-  int64_t kv_len;
-  int64_t head_dim;
-};
+// AttentionKernels::forward: out contiguous in q's dtype, lse f32 [B, Hq, Tq] = max + log(sum)
+// of the undropped, scaled scores of each row. Dropout on the probabilities: element
+// (b, h, i, j) is kept when the uniform number of linear index ((b * Hq + h) * Tq + i) * Tk + j
+// from (seed, offset) is >= p, then scaled by 1 / (1 - p); see Note [Philox stream layout].
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                       float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse);
 
-// A [B, H, T, D] operand whose last dimension is contiguous (element strides of the rest).
-struct AttentionOperand {
-  const float* data;
-  int64_t batch_stride;
-  int64_t head_stride;
-  int64_t row_stride;
-};
-
-// Dropout on the probabilities: element (b, h, i, j) is kept when the uniform number of linear
-// index ((b * q_heads + h) * q_len + i) * kv_len + j from (seed, offset) is >= p, and then scaled
-// by 1 / (1 - p); see Note [Philox stream layout]. p == 0 disables it.
-struct AttentionDropout {
-  float p = 0.0f;
-  uint64_t seed = 0;
-  uint64_t offset = 0;
-};
-
-struct AttentionProblem {
-  AttentionDims dims;
-  AttentionOperand q, k, v;
-  bool causal;  // key j > query i masked (q_len == kv_len)
-  float scale;
-  AttentionDropout dropout;
-};
-
-// out [B, Hq, Tq, D] and lse [B, Hq, Tq] contiguous; lse = max + log(sum) of the undropped,
-// scaled scores of each row.
-void attention_forward(const AttentionProblem& problem, float* out, float* lse);
-
-// grad_q [B, Hq, Tq, D], grad_k / grad_v [B, Hkv, Tk, D] contiguous, written (not accumulated).
-// out and grad_out are contiguous [B, Hq, Tq, D]; delta is a [B, Hq, Tq] workspace.
-// Deterministic: no atomics, every gradient element is summed in a fixed order.
-void attention_backward(const AttentionProblem& problem, const float* out, const float* grad_out,
-                        const float* lse, float* delta, float* grad_q, float* grad_k,
-                        float* grad_v);
+// AttentionKernels::backward: grad_q / grad_k / grad_v written (not accumulated) in q's dtype;
+// delta a [B, Hq, Tq] f32 workspace; dQ accumulates in grad_q when q is f32, else in the f32
+// workspace grad_q_accum, rounded into grad_q once at the end. Deterministic: no atomics, every
+// gradient element is summed in a fixed order.
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& grad_out, const Tensor& lse, bool causal, float scale,
+                        DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
+                        const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum);
 
 }  // namespace headroom::cpu

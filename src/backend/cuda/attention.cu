@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "backend/attention_buffers.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/backend_parts.h"
@@ -750,17 +751,6 @@ void check_problem(const char* entry, const Tensor& q, const Tensor& k, const Te
   }
 }
 
-// The kernels index these buffers as dense rows of D (or as [B, H, T] for lse and delta), so a
-// strided or mistyped one would be read or written silently wrong.
-void check_buffer(const char* entry, const char* name, const Tensor& t, DType dtype,
-                  int64_t numel) {
-  if (t.dtype() != dtype || t.numel() != numel || !t.is_contiguous()) {
-    throw ValueError(str_cat(entry, ": ", name, " must be contiguous ", dtype_name(dtype), " of ",
-                             numel, " elements, not ", dtype_name(t.dtype()), " ", t.shape(),
-                             " with strides ", t.strides()));
-  }
-}
-
 // Grid of (heads, tiles) with the tile count within gridDim.y's limit.
 dim3 grid_of(int64_t heads, int64_t tiles, const char* entry) {
   if (tiles > 65535 || heads > (int64_t{1} << 31) - 1) {
@@ -840,8 +830,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
                        float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse) {
   check_problem("attention_forward", q, k, v);
   const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
-  check_buffer("attention_forward", "out", out, q.dtype(), q.numel());
-  check_buffer("attention_forward", "lse", lse, DType::f32, q_rows);
+  check_attention_forward_buffers("attention_forward", q, out, lse);
   if (q_rows == 0) return;
   DeviceGuard guard(q.device().index);
   const Params p = make_params(q, k, v, causal, scale, dropout);
@@ -854,19 +843,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum) {
   check_problem("attention_backward", q, k, v);
   const bool f32 = q.dtype() == DType::f32;
-  if (!f32 && !grad_q_accum.defined()) {
-    throw ValueError("attention_backward: grad_q_accum is required for a non-f32 q");
-  }
-  const char* entry = "attention_backward";
-  const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
-  check_buffer(entry, "out", out, q.dtype(), q.numel());
-  check_buffer(entry, "grad_out", grad_out, q.dtype(), q.numel());
-  check_buffer(entry, "lse", lse, DType::f32, q_rows);
-  check_buffer(entry, "delta", delta, DType::f32, q_rows);
-  check_buffer(entry, "grad_q", grad_q, q.dtype(), q.numel());
-  check_buffer(entry, "grad_k", grad_k, q.dtype(), k.numel());
-  check_buffer(entry, "grad_v", grad_v, q.dtype(), k.numel());
-  if (!f32) check_buffer(entry, "grad_q_accum", grad_q_accum, DType::f32, q.numel());
+  check_attention_backward_buffers("attention_backward", q, k, out, grad_out, lse, delta, grad_q,
+                                   grad_k, grad_v, grad_q_accum);
   DeviceGuard guard(q.device().index);
   cudaStream_t stream = current_stream();
   // dQ is accumulated in fp32: in grad_q itself for f32, else in grad_q_accum.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
@@ -31,9 +32,9 @@ __global__ void first_bad_kernel(const Id* ids, int64_t count, int64_t num_embed
   }
 }
 
-int64_t first_bad_id(const Tensor& ids, int64_t num_embeddings) {
+std::optional<int64_t> first_bad_id(const Tensor& ids, int64_t num_embeddings) {
   const int64_t count = ids.numel();
-  if (count == 0) return -1;
+  if (count == 0) return std::nullopt;
   static std::mutex mutex;
   const std::lock_guard<std::mutex> lock(mutex);
   DeviceGuard guard(ids.device().index);
@@ -53,7 +54,8 @@ int64_t first_bad_id(const Tensor& ids, int64_t num_embeddings) {
   HEADROOM_CUDA_CHECK(cudaMemcpyFromSymbolAsync(&found, g_first_bad, sizeof found, 0,
                                                 cudaMemcpyDeviceToHost, stream));
   HEADROOM_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return found == none ? -1 : static_cast<int64_t>(found);
+  if (found == none) return std::nullopt;
+  return static_cast<int64_t>(found);
 }
 
 // ---- gather: out[t] = weight[ids[t]], rows copied in units of U (16 bytes when aligned)
