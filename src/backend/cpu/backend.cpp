@@ -18,6 +18,7 @@ const bool kRegistered = [] {
   fill_activation_kernels(std::get<ActivationKernels>(backend.kernels));
   fill_dropout_kernels(std::get<DropoutKernels>(backend.kernels));
   fill_elementwise_kernels(std::get<ElementwiseKernels>(backend.kernels));
+  fill_grad_check_kernels(std::get<GradCheckKernels>(backend.kernels));
   fill_norm_kernels(std::get<NormKernels>(backend.kernels));
   fill_quantization_kernels(std::get<QuantizationKernels>(backend.kernels));
   fill_reduction_kernels(std::get<ReductionKernels>(backend.kernels));
