@@ -9,7 +9,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/grad_scaler.h"
 #include "backend/grad_check_kernels.h"
 #include "core/error.h"
 #include "ops/elementwise.h"
@@ -52,43 +51,19 @@ void check_options(const GradScalerOptions& o) {
   }
 }
 
-// The fused pass over one gradient on the CPU; whether it held inf or NaN.
-bool non_finite_check_and_unscale(const Tensor& grad, float inv_scale) {
-  if (!computes_on_cpu("GradScaler.unscale_", grad.device())) return false;
-  const Tensor work = grad.contiguous();
-  grad.storage()->bump_version();
-  bool found = false;
-  switch (work.dtype()) {
-    case DType::f32:
-      found = cpu::non_finite_check_and_unscale(work.data<float>(), work.numel(), inv_scale);
-      break;
-    case DType::bf16:
-      found = cpu::non_finite_check_and_unscale(work.data<BFloat16>(), work.numel(), inv_scale);
-      break;
-    case DType::f16:
-      found = cpu::non_finite_check_and_unscale(work.data<Half>(), work.numel(), inv_scale);
-      break;
-    default:
-      throw NotImplementedError(str_cat("GradScaler.unscale_: ", dtype_name(work.dtype()),
-                                        " gradients"));
-  }
-  if (work.storage() != grad.storage()) grad.copy_(work);
-  return found;
-}
-
-// The fused pass over one gradient on a native device (or meta planning for one): sets `flag`
-// (f32 [1], zeroed by the caller on the gradient's device) when it held inf or NaN, with no
-// host read.
-void unscale_on_device(const OpRoute& route, const Tensor& grad, float inv_scale,
-                       const Tensor& flag) {
+// The fused pass over one gradient (torch's _amp_non_finite_check_and_unscale_), in place in
+// its own dtype on its device: sets `flag` (f32 [1], zeroed by the caller on the gradient's
+// device) when it held inf or NaN, with no host read.
+void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& flag) {
   if (flag.device() != grad.device()) {
     throw ValueError(str_cat("GradScaler.unscale_: gradients on ", flag.device(), " and ",
                              grad.device(), "; one optimizer's gradients must share a device"));
   }
-  if (!route.kernels) return;
+  const auto& kernel =
+      need_kernel("GradScaler.unscale_", grad.device(), &GradCheckKernels::unscale_and_check);
   grad.storage()->bump_version();
   const Tensor work = grad.contiguous();  // the gradient itself unless strided
-  route.need(&GradCheckKernels::unscale_and_check)(work, inv_scale, flag);
+  kernel(work, inv_scale, flag);
   if (work.storage() != grad.storage()) grad.copy_(work);
 }
 
@@ -189,19 +164,15 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   }
   // In double, as torch: "FP32 division can be imprecise for certain compile options".
   const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  bool found = false;
-  Tensor flag;  // on a native device: one found_inf flag for all of this step's gradients
+  // One found_inf flag on the gradients' device for all of this step's gradients, read back
+  // once by step() or update().
+  Tensor flag;
   for (const Tensor& grad : grads) {
-    const OpRoute route = op_route("GradScaler.unscale_", grad.device());
-    if (!route.native) {
-      found |= non_finite_check_and_unscale(grad, inv_scale);
-      continue;
-    }
     if (!flag.defined()) flag = Tensor::zeros({1}, DType::f32, grad.device());
-    unscale_on_device(route, grad, inv_scale, flag);
+    unscale_and_check(grad, inv_scale, flag);
   }
   state.recorded = !grads.empty();
-  state.found_inf = found;
+  state.found_inf = false;
   state.found_inf_flag = flag;
   state.stage = Stage::unscaled;
 }

@@ -1,5 +1,6 @@
 // The gradient checks' kernel table (Note [Kernel tables] in backend/kernel_table.h): norms for
-// clipping and LOMO, and the GradScaler's unscale-and-check, all without a host read.
+// clipping and LOMO, clamping for clip_grad_value_, and the GradScaler's unscale-and-check, all
+// without a host read. Gradients are contiguous, in their own dtype, and changed in place.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +27,9 @@ struct GradCheckKernels {
   // f64). Every slot of the row is written, in a fixed order, so results repeat bit for bit.
   Kernel<void(const Tensor& x, double p, const Tensor& partials, int64_t index)> norm_partial{
       "norm_partial"};
-  // From the rows of norm_partial (its partials): each tensor's norm rounded to f32 as
-  // cpu::vector_norm does, then the norm of those norms (Note [Gradient norms in fp32]), into
-  // result[0] (f32 [2]), and the clip factor of `rule` for max_norm into result[1].
+  // From the rows of norm_partial (its partials): each tensor's norm rounded to f32, then the norm
+  // of those norms (Note [Gradient norms in fp32]), into result[0] (f32 [2]), and the clip factor
+  // of `rule` for max_norm into result[1].
   Kernel<void(const Tensor& partials, int64_t count, double p, double max_norm, ClipRule rule,
               const Tensor& result)>
       norm_combine{"norm_combine"};
@@ -36,6 +37,9 @@ struct GradCheckKernels {
   // device) in fp32 and rounded once; nothing is written when the factor is exactly 1.
   Kernel<void(const Tensor& grad, const Tensor& factor)> scale_by_device_factor{
       "scale_by_device_factor"};
+  // grad (f32 / bf16 / f16) clamped in place to [low, high] in fp32 and rounded once; NaN stays
+  // NaN (torch.clamp_).
+  Kernel<void(const Tensor& grad, float low, float high)> clamp{"clamp"};
   // grads (f32 / bf16 / f16) multiplied by inv_scale in place; found_inf (f32 [1]) set to 1 when
   // any element is inf or NaN.
   Kernel<void(const Tensor& grad, float inv_scale, const Tensor& found_inf)> unscale_and_check{

@@ -3,7 +3,6 @@
 
 #include "autograd/function_node.h"
 #include "core/record_function.h"
-#include "ops/op_support.h"
 
 namespace headroom {
 
@@ -14,7 +13,7 @@ Tensor cast(const Tensor& x, DType dtype) {
   if (auto node = make_function_node("ToCopyBackward0", {x})) {
     const DType input_dtype = x.dtype();
     node->set_backward([input_dtype](BackwardContext& ctx) -> std::vector<Tensor> {
-      return {to_dtype(ctx.take_grad_output(), input_dtype)};
+      return {ctx.take_grad_output().to(input_dtype)};
     });
     node->set_outputs({out});
   }

@@ -1,9 +1,9 @@
-// add / sub / mul / scale. Inputs of different shapes are broadcast; their gradients are summed
-// back to each input's shape.
+// add / sub / mul / scale: the output in the inputs' dtype (f32 when they differ), then the
+// device's element-wise kernels (backend/elementwise_kernels.h), the same on every device. Inputs
+// of different shapes are broadcast; their gradients are summed back to each input's shape.
 #include "ops/elementwise.h"
 
 #include "autograd/function_node.h"
-#include "backend/cpu/elementwise.h"
 #include "backend/elementwise_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
@@ -28,55 +28,26 @@ DType result_dtype(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() ? a.dtype() : DType::f32;
 }
 
-// The raw computation, no autograd.
+// The raw computation, no autograd: the output in the result dtype, then the device's entry,
+// which reads broadcast operands through their zero strides (nothing is materialised).
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_name(op);
   check_floating(name, "a", a);
   check_floating(name, "b", b);
   check_same_device(name, {a, b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape());
-  const OpRoute route = op_route(name, a.device());
-  if (route.native) {
-    // The entry reads broadcast operands through their zero strides: nothing is materialised.
-    Tensor out = Tensor::empty(shape, result_dtype(a, b), a.device());
-    if (route.kernels) {
-      route.need(&ElementwiseKernels::binary)(op, a.shape() == shape ? a : a.expand(shape),
-                                              b.shape() == shape ? b : b.expand(shape), out);
-    }
-    return out;
-  }
-  Tensor out = Tensor::empty(shape, DType::f32, a.device());
-  const Tensor af = f32_contiguous(a.shape() == shape ? a : a.expand(shape));
-  const Tensor bf = f32_contiguous(b.shape() == shape ? b : b.expand(shape));
-  if (route.cpu) {
-    const float* pa = af.data<float>();
-    const float* pb = bf.data<float>();
-    float* po = out.data<float>();
-    switch (op) {
-      case BinaryOp::add: cpu::add(pa, pb, po, out.numel()); break;
-      case BinaryOp::sub: cpu::sub(pa, pb, po, out.numel()); break;
-      case BinaryOp::mul: cpu::mul(pa, pb, po, out.numel()); break;
-    }
-  }
-  return to_dtype(out, result_dtype(a, b));
+  Tensor out = Tensor::empty(shape, result_dtype(a, b), a.device());
+  need_kernel(name, a.device(), &ElementwiseKernels::binary)(
+      op, a.shape() == shape ? a : a.expand(shape), b.shape() == shape ? b : b.expand(shape), out);
+  return out;
 }
 
 Tensor scale_forward(const Tensor& x, double factor) {
   check_floating("scale", "x", x);
-  const OpRoute route = op_route("scale", x.device());
-  if (route.native) {
-    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (route.kernels) {
-      route.need(&ElementwiseKernels::scale)(x.contiguous(), static_cast<float>(factor), out);
-    }
-    return out;
-  }
-  Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
-  const Tensor xf = f32_contiguous(x);
-  if (route.cpu) {
-    cpu::scale(xf.data<float>(), static_cast<float>(factor), out.data<float>(), out.numel());
-  }
-  return to_dtype(out, x.dtype());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  need_kernel("scale", x.device(), &ElementwiseKernels::scale)(x.contiguous(),
+                                                               static_cast<float>(factor), out);
+  return out;
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {

@@ -1,8 +1,9 @@
-// sum / mean and the broadcast-reducing sum_to_shape.
+// sum / mean and the broadcast-reducing sum_to_shape: the result (and sum_all's partial sums) in
+// x's dtype, then the device's reduction kernels (backend/reduction_kernels.h), the same on every
+// device.
 #include "ops/reduction.h"
 
 #include "autograd/function_node.h"
-#include "backend/cpu/reduction.h"
 #include "backend/reduction_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
@@ -19,38 +20,21 @@ Tensor reduce_all(const Tensor& x, bool average, const char* op) {
   if (auto cast = autocast_inputs(op, {x})) return reduce_all((*cast)[0], average, op);
   check_floating(op, "x", x);
   const double factor = average ? 1.0 / static_cast<double>(x.numel()) : 1.0;
-  const OpRoute route = op_route(op, x.device());
-  Tensor out;
-  if (route.native) {
-    out = Tensor::empty(Shape{}, x.dtype(), x.device());
-    const int64_t partials = sum_all_partials(x.numel());
-    const Tensor partial =
-        partials > 0 ? Tensor::empty(Shape{partials}, DType::i64, x.device()) : Tensor();
-    if (route.kernels) route.need(&ReductionKernels::sum_all)(x.contiguous(), factor, partial, out);
-  } else {
-    out = Tensor::empty(Shape{}, DType::f32, x.device());
-    const Tensor xf = f32_contiguous(x);
-    if (route.cpu) {
-      double total = cpu::sum_all(xf.data<float>(), xf.numel());
-      if (average) total /= static_cast<double>(x.numel());  // NaN for an empty tensor, as torch
-      *out.data<float>() = static_cast<float>(total);
-    }
-    out = to_dtype(out, x.dtype());
-  }
+  // The partial sums' workspace comes from the op, so a dry run plans it too.
+  Tensor out = Tensor::empty(Shape{}, x.dtype(), x.device());
+  const int64_t partials = sum_all_partials(x.numel());
+  const Tensor partial =
+      partials > 0 ? Tensor::empty(Shape{partials}, DType::i64, x.device()) : Tensor();
+  need_kernel(op, x.device(), &ReductionKernels::sum_all)(x.contiguous(), factor, partial, out);
   if (auto node = make_function_node(average ? "MeanBackward0" : "SumBackward0", {x})) {
     const Shape shape = x.shape();
     const DType dtype = x.dtype();
     node->set_backward([shape, factor, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
       const Tensor& g = ctx.grad_output();
-      const OpRoute back = op_route("sum backward", g.device());
-      if (back.native) {
-        // The incoming gradient stays on the device: no host read, no sync.
-        Tensor grad = Tensor::empty(shape, dtype, g.device());
-        if (back.kernels) back.need(&ReductionKernels::fill_scaled)(grad, g.contiguous(), factor);
-        return {grad};
-      }
-      Tensor grad = Tensor::empty(shape, g.dtype(), g.device());
-      if (back.cpu) grad.fill_(g.item() * factor);
+      // The incoming gradient stays on its device: no host read, no sync.
+      Tensor grad = Tensor::empty(shape, dtype, g.device());
+      need_kernel("sum backward", g.device(), &ReductionKernels::fill_scaled)(grad, g.contiguous(),
+                                                                              factor);
       return {grad};
     });
     node->set_outputs({out});
@@ -73,27 +57,9 @@ Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, cons
     else if (keepdim) out_dims.push_back(1);
   }
   const Shape out_shape(out_dims);
-  const OpRoute route = op_route(op, x.device());
-  Tensor out;
-  if (route.native) {
-    out = Tensor::empty(out_shape, x.dtype(), x.device());
-    if (route.kernels) {
-      route.need(&ReductionKernels::sum_middle)(x.contiguous(), outer, n, inner,
-                                           average ? 1.0 / static_cast<double>(n) : 1.0, out);
-    }
-  } else {
-    out = Tensor::empty(out_shape, DType::f32, x.device());
-    const Tensor xf = f32_contiguous(x);
-    if (route.cpu) {
-      float* o = out.data<float>();
-      cpu::sum_middle(xf.data<float>(), outer, n, inner, o);
-      if (average) {
-        const float inv = 1.0f / static_cast<float>(n);
-        for (int64_t i = 0; i < outer * inner; ++i) o[i] *= inv;
-      }
-    }
-    out = to_dtype(out, x.dtype());
-  }
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  need_kernel(op, x.device(), &ReductionKernels::sum_middle)(
+      x.contiguous(), outer, n, inner, average ? 1.0 / static_cast<double>(n) : 1.0, out);
   if (auto node = make_function_node(average ? "MeanBackward0" : "SumBackward0", {x})) {
     const Shape shape = x.shape();
     std::vector<int64_t> kept = shape.to_vector();

@@ -1,11 +1,10 @@
-// Gradient clipping: torch's checks and fp32 coefficient arithmetic here, the loops over the
-// gradients in backend/cpu/clip_grad.cpp, or a native device's norm entries with one host read.
+// Gradient clipping: torch's checks here, the norms, the fp32 clip factor and the passes over the
+// gradients in the device's gradient-check kernels (backend/grad_check_kernels.h), the same on
+// every device, with one host read of the total norm.
 #include "optim/clip_grad.h"
 
 #include <cmath>
-#include <functional>
 
-#include "backend/cpu/clip_grad.h"
 #include "backend/grad_check_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -52,36 +51,24 @@ void check_norm_type(const char* op, double norm_type) {
   }
 }
 
-// Whether the gradients' values are to be read and written: false with none or on meta.
-bool computes(const char* op, const std::vector<Tensor>& grads) {
-  return !grads.empty() && computes_on_cpu(op, grads.front().device());
-}
-
-// Whether `grads` live on a native device, or on meta planning for one (op_route).
-bool native(const char* op, const std::vector<Tensor>& grads) {
-  return !grads.empty() && op_route(op, grads.front().device()).native;
-}
-
-// Note [Gradient norms on a native device]
-// Without a host read per tensor, as torch's foreach path: each gradient's partial sums go to one
-// row of a device buffer (norm_partial), norm_combine folds them into the total norm of Note
-// [Gradient norms in fp32] and the clip factor, both on the device (f32 [2]), and the gradients
-// are scaled by that factor where it lies. The caller reads the total back once. On meta in the
-// native pattern the two buffers are allocated and nothing is computed.
+// Note [Gradient norms without host reads]
+// As torch's foreach path, with no host read per tensor, the same on every device: each
+// gradient's partial sums go to one row of a device buffer (norm_partial), norm_combine folds
+// them into the total norm of Note [Gradient norms in fp32] and the clip factor, both on the
+// device (f32 [2]), and the gradients are scaled by that factor where it lies. The caller reads
+// the total back once. On meta the two buffers are allocated and nothing is computed.
 Tensor device_norm(const char* op, const std::vector<Tensor>& grads, double norm_type,
                    double max_norm, ClipRule rule) {
-  const OpRoute route = op_route(op, grads.front().device());
   const Device device = grads.front().device();
   const auto count = static_cast<int64_t>(grads.size());
-  const Tensor partials =
-      Tensor::empty({count, kNormPartialBlocks}, DType::i64, device);
+  const Tensor partials = Tensor::empty({count, kNormPartialBlocks}, DType::i64, device);
   const Tensor result = Tensor::empty({2}, DType::f32, device);
-  if (!route.kernels) return result;
+  const auto& norm_partial = need_kernel(op, device, &GradCheckKernels::norm_partial);
   for (int64_t i = 0; i < count; ++i) {
-    route.need(&GradCheckKernels::norm_partial)(grads[static_cast<size_t>(i)].contiguous(),
-                                                norm_type, partials, i);
+    norm_partial(grads[static_cast<size_t>(i)].contiguous(), norm_type, partials, i);
   }
-  route.need(&GradCheckKernels::norm_combine)(partials, count, norm_type, max_norm, rule, result);
+  need_kernel(op, device, &GradCheckKernels::norm_combine)(partials, count, norm_type, max_norm,
+                                                           rule, result);
   return result;
 }
 
@@ -91,32 +78,14 @@ float read_total(const Tensor& result) {
   return result.to(kCPU).data<float>()[0];
 }
 
-// See Note [Gradient norms in fp32].
-float total_norm(const char* op, const std::vector<Tensor>& grads, double norm_type) {
-  if (!computes(op, grads)) return 0.0f;
-  std::vector<float> norms;
-  norms.reserve(grads.size());
-  for (const Tensor& grad : grads) {
-    const Tensor packed = grad.contiguous();
-    norms.push_back(static_cast<float>(
-        cpu::vector_norm(packed.data_ptr(), packed.dtype(), packed.numel(), norm_type)));
-  }
-  return static_cast<float>(cpu::vector_norm(norms.data(), DType::f32,
-                                             static_cast<int64_t>(norms.size()), norm_type));
-}
-
-// Runs kernel(data, dtype, numel) on `grad` in place (on a packed copy, written back, when the
-// gradient is not contiguous).
-void update_in_place(const Tensor& grad,
-                     const std::function<void(void*, DType, int64_t)>& kernel) {
-  if (grad.is_contiguous()) {
-    grad.storage()->bump_version();
-    kernel(grad.data_ptr(), grad.dtype(), grad.numel());
-    return;
-  }
+// Runs kernel(grad) on `grad` in place: on the gradient itself when it is contiguous, else on a
+// packed copy that is written back.
+template <typename Kernel>
+void update_in_place(const Tensor& grad, const Kernel& kernel) {
+  grad.storage()->bump_version();
   const Tensor packed = grad.contiguous();
-  kernel(packed.data_ptr(), packed.dtype(), packed.numel());
-  grad.copy_(packed);
+  kernel(packed);
+  if (packed.storage() != grad.storage()) grad.copy_(packed);
 }
 
 void check_finite(float total, double norm_type) {
@@ -125,28 +94,6 @@ void check_finite(float total, double norm_type) {
                       " for gradients from `parameters` is non-finite (", total,
                       "), so it cannot be clipped. To disable this error and scale the "
                       "gradients by the non-finite norm anyway, set error_if_nonfinite=false"));
-}
-
-// clip_grad_norm_ on a native device (Note [Gradient norms on a native device]): the total is
-// read once, before the scaling when error_if_nonfinite needs it, else after.
-double clip_native(const std::vector<Tensor>& grads, double max_norm, double norm_type,
-                   bool error_if_nonfinite) {
-  constexpr const char* kOp = "clip_grad_norm_";
-  const Tensor result = device_norm(kOp, grads, norm_type, max_norm, ClipRule::torch);
-  const OpRoute route = op_route(kOp, grads.front().device());
-  if (!route.kernels) return 0.0;
-  float total = 0.0f;
-  if (error_if_nonfinite) {
-    total = read_total(result);
-    check_finite(total, norm_type);
-  }
-  for (const Tensor& grad : grads) {
-    grad.storage()->bump_version();
-    const Tensor packed = grad.contiguous();  // the gradient itself unless strided
-    route.need(&GradCheckKernels::scale_by_device_factor)(packed, result);
-    if (packed.storage() != grad.storage()) grad.copy_(packed);
-  }
-  return error_if_nonfinite ? total : read_total(result);
 }
 
 }  // namespace
@@ -160,22 +107,20 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   check_norm_type(kOp, norm_type);
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients_of(kOp, params);
-  if (native(kOp, grads)) return clip_native(grads, max_norm, norm_type, error_if_nonfinite);
-  const float total = total_norm(kOp, grads, norm_type);
-  if (error_if_nonfinite) check_finite(total, norm_type);
-  if (!computes(kOp, grads)) return total;
-  // torch: clip_coef = max_norm / (total_norm + 1e-6) on an fp32 tensor, where the division is
-  // Tensor.__rtruediv__, reciprocal() * max_norm; then torch.clamp(clip_coef, max=1.0), which
-  // keeps a NaN.
-  const float coef = (1.0f / (total + static_cast<float>(1e-6))) * static_cast<float>(max_norm);
-  const float clamped = coef > 1.0f ? 1.0f : coef;
-  if (clamped == 1.0f) return total;
-  for (const Tensor& grad : grads) {
-    update_in_place(grad, [clamped](void* data, DType dtype, int64_t n) {
-      cpu::scale_in_place(data, dtype, n, clamped);
-    });
+  if (grads.empty()) return 0.0;
+  // The total is read once: before the scaling when error_if_nonfinite needs it, else after.
+  const Tensor result = device_norm(kOp, grads, norm_type, max_norm, ClipRule::torch);
+  float total = 0.0f;
+  if (error_if_nonfinite) {
+    total = read_total(result);
+    check_finite(total, norm_type);
   }
-  return total;
+  const auto& scale = need_kernel(kOp, grads.front().device(),
+                                  &GradCheckKernels::scale_by_device_factor);
+  for (const Tensor& grad : grads) {
+    update_in_place(grad, [&](const Tensor& packed) { scale(packed, result); });
+  }
+  return error_if_nonfinite ? total : read_total(result);
 }
 
 double clip_grad_norm_(const Optimizer& optimizer, double max_norm, double norm_type,
@@ -190,14 +135,13 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   }
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients_of(kOp, params);
-  if (!computes(kOp, grads)) return;
+  if (grads.empty()) return;
   // torch converts the bounds to the gradient's dtype; clamping in fp32 against the fp32 bounds
   // and rounding the result gives the same values, as rounding is monotonic.
   const float high = static_cast<float>(clip_value);
+  const auto& clamp = need_kernel(kOp, grads.front().device(), &GradCheckKernels::clamp);
   for (const Tensor& grad : grads) {
-    update_in_place(grad, [high](void* data, DType dtype, int64_t n) {
-      cpu::clamp_in_place(data, dtype, n, -high, high);
-    });
+    update_in_place(grad, [&](const Tensor& packed) { clamp(packed, -high, high); });
   }
 }
 
@@ -210,10 +154,8 @@ double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   check_norm_type(kOp, norm_type);
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients_of(kOp, params);
-  if (native(kOp, grads)) {
-    return read_total(device_norm(kOp, grads, norm_type, 0.0, ClipRule::torch));
-  }
-  return total_norm(kOp, grads, norm_type);
+  if (grads.empty()) return 0.0;
+  return read_total(device_norm(kOp, grads, norm_type, 0.0, ClipRule::torch));
 }
 
 double grad_norm(const Optimizer& optimizer, double norm_type) {

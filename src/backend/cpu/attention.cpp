@@ -16,6 +16,7 @@
 #include "backend/attention_kernels.h"
 #include "backend/cpu/backend_parts.h"
 #include "backend/cpu/gemm.h"
+#include "backend/exp_approx.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
 #include "core/philox.h"
@@ -51,43 +52,9 @@ constexpr int64_t kWideKeyFloats = 8192;
 // Below this many multiply-adds of QK^T a call stays on one thread.
 constexpr int64_t kParallelWork = int64_t{1} << 18;
 
-// e^x by Cephes' expf polynomial (about 1 ulp) for x <= 88, and exactly 0 for x < -87, -inf
-// included: the score of a masked key or of a row's first tile. Written with integer selects
-// only, because GCC does not vectorise float compares under the default -ftrapping-math, and
-// libm's expf is not vectorised at all.
-inline float fast_exp(float x) {
-  uint32_t ux;
-  std::memcpy(&ux, &x, sizeof ux);
-  // x < -87: negative floats order like their magnitudes as unsigned bit patterns.
-  constexpr uint32_t kMinus87 = 0xC2AE0000u;
-  const uint32_t tiny = ux > kMinus87 ? 0xFFFFFFFFu : 0u;
-  ux = (ux & ~tiny) | (kMinus87 & tiny);
-  float xc;
-  std::memcpy(&xc, &ux, sizeof xc);
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // rint(x / ln 2)
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) * (int32_t{1} << 23);
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  const float y = p * two_n;
-  uint32_t uy;
-  std::memcpy(&uy, &y, sizeof uy);
-  uy &= ~tiny;
-  float result;
-  std::memcpy(&result, &uy, sizeof result);
-  return result;
-}
-
 // Floats mapped to int32 in the same order (NaN aside), so that a row maximum is an integer
-// reduction, which GCC vectorises; a float max is a branch to it (see fast_exp).
+// reduction, which GCC vectorises; a float max is a branch to it (Note
+// [Selects through integer masks] in backend/exp_approx.h).
 inline int32_t order_key(float x) {
   int32_t i;
   std::memcpy(&i, &x, sizeof i);
@@ -299,11 +266,11 @@ void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Res
       std::fill(sr + n, sr + bc, 0.0f);
       if (n == 0) continue;
       const float mx = row_max(sr, n, m[r]);
-      const float correction = fast_exp(m[r] - mx);
+      const float correction = exp_approx(m[r] - mx);
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t c = 0; c < n; ++c) {
-        sr[c] = fast_exp(sr[c] - mx);
+        sr[c] = exp_approx(sr[c] - mx);
         sum += sr[c];
       }
       l[r] = l[r] * correction + sum;
@@ -391,14 +358,14 @@ void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t
       dropout_scales(pb.dropout, linear_index(d, b, h, i0 + r, j0), n, keep);
 #pragma omp simd
       for (int64_t c = 0; c < n; ++c) {
-        const float prob = fast_exp(pr[c] - row_lse);
+        const float prob = exp_approx(pr[c] - row_lse);
         dsr[c] = prob * (dsr[c] * keep[c] - row_delta);
         pr[c] = prob * keep[c];
       }
     } else {
 #pragma omp simd
       for (int64_t c = 0; c < n; ++c) {
-        const float prob = fast_exp(pr[c] - row_lse);
+        const float prob = exp_approx(pr[c] - row_lse);
         dsr[c] = prob * (dsr[c] - row_delta);
         pr[c] = prob;
       }

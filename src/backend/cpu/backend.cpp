@@ -18,9 +18,12 @@ const bool kRegistered = [] {
   fill_activation_kernels(std::get<ActivationKernels>(backend.kernels));
   fill_attention_kernels(std::get<AttentionKernels>(backend.kernels));
   fill_dropout_kernels(std::get<DropoutKernels>(backend.kernels));
+  fill_elementwise_kernels(std::get<ElementwiseKernels>(backend.kernels));
   fill_embedding_kernels(std::get<EmbeddingKernels>(backend.kernels));
+  fill_grad_check_kernels(std::get<GradCheckKernels>(backend.kernels));
   fill_norm_kernels(std::get<NormKernels>(backend.kernels));
   fill_quantization_kernels(std::get<QuantizationKernels>(backend.kernels));
+  fill_reduction_kernels(std::get<ReductionKernels>(backend.kernels));
   fill_rotary_kernels(std::get<RotaryKernels>(backend.kernels));
   fill_softmax_kernels(std::get<SoftmaxKernels>(backend.kernels));
   register_backend(backend);

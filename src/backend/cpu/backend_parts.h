@@ -12,9 +12,12 @@ const DeviceKernels& tensor_kernels();
 void fill_activation_kernels(ActivationKernels& kernels);  // activation.cpp
 void fill_attention_kernels(AttentionKernels& kernels);    // attention.cpp
 void fill_dropout_kernels(DropoutKernels& kernels);        // dropout.cpp
+void fill_elementwise_kernels(ElementwiseKernels& kernels);  // elementwise.cpp
 void fill_embedding_kernels(EmbeddingKernels& kernels);    // embedding.cpp
+void fill_grad_check_kernels(GradCheckKernels& kernels);   // grad_checks.cpp
 void fill_norm_kernels(NormKernels& kernels);              // norm.cpp
 void fill_quantization_kernels(QuantizationKernels& kernels);  // linear_4bit.cpp
+void fill_reduction_kernels(ReductionKernels& kernels);    // reduction.cpp
 void fill_rotary_kernels(RotaryKernels& kernels);          // rotary.cpp
 void fill_softmax_kernels(SoftmaxKernels& kernels);        // softmax.cpp
 

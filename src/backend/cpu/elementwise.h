@@ -1,16 +1,13 @@
-// Element-wise fp32 kernels on contiguous arrays (OpenMP over large arrays, vectorised loops).
+// An fp32 scaling loop on raw arrays, for the ops of other families that still scale their own
+// fp32 buffers in place (ops/cross_entropy.cpp); the element-wise ops themselves go through the
+// kernel table (backend/elementwise_kernels.h, filled by backend/cpu/elementwise.cpp).
 #pragma once
 
 #include <cstdint>
 
 namespace headroom::cpu {
 
-void add(const float* a, const float* b, float* out, int64_t n);
-void sub(const float* a, const float* b, float* out, int64_t n);
-void mul(const float* a, const float* b, float* out, int64_t n);
-// out = a * alpha
+// out = a * alpha (out may be a).
 void scale(const float* a, float alpha, float* out, int64_t n);
-// out = a * alpha + b * beta
-void axpby(const float* a, float alpha, const float* b, float beta, float* out, int64_t n);
 
 }  // namespace headroom::cpu

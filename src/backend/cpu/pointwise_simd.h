@@ -2,11 +2,8 @@
 // written so that a `#pragma omp simd` loop calling them vectorises with the default x86-64
 // flags, AVX-512 clones of the hot loops, and the split of an array over threads.
 //
-// Note [Selects through integer masks]
-// GCC does not if-convert a float comparison feeding a select of constants (`x > c ? c : x`)
-// under the default -ftrapping-math unless the target has AVX-512 mask registers, so such a loop
-// stays scalar on SSE2 / AVX2. Comparing the float's bits as integers cannot trap, and blending
-// with and / or masks has no branch, so these functions do every select that way.
+// Every select is done through integer masks (Note [Selects through integer masks] in
+// backend/exp_approx.h).
 //
 // Note [AVX-512 clones of point-wise loops]
 // The build sets no -march, so plain code is vectorised for SSE2 (4 floats). These kernels are
@@ -23,6 +20,8 @@
 #include <omp.h>
 
 #include <cstdint>
+
+#include "backend/exp_approx.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HEADROOM_SIMD_CLONES __attribute__((target_clones("avx512f", "default")))
@@ -43,35 +42,8 @@ inline float select(uint32_t mask, float a, float b) {
   return float_of((bits_of(a) & mask) | (bits_of(b) & ~mask));
 }
 
-// e^x with relative error below 2e-7 for x in [-87.3, 88]. Below that range (-inf included) it
-// returns 0; above it saturates at e^88 (~1.65e38) instead of overflowing; NaN stays NaN.
-inline float exp_approx(float x) {
-  constexpr uint32_t kHighBits = 0x42B00000u;  // 88: n below stays <= 127
-  constexpr uint32_t kLowBits = 0xC2AEAC50u;   // -87.33655: n below stays >= -126
-  const uint32_t b = bits_of(x);
-  // Sign-magnitude bits: positive floats order as unsigned integers up to +inf (0x7F800000),
-  // negative ones from 0x80000000 up to -inf (0xFF800000); NaNs lie above either end.
-  const uint32_t over = mask_if(b > kHighBits) & mask_if(b <= 0x7F800000u);
-  const uint32_t under = mask_if(b > kLowBits) & mask_if(b <= 0xFF800000u);
-  const float xc = float_of((((b & ~over) | (kHighBits & over)) & ~under) | (kLowBits & under));
-  // x = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite split of ln2), e^r by Cephes' expf polynomial.
-  constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  float t = xc * 1.44269504088896341f + kShifter;
-  const int32_t n = static_cast<int32_t>(bits_of(t) - bits_of(kShifter));
-  t -= kShifter;
-  float r = xc - t * 0.693359375f;
-  r = r - t * -2.12194440e-4f;
-  const float r2 = r * r;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r2 + r + 1.0f;
-  const float y = p * float_of(static_cast<uint32_t>(n + 127) << 23);
-  return float_of(bits_of(y) & ~under);
-}
+// e^x: the one shared approximation of backend/exp_approx.h.
+using ::headroom::exp_approx;
 
 // tanh(x) with relative error about 1e-7 (tests/ops/test_pointwise.cpp measures it against
 // std::tanh): Cephes' tanhf polynomial for |x| < 0.625, 1 - 2 / (e^{2|x|} + 1) beyond, where the

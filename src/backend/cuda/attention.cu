@@ -3,8 +3,8 @@
 //
 // Two kernel families. bf16 / f16 with head size up to 128 run on tensor cores (nvcuda::wmma,
 // 16x16x16, fp32 accumulation), the head size padded to 64 or 128 in shared memory. f32, and
-// head sizes 129..256, run on CUDA cores (fp32 throughout). Both use exp as the CPU kernel does
-// (fast_exp below), so masked and first-tile scores give exactly 0.
+// head sizes 129..256, run on CUDA cores (fp32 throughout). Both use the CPU kernel's exp
+// (backend/exp_approx.h), so masked and first-tile scores give exactly 0.
 //
 // Forward is deterministic. Backward sums dK and dV in a fixed order (one block owns a key tile
 // of a kv head and walks its query heads and query tiles in order), but adds each key tile's dQ
@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/backend_parts.h"
+#include "backend/exp_approx.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -50,31 +51,6 @@ template <typename T>
 __device__ __forceinline__ const T* row_of(const Operand& x, int64_t b, int64_t h, int64_t row) {
   return static_cast<const T*>(x.data) + b * x.batch_stride + h * x.head_stride +
          row * x.row_stride;
-}
-
-// The CPU kernel's fast_exp (backend/cpu/attention.cpp), operation for operation and without
-// fused multiply-adds, so the two agree bit for bit: Cephes' expf polynomial for x <= 88, exactly
-// 0 for x < -87 (-inf included).
-__device__ __forceinline__ float fast_exp(float x) {
-  constexpr uint32_t kMinus87 = 0xC2AE0000u;
-  uint32_t ux = __float_as_uint(x);
-  const uint32_t tiny = ux > kMinus87 ? 0xFFFFFFFFu : 0u;
-  ux = (ux & ~tiny) | (kMinus87 & tiny);
-  const float xc = __uint_as_float(ux);
-  const float n = __fsub_rn(__fadd_rn(__fmul_rn(xc, 1.44269504088896341f), 12582912.0f),
-                            12582912.0f);
-  float r = __fsub_rn(xc, __fmul_rn(n, 0.693359375f));
-  r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
-  float p = 1.9875691500e-4f;
-  p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
-  p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
-  p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
-  p = __fadd_rn(__fadd_rn(__fmul_rn(p, __fmul_rn(r, r)), r), 1.0f);
-  const int32_t bits = (static_cast<int32_t>(n) + 127) * (int32_t{1} << 23);
-  const float y = __fmul_rn(p, __int_as_float(bits));
-  return __uint_as_float(__float_as_uint(y) & ~tiny);
 }
 
 // Keys [j0, j0 + bc) that query row i may see (CPU: visible_keys).
@@ -249,9 +225,9 @@ __global__ void __launch_bounds__(kMmaThreads)
       const float s0 = lane < n ? srow[lane] * p.scale : -INFINITY;
       const float s1 = lane + 32 < n ? srow[lane + 32] * p.scale : -INFINITY;
       const float mx = fmaxf(warp_max(fmaxf(s0, s1)), m[rr]);
-      const float correction = fast_exp(m[rr] - mx);
-      float p0 = lane < n ? fast_exp(s0 - mx) : 0.0f;
-      float p1 = lane + 32 < n ? fast_exp(s1 - mx) : 0.0f;
+      const float correction = exp_approx(m[rr] - mx);
+      float p0 = lane < n ? exp_approx(s0 - mx) : 0.0f;
+      float p1 = lane + 32 < n ? exp_approx(s1 - mx) : 0.0f;
       l[rr] = l[rr] * correction + warp_sum(p0 + p1);
       m[rr] = mx;
       if (correction != 1.0f) {
@@ -389,7 +365,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         const int64_t i = i0 + r, j = j0 + c;
         float pk = 0.0f, ds = 0.0f;
         if (r < rows && c < bc && (!p.causal || j <= i)) {
-          const float prob = fast_exp(ss[r * L::ld_s + c] * p.scale - slse[r]);
+          const float prob = exp_approx(ss[r * L::ld_s + c] * p.scale - slse[r]);
           const float dpv = sdp[r * L::ld_s + c];
           if (p.dropout_p > 0.0f) {
             const float keep = dropout_factor(p, b, h, i, j);
@@ -531,10 +507,10 @@ __global__ void __launch_bounds__(kCoreThreads) core_forward_kernel(Params p, T*
       if (n > 0) {
         float mx = m;
         for (int c = 0; c < n; ++c) mx = fmaxf(mx, srow[c]);
-        correction = fast_exp(m - mx);
+        correction = exp_approx(m - mx);
         float sum = 0.0f;
         for (int c = 0; c < n; ++c) {
-          srow[c] = fast_exp(srow[c] - mx);
+          srow[c] = exp_approx(srow[c] - mx);
           sum += srow[c];
         }
         l = l * correction + sum;
@@ -634,7 +610,7 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
             s += sq[r * ld + e] * sk[c * ld + e];
             dpv += sdo[r * ld + e] * sv[c * ld + e];
           }
-          const float prob = fast_exp(s * p.scale - slse[r]);
+          const float prob = exp_approx(s * p.scale - slse[r]);
           if (p.dropout_p > 0.0f) {
             const float keep = dropout_factor(p, b, h, i, j);
             ds = prob * (dpv * keep - sdelta[r]);

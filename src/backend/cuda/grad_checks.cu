@@ -1,6 +1,7 @@
 // Gradient checks without a host read per tensor: the partial norms of clip_grad_norm_ and LOMO,
 // their combination into the total norm and clip factor on the device, scaling by that factor,
-// and the GradScaler's fused inf / NaN check and unscale into one found_inf flag.
+// clamping for clip_grad_value_, and the GradScaler's fused inf / NaN check and unscale into one
+// found_inf flag.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -35,7 +36,7 @@ void norm_partial(const Tensor& x, double p, const Tensor& partials, int64_t ind
   check_launch();
 }
 
-// cpu::vector_norm's final step from the fold of its terms.
+// A norm's final step from the fold of its terms (as backend/cpu/grad_checks.cpp).
 __device__ double finish_norm(double folded, NormKind kind, double p) {
   switch (kind) {
     case NormKind::two: return sqrt(folded);
@@ -130,9 +131,29 @@ void scale_by_device_factor(const Tensor& grad, const Tensor& factor) {
   check_launch();
 }
 
+template <typename T>
+__global__ void clamp_kernel(T* x, int64_t n, float low, float high) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = to_f32(x[i]);
+    const float lower = v < low ? low : v;
+    x[i] = from_f32<T>(lower > high ? high : lower);  // comparisons with NaN are false: NaN stays
+  }
+}
+
+void clamp(const Tensor& grad, float low, float high) {
+  const int64_t n = grad.numel();
+  if (n == 0) return;
+  DeviceGuard guard(grad.device().index);
+  HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), T,
+      clamp_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
+          static_cast<T*>(grad.data_ptr()), n, low, high));
+  check_launch();
+}
+
 // torch's _amp_non_finite_check_and_unscale_: every thread that sees inf / NaN stores 1 to the
 // flag (the same value from any thread: no atomics needed); with inv_scale 1 nothing is written
-// back (see cpu::non_finite_check_and_unscale).
+// back (as backend/cpu/grad_checks.cpp).
 template <typename T>
 __global__ void unscale_and_check_kernel(T* x, int64_t n, float inv_scale, float* found_inf) {
   bool found = false;
@@ -161,6 +182,7 @@ void fill_grad_check_kernels(GradCheckKernels& kernels) {
   kernels.norm_partial = norm_partial;
   kernels.norm_combine = norm_combine;
   kernels.scale_by_device_factor = scale_by_device_factor;
+  kernels.clamp = clamp;
   kernels.unscale_and_check = unscale_and_check;
 }
 

@@ -65,7 +65,7 @@ __device__ __forceinline__ T block_sum(T v) {
   return total;
 }
 
-// NaN-propagating max, as cpu::vector_norm's max_or_nan.
+// NaN-propagating max, as backend/cpu/grad_checks.cpp's max_or_nan.
 __device__ __forceinline__ double max_or_nan(double a, double b) {
   if (isnan(a) || isnan(b)) return NAN;
   return a > b ? a : b;
@@ -73,7 +73,7 @@ __device__ __forceinline__ double max_or_nan(double a, double b) {
 
 enum class NormKind { two, one, power, inf };
 
-// |x|^p of one element in double, as cpu::vector_norm computes each term.
+// |x|^p of one element in double, as backend/cpu/grad_checks.cpp computes each term.
 template <NormKind kKind>
 __device__ __forceinline__ double norm_term(float x, double p) {
   const double v = static_cast<double>(x);
