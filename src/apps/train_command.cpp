@@ -26,7 +26,8 @@ std::string help_default(const TrainOption& option) {
 
 }  // namespace
 
-void add_training_options(CLI::App& train) {
+void add_training_options(CLI::App& train, TrainingOptionsHelp help) {
+  std::string unlisted;
   train.add_option("--config", "a TOML, JSON or YAML file of option = value; flags override it")
       ->type_name("FILE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -36,8 +37,11 @@ void add_training_options(CLI::App& train) {
       names += ",--" + kebab;
     }
     if (option.alias) names += str_cat(",--", option.alias, ",--", kebab_case(option.alias));
+    const bool listed = help == TrainingOptionsHelp::all || read_by_plan(option);
+    if (!listed) unlisted += str_cat(unlisted.empty() ? "" : ", ", "--", option.name);
+    // CLI11 leaves options of the empty group out of --help.
     CLI::Option* added = train.add_option(names, option.help)
-                             ->group(option.group)
+                             ->group(listed ? option.group : "")
                              ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     const std::string shown = help_default(option);
     if (std::holds_alternative<bool TrainingArguments::*>(option.field)) {
@@ -48,10 +52,15 @@ void add_training_options(CLI::App& train) {
       if (!shown.empty()) added->option_text(str_cat(option_type_name(option), "=", shown));
     }
   }
-  train.footer(
+  std::string footer =
       "Every option is also accepted in kebab-case in config files (bf16 = true, "
       "per-device-train-batch-size = 4).\nBooleans: --bf16 alone means true; --bf16 false, 0, no "
-      "turn it off.");
+      "turn it off.";
+  if (!unlisted.empty()) {
+    footer += str_cat("\nAccepted and ignored, as the dry run does not read them (so that a train "
+                      "command line plans as it is): ", unlisted, ".");
+  }
+  train.footer(footer);
 }
 
 CLI::App* add_train_command(CLI::App& app) {

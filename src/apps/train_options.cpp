@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "amp/precision.h"
 #include "apps/option_value.h"
@@ -185,6 +186,20 @@ Overloaded(F...) -> Overloaded<F...>;
 const std::vector<TrainOption>& train_options() {
   static const std::vector<TrainOption> options = make_train_options();
   return options;
+}
+
+bool read_by_plan(const TrainOption& option) {
+  static const std::set<std::string_view> not_read = {
+      "data", "output_dir", "overwrite_output_dir", "validation_split_percentage",
+      "max_eval_samples", "max_steps", "num_train_epochs", "learning_rate", "weight_decay",
+      "adam_beta1", "adam_beta2", "adam_epsilon", "lr_scheduler_type", "warmup_ratio",
+      "warmup_steps", "memory_limit", "lora_alpha", "use_rslora", "logging_steps",
+      "logging_first_step", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
+      "resume_from_checkpoint", "disable_tqdm", "dataloader_persistent_workers",
+      "dataloader_pin_memory", "dataloader_drop_last", "seed", "data_seed", "sample_prompt",
+      "sample_max_new_tokens", "profile", "profile_skip_first", "profile_wait", "profile_warmup",
+      "profile_active", "profile_repeat"};
+  return !not_read.contains(option.name);
 }
 
 std::string kebab_case(std::string_view snake_name) {

@@ -34,6 +34,10 @@ const std::vector<TrainOption>& train_options();
 const TrainOption* find_train_option(std::string_view name);
 std::string kebab_case(std::string_view snake_name);
 
+// Whether a dry run (`headroom plan`) reads the option: false for the data, files, schedule,
+// logging, checkpoints, the sample and profiling, which change no byte of the plan.
+bool read_by_plan(const TrainOption& option);
+
 // "INT", "FLOAT", "BOOL", "TEXT" for --help.
 const char* option_type_name(const TrainOption& option);
 // The option's value in `args` as text ("8", "5e-05", "false"); "" for an unset optional.
