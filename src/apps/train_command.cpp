@@ -9,6 +9,8 @@
 #include "apps/train_options.h"
 #include "apps/unknown_option.h"
 #include "core/error.h"
+#include "integrations/report_to.h"
+#include "integrations/tensorboard_callback.h"
 #include "memory/alloc_config.h"
 #include "memory/device_memory.h"
 #include "profile/profiler_callback.h"
@@ -99,6 +101,11 @@ int run_train_command(const CLI::App& train) {
   }
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
   if (args.profile) callbacks.push_back(std::make_shared<ProfilerCallback>(args));
+  if (parse_report_to(args.report_to).tensorboard) {
+    callbacks.push_back(std::make_shared<TensorBoardCallback>(
+        args.logging_dir.empty() ? default_logging_dir(args.output_dir) : args.logging_dir,
+        training_arguments_json(args).dump(2)));
+  }
   return run_training(args, std::move(callbacks));
 }
 

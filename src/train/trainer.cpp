@@ -586,6 +586,7 @@ void Trainer::append_metrics(const nlohmann::ordered_json& entry) {
   log_history_.push_back(entry);
   append_line((fs::path(args_.output_dir) / "metrics.jsonl").string(), entry.dump() + "\n");
   print_log_line(format_log_line(entry));
+  for (const auto& callback : callbacks_) callback->on_log(*this, entry);
 }
 
 void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
@@ -598,6 +599,11 @@ void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
   entry["tokens_per_s"] = tokens_per_s;
   entry["peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(device_));
   entry["peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(device_));
+  if (!device_.is_cpu()) {
+    // The host's share of a GPU run (pinned batches, offloaded states): the CPU's allocator.
+    entry["host_peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(kCPU));
+    entry["host_peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(kCPU));
+  }
   append_metrics(entry);
 }
 
@@ -675,6 +681,7 @@ int Trainer::train() {
   }
   // The report is of this run: earlier work in the process (a test, a failed resume) not counted.
   reset_peak_memory_stats(device_);
+  if (!device_.is_cpu()) reset_peak_memory_stats(kCPU);
   const auto run_start = Clock::now();
   const int64_t tokens_at_start = total_tokens_;  // a resumed run's rate counts its own tokens
   int stop_signal = 0;

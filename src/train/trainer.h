@@ -98,7 +98,8 @@ class Trainer {
   // overwrite_output_dir (which deletes them), a resume refuses a checkpoint past max_steps, and
   // a failed write of metrics.jsonl stops the run (Error naming it).
   // Returns 0, or 128 + signal after a stop request (the checkpoint of that step saved).
-  // Callbacks are told of the run's beginning, each step's end and the run's end.
+  // Callbacks are told of the run's beginning, each step's end, each log entry and the run's end
+  // (before the end-of-run steps above).
   int train();
   // HF's add_callback: called in the order added.
   void add_callback(std::shared_ptr<TrainerCallback> callback);
@@ -131,7 +132,8 @@ class Trainer {
   // summary as a line): training entries {loss (mean over the logging interval of the per-step sums of
   // loss / accumulation steps), grad_norm (before clipping; null without clipping), lr (after
   // the step's scheduler update, as HF logs it), epoch, step, loss_scale, tokens_per_s,
-  // peak_allocated_bytes, peak_reserved_bytes}, eval entries {eval_loss, eval_perplexity,
+  // peak_allocated_bytes, peak_reserved_bytes, and off the CPU host_peak_allocated_bytes,
+  // host_peak_reserved_bytes (the host's allocator)}, eval entries {eval_loss, eval_perplexity,
   // eval_tokens, eval_runtime, epoch, step}, and a final {train_runtime, ...} summary.
   const nlohmann::ordered_json& log_history() const { return log_history_; }
   CausalLM& model() { return *model_; }

@@ -83,6 +83,10 @@ struct TrainingArguments {
   std::optional<int64_t> save_total_limit;
   std::string resume_from_checkpoint;   // a checkpoint directory, or "last" (newest in output_dir)
   bool disable_tqdm = false;            // plain log lines even on a terminal
+  std::string report_to = "none";       // none | all | tensorboard (integrations/report_to.h);
+                                        // transformers 5's default
+  std::string logging_dir;              // TensorBoard's; empty: output_dir/runs/<date>_<host>
+                                        // (transformers 4's default)
 
   // Data loading.
   int64_t dataloader_num_workers = 0;
