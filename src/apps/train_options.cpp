@@ -78,6 +78,10 @@ std::vector<TrainOption> make_train_options() {
       {"adam_epsilon", optimizer, "AdamW's epsilon", &A::adam_epsilon},
       {"max_grad_norm", optimizer, "clip the total gradient norm to this; 0: no clipping",
        &A::max_grad_norm},
+      {"neftune_noise_alpha", optimizer,
+       "NEFTune: uniform noise of magnitude alpha / sqrt(seq_len * hidden) on the input "
+       "embeddings in training (5 in the paper); 0: none",
+       &A::neftune_noise_alpha},
       {"lr_scheduler_type", optimizer,
        "linear, cosine, cosine_with_restarts, polynomial, constant, "
        "constant_with_warmup or inverse_sqrt",
@@ -404,6 +408,8 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   check(a.adam_epsilon >= 0, "adam_epsilon", format_real(a.adam_epsilon), " is negative");
   check(a.max_grad_norm >= 0, "max_grad_norm", format_real(a.max_grad_norm),
         " is negative (0 turns clipping off)");
+  check(a.neftune_noise_alpha >= 0, "neftune_noise_alpha", format_real(a.neftune_noise_alpha),
+        " is negative (0 adds no noise)");
   rethrow_named("lr_scheduler_type", [&] { parse_scheduler_type(a.lr_scheduler_type); });
   check(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "warmup_ratio", format_real(a.warmup_ratio),
         " is outside [0, 1]");

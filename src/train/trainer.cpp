@@ -81,6 +81,9 @@ void check_arguments(const TrainingArguments& args) {
   if (args.max_grad_norm < 0.0) {
     throw ValueError(str_cat("max_grad_norm: ", args.max_grad_norm, " is below 0"));
   }
+  if (!(args.neftune_noise_alpha >= 0.0)) {
+    throw ValueError(str_cat("neftune_noise_alpha: ", args.neftune_noise_alpha, " is below 0"));
+  }
   if (args.data.empty()) throw ValueError("data: no training data given");
 }
 
@@ -266,6 +269,11 @@ void Trainer::build() {
     store_frozen_projections(*model_, *recipe_.autocast_dtype);
   }
   model_->train();
+  // HF's activate_neftune: the noise is the input embedding's, in training mode only, so that
+  // evaluate() (eval mode) scores the model without it.
+  if (args_.neftune_noise_alpha > 0.0) {
+    model_->input_embeddings().set_neftune_noise_alpha(args_.neftune_noise_alpha);
+  }
   // HF's gradient_checkpointing_enable(), with the policy (memsave) the option names.
   if (args_.gradient_checkpointing) {
     enable_gradient_checkpointing(*model_,

@@ -39,6 +39,8 @@ struct TrainingArguments {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;   // 0 disables clipping
+  double neftune_noise_alpha = 0.0;  // NEFTune's noise on the input embeddings (training only);
+                                     // 0: none (HF's None)
   std::string lr_scheduler_type = "linear";
   double warmup_ratio = 0.0;
   int64_t warmup_steps = 0;     // > 0 overrides warmup_ratio
