@@ -9,6 +9,7 @@
 #include "apps/train_options.h"
 #include "apps/unknown_option.h"
 #include "core/error.h"
+#include "integrations/loss_plot_callback.h"
 #include "integrations/report_to.h"
 #include "integrations/tensorboard_callback.h"
 #include "memory/alloc_config.h"
@@ -100,6 +101,7 @@ int run_train_command(const CLI::App& train) {
     set_memory_limit(resolve_device(args.device), parse_byte_size(args.memory_limit, "--memory_limit"));
   }
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
+  callbacks.push_back(std::make_shared<LossPlotCallback>());
   if (args.profile) callbacks.push_back(std::make_shared<ProfilerCallback>(args));
   if (parse_report_to(args.report_to).tensorboard) {
     callbacks.push_back(std::make_shared<TensorBoardCallback>(

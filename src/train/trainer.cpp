@@ -21,7 +21,6 @@
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/record_function.h"
-#include "io/line_plot.h"
 #include "io/pretrained.h"
 #include "memory/device_memory.h"
 #include "memory/memory_history.h"
@@ -769,7 +768,6 @@ void Trainer::finish_run(bool stopped) {
 
   // The optional steps: a failure is a warning, and a stop signal skips what is left; the run's
   // results are saved above and its exit status stays.
-  optional_end_step("the loss plot", [&] { plot_losses(); });
   if (!stopped && args_.sample_max_new_tokens > 0) {
     optional_end_step("the sample", [&] { print_sample(); });
   }
@@ -787,34 +785,6 @@ void Trainer::optional_end_step(const char* what, const std::function<void()>& r
   } catch (const std::exception& e) {
     std::fprintf(stderr, "headroom: warning: %s failed (the run's results are saved): %s\n", what,
                  e.what());
-  }
-}
-
-void Trainer::plot_losses() {
-  PlotSeries train_series, eval_series;
-  train_series.label = "train loss";
-  eval_series.label = "eval loss";
-  // A NaN or infinite loss is null in the log (JSON has no NaN): left out of the plot.
-  auto add = [](PlotSeries& series, const nlohmann::ordered_json& entry, const char* key) {
-    const auto step = entry.find("step");
-    const auto value = entry.find(key);
-    if (step == entry.end() || !step->is_number() || !value->is_number()) return;
-    series.x.push_back(step->get<double>());
-    series.y.push_back(value->get<double>());
-  };
-  for (const auto& entry : log_history_) {
-    if (entry.contains("loss")) {
-      add(train_series, entry, "loss");
-    } else if (entry.contains("eval_loss")) {
-      add(eval_series, entry, "eval_loss");
-    }
-  }
-  std::vector<PlotSeries> series;
-  if (!train_series.x.empty()) series.push_back(train_series);
-  if (!eval_series.x.empty()) series.push_back(eval_series);
-  if (!series.empty()) {
-    write_plot_png((fs::path(args_.output_dir) / "loss.png").string(), series,
-                   {.title = str_cat(args_.model, " loss"), .x_label = "step", .y_label = "loss"});
   }
 }
 

@@ -92,8 +92,9 @@ class Trainer {
   // and clips, steps the optimizer through the scaler, the scheduler, and zeroes the gradients;
   // then logs (logging_steps), evaluates (eval_strategy "steps"), saves (save_steps) and checks
   // for a stop request. At the end: the model and its tokenizer's files (save_tokenizer) in
-  // output_dir, memory report, loss curve, sample (the last two optional: their failure is a
-  // warning and a stop request skips them, the exit status unchanged).
+  // output_dir, memory report, sample (optional: its failure is a warning and a stop request
+  // skips it, the exit status unchanged). The loss curve is a callback's
+  // (integrations/loss_plot_callback.h), as are the TensorBoard logs.
   // A fresh run (no resume_from_checkpoint) refuses an output_dir holding checkpoints unless
   // overwrite_output_dir (which deletes them), a resume refuses a checkpoint past max_steps, and
   // a failed write of metrics.jsonl stops the run (Error naming it).
@@ -166,7 +167,6 @@ class Trainer {
   // The end-of-run steps that are not results: `run`'s errors are warnings, and a pending stop
   // request skips it.
   void optional_end_step(const char* what, const std::function<void()>& run);
-  void plot_losses();
   void print_sample();
   nlohmann::ordered_json trainer_state() const;
   double epoch() const;
