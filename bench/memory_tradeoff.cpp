@@ -38,7 +38,7 @@
 #include "bench_support.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "io/line_plot.h"
+#include "integrations/line_plot.h"
 #include "memory/device_memory.h"
 #include "memsave/checkpoint_policy.h"
 #include "nn/causal_lm.h"

@@ -23,9 +23,9 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
       ->required()
       ->multi_option_policy(last);
   eval->add_option("--max_seq_length,--max-seq-length", o.max_seq_length,
-                   "tokens per window (each window scores this many predictions)")
+                   "tokens per window (each window scores this many predictions; default: the "
+                   "model's context length)")
       ->type_name("INT")
-      ->required()
       ->multi_option_policy(last);
   eval->add_option("--per_device_eval_batch_size,--per-device-eval-batch-size",
                    o.per_device_eval_batch_size, "windows per batch")
@@ -60,8 +60,12 @@ std::string format_eval_result(const EvalResult& r, bool json) {
 }
 
 int run_eval(const EvalOptions& o) {
-  const int64_t length = parse_integer_value(o.max_seq_length, "--max_seq_length");
-  if (length <= 0) throw ValueError(str_cat("--max_seq_length: ", length, " is not positive"));
+  // 0: the model's context length (evaluate_file).
+  const int64_t length =
+      o.max_seq_length.empty() ? 0 : parse_integer_value(o.max_seq_length, "--max_seq_length");
+  if (!o.max_seq_length.empty() && length <= 0) {
+    throw ValueError(str_cat("--max_seq_length: ", length, " is not positive"));
+  }
   const int64_t batch =
       parse_integer_value(o.per_device_eval_batch_size, "--per_device_eval_batch_size");
   if (batch <= 0) {

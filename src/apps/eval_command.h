@@ -17,7 +17,8 @@ namespace headroom {
 struct EvalOptions {
   std::string model;
   std::string data;
-  std::string max_seq_length;  // text, converted by option_value for one error style
+  std::string max_seq_length;  // text, converted by option_value for one error style; empty:
+                               // the model's context length
   std::string per_device_eval_batch_size = "8";
   std::string device = "auto";
   std::string adapter;  // a PEFT LoRA adapter directory applied to the model; empty: none

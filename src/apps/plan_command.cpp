@@ -41,7 +41,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
   CLI::App* plan = app.add_subcommand(
       "plan", "Predict a run's memory by dry run on the meta device (the options of train), "
               "and search the configurations that fit a GPU");
-  add_training_options(*plan);
+  add_training_options(*plan, TrainingOptionsHelp::read_by_plan);
   const char* group = "Plan";
   auto last = CLI::MultiOptionPolicy::TakeLast;
   plan->add_flag("--json", o.json, "print one JSON object")->group(group);

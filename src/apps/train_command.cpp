@@ -9,6 +9,9 @@
 #include "apps/train_options.h"
 #include "apps/unknown_option.h"
 #include "core/error.h"
+#include "integrations/loss_plot_callback.h"
+#include "integrations/report_to.h"
+#include "integrations/tensorboard_callback.h"
 #include "memory/alloc_config.h"
 #include "memory/device_memory.h"
 #include "profile/profiler_callback.h"
@@ -26,7 +29,8 @@ std::string help_default(const TrainOption& option) {
 
 }  // namespace
 
-void add_training_options(CLI::App& train) {
+void add_training_options(CLI::App& train, TrainingOptionsHelp help) {
+  std::string unlisted;
   train.add_option("--config", "a TOML, JSON or YAML file of option = value; flags override it")
       ->type_name("FILE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -36,8 +40,11 @@ void add_training_options(CLI::App& train) {
       names += ",--" + kebab;
     }
     if (option.alias) names += str_cat(",--", option.alias, ",--", kebab_case(option.alias));
+    const bool listed = help == TrainingOptionsHelp::all || read_by_plan(option);
+    if (!listed) unlisted += str_cat(unlisted.empty() ? "" : ", ", "--", option.name);
+    // CLI11 leaves options of the empty group out of --help.
     CLI::Option* added = train.add_option(names, option.help)
-                             ->group(option.group)
+                             ->group(listed ? option.group : "")
                              ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     const std::string shown = help_default(option);
     if (std::holds_alternative<bool TrainingArguments::*>(option.field)) {
@@ -48,10 +55,15 @@ void add_training_options(CLI::App& train) {
       if (!shown.empty()) added->option_text(str_cat(option_type_name(option), "=", shown));
     }
   }
-  train.footer(
+  std::string footer =
       "Every option is also accepted in kebab-case in config files (bf16 = true, "
       "per-device-train-batch-size = 4).\nBooleans: --bf16 alone means true; --bf16 false, 0, no "
-      "turn it off.");
+      "turn it off.";
+  if (!unlisted.empty()) {
+    footer += str_cat("\nAccepted and ignored, as the dry run does not read them (so that a train "
+                      "command line plans as it is): ", unlisted, ".");
+  }
+  train.footer(footer);
 }
 
 CLI::App* add_train_command(CLI::App& app) {
@@ -89,7 +101,13 @@ int run_train_command(const CLI::App& train) {
     set_memory_limit(resolve_device(args.device), parse_byte_size(args.memory_limit, "--memory_limit"));
   }
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
+  callbacks.push_back(std::make_shared<LossPlotCallback>());
   if (args.profile) callbacks.push_back(std::make_shared<ProfilerCallback>(args));
+  if (parse_report_to(args.report_to).tensorboard) {
+    callbacks.push_back(std::make_shared<TensorBoardCallback>(
+        args.logging_dir.empty() ? default_logging_dir(args.output_dir) : args.logging_dir,
+        training_arguments_json(args).dump(2)));
+  }
   return run_training(args, std::move(callbacks));
 }
 

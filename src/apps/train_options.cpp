@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "amp/precision.h"
 #include "apps/option_value.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "integrations/report_to.h"
 #include "memory/alloc_config.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer_factory.h"
@@ -76,6 +78,10 @@ std::vector<TrainOption> make_train_options() {
       {"adam_epsilon", optimizer, "AdamW's epsilon", &A::adam_epsilon},
       {"max_grad_norm", optimizer, "clip the total gradient norm to this; 0: no clipping",
        &A::max_grad_norm},
+      {"neftune_noise_alpha", optimizer,
+       "NEFTune: uniform noise of magnitude alpha / sqrt(seq_len * hidden) on the input "
+       "embeddings in training (5 in the paper); 0: none",
+       &A::neftune_noise_alpha},
       {"lr_scheduler_type", optimizer,
        "linear, cosine, cosine_with_restarts, polynomial, constant, "
        "constant_with_warmup or inverse_sqrt",
@@ -139,6 +145,13 @@ std::vector<TrainOption> make_train_options() {
       {"resume_from_checkpoint", logging,
        "a checkpoint directory, or last (the newest in output_dir)", &A::resume_from_checkpoint},
       {"disable_tqdm", logging, "plain log lines even on a terminal", &A::disable_tqdm},
+      {"report_to", logging,
+       "where the logs go besides metrics.jsonl: tensorboard (event files in logging_dir), all "
+       "(every integration: tensorboard) or none",
+       &A::report_to},
+      {"logging_dir", logging,
+       "TensorBoard's log directory (default: output_dir/runs/<date>_<hostname>)",
+       &A::logging_dir},
       {"dataloader_num_workers", loading, "worker threads loading batches; 0: the main thread",
        &A::dataloader_num_workers},
       {"dataloader_prefetch_factor", loading,
@@ -185,6 +198,39 @@ Overloaded(F...) -> Overloaded<F...>;
 const std::vector<TrainOption>& train_options() {
   static const std::vector<TrainOption> options = make_train_options();
   return options;
+}
+
+bool read_by_plan(const TrainOption& option) {
+  static const std::set<std::string_view> not_read = {
+      "data", "output_dir", "overwrite_output_dir", "validation_split_percentage",
+      "max_eval_samples", "max_steps", "num_train_epochs", "learning_rate", "weight_decay",
+      "adam_beta1", "adam_beta2", "adam_epsilon", "lr_scheduler_type", "warmup_ratio",
+      "warmup_steps", "memory_limit", "lora_alpha", "use_rslora", "logging_steps",
+      "logging_first_step", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
+      "resume_from_checkpoint", "disable_tqdm", "report_to", "logging_dir",
+      "dataloader_persistent_workers",
+      "dataloader_pin_memory", "dataloader_drop_last", "seed", "data_seed", "sample_prompt",
+      "sample_max_new_tokens", "profile", "profile_skip_first", "profile_wait", "profile_warmup",
+      "profile_active", "profile_repeat"};
+  return !not_read.contains(option.name);
+}
+
+nlohmann::ordered_json training_arguments_json(const TrainingArguments& args) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  for (const TrainOption& option : train_options()) {
+    json[option.name] = std::visit(
+        Overloaded{
+            [&](std::string A::*f) { return nlohmann::ordered_json(args.*f); },
+            [&](int64_t A::*f) { return nlohmann::ordered_json(args.*f); },
+            [&](std::optional<int64_t> A::*f) {
+              return (args.*f) ? nlohmann::ordered_json(*(args.*f)) : nlohmann::ordered_json();
+            },
+            [&](double A::*f) { return nlohmann::ordered_json(args.*f); },
+            [&](bool A::*f) { return nlohmann::ordered_json(args.*f); },
+        },
+        option.field);
+  }
+  return json;
 }
 
 std::string kebab_case(std::string_view snake_name) {
@@ -362,6 +408,8 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   check(a.adam_epsilon >= 0, "adam_epsilon", format_real(a.adam_epsilon), " is negative");
   check(a.max_grad_norm >= 0, "max_grad_norm", format_real(a.max_grad_norm),
         " is negative (0 turns clipping off)");
+  check(a.neftune_noise_alpha >= 0, "neftune_noise_alpha", format_real(a.neftune_noise_alpha),
+        " is negative (0 adds no noise)");
   rethrow_named("lr_scheduler_type", [&] { parse_scheduler_type(a.lr_scheduler_type); });
   check(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "warmup_ratio", format_real(a.warmup_ratio),
         " is outside [0, 1]");
@@ -431,6 +479,7 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
         " is not positive");
   check(!a.save_total_limit || *a.save_total_limit > 0, "save_total_limit",
         a.save_total_limit.value_or(0), " is not positive");
+  rethrow_named("report_to", [&] { parse_report_to(a.report_to); });
   if (!a.resume_from_checkpoint.empty() && a.resume_from_checkpoint != "last") {
     check(std::filesystem::is_directory(a.resume_from_checkpoint, ec), "resume_from_checkpoint",
           "'", a.resume_from_checkpoint, "' is not a directory");

@@ -10,6 +10,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/config_file.h"
 #include "train/training_arguments.h"
 
@@ -33,6 +35,14 @@ const std::vector<TrainOption>& train_options();
 // The option spelled `name` in snake_case or kebab-case (no leading dashes); null if none.
 const TrainOption* find_train_option(std::string_view name);
 std::string kebab_case(std::string_view snake_name);
+
+// Whether a dry run (`headroom plan`) reads the option: false for the data, files, schedule,
+// logging, checkpoints, the sample and profiling, which change no byte of the plan.
+bool read_by_plan(const TrainOption& option);
+
+// Every option's value in `args`, typed (an unset optional is null), in the table's order: the
+// arguments as HF's TrainingArguments.to_json_string() gives them (TensorBoard's "args" text).
+nlohmann::ordered_json training_arguments_json(const TrainingArguments& args);
 
 // "INT", "FLOAT", "BOOL", "TEXT" for --help.
 const char* option_type_name(const TrainOption& option);

@@ -7,6 +7,7 @@
 
 #include "core/generator.h"
 #include "nn/block_runner.h"
+#include "nn/layers.h"
 #include "nn/model_config.h"
 #include "nn/module.h"
 
@@ -20,6 +21,8 @@ class CausalLM : public Module {
   // and loss: the [B, T, vocab] logits are never materialised.
   virtual Tensor loss(const Tensor& input_ids, const Tensor& targets) = 0;
   virtual HfConfig config() const = 0;
+  // The token embedding (HF's get_input_embeddings: GPT-2's wte, Llama's embed_tokens).
+  virtual Embedding& input_embeddings() = 0;
   // Names of parameters that share another's tensor (GPT-2's lm_head.weight): not saved.
   virtual std::vector<std::string> tied_parameter_names() const { return {}; }
   // The number of transformer blocks (n_layer, num_hidden_layers).

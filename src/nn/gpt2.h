@@ -56,6 +56,7 @@ class GPT2Model : public Module {
   GPT2Model(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& input_ids) const;
   const Embedding& wte() const { return wte_; }
+  Embedding& wte() { return wte_; }
 
  private:
   const GPT2Config config_;
@@ -74,6 +75,7 @@ class GPT2LMHeadModel : public CausalLM {
   // The output of ln_f, [B, T, D].
   Tensor hidden_states(const Tensor& input_ids);
   HfConfig config() const override { return config_; }
+  Embedding& input_embeddings() override { return transformer_.wte(); }
   std::vector<std::string> tied_parameter_names() const override { return {"lm_head.weight"}; }
   int64_t num_blocks() const override { return config_.n_layer; }
   void init_parameter(const std::string& name, const Tensor& p,

@@ -1,7 +1,10 @@
 // Linear, Embedding, LayerNorm, RMSNorm.
 #include "nn/layers.h"
 
+#include <cmath>
+
 #include "core/error.h"
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/norm.h"
 #include "quant/linear_4bit.h"
@@ -52,7 +55,18 @@ Embedding::Embedding(int64_t num, int64_t dim, Device device) {
   register_parameter("weight", weight_, Tensor::empty({num, dim}, DType::f32, device));
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight_, ids); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  Tensor out = embedding(weight_, ids);
+  if (neftune_noise_alpha_ == 0.0 || !is_training()) return out;
+  // HF: dims = output.size(1) * output.size(2), the padded length times the hidden size.
+  const Shape& shape = out.shape();
+  const int rank = shape.ndim();
+  const double dims = static_cast<double>(shape[rank - 2] * shape[rank - 1]);
+  const double magnitude = neftune_noise_alpha_ / std::sqrt(dims);
+  Tensor noise = Tensor::empty(shape, out.dtype(), out.device());
+  noise.uniform_(-magnitude, magnitude);
+  return add(out, noise);
+}
 
 LayerNorm::LayerNorm(int64_t dim, double eps, Device device) : eps_(eps) {
   register_parameter("weight", weight_, Tensor::ones({dim}, DType::f32, device));

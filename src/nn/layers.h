@@ -90,9 +90,15 @@ class Embedding : public Module {
   Embedding(int64_t num, int64_t dim, Device device);
   Tensor forward(const Tensor& ids) const;
   const Tensor& weight() const { return weight_; }
+  // NEFTune (transformers' neftune_post_forward_hook): in training mode only, the output
+  // [..., T, d] gets uniform noise in [-m, m), m = alpha / sqrt(T * d), drawn from the default
+  // generator. 0 (the default): none.
+  void set_neftune_noise_alpha(double alpha) { neftune_noise_alpha_ = alpha; }
+  double neftune_noise_alpha() const { return neftune_noise_alpha_; }
 
  private:
   Tensor weight_;
+  double neftune_noise_alpha_ = 0.0;
 };
 
 class LayerNorm : public Module {

@@ -55,6 +55,7 @@ class LlamaModel : public Module {
   LlamaModel(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& input_ids) const;
   const Embedding& embed_tokens() const { return embed_tokens_; }
+  Embedding& embed_tokens() { return embed_tokens_; }
 
  private:
   const LlamaConfig config_;
@@ -71,6 +72,7 @@ class LlamaForCausalLM : public CausalLM {
   Tensor loss(const Tensor& input_ids, const Tensor& targets) override;
   Tensor hidden_states(const Tensor& input_ids);
   HfConfig config() const override { return config_; }
+  Embedding& input_embeddings() override { return model_.embed_tokens(); }
   std::vector<std::string> tied_parameter_names() const override;
   int64_t num_blocks() const override { return config_.num_hidden_layers; }
   void init_parameter(const std::string& name, const Tensor& p,

@@ -2,18 +2,14 @@
 #include "train/checksums.h"
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
+#include <isa-l/crc.h>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -25,64 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr uint32_t kPolynomial = 0x82F63B78u;  // Castagnoli's, bit-reversed
-
-// tables[k][b]: the CRC of byte b followed by k zero bytes (slicing-by-8).
-const std::array<std::array<uint32_t, 256>, 8>& crc_tables() {
-  static const auto tables = [] {
-    std::array<std::array<uint32_t, 256>, 8> t{};
-    for (uint32_t b = 0; b < 256; ++b) {
-      uint32_t crc = b;
-      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? kPolynomial : 0u);
-      t[0][b] = crc;
-    }
-    for (uint32_t b = 0; b < 256; ++b) {
-      for (size_t k = 1; k < 8; ++k) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xFFu];
-    }
-    return t;
-  }();
-  return tables;
-}
-
-// The register form (no pre/post inversion) over `size` bytes.
-uint32_t crc_tables_update(uint32_t crc, const unsigned char* p, size_t size) {
-  const auto& t = crc_tables();
-  while (size >= 8) {
-    uint64_t word;
-    std::memcpy(&word, p, 8);
-    word ^= crc;  // little-endian: the CRC meets the first four bytes
-    crc = t[7][word & 0xFF] ^ t[6][(word >> 8) & 0xFF] ^ t[5][(word >> 16) & 0xFF] ^
-          t[4][(word >> 24) & 0xFF] ^ t[3][(word >> 32) & 0xFF] ^ t[2][(word >> 40) & 0xFF] ^
-          t[1][(word >> 48) & 0xFF] ^ t[0][word >> 56];
-    p += 8;
-    size -= 8;
-  }
-  while (size-- > 0) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xFFu];
-  return crc;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t crc_sse42_update(uint32_t crc, const unsigned char* p,
-                                                             size_t size) {
-  uint64_t crc64 = crc;
-  while (size >= 8) {
-    uint64_t word;
-    std::memcpy(&word, p, 8);
-    crc64 = _mm_crc32_u64(crc64, word);
-    p += 8;
-    size -= 8;
-  }
-  crc = static_cast<uint32_t>(crc64);
-  while (size-- > 0) crc = _mm_crc32_u8(crc, *p++);
-  return crc;
-}
-
-bool has_sse42() {
-  static const bool has = __builtin_cpu_supports("sse4.2");
-  return has;
-}
-#endif
-
 std::string hex8(uint32_t value) {
   char text[9];
   std::snprintf(text, sizeof text, "%08x", value);
@@ -92,12 +30,18 @@ std::string hex8(uint32_t value) {
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t size, uint32_t previous) {
-  const auto* p = static_cast<const unsigned char*>(data);
+  // ISA-L's crc32_iscsi works on the CRC register, without the standard's inversions, and takes
+  // an int length: larger buffers go in pieces. It only reads the bytes (its pointer is not const).
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(data));
   uint32_t crc = ~previous;
-#if defined(__x86_64__)
-  if (has_sse42()) return ~crc_sse42_update(crc, p, size);
-#endif
-  return ~crc_tables_update(crc, p, size);
+  constexpr size_t kPiece = size_t{1} << 30;
+  while (size > 0) {
+    const size_t piece = std::min(size, kPiece);
+    crc = crc32_iscsi(p, static_cast<int>(piece), crc);
+    p += piece;
+    size -= piece;
+  }
+  return ~crc;
 }
 
 uint32_t file_crc32c(const std::string& path) {

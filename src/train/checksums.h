@@ -13,8 +13,8 @@ namespace headroom {
 inline constexpr const char* kChecksumsFile = "checksums.json";
 
 // CRC-32C (Castagnoli, as iSCSI, ext4 and TFRecord use it) of `size` bytes, continuing
-// `previous` (the CRC of the bytes before them; 0 to start). SSE4.2's crc32 instruction where the
-// CPU has it (about 8 GB/s), else tables.
+// `previous` (the CRC of the bytes before them; 0 to start). Computed by Intel's ISA-L (Debian's
+// libisal-dev), which uses the CPU's crc32 instruction where it has one.
 uint32_t crc32c(const void* data, size_t size, uint32_t previous = 0);
 
 // The CRC-32C of a whole file; headroom::Error naming the file when it cannot be read.

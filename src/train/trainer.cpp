@@ -21,7 +21,6 @@
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/record_function.h"
-#include "io/line_plot.h"
 #include "io/pretrained.h"
 #include "memory/device_memory.h"
 #include "memory/memory_history.h"
@@ -80,6 +79,9 @@ void check_arguments(const TrainingArguments& args) {
   if (args.max_eval_samples) at_least("max_eval_samples", *args.max_eval_samples, 1);
   if (args.max_grad_norm < 0.0) {
     throw ValueError(str_cat("max_grad_norm: ", args.max_grad_norm, " is below 0"));
+  }
+  if (!(args.neftune_noise_alpha >= 0.0)) {
+    throw ValueError(str_cat("neftune_noise_alpha: ", args.neftune_noise_alpha, " is below 0"));
   }
   if (args.data.empty()) throw ValueError("data: no training data given");
 }
@@ -266,6 +268,11 @@ void Trainer::build() {
     store_frozen_projections(*model_, *recipe_.autocast_dtype);
   }
   model_->train();
+  // HF's activate_neftune: the noise is the input embedding's, in training mode only, so that
+  // evaluate() (eval mode) scores the model without it.
+  if (args_.neftune_noise_alpha > 0.0) {
+    model_->input_embeddings().set_neftune_noise_alpha(args_.neftune_noise_alpha);
+  }
   // HF's gradient_checkpointing_enable(), with the policy (memsave) the option names.
   if (args_.gradient_checkpointing) {
     enable_gradient_checkpointing(*model_,
@@ -586,6 +593,7 @@ void Trainer::append_metrics(const nlohmann::ordered_json& entry) {
   log_history_.push_back(entry);
   append_line((fs::path(args_.output_dir) / "metrics.jsonl").string(), entry.dump() + "\n");
   print_log_line(format_log_line(entry));
+  for (const auto& callback : callbacks_) callback->on_log(*this, entry);
 }
 
 void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
@@ -598,6 +606,11 @@ void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
   entry["tokens_per_s"] = tokens_per_s;
   entry["peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(device_));
   entry["peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(device_));
+  if (!device_.is_cpu()) {
+    // The host's share of a GPU run (pinned batches, offloaded states): the CPU's allocator.
+    entry["host_peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(kCPU));
+    entry["host_peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(kCPU));
+  }
   append_metrics(entry);
 }
 
@@ -675,6 +688,7 @@ int Trainer::train() {
   }
   // The report is of this run: earlier work in the process (a test, a failed resume) not counted.
   reset_peak_memory_stats(device_);
+  if (!device_.is_cpu()) reset_peak_memory_stats(kCPU);
   const auto run_start = Clock::now();
   const int64_t tokens_at_start = total_tokens_;  // a resumed run's rate counts its own tokens
   int stop_signal = 0;
@@ -754,7 +768,6 @@ void Trainer::finish_run(bool stopped) {
 
   // The optional steps: a failure is a warning, and a stop signal skips what is left; the run's
   // results are saved above and its exit status stays.
-  optional_end_step("the loss plot", [&] { plot_losses(); });
   if (!stopped && args_.sample_max_new_tokens > 0) {
     optional_end_step("the sample", [&] { print_sample(); });
   }
@@ -772,34 +785,6 @@ void Trainer::optional_end_step(const char* what, const std::function<void()>& r
   } catch (const std::exception& e) {
     std::fprintf(stderr, "headroom: warning: %s failed (the run's results are saved): %s\n", what,
                  e.what());
-  }
-}
-
-void Trainer::plot_losses() {
-  PlotSeries train_series, eval_series;
-  train_series.label = "train loss";
-  eval_series.label = "eval loss";
-  // A NaN or infinite loss is null in the log (JSON has no NaN): left out of the plot.
-  auto add = [](PlotSeries& series, const nlohmann::ordered_json& entry, const char* key) {
-    const auto step = entry.find("step");
-    const auto value = entry.find(key);
-    if (step == entry.end() || !step->is_number() || !value->is_number()) return;
-    series.x.push_back(step->get<double>());
-    series.y.push_back(value->get<double>());
-  };
-  for (const auto& entry : log_history_) {
-    if (entry.contains("loss")) {
-      add(train_series, entry, "loss");
-    } else if (entry.contains("eval_loss")) {
-      add(eval_series, entry, "eval_loss");
-    }
-  }
-  std::vector<PlotSeries> series;
-  if (!train_series.x.empty()) series.push_back(train_series);
-  if (!eval_series.x.empty()) series.push_back(eval_series);
-  if (!series.empty()) {
-    write_plot_png((fs::path(args_.output_dir) / "loss.png").string(), series,
-                   {.title = str_cat(args_.model, " loss"), .x_label = "step", .y_label = "loss"});
   }
 }
 

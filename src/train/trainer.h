@@ -92,13 +92,15 @@ class Trainer {
   // and clips, steps the optimizer through the scaler, the scheduler, and zeroes the gradients;
   // then logs (logging_steps), evaluates (eval_strategy "steps"), saves (save_steps) and checks
   // for a stop request. At the end: the model and its tokenizer's files (save_tokenizer) in
-  // output_dir, memory report, loss curve, sample (the last two optional: their failure is a
-  // warning and a stop request skips them, the exit status unchanged).
+  // output_dir, memory report, sample (optional: its failure is a warning and a stop request
+  // skips it, the exit status unchanged). The loss curve is a callback's
+  // (integrations/loss_plot_callback.h), as are the TensorBoard logs.
   // A fresh run (no resume_from_checkpoint) refuses an output_dir holding checkpoints unless
   // overwrite_output_dir (which deletes them), a resume refuses a checkpoint past max_steps, and
   // a failed write of metrics.jsonl stops the run (Error naming it).
   // Returns 0, or 128 + signal after a stop request (the checkpoint of that step saved).
-  // Callbacks are told of the run's beginning, each step's end and the run's end.
+  // Callbacks are told of the run's beginning, each step's end, each log entry and the run's end
+  // (before the end-of-run steps above).
   int train();
   // HF's add_callback: called in the order added.
   void add_callback(std::shared_ptr<TrainerCallback> callback);
@@ -131,7 +133,8 @@ class Trainer {
   // summary as a line): training entries {loss (mean over the logging interval of the per-step sums of
   // loss / accumulation steps), grad_norm (before clipping; null without clipping), lr (after
   // the step's scheduler update, as HF logs it), epoch, step, loss_scale, tokens_per_s,
-  // peak_allocated_bytes, peak_reserved_bytes}, eval entries {eval_loss, eval_perplexity,
+  // peak_allocated_bytes, peak_reserved_bytes, and off the CPU host_peak_allocated_bytes,
+  // host_peak_reserved_bytes (the host's allocator)}, eval entries {eval_loss, eval_perplexity,
   // eval_tokens, eval_runtime, epoch, step}, and a final {train_runtime, ...} summary.
   const nlohmann::ordered_json& log_history() const { return log_history_; }
   CausalLM& model() { return *model_; }
@@ -164,7 +167,6 @@ class Trainer {
   // The end-of-run steps that are not results: `run`'s errors are warnings, and a pending stop
   // request skips it.
   void optional_end_step(const char* what, const std::function<void()>& run);
-  void plot_losses();
   void print_sample();
   nlohmann::ordered_json trainer_state() const;
   double epoch() const;

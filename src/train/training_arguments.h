@@ -39,6 +39,8 @@ struct TrainingArguments {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;   // 0 disables clipping
+  double neftune_noise_alpha = 0.0;  // NEFTune's noise on the input embeddings (training only);
+                                     // 0: none (HF's None)
   std::string lr_scheduler_type = "linear";
   double warmup_ratio = 0.0;
   int64_t warmup_steps = 0;     // > 0 overrides warmup_ratio
@@ -83,6 +85,10 @@ struct TrainingArguments {
   std::optional<int64_t> save_total_limit;
   std::string resume_from_checkpoint;   // a checkpoint directory, or "last" (newest in output_dir)
   bool disable_tqdm = false;            // plain log lines even on a terminal
+  std::string report_to = "none";       // none | all | tensorboard (integrations/report_to.h);
+                                        // transformers 5's default
+  std::string logging_dir;              // TensorBoard's; empty: output_dir/runs/<date>_<host>
+                                        // (transformers 4's default)
 
   // Data loading.
   int64_t dataloader_num_workers = 0;

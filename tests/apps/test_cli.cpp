@@ -133,6 +133,13 @@ TEST(HeadroomCli, EvalHelpAndErrors) {
       "absent.txt");
   expect_usage_error("eval --model gpt2-tiny --data " + data + " --max-seq-length 0",
                      "--max_seq_length: 0 is not positive");
+  // --max_seq_length is optional: the model's context (gpt2-tiny's 256) by default.
+  const size_t length_at = help.out.find("--max_seq_length");
+  const std::string length_line =
+      help.out.substr(length_at, help.out.find('\n', length_at) - length_at);
+  EXPECT_EQ(length_line.find("REQUIRED"), std::string::npos) << length_line;
+  expect_usage_error("eval --model gpt2-tiny --data " + data,
+                     "fewer than one window of 257 (max_seq_length + 1)");
   expect_usage_error("eval --model gpt2-tiny --data " + data + " --max_seq_length 8 --device tpu",
                      "--device");
   expect_usage_error("eval --model gpt2-tiny --data " + data +

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_run.h"
+#include "apps/train_options.h"
 #include "io/io_test_helpers.h"
 #include "memory/memory_viz_decoder.h"
 #include "nn/tiny_text.h"
@@ -55,6 +56,40 @@ void expect_plan_equals_train(const std::string& options) {
   // memory.json of the run splits the same peak the same way.
   const nlohmann::json memory = nlohmann::json::parse(read_bytes(out + "/memory.json"));
   EXPECT_EQ(memory["breakdown"]["peak_allocated_bytes"], predicted["peak_allocated_bytes"]);
+}
+
+// Issue 24: plan's --help listed --data as required and --output_dir, which plan does not read.
+// It lists the options a dry run reads, names the others in its footer, and accepts them.
+TEST(HeadroomPlanCli, HelpListsTheOptionsThePlanReads) {
+  const CliRun help = run_cli("plan --help");
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  const size_t footer_at = help.out.find("Accepted and ignored");
+  ASSERT_NE(footer_at, std::string::npos) << help.out;
+  const std::string listed = help.out.substr(0, footer_at), footer = help.out.substr(footer_at);
+  for (const TrainOption& option : train_options()) {
+    const std::string name = std::string("--") + option.name;
+    const bool in_list = listed.find("  " + name + " ") != std::string::npos ||
+                         listed.find("  " + name + ",") != std::string::npos;
+    EXPECT_EQ(in_list, read_by_plan(option)) << name;
+    EXPECT_EQ(footer.find(name + ",") != std::string::npos ||
+                  footer.find(name + ".") != std::string::npos,
+              !read_by_plan(option))
+        << name;
+  }
+  EXPECT_EQ(listed.find("required"), std::string::npos) << listed;
+  for (const char* unread : {"--data", "--output_dir", "--learning_rate", "--save_steps"}) {
+    EXPECT_FALSE(read_by_plan(*find_train_option(unread + 2))) << unread;
+  }
+  for (const char* read : {"--model", "--per_device_train_batch_size", "--optim",
+                           "--gradient_checkpointing", "--memory_snapshot", "--eval_strategy"}) {
+    EXPECT_TRUE(read_by_plan(*find_train_option(read + 2))) << read;
+  }
+
+  // A train command line plans as it is.
+  const CliRun plan = run_cli(
+      "plan --json --data absent.txt --output_dir absent --learning_rate 1e-3 --save_steps 7");
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  EXPECT_TRUE(nlohmann::json::parse(plan.out).contains("peak_allocated_bytes")) << plan.out;
 }
 
 TEST(HeadroomPlanCli, PredictsWhatTrainLogs) {

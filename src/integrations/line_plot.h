@@ -1,5 +1,5 @@
-// Line and scatter plots written as PNG (libpng): the loss curve of `headroom train` and the
-// memory / step-time trade-off of bench/memory_tradeoff.
+// Line and scatter plots drawn with cairo (Debian's libcairo2-dev) and written as PNG: the loss
+// curve of `headroom train` and the memory / step-time trade-off of bench/memory_tradeoff.
 #pragma once
 
 #include <cstddef>
@@ -34,8 +34,8 @@ uint32_t plot_series_color(size_t index);
 
 // Renders `series` into an RGB PNG at `path` (written to a temporary file and renamed). Axes
 // with 1-2-5 ticks (1, 2, 5 x 10^k on a log y axis) and numeric labels, a grid, a legend of the
-// labelled series (top right), the title and axis labels in a 5x7 bitmap font (ASCII; other bytes
-// show as '?'), anti-aliased 2-pixel lines. ValueError naming the path for no series, a series
+// labelled series (top right), the title and axis labels in the system's sans-serif font (UTF-8),
+// anti-aliased 2-pixel lines. ValueError naming the path for no series, a series
 // without points, x and y (or point labels) of different lengths, no drawable point, or a size
 // outside 160x120 .. 8192x8192; Error naming the path when it cannot be written.
 void write_plot_png(const std::string& path, const std::vector<PlotSeries>& series,

@@ -1,5 +1,6 @@
-// write_plot_png: the file decodes with libpng as an RGB image of the asked size, a known line
-// is drawn in its series colour, and bad input or an unwritable path is refused by name.
+// write_plot_png (cairo): the file decodes with libpng as an RGB image of the asked size, a known
+// line is drawn in its series colour, and bad input or an unwritable path is refused by name;
+// the loss plot draws the training curve where its losses are.
 #include <gtest/gtest.h>
 #include <png.h>
 
@@ -10,8 +11,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "io/io_test_helpers.h"
-#include "io/line_plot.h"
+#include "integrations/line_plot.h"
+#include "integrations/loss_plot_callback.h"
 
 namespace headroom {
 namespace {
@@ -183,6 +187,50 @@ TEST(LinePlot, BadInputIsAValueError) {
   expect_error<ValueError>([&] { write_plot_png(path, {labelled}, {}); },
                            {"1 point labels for 2 points"});
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// A falling training loss and two eval losses: the train colour is high on the left and low on
+// the right of the plot (away from the legend at the top right), the eval colour is drawn.
+TEST(LossPlot, TheCurveIsWhereTheLossesAre) {
+  TempDir dir;
+  const std::string path = dir.file("loss.png");
+  nlohmann::ordered_json history = nlohmann::ordered_json::array();
+  for (int step = 10; step <= 100; step += 10) {
+    history.push_back({{"loss", 4.0 - 3.0 * (step - 10) / 90.0}, {"step", step}});
+    if (step % 50 == 0) history.push_back({{"eval_loss", step == 50 ? 3.0 : 1.5}, {"step", step}});
+  }
+  history.push_back({{"loss", nullptr}, {"step", 110}});  // a NaN loss: left out
+  write_loss_plot(path, history, "gpt2-tiny");
+  keep_for_viewing(path);
+  const Image image = read_png(path);
+  ASSERT_EQ(image.width, 960u);
+  ASSERT_EQ(image.height, 600u);
+  auto mean_row = [&](uint32_t color, uint32_t x0, uint32_t x1) {
+    double sum = 0;
+    int count = 0;
+    for (uint32_t y = 0; y < image.height; ++y) {
+      for (uint32_t x = x0; x < x1; ++x) {
+        if (image.at(x, y) == color) {
+          sum += y;
+          ++count;
+        }
+      }
+    }
+    return count > 0 ? sum / count : -1.0;
+  };
+  const double left = mean_row(plot_series_color(0), 0, image.width / 5);
+  const double right = mean_row(plot_series_color(0), image.width * 3 / 5, image.width * 4 / 5);
+  ASSERT_GE(left, 0) << "no train-coloured pixel on the left";
+  ASSERT_GE(right, 0) << "no train-coloured pixel at 60-80% of the width";
+  EXPECT_LT(left, image.height * 0.4);
+  EXPECT_GT(right, image.height * 0.5);
+  EXPECT_GE(mean_row(plot_series_color(1), 0, image.width), 0) << "no eval-coloured pixel";
+
+  // No loss at all: no plot.
+  const std::string none = dir.file("none.png");
+  write_loss_plot(none, nlohmann::ordered_json::array({{{"eval_loss", nullptr}, {"step", 1}}}),
+                  "m");
+  EXPECT_FALSE(std::filesystem::exists(none));
 }
 
 TEST(LinePlot, UnwritablePathIsNamed) {
