@@ -1,0 +1,152 @@
+// `headroom train`'s Trainer data-parallel on the ranks mpirun started: the same losses and final
+// weights as one process with the ranks' micro-batches as accumulation steps (Note
+// [Data-parallel batches equal a single process's]), and a resumed run equal to the
+// uninterrupted one bit for bit.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "dist/communicator.h"
+#include "dist/launch_environment.h"
+#include "train/trainer.h"
+#include "train/trainer_fixture.h"
+
+namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<Communicator> world() {
+  static std::shared_ptr<Communicator> communicator = make_communicator(launch_environment(), kCPU);
+  return communicator;
+}
+
+// A directory every rank names alike (rank 0's pid in it), made by rank 0 with the tiny run's
+// model and data, removed by rank 0 at the end.
+class SharedRunDir {
+ public:
+  SharedRunDir(const std::string& name, double dropout) {
+    const double pid = world()->all_reduce_scalar(world()->rank() == 0 ? ::getpid() : 0.0,
+                                                  ReduceOp::sum);
+    path_ = fs::temp_directory_path() /
+            str_cat("headroom_mpi_", name, "_", static_cast<int64_t>(pid));
+    if (world()->rank() == 0) {
+      fs::remove_all(path_);
+      fs::create_directories(path_);
+    }
+    world()->barrier();
+    // Each rank writes the fixture's files into its own corner, then all train on rank 0's.
+    const fs::path own = path_ / str_cat("rank_", world()->rank());
+    args_ = test_data::tiny_training_args(own, dropout);
+    world()->barrier();
+    args_.model = (path_ / "rank_0" / "model").string();  // tiny_training_args' layout
+    args_.data = (path_ / "rank_0" / "data.txt").string();
+    args_.output_dir = (path_ / "out").string();
+  }
+  ~SharedRunDir() {
+    world()->barrier();
+    if (world()->rank() == 0) fs::remove_all(path_);
+  }
+  const fs::path& path() const { return path_; }
+  TrainingArguments args() const { return args_; }
+
+ private:
+  fs::path path_;
+  TrainingArguments args_;
+};
+
+std::map<int64_t, double> step_losses(const Trainer& trainer) {
+  std::map<int64_t, double> losses;
+  for (const auto& entry : trainer.log_history()) {
+    if (entry.contains("loss")) losses[entry["step"].get<int64_t>()] = entry["loss"].get<double>();
+  }
+  return losses;
+}
+
+// A W-rank run with batch 2 and accumulation A against one process with batch 2 and
+// accumulation A·W: losses within `tolerance` relative, weights within `tolerance` of their size
+// with 0.01 (half GPT-2's init std) as its floor.
+void expect_ddp_matches_one_process(const std::string& precision, int64_t accumulation,
+                                    double tolerance, const std::string& optim = "adamw_torch") {
+  if (!world()) GTEST_SKIP() << "one process: run under mpirun -np 2 (ctest -L mpi)";
+  SharedRunDir dir(str_cat("ddp_", precision, "_", accumulation), 0.0);
+  TrainingArguments args = dir.args();
+  args.precision = precision;
+  args.optim = optim;
+  args.per_device_train_batch_size = 2;
+  args.gradient_accumulation_steps = accumulation;
+  args.save_strategy = "no";
+  Trainer ddp(args, {}, world());
+  ASSERT_EQ(ddp.train(), 0);
+
+  TrainingArguments single = args;
+  single.gradient_accumulation_steps = accumulation * world()->world_size();
+  single.output_dir = (dir.path() / str_cat("single_", world()->rank())).string();
+  Trainer one(single);
+  ASSERT_EQ(one.train(), 0);
+
+  const auto expected = step_losses(one), actual = step_losses(ddp);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [step, loss] : expected) {
+    EXPECT_NEAR(actual.at(step), loss, tolerance * std::abs(loss)) << "step " << step;
+  }
+  const auto pa = ddp.model().parameters(), pe = one.model().parameters();
+  ASSERT_EQ(pa.size(), pe.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const auto va = pa[i].to_float_vector(), ve = pe[i].to_float_vector();
+    for (size_t j = 0; j < va.size(); ++j) {
+      ASSERT_NEAR(va[j], ve[j], tolerance * std::max(std::abs(ve[j]), 0.01f)) << i << " " << j;
+    }
+  }
+  // Rank 0 alone wrote the run's files.
+  EXPECT_TRUE(fs::exists(dir.path() / "out" / "metrics.jsonl"));
+}
+
+// fp32: the ranks' averaged gradients are the single process's sum of halves to rounding.
+TEST(DataParallelTrainer, Fp32MatchesOneProcessWithTheSameGlobalBatch) {
+  expect_ddp_matches_one_process("fp32", 1, 1e-6);
+}
+// With accumulation the order of summation differs (each rank's running sum of its micro-batches,
+// then the average, against one running sum over all), and AdamW's first steps, g / (|g| + eps),
+// turn that rounding of a near-zero gradient into a move of up to the learning rate (3.8e-7 seen
+// on a bias): SGD, whose update is linear in the gradient, shows the gradients agree.
+TEST(DataParallelTrainer, Fp32WithAccumulationMatchesOneProcess) {
+  expect_ddp_matches_one_process("fp32", 2, 1e-6, "sgd");
+}
+// bf16 autocast (fp32 master weights and gradients): bf16 matmuls see the same operands in both
+// runs, so the same 1e-6.
+TEST(DataParallelTrainer, Bf16MatchesOneProcessWithTheSameGlobalBatch) {
+  expect_ddp_matches_one_process("bf16", 1, 1e-6);
+}
+
+// Steps 3-4 of a 2-rank run resumed from its checkpoint-2 equal the uninterrupted run's, bit for bit.
+TEST(DataParallelTrainer, ResumeWithTheSameWorldSizeIsBitIdentical) {
+  if (!world()) GTEST_SKIP() << "one process";
+  SharedRunDir dir("ddp_resume", 0.1);  // dropout: the generator's state is resumed too
+  TrainingArguments args = dir.args();
+  args.per_device_train_batch_size = 2;
+  Trainer full(args, {}, world());
+  ASSERT_EQ(full.train(), 0);
+  ASSERT_TRUE(fs::exists(dir.path() / "out" / "checkpoint-2"));
+
+  TrainingArguments resumed_args = args;
+  resumed_args.output_dir = (dir.path() / "resumed").string();
+  resumed_args.resume_from_checkpoint = (dir.path() / "out" / "checkpoint-2").string();
+  Trainer resumed(resumed_args, {}, world());
+  ASSERT_EQ(resumed.train(), 0);
+  const auto expected = step_losses(full), actual = step_losses(resumed);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [step, loss] : expected) EXPECT_EQ(actual.at(step), loss) << step;
+  const auto pa = resumed.model().parameters(), pe = full.model().parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].to_float_vector(), pe[i].to_float_vector()) << i;
+  }
+}
+
+}  // namespace
+}  // namespace headroom
