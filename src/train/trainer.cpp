@@ -42,6 +42,8 @@
 #include "data/token_corpus.h"
 #include "dist/gradient_reducer.h"
 #include "dist/mpi_communicator.h"
+#include "dist/zero_optimizer.h"
+#include "io/json_file.h"
 #include "train/data_loader_batch_source.h"
 #include "train/sharded_batch_source.h"
 
@@ -158,6 +160,36 @@ class StepPhase {
 };
 
 }  // namespace
+
+int64_t training_zero_stage(const TrainingArguments& args) {
+  std::optional<int64_t> stage = args.zero_stage;
+  if (!args.deepspeed.empty()) {
+    // DeepSpeed's JSON: {"zero_optimization": {"stage": 1, ...}, ...}; no section: stage 0.
+    const nlohmann::json config = parse_json(read_text_file(args.deepspeed), args.deepspeed);
+    int64_t from_file = 0;
+    if (config.is_object() && config.contains("zero_optimization")) {
+      const nlohmann::json& zero = config["zero_optimization"];
+      if (!zero.is_object() || (zero.contains("stage") && !zero["stage"].is_number_integer())) {
+        throw ValueError(str_cat(args.deepspeed, ": zero_optimization.stage is ",
+                                 describe_json(zero.is_object() ? zero["stage"] : zero),
+                                 ", not an integer"));
+      }
+      from_file = zero.value("stage", int64_t{0});
+    }
+    if (stage && *stage != from_file) {
+      throw ValueError(str_cat("zero_stage: ", *stage, " differs from ", args.deepspeed,
+                               "'s zero_optimization.stage ", from_file));
+    }
+    stage = from_file;
+  }
+  const int64_t value = stage.value_or(0);
+  if (value == 2 || value == 3) {
+    throw NotImplementedError(str_cat("zero_stage: ", value, " (ZeRO-", value,
+                                      ") is not implemented yet; 0 (DDP) and 1 are"));
+  }
+  if (value < 0 || value > 3) throw ValueError(str_cat("zero_stage: ", value, " is not 0..3"));
+  return value;
+}
 
 PrecisionRecipe training_precision(const TrainingArguments& args) {
   if (!args.precision.empty()) return parse_precision(args.precision);
@@ -310,7 +342,19 @@ void Trainer::build() {
   for (auto& [name, p] : model_->named_parameters()) {
     if (p.requires_grad()) trainable.emplace_back(name, p);
   }
-  optimizer_ = make_optimizer(options, trainable);
+  zero_stage_ = training_zero_stage(args_);
+  if (communicator_ && zero_stage_ >= 1) {
+    if (args_.save_strategy != "no") {
+      throw NotImplementedError(str_cat("zero_stage ", zero_stage_, " with save_strategy '",
+                                        args_.save_strategy, "': checkpoints of sharded optimizer "
+                                        "states are not written yet; pass --save_strategy no"));
+    }
+    optimizer_ = std::make_unique<ZeroRedundancyOptimizer>(
+        communicator_, trainable,
+        [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); });
+  } else {
+    optimizer_ = make_optimizer(options, trainable);
+  }
   if (communicator_) {
     if (optimizer_->updates_in_backward()) {
       throw NotImplementedError(str_cat("optim ", optimizer_->name(), " with ",
@@ -627,7 +671,8 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
       if (args_.max_grad_norm > 0.0) {
         // The true gradients are clipped: unscaled above.
         StepPhase clip("clip_grad_norm_");
-        result.grad_norm = clip_grad_norm_(*optimizer_, args_.max_grad_norm);
+        result.grad_norm = zero_stage_ >= 1 && communicator_ ? clip_sharded_grad_norm()
+                                                               : clip_grad_norm_(*optimizer_, args_.max_grad_norm);
         if (device_.is_meta()) result.grad_norm = NAN;
       }
       scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
@@ -696,6 +741,25 @@ EvalResult Trainer::evaluate() {
   result.loss = result.tokens > 0 ? total / static_cast<double>(result.tokens) : NAN;
   result.perplexity = std::exp(result.loss);
   return result;
+}
+
+double Trainer::clip_sharded_grad_norm() {
+  // Each rank's share was unscaled (its optimizer's groups): the total 2-norm is the root of the
+  // ranks' shares' squared norms, and each rank scales its share by torch's fp32 factor.
+  const double local = grad_norm(*optimizer_);
+  const auto total = static_cast<float>(
+      std::sqrt(communicator_->all_reduce_scalar(local * local, ReduceOp::sum)));
+  const float coef =
+      (1.0f / (total + static_cast<float>(1e-6))) * static_cast<float>(args_.max_grad_norm);
+  if (coef < 1.0f) {
+    NoGradGuard no_grad;
+    for (const ParamGroup& group : optimizer_->param_groups()) {
+      for (const auto& [name, p] : group.params) {
+        if (const Tensor grad = p.grad(); grad.defined()) grad.copy_(scale(grad, coef));
+      }
+    }
+  }
+  return total;
 }
 
 double Trainer::communication_wait_seconds() const {

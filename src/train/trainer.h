@@ -56,6 +56,11 @@ EvalResult evaluate_file(const std::string& model, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size,
                          const std::string& device = "auto", const std::string& adapter = "");
 
+// The ZeRO stage of `args`: zero_stage, or the `deepspeed` file's zero_optimization.stage (ValueError
+// naming the file when they differ or it is malformed); 0 when neither. NotImplementedError for 2
+// and 3.
+int64_t training_zero_stage(const TrainingArguments& args);
+
 // The recipe `args` asks for: `precision` when set (parse_precision), else bf16 / fp16
 // (ValueError for both), else fp32.
 PrecisionRecipe training_precision(const TrainingArguments& args);
@@ -170,6 +175,8 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   double train_step(int64_t& tokens);
   void log_step(double loss, double grad_norm, double tokens_per_s);
+  // ZeRO-1's clip_grad_norm_: the norm over every rank's share, each rank clipping its own.
+  double clip_sharded_grad_norm();
   void log_eval();
   void append_metrics(const nlohmann::ordered_json& entry);
   // A log line, around the progress bar while there is one.
@@ -201,6 +208,7 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;
   std::shared_ptr<Communicator> communicator_;  // data-parallel runs only
   std::unique_ptr<GradientReducer> reducer_;
+  int64_t zero_stage_ = 0;
 
   int64_t global_step_ = 0;
   int64_t max_steps_ = 0;
