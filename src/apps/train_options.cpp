@@ -101,6 +101,11 @@ std::vector<TrainOption> make_train_options() {
        "cap the device's memory, e.g. 24GiB, to see whether a run fits a smaller GPU (default: "
        "HEADROOM_MEMORY_LIMIT)",
        &A::memory_limit},
+      {"zero_stage", precision,
+       "under mpirun: 0 (DDP, default) or 1 (ZeRO-1: optimizer states sharded over the ranks)",
+       &A::zero_stage},
+      {"deepspeed", precision,
+       "a DeepSpeed JSON config: its zero_optimization.stage is the ZeRO stage", &A::deepspeed},
       {"gradient_checkpointing", precision,
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",

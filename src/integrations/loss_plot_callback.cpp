@@ -39,6 +39,7 @@ void write_loss_plot(const std::string& path, const nlohmann::ordered_json& log_
 }
 
 void LossPlotCallback::on_train_end(Trainer& trainer) {
+  if (!trainer.is_main_process()) return;  // rank 0 alone writes into output_dir
   if (const int signal = training_stop_requested(); signal != 0) {
     std::fprintf(stderr, "headroom: the loss plot skipped: stopped by signal %d\n", signal);
     return;

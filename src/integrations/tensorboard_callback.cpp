@@ -16,7 +16,9 @@ std::string tensorboard_tag(const std::string& key) {
 TensorBoardCallback::TensorBoardCallback(std::string logging_dir, std::string arguments_json)
     : logging_dir_(std::move(logging_dir)), arguments_json_(std::move(arguments_json)) {}
 
-void TensorBoardCallback::on_train_begin(Trainer&) {
+void TensorBoardCallback::on_train_begin(Trainer& trainer) {
+  // As HF's TensorBoardCallback: rank 0 alone writes (the others never get an on_log).
+  if (!trainer.is_main_process()) return;
   writer_ = std::make_unique<EventFileWriter>(logging_dir_);
   event_file_ = writer_->path();
   // HF's add_text("args", ...) passes no step: 0.

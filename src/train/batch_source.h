@@ -19,6 +19,9 @@ class BatchSource {
   // The next training micro-batch. After the last one of an epoch the next epoch starts (in its
   // own shuffled order), so the stream never ends; the trainer decides how many steps to take.
   virtual TokenBatch next_batch() = 0;
+  // Moves past the next micro-batch without handing it out (another data-parallel rank's: see
+  // ShardedBatchSource). Sources that can skip without assembling or copying a batch override it.
+  virtual void skip_batch() { (void)next_batch(); }
   // Micro-batches in one epoch (> 0), for num_train_epochs and the logged `epoch`.
   virtual int64_t batches_per_epoch() const = 0;
   // Micro-batches handed out so far, over all epochs.

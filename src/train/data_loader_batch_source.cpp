@@ -69,6 +69,10 @@ TokenBatch DataLoaderBatchSource::next_batch() {
   return to_device(std::move(*batch));
 }
 
+void DataLoaderBatchSource::skip_batch() {
+  if (!loader_->next()) (void)loader_->next();
+}
+
 int64_t DataLoaderBatchSource::batches_consumed() const {
   const DataLoaderState state = loader_->state();
   return state.epoch * loader_->size() + state.batch_index;

@@ -26,6 +26,7 @@ class DataLoaderBatchSource final : public BatchSource {
                         Device device = kCPU);
 
   TokenBatch next_batch() override;
+  void skip_batch() override;  // not copied to the device
   int64_t batches_per_epoch() const override { return loader_->size(); }
   int64_t batches_consumed() const override;
   int64_t eval_batch_count(int64_t batch_size) const override;

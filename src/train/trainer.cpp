@@ -39,7 +39,12 @@
 #include "train/progress.h"
 #include "train/stop_signals.h"
 #include "data/token_corpus.h"
+#include "dist/gradient_reducer.h"
+#include "dist/mpi_communicator.h"
+#include "dist/zero_optimizer.h"
+#include "io/json_file.h"
 #include "train/data_loader_batch_source.h"
+#include "train/sharded_batch_source.h"
 
 namespace headroom {
 
@@ -158,6 +163,36 @@ class StepPhase {
 
 }  // namespace
 
+int64_t training_zero_stage(const TrainingArguments& args) {
+  std::optional<int64_t> stage = args.zero_stage;
+  if (!args.deepspeed.empty()) {
+    // DeepSpeed's JSON: {"zero_optimization": {"stage": 1, ...}, ...}; no section: stage 0.
+    const nlohmann::json config = parse_json(read_text_file(args.deepspeed), args.deepspeed);
+    int64_t from_file = 0;
+    if (config.is_object() && config.contains("zero_optimization")) {
+      const nlohmann::json& zero = config["zero_optimization"];
+      if (!zero.is_object() || (zero.contains("stage") && !zero["stage"].is_number_integer())) {
+        throw ValueError(str_cat(args.deepspeed, ": zero_optimization.stage is ",
+                                 describe_json(zero.is_object() ? zero["stage"] : zero),
+                                 ", not an integer"));
+      }
+      from_file = zero.value("stage", int64_t{0});
+    }
+    if (stage && *stage != from_file) {
+      throw ValueError(str_cat("zero_stage: ", *stage, " differs from ", args.deepspeed,
+                               "'s zero_optimization.stage ", from_file));
+    }
+    stage = from_file;
+  }
+  const int64_t value = stage.value_or(0);
+  if (value == 2 || value == 3) {
+    throw NotImplementedError(str_cat("zero_stage: ", value, " (ZeRO-", value,
+                                      ") is not implemented yet; 0 (DDP) and 1 are"));
+  }
+  if (value < 0 || value > 3) throw ValueError(str_cat("zero_stage: ", value, " is not 0..3"));
+  return value;
+}
+
 PrecisionRecipe training_precision(const TrainingArguments& args) {
   if (!args.precision.empty()) return parse_precision(args.precision);
   if (args.bf16 && args.fp16) throw ValueError("bf16 and fp16: both are set; choose one");
@@ -214,11 +249,20 @@ void request_training_stop(int signal_number) { g_stop_signal.store(signal_numbe
 
 int training_stop_requested() { return g_stop_signal.load(); }
 
-Trainer::Trainer(TrainingArguments args, BatchSourceFactory make_data)
+Trainer::Trainer(TrainingArguments args, BatchSourceFactory make_data,
+                 std::shared_ptr<Communicator> communicator)
     : args_(std::move(args)), make_data_(std::move(make_data)) {
   check_arguments(args_);
   if (!make_data_) make_data_ = make_data_loader_batch_source;
   device_ = resolve_device(args_.device);
+  if (communicator && communicator->world_size() > 1) {
+    if (communicator->device() != device_) {
+      throw ValueError(str_cat("device: ", device_, ", but the data-parallel communicator (",
+                               communicator->backend(), ") carries ", communicator->device(),
+                               " tensors"));
+    }
+    communicator_ = std::move(communicator);
+  }
   recipe_ = training_precision(args_);
   build();
 }
@@ -226,6 +270,7 @@ Trainer::Trainer(TrainingArguments args, BatchSourceFactory make_data)
 Trainer::~Trainer() = default;
 
 void Trainer::build() {
+  reducer_.reset();  // its hooks are on the old model's parameters
   scaler_.reset();
   scheduler_.reset();
   optimizer_.reset();
@@ -279,6 +324,10 @@ void Trainer::build() {
                                   parse_checkpoint_policy(args_.gradient_checkpointing_policy));
   }
   data_ = make_data_(args_, *tokenizer_, window_, device_);
+  if (communicator_) {
+    data_ = std::make_unique<ShardedBatchSource>(std::move(data_), communicator_->rank(),
+                                                 communicator_->world_size());
+  }
 
   // Optimizers: the single call site; make_optimizer knows every `optim` name. The pure bf16
   // recipe keeps AdamW's moments in bf16 (Note [Precision recipes]).
@@ -300,7 +349,31 @@ void Trainer::build() {
   for (auto& [name, p] : model_->named_parameters()) {
     if (p.requires_grad()) trainable.emplace_back(name, p);
   }
-  optimizer_ = make_optimizer(options, trainable);
+  zero_stage_ = training_zero_stage(args_);
+  if (communicator_ && zero_stage_ >= 1) {
+    if (args_.save_strategy != "no") {
+      throw NotImplementedError(str_cat("zero_stage ", zero_stage_, " with save_strategy '",
+                                        args_.save_strategy, "': checkpoints of sharded optimizer "
+                                        "states are not written yet; pass --save_strategy no"));
+    }
+    optimizer_ = std::make_unique<ZeroRedundancyOptimizer>(
+        communicator_, trainable,
+        [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); });
+  } else {
+    optimizer_ = make_optimizer(options, trainable);
+  }
+  if (communicator_) {
+    if (optimizer_->updates_in_backward()) {
+      throw NotImplementedError(str_cat("optim ", optimizer_->name(), " with ",
+                                        communicator_->world_size(), " data-parallel ranks: it "
+                                        "updates inside backward, before gradients could be "
+                                        "averaged over the ranks"));
+    }
+    // DDP's start: every rank trains rank 0's model (the same seed makes the same one; this
+    // makes sure of it), frozen weights included.
+    broadcast_parameters(*communicator_, model_->parameters());
+    reducer_ = std::make_unique<GradientReducer>(communicator_, trainable);
+  }
   if (optimizer_->updates_in_backward()) {
     if (args_.gradient_accumulation_steps > 1) {
       throw ValueError(str_cat("gradient_accumulation_steps: ", args_.gradient_accumulation_steps,
@@ -373,6 +446,13 @@ nlohmann::ordered_json Trainer::trainer_state() const {
 }
 
 std::string Trainer::save_checkpoint() {
+  if (!is_main_process()) {
+    // Rank 0 writes the one checkpoint every rank resumes from (their states are equal: Note
+    // [Data-parallel batches equal a single process's]); the others wait until it is whole.
+    communicator_->barrier();
+    last_saved_step_ = global_step_;
+    return (fs::path(args_.output_dir) / str_cat(kCheckpointPrefix, global_step_)).string();
+  }
   const std::string dir = commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
     const fs::path root(tmp);
     save_model_files(tmp);  // as HF's Trainer: a checkpoint is a model (or adapter) directory
@@ -400,10 +480,12 @@ std::string Trainer::save_checkpoint() {
     }
   }
   remove_leftovers();
+  if (communicator_) communicator_->barrier();
   return dir;
 }
 
 void Trainer::print_log_line(const std::string& line) {
+  if (!is_main_process()) return;
   if (progress_) {
     progress_->print_line(line);
   } else {
@@ -491,6 +573,7 @@ void Trainer::resume() {
                                ", past this run's max_steps ", max_steps_,
                                " (another run's checkpoint, or max_steps too small)"));
     }
+    if (!is_main_process()) return;
     std::printf("Resumed from %s at step %lld\n", dir.c_str(),
                 static_cast<long long>(global_step_));
   };
@@ -558,7 +641,18 @@ double Trainer::train_step(int64_t& tokens) {
     if (accumulation > 1) loss = scale(loss, 1.0 / static_cast<double>(accumulation));
     step_loss += host_value(loss);
     StepPhase phase("backward");
+    // DDP's no_sync() for all but the last micro-batch: one all-reduce per optimizer step.
+    if (reducer_) reducer_->set_require_sync(micro == accumulation - 1);
     backward(scaler_->scale(loss));
+  }
+  if (reducer_) {
+    StepPhase phase("all_reduce gradients");
+    reducer_->finish();
+    // The logged loss and tokens are the global batch's (Note [Data-parallel batches equal a
+    // single process's]).
+    step_loss = communicator_->all_reduce_scalar(step_loss, ReduceOp::avg);
+    tokens = static_cast<int64_t>(
+        communicator_->all_reduce_scalar(static_cast<double>(tokens), ReduceOp::sum));
   }
   return step_loss;
 }
@@ -569,13 +663,23 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
   if (!optimizer_->updates_in_backward()) {
     {
       StepPhase phase("optimizer.step");
-      const bool overflow = assume_overflow && scaler_->is_enabled();
-      if (args_.max_grad_norm > 0.0 || overflow) scaler_->unscale_(*optimizer_);
+      bool overflow = assume_overflow && scaler_->is_enabled();
+      if (args_.max_grad_norm > 0.0 || overflow || (communicator_ && scaler_->is_enabled())) {
+        scaler_->unscale_(*optimizer_);
+      }
+      if (communicator_ && scaler_->is_enabled() && !overflow) {
+        // Every rank skips the step when any rank found inf / NaN (with averaged gradients they
+        // agree already; this keeps them in step whatever the reduction did).
+        const bool found = scaler_->found_inf(*optimizer_);
+        const bool any = communicator_->all_reduce_scalar(found ? 1.0 : 0.0, ReduceOp::max) > 0.0;
+        overflow = any && !found;  // what this rank's unscale_ saw is recorded already
+      }
       if (overflow) scaler_->record_overflow(*optimizer_);
       if (args_.max_grad_norm > 0.0) {
         // The true gradients are clipped: unscaled above.
         StepPhase clip("clip_grad_norm_");
-        result.grad_norm = clip_grad_norm_(*optimizer_, args_.max_grad_norm);
+        result.grad_norm = zero_stage_ >= 1 && communicator_ ? clip_sharded_grad_norm()
+                                                               : clip_grad_norm_(*optimizer_, args_.max_grad_norm);
         if (device_.is_meta()) result.grad_norm = NAN;
       }
       scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
@@ -591,6 +695,7 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
 
 void Trainer::append_metrics(const nlohmann::ordered_json& entry) {
   log_history_.push_back(entry);
+  if (!is_main_process()) return;  // every rank keeps the history; rank 0 writes it
   append_line((fs::path(args_.output_dir) / "metrics.jsonl").string(), entry.dump() + "\n");
   print_log_line(format_log_line(entry));
   for (const auto& callback : callbacks_) callback->on_log(*this, entry);
@@ -629,9 +734,49 @@ void Trainer::log_eval() {
 
 EvalResult Trainer::evaluate() {
   const int64_t batch = args_.per_device_eval_batch_size;
-  return evaluate_batches(
-      *model_, data_->eval_batch_count(batch),
-      [&](int64_t i) { return data_->eval_batch(i, batch); }, device_, recipe_.autocast_dtype);
+  if (!communicator_) {
+    return evaluate_batches(
+        *model_, data_->eval_batch_count(batch),
+        [&](int64_t i) { return data_->eval_batch(i, batch); }, device_, recipe_.autocast_dtype);
+  }
+  // Sharded: rank r scores batches r, r + W, ...; the token-weighted sums are reduced.
+  const int64_t world = communicator_->world_size(), rank = communicator_->rank();
+  const int64_t total_batches = data_->eval_batch_count(batch);
+  const int64_t mine = total_batches > rank ? (total_batches - rank + world - 1) / world : 0;
+  EvalResult local = evaluate_batches(
+      *model_, mine, [&](int64_t i) { return data_->eval_batch(i * world + rank, batch); },
+      device_, recipe_.autocast_dtype);
+  const double loss_sum = local.tokens > 0 ? local.loss * static_cast<double>(local.tokens) : 0.0;
+  EvalResult result;
+  result.tokens = static_cast<int64_t>(
+      communicator_->all_reduce_scalar(static_cast<double>(local.tokens), ReduceOp::sum));
+  const double total = communicator_->all_reduce_scalar(loss_sum, ReduceOp::sum);
+  result.loss = result.tokens > 0 ? total / static_cast<double>(result.tokens) : NAN;
+  result.perplexity = std::exp(result.loss);
+  return result;
+}
+
+double Trainer::clip_sharded_grad_norm() {
+  // Each rank's share was unscaled (its optimizer's groups): the total 2-norm is the root of the
+  // ranks' shares' squared norms, and each rank scales its share by torch's fp32 factor.
+  const double local = grad_norm(*optimizer_);
+  const auto total = static_cast<float>(
+      std::sqrt(communicator_->all_reduce_scalar(local * local, ReduceOp::sum)));
+  const float coef =
+      (1.0f / (total + static_cast<float>(1e-6))) * static_cast<float>(args_.max_grad_norm);
+  if (coef < 1.0f) {
+    NoGradGuard no_grad;
+    for (const ParamGroup& group : optimizer_->param_groups()) {
+      for (const auto& [name, p] : group.params) {
+        if (const Tensor grad = p.grad(); grad.defined()) grad.copy_(scale(grad, coef));
+      }
+    }
+  }
+  return total;
+}
+
+double Trainer::communication_wait_seconds() const {
+  return reducer_ ? reducer_->wait_seconds() : 0.0;
 }
 
 void Trainer::add_callback(std::shared_ptr<TrainerCallback> callback) {
@@ -639,10 +784,11 @@ void Trainer::add_callback(std::shared_ptr<TrainerCallback> callback) {
 }
 
 int Trainer::train() {
-  prepare_output_dir();
+  if (is_main_process()) prepare_output_dir();
+  if (communicator_) communicator_->barrier();  // rank 0 has cleared what a fresh run replaces
   if (!args_.resume_from_checkpoint.empty()) resume();
   fs::create_directories(args_.output_dir);
-  {
+  if (is_main_process()) {
     // metrics.jsonl holds this run's log_history: a resumed run starts from the checkpoint's.
     std::string lines;
     for (const auto& entry : log_history_) lines += entry.dump() + "\n";
@@ -651,7 +797,14 @@ int Trainer::train() {
   // A 4-bit base's weights are buffers but still the model's parameters (PEFT counts them too).
   int64_t num_parameters = model_->num_parameters();
   for (const Quant4bitWeight* w : weights_4bit(*model_)) num_parameters += w->numel();
-  std::printf("Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld windows of %lld "
+  if (is_main_process() && communicator_) {
+    std::printf("Data-parallel over %d ranks (%s): a global batch of %lld windows per step\n",
+                communicator_->world_size(), communicator_->backend().c_str(),
+                static_cast<long long>(args_.per_device_train_batch_size *
+                                       args_.gradient_accumulation_steps *
+                                       communicator_->world_size()));
+  }
+  if (is_main_process()) std::printf("Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld windows of %lld "
               "tokens, %lld micro-batches per epoch\n",
               args_.model.c_str(), static_cast<double>(num_parameters) / 1e6,
               recipe_.name().c_str(), device_.str().c_str(), static_cast<long long>(max_steps_),
@@ -659,7 +812,7 @@ int Trainer::train() {
               static_cast<long long>(args_.per_device_train_batch_size),
               static_cast<long long>(window_ - 1),
               static_cast<long long>(data_->batches_per_epoch()));
-  if (lora_) {
+  if (lora_ && is_main_process()) {
     // PEFT's print_trainable_parameters.
     int64_t trainable = 0;
     for (const auto& [name, p] : lora_state_dict(*model_)) trainable += p.numel();
@@ -673,7 +826,8 @@ int Trainer::train() {
                 100.0 * static_cast<double>(trainable) / static_cast<double>(all));
   }
   std::fflush(stdout);
-  ProgressBar progress(max_steps_, global_step_, isatty(STDERR_FILENO) && !args_.disable_tqdm);
+  ProgressBar progress(max_steps_, global_step_,
+                       isatty(STDERR_FILENO) && !args_.disable_tqdm && is_main_process());
   progress_ = &progress;
   // Also when a step or a log write throws: the bar is a local of this call.
   struct DetachProgress {
@@ -681,7 +835,8 @@ int Trainer::train() {
     ~DetachProgress() { bar = nullptr; }
   } detach_progress{progress_};
   const int64_t eval_steps = args_.eval_steps.value_or(args_.logging_steps);
-  if (args_.eval_strategy == "steps" && data_->eval_batch_count(args_.per_device_eval_batch_size) == 0) {
+  if (args_.eval_strategy == "steps" && is_main_process() &&
+      data_->eval_batch_count(args_.per_device_eval_batch_size) == 0) {
     std::fprintf(stderr, "warning: eval_strategy=steps, but the data has no eval split "
                          "(validation_split_percentage %g): no evaluation\n",
                  args_.validation_split_percentage);
@@ -717,13 +872,19 @@ int Trainer::train() {
     }
     if (args_.eval_strategy == "steps" && global_step_ % eval_steps == 0) log_eval();
     if (args_.save_strategy == "steps" && global_step_ % args_.save_steps == 0) save_checkpoint();
-    if ((stop_signal = training_stop_requested()) != 0) break;
+    stop_signal = training_stop_requested();
+    // A signal reaches the ranks at different moments: they stop after the same step.
+    if (communicator_) {
+      stop_signal = static_cast<int>(
+          communicator_->all_reduce_scalar(static_cast<double>(stop_signal), ReduceOp::max));
+    }
+    if (stop_signal != 0) break;
   }
   if (stop_signal != 0) {
     g_stop_signal.store(0);
     if (last_saved_step_ != global_step_) save_checkpoint();
     progress.finish();
-    std::printf("Stopped by signal %d after step %lld; checkpoint saved in %s\n", stop_signal,
+    if (is_main_process()) std::printf("Stopped by signal %d after step %lld; checkpoint saved in %s\n", stop_signal,
                 static_cast<long long>(global_step_),
                 (fs::path(args_.output_dir) / str_cat(kCheckpointPrefix, global_step_)).c_str());
   } else {
@@ -734,8 +895,11 @@ int Trainer::train() {
         {"train_tokens_per_second", static_cast<double>(total_tokens_ - tokens_at_start) / runtime},
         {"train_tokens", total_tokens_},
         {"step", global_step_}};
+    // Data-parallel: rank 0's wait for the gradient all-reduces after backward, the part of the
+    // communication that backward did not hide.
+    if (communicator_) summary["train_communication_wait_seconds"] = reducer_->wait_seconds();
     log_history_.push_back(summary);
-    std::printf("%s\n", format_log_line(summary).c_str());
+    if (is_main_process()) std::printf("%s\n", format_log_line(summary).c_str());
   }
   progress_ = nullptr;
   for (const auto& callback : callbacks_) callback->on_train_end(*this);
@@ -754,6 +918,13 @@ void Trainer::save_model_files(const std::string& dir) const {
 
 void Trainer::finish_run(bool stopped) {
   const fs::path out(args_.output_dir);
+  if (!is_main_process()) {
+    // Rank 0 writes the results; the others' memory is theirs (each rank's peak, as each GPU's).
+    memory_ = MemoryBreakdown::of_device(device_);
+    g_stop_signal.store(0);
+    communicator_->barrier();
+    return;
+  }
   if (!stopped) {
     // As run_clm's trainer.save_model(): the trained model, its tokenizer (so that `headroom
     // eval --model output_dir` tokenizes as training did) and the state in output_dir itself.
@@ -773,6 +944,7 @@ void Trainer::finish_run(bool stopped) {
   }
   g_stop_signal.store(0);
   std::fflush(stdout);
+  if (communicator_) communicator_->barrier();  // the files are whole when any rank returns
 }
 
 void Trainer::optional_end_step(const char* what, const std::function<void()>& run) {
@@ -806,6 +978,25 @@ int run_training(const TrainingArguments& args,
                  std::vector<std::shared_ptr<TrainerCallback>> callbacks) {
   // Before the Trainer starts any thread (Note [Stop signals are taken by one thread]).
   const StopSignalWatcher stop_signals;
+  const LaunchEnvironment launch = launch_environment();
+  if (launch.distributed()) {
+    // One process per GPU: local rank k trains on cuda:k.
+    TrainingArguments rank_args = args;
+    Device device = resolve_device(args.device);
+    if (device.is_cuda()) {
+      device.index = launch.local_rank;
+      rank_args.device = str_cat("cuda:", launch.local_rank);
+    }
+    try {
+      std::shared_ptr<Communicator> communicator = make_communicator(launch, device);
+      Trainer trainer(rank_args, {}, communicator);
+      for (auto& callback : callbacks) trainer.add_callback(std::move(callback));
+      return trainer.train();
+    } catch (const std::exception& e) {
+      // The other ranks may wait in a collective for this one: end them all now.
+      abort_mpi_job(e.what(), 1);
+    }
+  }
   auto train = [&](std::unique_ptr<Trainer>& trainer) {
     trainer = std::make_unique<Trainer>(args);
     for (auto& callback : callbacks) trainer->add_callback(std::move(callback));

@@ -13,6 +13,7 @@
 
 #include "amp/grad_scaler.h"
 #include "amp/precision.h"
+#include "dist/communicator.h"
 #include "io/tokenizer.h"
 #include "nn/causal_lm.h"
 #include "optim/lr_scheduler.h"
@@ -27,11 +28,15 @@
 namespace headroom {
 
 class ProgressBar;  // train/progress.h
+class GradientReducer;  // dist/gradient_reducer.h
 
 // Runs `headroom train` with `args` and `callbacks`: SIGINT / SIGTERM stop it after the current
 // step with a checkpoint. With args.memory_snapshot it records the allocator's history from the
 // start and writes the snapshot there at the end, or at an OutOfMemoryError before rethrowing it.
 // Returns the process exit code: 0, or 128 + the signal (130, 143) after a stop.
+// Launched by mpirun (or with torchrun's variables) with more than one rank it trains data-parallel
+// (DDP, Trainer's `communicator`), one GPU per local rank; an error on any rank ends every rank
+// (MPI_Abort) with a message naming it.
 int run_training(const TrainingArguments& args,
                  std::vector<std::shared_ptr<TrainerCallback>> callbacks = {});
 
@@ -50,6 +55,11 @@ struct EvalResult {
 EvalResult evaluate_file(const std::string& model, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size,
                          const std::string& device = "auto", const std::string& adapter = "");
+
+// The ZeRO stage of `args`: zero_stage, or the `deepspeed` file's zero_optimization.stage (ValueError
+// naming the file when they differ or it is malformed); 0 when neither. NotImplementedError for 2
+// and 3.
+int64_t training_zero_stage(const TrainingArguments& args);
 
 // The recipe `args` asks for: `precision` when set (parse_precision), else bf16 / fp16
 // (ValueError for both), else fp32.
@@ -82,7 +92,15 @@ class Trainer {
   // Builds the model and tokenizer from args.model (seeded by args.seed), the data through
   // `make_data` (default: make_data_loader_batch_source), the optimizer, scheduler and scaler from the
   // precision recipe. ValueError naming the option for arguments out of range.
-  explicit Trainer(TrainingArguments args, BatchSourceFactory make_data = {});
+  //
+  // With a `communicator` of more than one rank it trains data-parallel as torch DDP: rank 0's
+  // parameters broadcast at the start, each rank reading its shard of the batches (Note
+  // [Data-parallel batches equal a single process's]), gradients averaged during the last
+  // micro-batch's backward (Note [Gradient averaging during backward]), found_inf and the
+  // stop request reduced over the ranks; rank 0 alone prints, logs, and writes metrics,
+  // checkpoints and the model. The communicator's device must be the run's.
+  explicit Trainer(TrainingArguments args, BatchSourceFactory make_data = {},
+                   std::shared_ptr<Communicator> communicator = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -127,6 +145,10 @@ class Trainer {
   StepResult step(bool assume_overflow = false);
 
   const TrainingArguments& args() const { return args_; }
+  // Rank 0 of a data-parallel run, or a single process: the one that logs and writes files.
+  bool is_main_process() const { return !communicator_ || communicator_->rank() == 0; }
+  // Seconds this run's ranks waited for gradient all-reduces after backward (0 on one process).
+  double communication_wait_seconds() const;
   int64_t global_step() const { return global_step_; }
   int64_t max_steps() const { return max_steps_; }
   // Every entry logged so far (trainer_state.json's log_history; metrics.jsonl holds each but the
@@ -156,6 +178,8 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   double train_step(int64_t& tokens);
   void log_step(double loss, double grad_norm, double tokens_per_s);
+  // ZeRO-1's clip_grad_norm_: the norm over every rank's share, each rank clipping its own.
+  double clip_sharded_grad_norm();
   void log_eval();
   void append_metrics(const nlohmann::ordered_json& entry);
   // A log line, around the progress bar while there is one.
@@ -184,6 +208,9 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LRScheduler> scheduler_;
   std::unique_ptr<GradScaler> scaler_;
+  std::shared_ptr<Communicator> communicator_;  // data-parallel runs only
+  std::unique_ptr<GradientReducer> reducer_;
+  int64_t zero_stage_ = 0;
 
   int64_t global_step_ = 0;
   int64_t max_steps_ = 0;

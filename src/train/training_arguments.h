@@ -113,6 +113,12 @@ struct TrainingArguments {
   std::string memory_snapshot;  // the pickle's path; empty: none
   // headroom: caps the training device's memory ("24GiB"), as HEADROOM_MEMORY_LIMIT; empty: none.
   std::string memory_limit;
+
+  // Data parallel (under mpirun), with DeepSpeed's names. zero_stage 0: DDP; 1: ZeRO-1, optimizer
+  // states sharded over the ranks. `deepspeed`: a DeepSpeed JSON config, of which
+  // zero_optimization.stage is read (it must agree with an explicit zero_stage).
+  std::optional<int64_t> zero_stage;
+  std::string deepspeed;
 };
 
 }  // namespace headroom

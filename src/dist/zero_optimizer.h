@@ -1,0 +1,54 @@
+// ZeRO stage 1 (arXiv 1910.02054): optimizer states sharded over the data-parallel ranks. Each
+// rank keeps the states of its share of the parameters only, updates those, and broadcasts them;
+// gradients are all-reduced in full as in DDP. As torch's ZeroRedundancyOptimizer, the shares are
+// whole parameters.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "optim/optimizer.h"
+
+namespace headroom {
+
+// The owner rank of each of `params`: by size, largest first, each to the rank holding the fewest
+// elements so far (the lowest such rank on ties): the same on every rank.
+std::vector<int> partition_parameters(const std::vector<Tensor>& params, int world_size);
+
+// Note [ZeRO-1 through the Optimizer interface]
+// The optimizer's param_groups() are this rank's share, so that GradScaler.unscale_ and the
+// LR scheduler act on the share, and state_dict() is this rank's shard. step() updates the share
+// and then broadcasts every parameter from its owner, so every rank ends the step with the whole
+// updated model; zero_grad() drops every parameter's gradient (each rank holds all of them). The
+// gradient norm for clipping is reduced over the ranks by the trainer (each rank's share's norm,
+// squared, summed), as is GradScaler's found_inf: every rank must call step() or none.
+class ZeroRedundancyOptimizer final : public Optimizer {
+ public:
+  using MakeOptimizer =
+      std::function<std::unique_ptr<Optimizer>(const std::vector<NamedTensor>& share)>;
+  // `make_local` builds the real optimizer over this rank's share. ValueError when a rank would get
+  // no parameter (more ranks than trainable parameters).
+  ZeroRedundancyOptimizer(std::shared_ptr<Communicator> communicator,
+                          std::vector<NamedTensor> params, const MakeOptimizer& make_local);
+
+  void step() override;
+  void zero_grad(bool set_to_none = true) override;
+  std::string name() const override { return local_->name(); }
+  OptimizerStateDict state_dict() const override { return local_->state_dict(); }
+  void load_state_dict(const OptimizerStateDict& state) override;
+
+  // Every parameter, in the order given, and its owner rank.
+  const std::vector<NamedTensor>& all_params() const { return params_; }
+  const std::vector<int>& owners() const { return owners_; }
+
+ private:
+  std::shared_ptr<Communicator> communicator_;
+  std::vector<NamedTensor> params_;
+  std::vector<int> owners_;
+  std::unique_ptr<Optimizer> local_;
+};
+
+}  // namespace headroom
