@@ -16,10 +16,17 @@ const bool kRegistered = [] {
   backend.allocator = make_allocator;
   backend.tensor_kernels = &tensor_kernels();
   fill_activation_kernels(std::get<ActivationKernels>(backend.kernels));
+  fill_adafactor_kernels(std::get<AdafactorKernels>(backend.kernels));
+  fill_adamw_kernels(std::get<AdamWKernels>(backend.kernels));
+  fill_adamw_8bit_kernels(std::get<AdamW8bitKernels>(backend.kernels));
   fill_dropout_kernels(std::get<DropoutKernels>(backend.kernels));
+  fill_grad_check_kernels(std::get<GradCheckKernels>(backend.kernels));
+  fill_lion_kernels(std::get<LionKernels>(backend.kernels));
+  fill_lomo_kernels(std::get<LomoKernels>(backend.kernels));
   fill_norm_kernels(std::get<NormKernels>(backend.kernels));
   fill_quantization_kernels(std::get<QuantizationKernels>(backend.kernels));
   fill_rotary_kernels(std::get<RotaryKernels>(backend.kernels));
+  fill_sgd_kernels(std::get<SgdKernels>(backend.kernels));
   fill_softmax_kernels(std::get<SoftmaxKernels>(backend.kernels));
   register_backend(backend);
   return true;
