@@ -1,9 +1,15 @@
-// Training-step throughput and peak memory of a GPT-2-shaped model (fp32, AdamW, CPU), printed
-// side by side with the same model in plain PyTorch (bench/train_step_peer.py) on this machine.
+// Training-step throughput and peak memory of a GPT-2-shaped model (fp32 and AdamW by default,
+// CPU), printed side by side with the same model in plain PyTorch (bench/train_step_peer.py) on
+// this machine.
 //
 // Run (Release build):
 //   ninja -C build train_step && build/bench/train_step [--layers 6] [--d-model 384] [--heads 6]
 //       [--context 256] [--batch 8] [--vocab 50304] [--steps 10] [--threads N] [--no-peer]
+//       [--precision fp32|bf16|pure_bf16|pure_bf16+kahan] [--optim NAME]
+// --precision applies a recipe of amp/precision.h (fp16 needs loss scaling: bench/precision has
+// it); pure_bf16 times the optimizer on bf16 parameters, gradients and states. --optim takes the
+// trainer's names (optim/optimizer_factory.h: lion, sgd, adafactor, lomo, ...); the peer runs
+// AdamW only, so it is skipped for another optimizer.
 // The first 2 steps are warm-up and not timed. --threads defaults to OMP_NUM_THREADS, else all
 // cores; the peer gets the same count (torch.set_num_threads and OPENBLAS_NUM_THREADS). The peer
 // runs when /usr/bin/python3 imports torch. For a profile: DNNL_JIT_PROFILE=2 perf record -g
@@ -19,9 +25,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "amp/autocast.h"
+#include "amp/precision.h"
 #include "autograd/engine.h"
 #include "bench_support.h"
 #include "core/error.h"
@@ -30,6 +40,7 @@
 #include "nn/causal_lm.h"
 #include "ops/linear.h"
 #include "optim/adamw.h"
+#include "optim/optimizer_factory.h"
 
 namespace {
 
@@ -55,6 +66,8 @@ struct Options {
   int64_t steps = 10;
   int64_t threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
   bool peer = true;
+  std::string precision = "fp32";
+  std::string optim = "";  // empty: AdamW as the peer runs it
 };
 
 Options parse_options(int argc, char** argv) {
@@ -63,12 +76,14 @@ Options parse_options(int argc, char** argv) {
   bench::parse_command_line(
       "train_step",
       "[--layers N] [--d-model N] [--heads N] [--context N] [--batch N] [--vocab N] [--steps N] "
-      "[--threads N] [--no-peer]",
-      argc, argv, {{"--no-peer", &no_peer}}, {},
+      "[--threads N] [--no-peer] [--precision fp32|bf16|pure_bf16|pure_bf16+kahan] "
+      "[--optim NAME]",
+      argc, argv, {{"--no-peer", &no_peer}},
+      {{"--precision", &o.precision}, {"--optim", &o.optim}},
       {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
        {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
        {"--steps", &o.steps}, {"--threads", &o.threads}});
-  o.peer = !no_peer;
+  o.peer = !no_peer && o.optim.empty();
   return o;
 }
 
@@ -103,17 +118,40 @@ Result run_headroom(const Options& o) {
 
   Result r;
   r.gflops = matmul_gflops();
+  const PrecisionRecipe recipe = parse_precision(o.precision);
+  if (recipe.loss_scaling) {
+    throw ValueError(str_cat("--precision ", o.precision,
+                             " needs loss scaling, which bench/precision runs; train_step takes "
+                             "fp32, bf16, pure_bf16 or pure_bf16+kahan"));
+  }
   std::unique_ptr<CausalLM> model = make_causal_lm(config, kCPU, kSeed);
+  model->to(recipe.param_dtype);
   model->train();
-  AdamW optimizer(weight_decay_param_groups(model->named_parameters(), kWeightDecay),
-                  {.lr = kLr, .weight_decay = kWeightDecay});
+  std::unique_ptr<Optimizer> optimizer;
+  if (o.optim.empty()) {
+    optimizer = std::make_unique<AdamW>(
+        weight_decay_param_groups(model->named_parameters(), kWeightDecay),
+        AdamWOptions{.lr = kLr,
+                     .weight_decay = kWeightDecay,
+                     .state_dtype = recipe.optimizer_state_dtype,
+                     .kahan_summation = recipe.kahan_summation,
+                     .stochastic_rounding = recipe.stochastic_rounding});
+  } else {
+    optimizer = make_optimizer({.optim = o.optim,
+                                .learning_rate = kLr,
+                                .weight_decay = kWeightDecay,
+                                .kahan_summation = recipe.kahan_summation,
+                                .seed = kSeed},
+                               model->named_parameters());
+  }
   std::printf("headroom: GPT-2 %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, "
-              "vocab %lld: %.2fM parameters; %d threads; 1024^3 matmul %.1f GFLOP/s\n",
+              "vocab %lld: %.2fM parameters, precision %s, %s; %d threads; 1024^3 matmul "
+              "%.1f GFLOP/s\n",
               static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
               static_cast<long long>(o.heads), static_cast<long long>(o.context),
               static_cast<long long>(o.batch), static_cast<long long>(o.vocab),
-              static_cast<double>(model->num_parameters()) / 1e6, omp_get_max_threads(),
-              r.gflops);
+              static_cast<double>(model->num_parameters()) / 1e6, recipe.name().c_str(),
+              optimizer->name().c_str(), omp_get_max_threads(), r.gflops);
 
   const size_t allocated_before = memory_allocated(kCPU);
   const size_t rss_before = current_rss();
@@ -124,12 +162,17 @@ Result run_headroom(const Options& o) {
     const Tensor input_ids = tokens.narrow(1, 0, o.context).contiguous();
     const Tensor targets = tokens.narrow(1, 1, o.context).contiguous();
     const auto t0 = Clock::now();
-    const Tensor loss = model->loss(input_ids, targets);
+    Tensor loss;
+    {
+      std::optional<Autocast> region;
+      if (recipe.autocast_dtype) region.emplace(DeviceType::cpu, recipe.autocast_dtype);
+      loss = model->loss(input_ids, targets);
+    }
     const auto t1 = Clock::now();
     backward(loss);
     const auto t2 = Clock::now();
-    optimizer.step();
-    optimizer.zero_grad();
+    optimizer->step();
+    optimizer->zero_grad();
     const auto t3 = Clock::now();
     const double f = std::chrono::duration<double>(t1 - t0).count();
     const double b = std::chrono::duration<double>(t2 - t1).count();
@@ -171,7 +214,8 @@ bool run_peer(const Options& o, Result& peer, std::string& torch_version) {
   const auto result = bench::run_train_step_peer(
       {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
        .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
-       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay});
+       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay,
+       .extra_args = "--precision " + precision_name(parse_precision(o.precision).precision)});
   if (!result) return false;
   std::map<std::string, std::string> fields = *result;
   auto number = [&](const char* key) { return fields.count(key) ? std::atof(fields[key].c_str()) : 0.0; };

@@ -38,10 +38,12 @@ struct AdafactorState {
   Tensor exp_avg_sq;
   Tensor exp_avg;     // only with beta1
   int64_t step = 0;   // steps taken with a gradient
-  double rms = 0.0;   // HF's state["RMS"]: RMS of the parameter before the last step
-  double lr = 0.0;    // the step size lr_t of the last step (what HF's AdafactorSchedule reports)
-  // Native devices: rms and lr of the last step as computed on the device (2 doubles' bits in an
-  // i64 tensor), read back only by state_dict(); rms and lr above are then not kept current.
+  // HF's state["RMS"] (RMS of the parameter before the last step) and the step size lr_t of the
+  // last step (what HF's AdafactorSchedule reports), as loaded from a state dict.
+  double rms = 0.0;
+  double lr = 0.0;
+  // rms and lr of the last step as the device's kernel left them (2 doubles' bits in an i64
+  // tensor), read back only by state_dict(); once defined, rms and lr above are not kept current.
   Tensor rms_lr;
 };
 

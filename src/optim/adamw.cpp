@@ -1,16 +1,14 @@
-// AdamW: option checks as torch's, lazy fp32 state, per-step coefficients in double (as Python
-// computes them) handed to the fused kernel in backend/cpu/adamw.cpp or a native device's
-// adamw_update (one launch per parameter).
+// AdamW: option checks as torch's, lazy state, per-step coefficients in double (as Python
+// computes them) handed to the device's adamw table (backend/adamw_kernels.h; one call per
+// parameter, in the tensors' own dtypes).
 #include "optim/adamw.h"
 
 #include <cmath>
 
 #include "backend/adamw_kernels.h"
-#include "backend/cpu/adamw.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/memory_category.h"
-#include "ops/op_support.h"
 
 namespace headroom {
 
@@ -93,7 +91,6 @@ void AdamW::step() {
                                           dtype_name(grad.dtype()),
                                           "; only f32, bf16 and f16 gradients are supported"));
       }
-      const OpRoute route = op_route("AdamW", param.device());
       const bool low_precision_param = param.dtype() != DType::f32;
       AdamWState& state = states_[g][i];
       if (!state.exp_avg.defined()) {
@@ -105,8 +102,7 @@ void AdamW::step() {
         }
       }
       ++state.step;
-      if (route.native) grad = grad.contiguous();  // a copy only for a strided gradient
-      if (!route.cpu && !route.kernels) continue;    // meta: shapes and allocations only
+      grad = grad.contiguous();  // a copy only for a strided gradient
 
       // Python floats in torch's code: double arithmetic, then rounded to the tensor's float.
       const double step = static_cast<double>(state.step);
@@ -124,34 +120,12 @@ void AdamW::step() {
       };
       const bool stochastic = low_precision_param && !state.compensation.defined() &&
                               options_.stochastic_rounding;
+      // Reserved on every device, so that a dry run leaves the generator where a real run does.
       const PhiloxState rng =
           stochastic ? rounding_generator_.reserve(static_cast<uint64_t>(param.numel()))
                      : PhiloxState{};
-      if (route.kernels) {
-        route.need(&AdamWKernels::update)(param, grad, state.exp_avg, state.exp_avg_sq,
-                                               state.compensation, stochastic, rng, c);
-        continue;
-      }
-      grad = grad.contiguous();
-      if (!low_precision_param && grad.dtype() == DType::f32 &&
-          options_.state_dtype == DType::f32) {
-        cpu::adamw_update(param.data<float>(), grad.data<float>(), state.exp_avg.data<float>(),
-                          state.exp_avg_sq.data<float>(), param.numel(), c);
-        continue;
-      }
-      cpu::adamw_update_mixed(
-          {.param = param.data_ptr(),
-           .param_dtype = param.dtype(),
-           .grad = grad.data_ptr(),
-           .grad_dtype = grad.dtype(),
-           .exp_avg = state.exp_avg.data_ptr(),
-           .exp_avg_sq = state.exp_avg_sq.data_ptr(),
-           .state_dtype = options_.state_dtype,
-           .compensation = state.compensation.defined() ? state.compensation.data<BFloat16>()
-                                                        : nullptr,
-           .stochastic = stochastic,
-           .rng = rng},
-          param.numel(), c);
+      need_kernel("AdamW", param.device(), &AdamWKernels::update)(
+          param, grad, state.exp_avg, state.exp_avg_sq, state.compensation, stochastic, rng, c);
     }
   }
 }

@@ -1,6 +1,6 @@
 // AdamW8bit: option checks, lazy state (8-bit or fp32 by size), the step's fp32 coefficients as
-// bitsandbytes computes them, handed to the kernels in backend/cpu/adamw_8bit.cpp or a native
-// device's bnb_adam8bit_update / bnb_adam32_update.
+// bitsandbytes computes them, handed to the device's adamw_8bit table
+// (backend/adamw_8bit_kernels.h).
 #include "optim/adamw_8bit.h"
 
 #include <cmath>
@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/memory_category.h"
-#include "ops/op_support.h"
 #include "optim/adamw.h"
 
 namespace headroom {
@@ -74,9 +73,7 @@ AdamW8bit::AdamW8bit(const std::vector<NamedTensor>& named_params,
     : AdamW8bit(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
 
 AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, const AdamW8bitOptions& options)
-    : options_(options),
-      signed_map_(cpu::create_dynamic_map(true)),
-      unsigned_map_(cpu::create_dynamic_map(false)) {
+    : options_(options) {
   check_options(options_);
   auto check_group = [this](double lr, double weight_decay) {
     check_adam_hyperparameters("AdamW8bit", lr, options_.beta1, options_.beta2, options_.eps,
@@ -100,7 +97,6 @@ void AdamW8bit::step() {
                                           dtype_name(grad_dtype),
                                           "; only f32, bf16 and f16 gradients are supported"));
       }
-      const OpRoute route = op_route("AdamW8bit", param.device());
       const bool eight_bit = uses_8bit_state(param.numel());
       AdamW8bitState& state = states_[g][i];
       if (!state.state1.defined()) {
@@ -115,35 +111,15 @@ void AdamW8bit::step() {
         }
       }
       ++state.step;
-      if (route.native) grad = grad.contiguous();  // a copy only for a strided gradient
-      if (!route.cpu && !route.kernels) continue;    // meta: shapes and allocations only
+      grad = grad.contiguous();  // a copy only for a strided gradient
       const cpu::BnbAdamCoefficients c =
           coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay, state.step);
-      if (route.kernels) {
-        // The dynamic maps are the kernel file's own (the same create_dynamic_map values).
-        if (eight_bit) {
-          route.need(&AdamW8bitKernels::update_8bit)(param, grad, state.state1, state.state2,
-                                                        state.absmax1, state.absmax2, c);
-        } else {
-          route.need(&AdamW8bitKernels::update_32bit)(param, grad, state.state1, state.state2, c);
-        }
-        continue;
-      }
-      grad = grad.contiguous();
       if (eight_bit) {
-        cpu::bnb_adam8bit_blockwise_update(
-            param.data<float>(), grad.data_ptr(), grad_dtype,
-            {.exp_avg = state.state1.data<uint8_t>(),
-             .exp_avg_sq = state.state2.data<uint8_t>(),
-             .absmax1 = state.absmax1.data<float>(),
-             .absmax2 = state.absmax2.data<float>(),
-             .signed_map = &signed_map_,
-             .unsigned_map = &unsigned_map_},
-            param.numel(), c);
+        need_kernel("AdamW8bit", param.device(), &AdamW8bitKernels::update_8bit)(
+            param, grad, state.state1, state.state2, state.absmax1, state.absmax2, c);
       } else {
-        cpu::bnb_adam32_update(param.data<float>(), grad.data_ptr(), grad_dtype,
-                               state.state1.data<float>(), state.state2.data<float>(),
-                               param.numel(), c);
+        need_kernel("AdamW8bit", param.device(), &AdamW8bitKernels::update_32bit)(
+            param, grad, state.state1, state.state2, c);
       }
     }
   }

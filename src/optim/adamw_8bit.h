@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cpu/blockwise_quant.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
 #include "optim/param_groups.h"
@@ -66,8 +65,6 @@ class AdamW8bit final : public Optimizer {
   void check_lr(double lr) const override;
 
   AdamW8bitOptions options_;
-  cpu::QuantizationMap signed_map_;    // create_dynamic_map(true), for exp_avg
-  cpu::QuantizationMap unsigned_map_;  // create_dynamic_map(false), for exp_avg_sq
   std::vector<std::vector<AdamW8bitState>> states_;  // parallel to groups_[g].params
 };
 

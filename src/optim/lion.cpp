@@ -1,11 +1,11 @@
-// Lion: option checks, lazy state, and the update kernel (one pass over p, g, m).
+// Lion: option checks, lazy state, and the step's coefficients handed to the device's lion table
+// (backend/lion_kernels.h; the CPU's kernel is backend/cpu/lion.cpp, Note [Lion update]).
 #include "optim/lion.h"
 
 #include "backend/lion_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/memory_category.h"
-#include "ops/op_support.h"
 
 namespace headroom {
 
@@ -24,25 +24,7 @@ void check_options(const LionOptions& o) {
   }
 }
 
-using LionCoefficients = LionKernels::Coefficients;  // the CPU's and a native device's
-
-// Note [Lion update]
-// lion_pytorch's step, per element, every scalar rounded to float and every product rounded
-// (no fused multiply-add, as the NumPy transcription in tools/gen_optim_golden.py):
-//   p = p * (1 - lr*wd);  u = sign(m*beta1 + g*(1-beta1));  p = p - u*lr;
-//   m = m*beta2 + g*(1-beta2)
-// sign(0) = 0, so an element whose interpolation is exactly 0 does not move.
-void lion_update(float* param, const float* grad, float* exp_avg, int64_t n,
-                 const LionCoefficients& c) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    const float m = exp_avg[i];
-    const float interpolated = m * c.beta1 + g * c.one_minus_beta1;
-    const float sign = static_cast<float>((interpolated > 0.0f) - (interpolated < 0.0f));
-    param[i] = param[i] * c.decay - sign * c.lr;
-    exp_avg[i] = m * c.beta2 + g * c.one_minus_beta2;
-  }
-}
+using LionCoefficients = LionKernels::Coefficients;  // See Note [Lion update]
 
 }  // namespace
 
@@ -77,20 +59,8 @@ void Lion::step() {
         state.exp_avg = Tensor::zeros(param.shape(), DType::f32, param.device());
       }
       ++state.step;
-      const OpRoute route = op_route("Lion", param.device());
-      if (route.native) {  // in the tensors' own dtypes; nothing computed on meta
-        HEADROOM_CHECK(param.is_contiguous(), "Lion: parameter '", param_name,
-                       "' is not contiguous");
-        const Tensor grad = floating_grad(param_name, param.grad());
-        if (route.kernels) route.need(&LionKernels::update)(param, grad, state.exp_avg, c);
-        continue;
-      }
-      if (!route.cpu) continue;
-      const Tensor grad = f32_grad(param_name, param.grad());
-      const Tensor value = f32_contiguous(param);  // the parameter itself when f32
-      lion_update(value.data<float>(), grad.data<float>(), state.exp_avg.data<float>(),
-                  param.numel(), c);
-      if (value.storage() != param.storage()) param.copy_(value);
+      const Tensor grad = floating_grad(param_name, param.grad());
+      need_kernel("Lion", param.device(), &LionKernels::update)(param, grad, state.exp_avg, c);
     }
   }
 }

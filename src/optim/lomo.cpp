@@ -1,16 +1,12 @@
-// LOMO: the hooks, the two-pass norm and the fused update (See Note [LOMO backward passes]).
+// LOMO: the hooks, the two-pass norm and the fused update (See Note [LOMO backward passes]), on
+// the device's grad_check and lomo tables (the CPU's kernels: backend/cpu/grad_check.cpp, lomo.cpp).
 #include "optim/lomo.h"
-
-#include <algorithm>
-#include <cmath>
-#include <optional>
 
 #include "autograd/accumulate_grad.h"
 #include "backend/grad_check_kernels.h"
 #include "backend/lomo_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "ops/op_support.h"
 
 namespace headroom {
 
@@ -30,28 +26,7 @@ void check_options(const LomoOptions& o) {
   }
 }
 
-using LomoCoefficients = LomoKernels::Coefficients;  // the CPU's and a native device's
-
-// Lomo.fuse_update per element, every product rounded (as the NumPy transcription in
-// tools/gen_optim_golden.py): clamp, scale by clip_coef, decay, step.
-void lomo_update(float* param, const float* grad, int64_t n, const LomoCoefficients& c,
-                 std::optional<float> clip_coef) {
-  for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i];
-    if (c.clip_value) g = std::min(std::max(g, -c.clip_grad_value), c.clip_grad_value);
-    if (clip_coef) g = g * *clip_coef;
-    float p = param[i];
-    if (c.decay) p = p * c.decay_factor;
-    param[i] = p - g * c.lr;
-  }
-}
-
-// torch.norm(grad_fp32, 2.0), accumulated in double and rounded to float.
-float l2_norm(const float* x, int64_t n) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
-  return static_cast<float>(std::sqrt(sum));
-}
+using LomoCoefficients = LomoKernels::Coefficients;
 
 }  // namespace
 
@@ -86,25 +61,19 @@ void Lomo::begin_backward_pass(int pass) {
   }
   if (options_.clip_grad_norm && pass == 0) {
     phase_ = Phase::measuring;
-    norm_sum_of_squares_ = 0.0;
-    clip_coef_.reset();
     norm_partials_ = Tensor();
     norm_result_ = Tensor();
     return;
   }
-  if (options_.clip_grad_norm && norm_partials_.defined()) {  // pass 0 ran on a native device
-    const OpRoute route = op_route("Lomo", norm_partials_.device());
-    norm_result_ = Tensor::empty({2}, DType::f32, norm_partials_.device());
-    if (route.kernels) {
-      route.need(&GradCheckKernels::norm_combine)(norm_partials_, norm_partials_.shape()[0], 2.0,
-                                             *options_.clip_grad_norm, ClipRule::lomo,
-                                             norm_result_);
-    }
+  if (options_.clip_grad_norm && norm_partials_.defined()) {
+    // The total norm and the clip factor stay on the device (See Note [Gradient norms on a
+    // native device]); the factor is read there by each update.
+    const Device device = norm_partials_.device();
+    norm_result_ = Tensor::empty({2}, DType::f32, device);
+    need_kernel("Lomo", device, &GradCheckKernels::norm_combine)(
+        norm_partials_, norm_partials_.shape()[0], 2.0, *options_.clip_grad_norm, ClipRule::lomo,
+        norm_result_);
     norm_partials_ = Tensor();
-  } else if (options_.clip_grad_norm) {
-    const float norm = static_cast<float>(std::sqrt(norm_sum_of_squares_));
-    grad_norm_ = norm;
-    clip_coef_ = std::min(1.0f, static_cast<float>(*options_.clip_grad_norm) / (norm + 1e-6f));
   }
   phase_ = Phase::updating;
 }
@@ -113,14 +82,7 @@ void Lomo::on_gradient(size_t group, size_t index) {
   const auto& [param_name, param] = groups_[group].params[index];
   if (phase_ == Phase::measuring) {
     NoGradGuard no_grad;
-    const OpRoute route = op_route("Lomo", param.device());
-    if (route.native) {
-      measure_on_device(route, flat_index(group, index), floating_grad(param_name, param.grad()));
-    } else if (route.cpu) {
-      const Tensor grad = f32_grad(param_name, param.grad());
-      const double norm = l2_norm(grad.data<float>(), grad.numel());
-      norm_sum_of_squares_ += norm * norm;
-    }
+    measure(flat_index(group, index), floating_grad(param_name, param.grad()));
     param.set_grad(Tensor());
     return;
   }
@@ -137,23 +99,19 @@ size_t Lomo::flat_index(size_t group, size_t index) const {
   return index;
 }
 
-void Lomo::measure_on_device(const OpRoute& route, size_t flat, const Tensor& grad) {
+void Lomo::measure(size_t flat, const Tensor& grad) {
   if (!norm_partials_.defined()) {
     // Zeros: a parameter without a gradient in this pass adds nothing to the norm.
     const auto count = static_cast<int64_t>(flat_index(groups_.size(), 0));
-    norm_partials_ =
-        Tensor::zeros({count, kNormPartialBlocks}, DType::i64, grad.device());
+    norm_partials_ = Tensor::zeros({count, kNormPartialBlocks}, DType::i64, grad.device());
   }
-  if (route.kernels) {
-    route.need(&GradCheckKernels::norm_partial)(grad, 2.0, norm_partials_,
-                                                static_cast<int64_t>(flat));
-  }
+  need_kernel("Lomo", grad.device(), &GradCheckKernels::norm_partial)(
+      grad, 2.0, norm_partials_, static_cast<int64_t>(flat));
 }
 
 void Lomo::apply(size_t group, size_t index) {
   NoGradGuard no_grad;
   const auto& [param_name, param] = groups_[group].params[index];
-  const OpRoute route = op_route("Lomo", param.device());
   const double lr = *groups_[group].lr;
   const double weight_decay = *groups_[group].weight_decay;
   const LomoCoefficients c{
@@ -162,16 +120,8 @@ void Lomo::apply(size_t group, size_t index) {
       .decay_factor = static_cast<float>(1.0 - lr * weight_decay),
       .clip_value = options_.clip_grad_value.has_value(),
       .clip_grad_value = static_cast<float>(options_.clip_grad_value.value_or(0.0))};
-  if (route.native) {
-    HEADROOM_CHECK(param.is_contiguous(), "Lomo: parameter '", param_name, "' is not contiguous");
-    const Tensor grad = floating_grad(param_name, param.grad());
-    if (route.kernels) route.need(&LomoKernels::update)(param, grad, norm_result_, c);
-  } else if (route.cpu) {
-    const Tensor grad = f32_grad(param_name, param.grad());
-    const Tensor value = f32_contiguous(param);  // the parameter itself when f32
-    lomo_update(value.data<float>(), grad.data<float>(), param.numel(), c, clip_coef_);
-    if (value.storage() != param.storage()) param.copy_(value);
-  }
+  const Tensor grad = floating_grad(param_name, param.grad());
+  need_kernel("Lomo", param.device(), &LomoKernels::update)(param, grad, norm_result_, c);
   param.set_grad(Tensor());  // freed at once: the point of LOMO
 }
 
@@ -198,11 +148,17 @@ void Lomo::step() {
     }
   }
   phase_ = Phase::idle;
-  clip_coef_.reset();
   if (norm_result_.defined() && norm_result_.device().type != DeviceType::meta) {
     grad_norm_ = norm_result_.to(kCPU).data<float>()[0];  // the step's one host read
   }
   norm_result_ = Tensor();
+}
+
+double Lomo::grad_norm() const {
+  if (norm_result_.defined() && norm_result_.device().type != DeviceType::meta) {
+    return norm_result_.to(kCPU).data<float>()[0];
+  }
+  return grad_norm_;
 }
 
 OptimizerStateDict Lomo::state_dict() const {

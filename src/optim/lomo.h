@@ -14,8 +14,6 @@
 
 namespace headroom {
 
-struct OpRoute;  // ops/op_support.h
-
 // Lomo's defaults. Clipping is off unless set; both thresholds must then be > 0.
 struct LomoOptions {
   double lr = 1e-3;
@@ -42,9 +40,10 @@ struct LomoOptions {
 // Without clip_grad_norm a plain `backward(loss); step();` loop works as well.
 class Lomo final : public Optimizer {
  public:
-  // Parameters f32 or bf16 (updated in fp32 and rounded to nearest), on the CPU or the meta
-  // device (gradients are dropped, nothing is computed). ValueError for lr < 0, weight_decay < 0
-  // or a clipping threshold <= 0, naming the option and its value.
+  // Parameters f32 or bf16 (updated in place in fp32 and rounded to nearest), on any device
+  // with lomo and grad_check tables (on meta gradients are dropped, nothing is computed).
+  // ValueError for lr < 0, weight_decay < 0 or a clipping threshold <= 0, naming the option and
+  // its value.
   explicit Lomo(const std::vector<Tensor>& params, const LomoOptions& options = {});
   explicit Lomo(const std::vector<NamedTensor>& named_params, const LomoOptions& options = {});
   explicit Lomo(std::vector<ParamGroup> groups, const LomoOptions& options = {});
@@ -63,8 +62,9 @@ class Lomo final : public Optimizer {
   void begin_backward_pass(int pass) override;
 
   const LomoOptions& options() const { return options_; }
-  // The global gradient norm measured by the last pass 0 (0 before any; for logging).
-  double grad_norm() const { return grad_norm_; }
+  // The global gradient norm measured by the last pass 0 (0 before any, and on the meta device;
+  // for logging). Between pass 1 and step() it is read from the device.
+  double grad_norm() const;
 
  private:
   enum class Phase { idle, measuring, updating };
@@ -72,17 +72,15 @@ class Lomo final : public Optimizer {
   void apply(size_t group, size_t index);
   // The parameter's position over all groups (its row of norm_partials_).
   size_t flat_index(size_t group, size_t index) const;
-  // Pass 0 on a native device: the gradient's partial norms into its row of norm_partials_.
-  void measure_on_device(const OpRoute& route, size_t flat, const Tensor& grad);
+  // Pass 0: the gradient's partial norms into its row of norm_partials_.
+  void measure(size_t flat, const Tensor& grad);
 
   LomoOptions options_;
   Phase phase_ = Phase::idle;
-  double norm_sum_of_squares_ = 0.0;  // of the per-tensor norms, during pass 0
   double grad_norm_ = 0.0;
-  std::optional<float> clip_coef_;
-  // Native devices (See Note [Gradient norms on a native device]): pass 0's partial norms, one
-  // row per parameter, and their total norm and clip factor (f32 [2]) on the device; the norm is
-  // read back once, by step().
+  // See Note [Gradient norms on a native device]: pass 0's partial norms, one row per parameter,
+  // and their total norm and clip factor (f32 [2]) on the device; the norm is read back by step()
+  // or grad_norm().
   Tensor norm_partials_;
   Tensor norm_result_;
   std::vector<std::pair<Tensor, int>> hooks_;  // parameter, handle

@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "memory/memory_category.h"
-#include "ops/op_support.h"
 
 namespace headroom {
 
@@ -225,10 +224,6 @@ void Optimizer::set_param_groups(std::vector<ParamGroup> groups, double default_
     }
   };
   set_param_groups(std::move(groups), default_lr, default_weight_decay, check_group, check_param);
-}
-
-Tensor Optimizer::f32_grad(const std::string& param_name, const Tensor& grad) const {
-  return f32_contiguous(floating_grad(param_name, grad));
 }
 
 Tensor Optimizer::floating_grad(const std::string& param_name, const Tensor& grad) const {

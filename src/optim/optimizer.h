@@ -108,10 +108,8 @@ class Optimizer {
   // contiguous leaf, in one group only (ValueError naming the parameter).
   void set_param_groups(std::vector<ParamGroup> groups, double default_lr,
                         double default_weight_decay);
-  // The gradient of parameter `name` as contiguous f32: the gradient itself when it already is,
-  // else a copy (NotImplementedError unless it is f32, bf16 or f16).
-  Tensor f32_grad(const std::string& name, const Tensor& grad) const;
-  // The same check, and the gradient contiguous in its own dtype (for native devices' kernels).
+  // The gradient of parameter `name` contiguous in its own dtype, as the kernel tables take it (a
+  // copy only for a strided gradient); NotImplementedError unless it is f32, bf16 or f16.
   Tensor floating_grad(const std::string& name, const Tensor& grad) const;
 
   std::vector<ParamGroup> groups_;

@@ -1,14 +1,11 @@
-// SGD: torch's checks and its update, element by element with the multiply-adds that PyTorch's
-// AVX2 kernels fuse (add_ with alpha is fma(b, alpha, a); see Note [AdamW order of operations]).
+// SGD: torch's checks, lazy momentum buffer, and the step's coefficients handed to the device's
+// sgd table (backend/sgd_kernels.h; the CPU's kernel is backend/cpu/sgd.cpp).
 #include "optim/sgd.h"
-
-#include <cmath>
 
 #include "backend/sgd_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/memory_category.h"
-#include "ops/op_support.h"
 
 namespace headroom {
 
@@ -26,23 +23,7 @@ void check_options(const SGDOptions& o) {
   }
 }
 
-using SGDCoefficients = SgdKernels::Coefficients;  // the CPU's and a native device's
-
-// torch's per-tensor sequence, per element. `buffer` null: no momentum; `first`: the buffer is
-// the decayed gradient itself (torch.clone(d_p)).
-void sgd_update(float* param, const float* grad, float* buffer, bool first, int64_t n,
-                const SGDCoefficients& c) {
-  for (int64_t i = 0; i < n; ++i) {
-    float d = grad[i];
-    if (c.weight_decay != 0.0f) d = std::fma(param[i], c.weight_decay, d);
-    if (buffer != nullptr) {
-      const float b = first ? d : std::fma(d, c.one_minus_dampening, buffer[i] * c.momentum);
-      buffer[i] = b;
-      d = c.nesterov ? std::fma(b, c.momentum, d) : b;
-    }
-    param[i] = std::fma(d, c.neg_lr, param[i]);
-  }
-}
+using SGDCoefficients = SgdKernels::Coefficients;
 
 }  // namespace
 
@@ -76,23 +57,9 @@ void SGD::step() {
         state.momentum_buffer = Tensor::empty(param.shape(), DType::f32, param.device());
       }
       ++state.step;
-      const OpRoute route = op_route("SGD", param.device());
-      if (route.native) {  // in the tensors' own dtypes; nothing computed on meta
-        HEADROOM_CHECK(param.is_contiguous(), "SGD: parameter '", param_name,
-                       "' is not contiguous");
-        const Tensor grad = floating_grad(param_name, param.grad());
-        if (route.kernels) {
-          route.need(&SgdKernels::update)(param, grad, state.momentum_buffer, first, c);
-        }
-        continue;
-      }
-      if (!route.cpu) continue;
-      const Tensor grad = f32_grad(param_name, param.grad());
-      const Tensor value = f32_contiguous(param);  // the parameter itself when f32
-      sgd_update(value.data<float>(), grad.data<float>(),
-                 state.momentum_buffer.defined() ? state.momentum_buffer.data<float>() : nullptr,
-                 first, param.numel(), c);
-      if (value.storage() != param.storage()) param.copy_(value);
+      const Tensor grad = floating_grad(param_name, param.grad());
+      need_kernel("SGD", param.device(), &SgdKernels::update)(param, grad, state.momentum_buffer,
+                                                              first, c);
     }
   }
 }

@@ -1,5 +1,6 @@
 // The AdamW kernel in PyTorch 1.13's order of operations, with an AVX2+FMA variant chosen at run
-// time. CMakeLists.txt compiles this file with -fno-math-errno (so sqrt vectorises) and
+// time, and the adamw table's entry (backend/adamw_kernels.h) that takes the tensors in their own
+// dtypes. CMakeLists.txt compiles this file with -fno-math-errno (so sqrt vectorises) and
 // -ffp-contract=off (so only the fused multiply-adds written here are fused, as in PyTorch).
 #include "backend/cpu/adamw.h"
 
@@ -8,6 +9,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/adamw_kernels.h"
+#include "backend/cpu/backend_parts.h"
+#include "backend/cpu/denormals.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
 
@@ -189,5 +193,37 @@ void adamw_update_mixed(const AdamWTensors& t, int64_t n, const AdamWCoefficient
     if (count > 0) update_mixed_range(t, begin, count, c);
   }
 }
+
+namespace {
+
+// The table's entry: all-f32 tensors take the fused fp32 kernel; any other mix (16-bit
+// parameters updated in place, 16-bit gradients or states) the blockwise one.
+void adamw_update_tensors(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                          const Tensor& exp_avg_sq, const Tensor& compensation, bool stochastic,
+                          PhiloxState rng, const AdamWCoefficients& c) {
+  ensure_flush_denormal();
+  if (param.dtype() == DType::f32 && grad.dtype() == DType::f32 &&
+      exp_avg.dtype() == DType::f32) {
+    adamw_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
+                 exp_avg_sq.data<float>(), param.numel(), c);
+    return;
+  }
+  adamw_update_mixed(
+      {.param = param.data_ptr(),
+       .param_dtype = param.dtype(),
+       .grad = grad.data_ptr(),
+       .grad_dtype = grad.dtype(),
+       .exp_avg = exp_avg.data_ptr(),
+       .exp_avg_sq = exp_avg_sq.data_ptr(),
+       .state_dtype = exp_avg.dtype(),
+       .compensation = compensation.defined() ? compensation.data<BFloat16>() : nullptr,
+       .stochastic = stochastic,
+       .rng = rng},
+      param.numel(), c);
+}
+
+}  // namespace
+
+void fill_adamw_kernels(AdamWKernels& kernels) { kernels.update = adamw_update_tensors; }
 
 }  // namespace headroom::cpu

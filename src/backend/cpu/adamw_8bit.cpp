@@ -1,5 +1,6 @@
-// bitsandbytes' 32-bit and 8-bit blockwise Adam kernels on the CPU. CMakeLists.txt compiles this
-// file with -ffp-contract=off, so every product and sum rounds as written (and as
+// bitsandbytes' 32-bit and 8-bit blockwise Adam kernels on the CPU, and the adamw_8bit table's
+// entries (backend/adamw_8bit_kernels.h). CMakeLists.txt compiles this file with
+// -ffp-contract=off, so every product and sum rounds as written (and as
 // tools/gen_adamw8bit_golden.py computes them in NumPy).
 #include "backend/cpu/adamw_8bit.h"
 
@@ -8,6 +9,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/adamw_8bit_kernels.h"
+#include "backend/cpu/backend_parts.h"
+#include "backend/cpu/denormals.h"
 #include "core/dtype_convert.h"
 
 namespace headroom::cpu {
@@ -38,22 +42,38 @@ const float* grad_block(const void* grad, DType grad_dtype, int64_t begin, int64
   return buffer;
 }
 
+// Where to update elements [begin, begin + count) of the parameter in fp32: the parameter itself
+// when it is f32, else its values widened into `buffer`, which store_param_block rounds back.
+float* param_block(void* param, DType param_dtype, int64_t begin, int64_t count, float* buffer) {
+  if (param_dtype == DType::f32) return static_cast<float*>(param) + begin;
+  convert_to_f32(static_cast<const char*>(param) + begin * dtype_size(param_dtype), param_dtype,
+                 buffer, static_cast<size_t>(count));
+  return buffer;
+}
+void store_param_block(const float* p, void* param, DType param_dtype, int64_t begin,
+                       int64_t count) {
+  if (param_dtype == DType::f32) return;
+  convert_from_f32(p, static_cast<char*>(param) + begin * dtype_size(param_dtype), param_dtype,
+                   static_cast<size_t>(count));
+}
+
 int thread_count(int64_t blocks) {
   return static_cast<int>(std::clamp<int64_t>(blocks / 64, 1, omp_get_max_threads()));
 }
 
 }  // namespace
 
-void bnb_adam32_update(float* param, const void* grad, DType grad_dtype, float* exp_avg,
-                       float* exp_avg_sq, int64_t n, const BnbAdamCoefficients& c) {
+void bnb_adam32_update(void* param, DType param_dtype, const void* grad, DType grad_dtype,
+                       float* exp_avg, float* exp_avg_sq, int64_t n,
+                       const BnbAdamCoefficients& c) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) num_threads(thread_count(blocks)) if (blocks >= 128)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kBlock;
     const int64_t count = std::min(kBlock, n - begin);
-    alignas(64) float buffer[kBlock];
+    alignas(64) float buffer[kBlock], param_buffer[kBlock];
     const float* g = grad_block(grad, grad_dtype, begin, count, buffer);
-    float* p = param + begin;
+    float* p = param_block(param, param_dtype, begin, count, param_buffer);
     float* m = exp_avg + begin;
     float* v = exp_avg_sq + begin;
     for (int64_t i = 0; i < count; ++i) {
@@ -62,10 +82,12 @@ void bnb_adam32_update(float* param, const void* grad, DType grad_dtype, float* 
       p[i] = p[i] + c.step_size * (m[i] / (std::sqrt(v[i]) + c.eps_correction2));
       p[i] = p[i] * c.decay;
     }
+    store_param_block(p, param, param_dtype, begin, count);
   }
 }
 
-void bnb_adam8bit_blockwise_update(float* param, const void* grad, DType grad_dtype,
+void bnb_adam8bit_blockwise_update(void* param, DType param_dtype, const void* grad,
+                                   DType grad_dtype,
                                    const Adam8bitState& state, int64_t n,
                                    const BnbAdamCoefficients& c) {
   const QuantizationMap& q1 = *state.signed_map;
@@ -75,7 +97,7 @@ void bnb_adam8bit_blockwise_update(float* param, const void* grad, DType grad_dt
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kBlock;
     const int64_t count = std::min(kBlock, n - begin);
-    alignas(64) float buffer[kBlock], m[kBlock], v[kBlock];
+    alignas(64) float buffer[kBlock], param_buffer[kBlock], m[kBlock], v[kBlock];
     const float* g = grad_block(grad, grad_dtype, begin, count, buffer);
     uint8_t* c1 = state.exp_avg + begin;
     uint8_t* c2 = state.exp_avg_sq + begin;
@@ -97,12 +119,13 @@ void bnb_adam8bit_blockwise_update(float* param, const void* grad, DType grad_dt
     }
     state.absmax1[b] = max1;
     state.absmax2[b] = max2;
-    float* p = param + begin;
+    float* p = param_block(param, param_dtype, begin, count, param_buffer);
     for (int64_t i = 0; i < count; ++i) {
       if (!std::isfinite(g[i])) continue;
       p[i] = p[i] + c.step_size * (m[i] / (std::sqrt(v[i]) + c.eps_correction2));
       p[i] = p[i] * c.decay;
     }
+    store_param_block(p, param, param_dtype, begin, count);
     for (int64_t i = 0; i < count; ++i) {
       uint8_t code = quantize_nearest(q1, m[i] / max1);
       if (std::signbit(q1[code]) != std::signbit(m[i])) code += m[i] > 0.0f ? 1 : -1;
@@ -110,6 +133,47 @@ void bnb_adam8bit_blockwise_update(float* param, const void* grad, DType grad_dt
       c2[i] = quantize_nearest(q2, v[i] / max2);
     }
   }
+}
+
+namespace {
+
+// The table's entries on the tensors' own dtypes. The dynamic maps are this file's own, made
+// once (the CUDA kernels keep theirs in constant memory).
+const QuantizationMap& signed_map() {
+  static const QuantizationMap map = create_dynamic_map(true);
+  return map;
+}
+const QuantizationMap& unsigned_map() {
+  static const QuantizationMap map = create_dynamic_map(false);
+  return map;
+}
+
+void adam32_update(const Tensor& param, const Tensor& grad, const Tensor& state1,
+                   const Tensor& state2, const BnbAdamCoefficients& c) {
+  ensure_flush_denormal();
+  bnb_adam32_update(param.data_ptr(), param.dtype(), grad.data_ptr(), grad.dtype(),
+                    state1.data<float>(), state2.data<float>(), param.numel(), c);
+}
+
+void adam8bit_update(const Tensor& param, const Tensor& grad, const Tensor& state1,
+                     const Tensor& state2, const Tensor& absmax1, const Tensor& absmax2,
+                     const BnbAdamCoefficients& c) {
+  ensure_flush_denormal();
+  bnb_adam8bit_blockwise_update(param.data_ptr(), param.dtype(), grad.data_ptr(), grad.dtype(),
+                                {.exp_avg = state1.data<uint8_t>(),
+                                 .exp_avg_sq = state2.data<uint8_t>(),
+                                 .absmax1 = absmax1.data<float>(),
+                                 .absmax2 = absmax2.data<float>(),
+                                 .signed_map = &signed_map(),
+                                 .unsigned_map = &unsigned_map()},
+                                param.numel(), c);
+}
+
+}  // namespace
+
+void fill_adamw_8bit_kernels(AdamW8bitKernels& kernels) {
+  kernels.update_32bit = adam32_update;
+  kernels.update_8bit = adam8bit_update;
 }
 
 }  // namespace headroom::cpu

@@ -26,9 +26,12 @@ struct BnbAdamCoefficients {
   float decay;
 };
 
-// The 32-bit update (kOptimizer32bit2State) of n elements in place; `grad` is f32, bf16 or f16.
-void bnb_adam32_update(float* param, const void* grad, DType grad_dtype, float* exp_avg,
-                       float* exp_avg_sq, int64_t n, const BnbAdamCoefficients& c);
+// The 32-bit update (kOptimizer32bit2State) of n elements in place; `param` and `grad` are f32,
+// bf16 or f16 (a 16-bit parameter is widened a block at a time, updated in fp32 and rounded to
+// nearest once, as bitsandbytes' kernels load and store it).
+void bnb_adam32_update(void* param, DType param_dtype, const void* grad, DType grad_dtype,
+                       float* exp_avg, float* exp_avg_sq, int64_t n,
+                       const BnbAdamCoefficients& c);
 
 // The 8-bit blockwise update (kOptimizerStatic8bit2StateBlockwise) of n elements in place:
 // exp_avg as codes of `signed_map`, exp_avg_sq of `unsigned_map`, absmax1 / absmax2 one float per
@@ -41,7 +44,9 @@ struct Adam8bitState {
   const QuantizationMap* signed_map;
   const QuantizationMap* unsigned_map;
 };
-void bnb_adam8bit_blockwise_update(float* param, const void* grad, DType grad_dtype,
+// The parameter and gradient dtypes as for bnb_adam32_update.
+void bnb_adam8bit_blockwise_update(void* param, DType param_dtype, const void* grad,
+                                   DType grad_dtype,
                                    const Adam8bitState& state, int64_t n,
                                    const BnbAdamCoefficients& c);
 

@@ -29,7 +29,7 @@ QuantizationMap create_dynamic_map(bool is_signed, int max_exponent_bits = 7, in
 // The code of `x` (a value already divided by its block's absmax): bitsandbytes' dQuantize, a
 // 7-step binary search that ends on an even index p and then picks the nearest of code[p - 1],
 // code[p], code[p + 1] against fp32 midpoints, a tie going to p. NaN gives 0. `code` is a
-// QuantizationMap or, in a CUDA kernel (backend/cuda/optimizers.cu), its 256 values in an array.
+// QuantizationMap or, in a CUDA kernel (backend/cuda/adamw_8bit.cu), its 256 values in an array.
 template <typename Code>
 HEADROOM_HD inline uint8_t quantize_nearest(const Code& code, float x) {
   int pivot = 127, upper_pivot = 255, lower_pivot = 0;

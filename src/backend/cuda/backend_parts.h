@@ -26,12 +26,12 @@ void fill_attention_kernels(AttentionKernels& kernels);         // attention.cu
 void fill_embedding_kernels(EmbeddingKernels& kernels);         // embedding.cu
 void fill_cross_entropy_kernels(CrossEntropyKernels& kernels);  // cross_entropy.cu
 void fill_grad_check_kernels(GradCheckKernels& kernels);        // grad_checks.cu
-void fill_adamw_kernels(AdamWKernels& kernels);                 // optimizers.cu
-void fill_adamw_8bit_kernels(AdamW8bitKernels& kernels);        // optimizers.cu
-void fill_lion_kernels(LionKernels& kernels);                   // optimizers.cu
-void fill_sgd_kernels(SgdKernels& kernels);                     // optimizers.cu
-void fill_adafactor_kernels(AdafactorKernels& kernels);         // optimizers.cu
-void fill_lomo_kernels(LomoKernels& kernels);                   // optimizers.cu
+void fill_adamw_kernels(AdamWKernels& kernels);                 // adamw.cu
+void fill_adamw_8bit_kernels(AdamW8bitKernels& kernels);        // adamw_8bit.cu
+void fill_lion_kernels(LionKernels& kernels);                   // lion.cu
+void fill_sgd_kernels(SgdKernels& kernels);                     // sgd.cu
+void fill_adafactor_kernels(AdafactorKernels& kernels);         // adafactor.cu
+void fill_lomo_kernels(LomoKernels& kernels);                   // lomo.cu
 void fill_quantization_kernels(QuantizationKernels& kernels);   // quantization.cu
 
 }  // namespace headroom::cuda

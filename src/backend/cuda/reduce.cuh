@@ -1,5 +1,5 @@
 // Fixed-order block reductions, shared by reduction.cu and softmax.cu, and the per-block partial
-// norms behind norm_partial, shared by grad_checks.cu (clip_grad_norm_, LOMO) and optimizers.cu
+// norms behind norm_partial, shared by grad_checks.cu (clip_grad_norm_, LOMO) and adafactor.cu
 // (Adafactor's RMS values). Partial results go to a fixed grid of kNormPartialBlocks slots and
 // are combined in slot order, so a result repeats bit for bit run to run without float atomics.
 #pragma once
