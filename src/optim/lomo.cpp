@@ -1,5 +1,5 @@
 // LOMO: the hooks, the two-pass norm and the fused update (See Note [LOMO backward passes]), on
-// the device's grad_check and lomo tables (the CPU's kernels: backend/cpu/grad_check.cpp, lomo.cpp).
+// the device's grad_check and lomo tables (the CPU's kernels: backend/cpu/grad_checks.cpp, lomo.cpp).
 #include "optim/lomo.h"
 
 #include "autograd/accumulate_grad.h"
