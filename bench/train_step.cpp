@@ -1,9 +1,11 @@
-// Training-step throughput and peak memory of a GPT-2-shaped model (fp32, AdamW, CPU), printed
-// side by side with the same model in plain PyTorch (bench/train_step_peer.py) on this machine.
+// Training-step throughput and peak memory of a GPT-2-shaped model (fp32, or bf16 autocast with
+// fp32 parameters; AdamW, CPU), printed side by side with the same model in plain PyTorch
+// (bench/train_step_peer.py, with --precision bf16: torch.autocast) on this machine.
 //
 // Run (Release build):
 //   ninja -C build train_step && build/bench/train_step [--layers 6] [--d-model 384] [--heads 6]
 //       [--context 256] [--batch 8] [--vocab 50304] [--steps 10] [--threads N] [--no-peer]
+//       [--precision fp32|bf16]
 // The first 2 steps are warm-up and not timed. --threads defaults to OMP_NUM_THREADS, else all
 // cores; the peer gets the same count (torch.set_num_threads and OPENBLAS_NUM_THREADS). The peer
 // runs when /usr/bin/python3 imports torch. For a profile: DNNL_JIT_PROFILE=2 perf record -g
@@ -19,9 +21,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "amp/autocast.h"
 #include "autograd/engine.h"
 #include "bench_support.h"
 #include "core/error.h"
@@ -55,6 +59,7 @@ struct Options {
   int64_t steps = 10;
   int64_t threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
   bool peer = true;
+  std::string precision = "fp32";  // fp32, or bf16: the forward under bf16 autocast
 };
 
 Options parse_options(int argc, char** argv) {
@@ -63,12 +68,16 @@ Options parse_options(int argc, char** argv) {
   bench::parse_command_line(
       "train_step",
       "[--layers N] [--d-model N] [--heads N] [--context N] [--batch N] [--vocab N] [--steps N] "
-      "[--threads N] [--no-peer]",
-      argc, argv, {{"--no-peer", &no_peer}}, {},
+      "[--threads N] [--no-peer] [--precision fp32|bf16]",
+      argc, argv, {{"--no-peer", &no_peer}}, {{"--precision", &o.precision}},
       {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
        {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
        {"--steps", &o.steps}, {"--threads", &o.threads}});
   o.peer = !no_peer;
+  if (o.precision != "fp32" && o.precision != "bf16") {
+    std::fprintf(stderr, "train_step: --precision '%s' is not fp32 or bf16\n", o.precision.c_str());
+    std::exit(2);
+  }
   return o;
 }
 
@@ -108,11 +117,11 @@ Result run_headroom(const Options& o) {
   AdamW optimizer(weight_decay_param_groups(model->named_parameters(), kWeightDecay),
                   {.lr = kLr, .weight_decay = kWeightDecay});
   std::printf("headroom: GPT-2 %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, "
-              "vocab %lld: %.2fM parameters; %d threads; 1024^3 matmul %.1f GFLOP/s\n",
+              "vocab %lld, %s: %.2fM parameters; %d threads; 1024^3 matmul %.1f GFLOP/s\n",
               static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
               static_cast<long long>(o.heads), static_cast<long long>(o.context),
               static_cast<long long>(o.batch), static_cast<long long>(o.vocab),
-              static_cast<double>(model->num_parameters()) / 1e6, omp_get_max_threads(),
+              o.precision.c_str(), static_cast<double>(model->num_parameters()) / 1e6, omp_get_max_threads(),
               r.gflops);
 
   const size_t allocated_before = memory_allocated(kCPU);
@@ -124,7 +133,13 @@ Result run_headroom(const Options& o) {
     const Tensor input_ids = tokens.narrow(1, 0, o.context).contiguous();
     const Tensor targets = tokens.narrow(1, 1, o.context).contiguous();
     const auto t0 = Clock::now();
-    const Tensor loss = model->loss(input_ids, targets);
+    Tensor loss;
+    {
+      // As torch.autocast: the forward in the region, backward after it.
+      std::optional<Autocast> region;
+      if (o.precision == "bf16") region.emplace(DeviceType::cpu, DType::bf16);
+      loss = model->loss(input_ids, targets);
+    }
     const auto t1 = Clock::now();
     backward(loss);
     const auto t2 = Clock::now();
@@ -171,7 +186,8 @@ bool run_peer(const Options& o, Result& peer, std::string& torch_version) {
   const auto result = bench::run_train_step_peer(
       {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
        .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
-       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay});
+       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay,
+       .extra_args = o.precision == "bf16" ? "--precision bf16" : ""});
   if (!result) return false;
   std::map<std::string, std::string> fields = *result;
   auto number = [&](const char* key) { return fields.count(key) ? std::atof(fields[key].c_str()) : 0.0; };
