@@ -16,7 +16,9 @@ const bool kRegistered = [] {
   backend.allocator = make_allocator;
   backend.tensor_kernels = &tensor_kernels();
   fill_activation_kernels(std::get<ActivationKernels>(backend.kernels));
+  fill_cross_entropy_kernels(std::get<CrossEntropyKernels>(backend.kernels));
   fill_dropout_kernels(std::get<DropoutKernels>(backend.kernels));
+  fill_gemm_kernels(std::get<GemmKernels>(backend.kernels));
   fill_norm_kernels(std::get<NormKernels>(backend.kernels));
   fill_quantization_kernels(std::get<QuantizationKernels>(backend.kernels));
   fill_rotary_kernels(std::get<RotaryKernels>(backend.kernels));
