@@ -35,4 +35,22 @@ struct CrossEntropyKernels {
       "scale_by_scalar"};
 };
 
+// Logits (or their gradient) as an entry reads them: rows of vocab elements, `stride` apart.
+struct LogitRows {
+  int64_t rows = 0;
+  int64_t vocab = 0;
+  int64_t stride = 0;
+};
+
+// What every backend's entries require of their arguments, checked once for all; ValueError
+// naming the entry and the argument otherwise. `op` names the entry in the message.
+LogitRows check_cross_entropy_forward(const char* op, const Tensor& logits, const Tensor& targets,
+                                      const Tensor& lse, const Tensor& row_loss);
+// Returns the rows of logits; grad_logits has their shape (its own row stride).
+LogitRows check_cross_entropy_backward(const char* op, const Tensor& logits, const Tensor& lse,
+                                       const Tensor& targets, const Tensor& grad_scale,
+                                       const Tensor& grad_logits);
+void check_mean_loss(const Tensor& row_loss, const Tensor& out);
+void check_scale_by_scalar(const Tensor& x, const Tensor& scalar, const Tensor& out);
+
 }  // namespace headroom

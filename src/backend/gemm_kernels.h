@@ -16,11 +16,33 @@ struct GemmKernels {
   // c = alpha * op(a) @ op(b) + beta * c, then the epilogue (bias: + bias[col], bias_gelu: gelu of
   // that). a, b, c are 2-D, or 3-D with a leading batch dimension (a or b may have batch stride 0);
   // each has a unit stride in its last dimension and any leading stride. a and b share a dtype
-  // (f32, bf16 or f16; f32 runs without TF32); c is f32 or their dtype; bias is in c's dtype. A
-  // workspace, when needed, comes from the device's caching allocator.
+  // (f32, bf16 or f16; f32 runs without TF32); c is f32 or their dtype; bias is f32 or c's
+  // dtype. k is at least 1 (the op fills c for an empty inner dimension). A workspace, when
+  // needed, comes from the device's caching allocator.
   Kernel<void(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
               const Tensor& c, GemmEpilogue epilogue, const Tensor& bias)>
       gemm{"gemm"};
 };
+
+// One operand of a gemm entry: `batch` (1, or the product's) row-major rows x cols matrices, rows
+// ld elements apart and matrices batch_stride apart (0: one matrix shared by the batch).
+struct GemmMatrix {
+  int64_t batch = 1;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+  int64_t batch_stride = 0;
+};
+
+// A gemm call's operands and sizes: op(a) is m x k, op(b) k x n, c batch x m x n.
+struct GemmProblem {
+  GemmMatrix a, b, c;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+};
+
+// What every backend's gemm entry requires of its arguments (shapes, strides, dtypes, devices,
+// the epilogue's bias), checked once for all: the problem, or ValueError naming the argument.
+GemmProblem gemm_problem(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
+                         const Tensor& c, GemmEpilogue epilogue, const Tensor& bias);
 
 }  // namespace headroom

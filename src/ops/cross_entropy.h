@@ -15,9 +15,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // time. Gradients for x and weight are computed during the forward pass when they are needed
 // and kept until backward (scaled by the incoming gradient there).
 // Only the gradients of inputs that require one are computed and kept (none under no-grad):
-// dx [..., D] and dweight [V, D] in fp32 live from the forward to the backward, which scales them
-// by the incoming gradient (a loss scale, 1/N for accumulation) in place, so no copy is made
-// unless the graph is retained. bf16 x and weight run the GEMMs in bf16 (the logits stay fp32).
+// dx [..., D] in the operands' dtype (x's and weight's when they share one, else f32) and dweight
+// [V, D] in fp32 live from the forward to the backward, which scales them by the incoming gradient
+// (a loss scale, 1/N for accumulation) in place, so no copy is made unless the graph is retained.
+// bf16 / f16 x and weight run the GEMMs in their dtype (the logits stay fp32; their gradient is
+// rounded to the operands' dtype for the two backward GEMMs).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index = -100);
 

@@ -9,6 +9,7 @@
 
 #include "amp/autocast.h"
 #include "autograd/engine.h"
+#include "core/error.h"
 #include "backend/norm_kernels.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
@@ -126,8 +127,8 @@ TEST(NativePatternLoss, CrossEntropyBf16HasNoF32CopyOfTheLogits) {
   EXPECT_EQ(logits.grad().dtype(), DType::bf16);
 }
 
-// Autocast's fp32 policy for cross_entropy costs no copy on a native device: the kernels read
-// bf16 and compute in fp32. In the CPU's pattern the cast makes an f32 copy of the logits.
+// Autocast's fp32 policy for cross_entropy costs no copy: the kernels read bf16 and compute in
+// fp32, on every device.
 TEST(NativePatternLoss, CrossEntropyUnderAutocastReadsBf16Logits) {
   const int64_t rows = 64, vocab = 1000;
   auto forward_peak = [&] {
@@ -136,10 +137,9 @@ TEST(NativePatternLoss, CrossEntropyUnderAutocastReadsBf16Logits) {
     Autocast autocast(DeviceType::meta, DType::bf16);
     return peak_growth([&] { Tensor loss = cross_entropy(logits, targets); });
   };
-  const int64_t cpu_pattern = forward_peak();
+  EXPECT_EQ(forward_peak(), 2 * block(rows * 4) + block(4));
   MetaAllocatesLike guard(DeviceType::cuda);
   EXPECT_EQ(forward_peak(), 2 * block(rows * 4) + block(4));
-  EXPECT_GE(cpu_pattern, rows * vocab * 4);
 }
 
 // bf16 x and weight, 300 tokens in chunks of 128: the chunk's f32 logits, its bf16 gradient for
@@ -189,6 +189,70 @@ TEST(NativePatternLoss, LinearCrossEntropyWithoutGradients) {
   NoGradGuard no_grad;
   EXPECT_EQ(peak_growth([&] { Tensor loss = linear_cross_entropy_chunked(x, w, targets, -100, chunk); }),
             block(chunk * vocab * 4) + block(chunk * 4) + block(rows * 4) + block(4));
+}
+
+// Targets for `rows` tokens: every fifth one ignored (-100), the others spread over the vocabulary.
+Tensor loss_targets(int64_t rows, int64_t vocab, DType dtype, Device device) {
+  std::vector<int64_t> values(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) values[static_cast<size_t>(r)] = r % 5 == 4 ? -100 : (r * 37) % vocab;
+  return Tensor::from_ints(values, {rows}, dtype, device);
+}
+
+// One code path: cross_entropy in every dtype, on a strided view of its logits too, allocates on
+// a real CPU run what every dry run plans, forward and backward.
+TEST(SinglePatternLoss, CrossEntropyCpuRunAllocatesWhatEveryDryRunPlans) {
+  const int64_t rows = 48, vocab = 300;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const bool strided : {false, true}) {
+      SCOPED_TRACE(str_cat(dtype_name(dtype), strided ? " strided" : ""));
+      auto peaks = [&](Device device) {
+        // A strided leaf: rows of `vocab` logits 20 elements apart.
+        const Tensor base = Tensor::randn({rows, strided ? vocab + 20 : vocab}, dtype, device);
+        Tensor logits = strided ? base.narrow(1, 0, vocab) : base;
+        logits.set_requires_grad(true);
+        const Tensor targets = loss_targets(rows, vocab, DType::i32, device);
+        Tensor loss;
+        const int64_t forward = peak_growth_on(device, [&] { loss = cross_entropy(logits, targets); });
+        const int64_t backward_peak = peak_growth_on(device, [&] { backward(loss); });
+        EXPECT_EQ(logits.grad().dtype(), dtype);
+        return std::pair{forward, backward_peak};
+      };
+      expect_cpu_run_as_planned(peaks);
+    }
+  }
+}
+
+// linear_cross_entropy in every dtype, in chunks, with and without gradients, with a loss scale
+// (backward scales dx and dweight) and with the graph retained (it scales into fresh buffers).
+TEST(SinglePatternLoss, LinearCrossEntropyCpuRunAllocatesWhatEveryDryRunPlans) {
+  const int64_t rows = 70, dim = 24, vocab = 130, chunk = 32;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const int mode : {0, 1, 2}) {  // 0: plain, 1: loss scale 4 and retained graph, 2: no grad
+      SCOPED_TRACE(str_cat(dtype_name(dtype), " mode ", mode));
+      auto peaks = [&](Device device) {
+        Tensor x = Tensor::randn({2, rows / 2, dim}, dtype, device);
+        Tensor w = Tensor::randn({vocab, dim}, dtype, device);
+        if (mode != 2) {
+          x.set_requires_grad(true);
+          w.set_requires_grad(true);
+        }
+        const Tensor targets = loss_targets(rows, vocab, DType::i64, device).reshape({2, rows / 2});
+        Tensor loss;
+        const int64_t forward = peak_growth_on(device, [&] {
+          loss = linear_cross_entropy_chunked(x, w, targets, -100, chunk);
+        });
+        int64_t backward_peak = 0;
+        if (mode != 2) {
+          const Tensor scale = Tensor::full(Shape{}, mode == 1 ? 4.0 : 1.0, DType::f32, device);
+          backward_peak = peak_growth_on(device, [&] { backward(loss, scale, mode == 1); });
+          EXPECT_EQ(x.grad().dtype(), dtype);
+          EXPECT_EQ(w.grad().dtype(), dtype);
+        }
+        return std::pair{forward, backward_peak};
+      };
+      expect_cpu_run_as_planned(peaks);
+    }
+  }
 }
 
 }  // namespace

@@ -198,7 +198,7 @@ bool gelu_allocates_natively() {
 // their gradients in backward) holds an fp32 copy of its inputs and an fp32 result beside the
 // bf16 one; a GPU reads and writes bf16 directly (Note [Native allocation pattern]). Parameters,
 // gradients and AdamW's states are the same fp32 tensors in both, so only those transient copies
-// differ, and the GPU plan's peak is below the CPU plan's by at least the largest of them.
+// differ, and the GPU plan's peak is never above the CPU plan's.
 TEST(TrainingPlan, GpuTargetPlansTheNativePattern) {
   TrainingArguments args = preset_args("gpt2-tiny", 4, 128);
   args.bf16 = true;
@@ -215,7 +215,10 @@ TEST(TrainingPlan, GpuTargetPlansTheNativePattern) {
   if (!gelu_allocates_natively()) {
     GTEST_SKIP() << "no op follows the native pattern in this build yet (issue 8's kernels)";
   }
-  EXPECT_LT(gpu.dry.peak_allocated_bytes, cpu.dry.peak_allocated_bytes);
+  // Issue 17: with linear, matmul and the loss on one code path, the step's peak (23706112 B in
+  // both plans, as the allocator reports) no longer holds any of the remaining ops' fp32 copies,
+  // so the two plans agree there.
+  EXPECT_EQ(gpu.dry.peak_allocated_bytes, cpu.dry.peak_allocated_bytes);
 }
 
 // Every row fits, each row's next micro-batch did not (or is the whole batch), and the rows

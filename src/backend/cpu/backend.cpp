@@ -17,12 +17,14 @@ const bool kRegistered = [] {
   backend.tensor_kernels = &tensor_kernels();
   fill_activation_kernels(std::get<ActivationKernels>(backend.kernels));
   fill_adafactor_kernels(std::get<AdafactorKernels>(backend.kernels));
-  fill_adamw_kernels(std::get<AdamWKernels>(backend.kernels));
   fill_adamw_8bit_kernels(std::get<AdamW8bitKernels>(backend.kernels));
+  fill_adamw_kernels(std::get<AdamWKernels>(backend.kernels));
   fill_attention_kernels(std::get<AttentionKernels>(backend.kernels));
+  fill_cross_entropy_kernels(std::get<CrossEntropyKernels>(backend.kernels));
   fill_dropout_kernels(std::get<DropoutKernels>(backend.kernels));
   fill_elementwise_kernels(std::get<ElementwiseKernels>(backend.kernels));
   fill_embedding_kernels(std::get<EmbeddingKernels>(backend.kernels));
+  fill_gemm_kernels(std::get<GemmKernels>(backend.kernels));
   fill_grad_check_kernels(std::get<GradCheckKernels>(backend.kernels));
   fill_lion_kernels(std::get<LionKernels>(backend.kernels));
   fill_lomo_kernels(std::get<LomoKernels>(backend.kernels));

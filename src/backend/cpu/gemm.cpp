@@ -1,5 +1,7 @@
 // oneDNN behind cpu::gemm (its sgemm) and cpu::gemm_bf16 (its matmul primitive, with cached
-// primitives: see Note [bf16 GEMM on oneDNN's matmul primitive]).
+// primitives: see Note [bf16 GEMM on oneDNN's matmul primitive]), and the CPU's gemm table entry
+// (backend/gemm_kernels.h) on them: f32 operands on sgemm, bf16 / f16 operands handed to the
+// matmul primitive as they are stored (no fp32 copies), products and sums in fp32.
 #include "backend/cpu/gemm.h"
 
 #include <dnnl.h>
@@ -16,6 +18,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/backend_parts.h"
+#include "backend/cpu/pointwise_simd.h"
+#include "backend/gemm_kernels.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
 
@@ -45,6 +50,8 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t 
 }
 
 // Note [bf16 GEMM on oneDNN's matmul primitive]
+// (f16 operands take the same road: oneDNN picks its f16 kernel where the CPU has one, and the
+// widened fallback below otherwise.)
 // gemm_bf16 describes its operands to oneDNN 2.6's matmul primitive as strided memory: op(A) is
 // the M x K "src" with strides (lda, 1), or (1, lda) when transposed; op(B) the K x N "weights";
 // C the M x N "dst" with strides (ldc, 1); a batch adds a leading dimension whose stride is the
@@ -91,7 +98,8 @@ struct MatmulKey {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // 0 when batch is 1
   uint32_t alpha_bits = 0, beta_bits = 0;
   int threads = 0;
-  bool trans_a = false, trans_b = false, has_bias = false;
+  bool trans_a = false, trans_b = false, has_bias = false, gelu = false;
+  DType operands = DType::bf16;  // bf16 or f16
   DType c_dtype = DType::f32;
 
   float alpha() const { return std::bit_cast<float>(alpha_bits); }
@@ -108,6 +116,21 @@ struct MatmulPlan {
   dnnl::memory::desc a_md, b_md, c_md, bias_md, scratchpad_md;
   int bias_arg = DNNL_ARG_BIAS;
 };
+
+// gelu (the tanh form of the activation kernels and of cuBLASLt's epilogue) of `rows` fp32 rows
+// of n elements, ld apart, in place.
+HEADROOM_SIMD_CLONES void gelu_rows(float* c, int64_t rows, int64_t n, int64_t ld) {
+  constexpr float kScale = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kCubic = 0.044715f;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = c + r * ld;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = row[j];
+      row[j] = 0.5f * v * (1.0f + tanh_approx(kScale * (v + kCubic * v * v * v)));
+    }
+  }
+}
 
 // What gemm_bf16_last_kernel() reports for this thread.
 thread_local std::string last_kernel;
@@ -153,6 +176,11 @@ void* thread_scratchpad(size_t bytes) {
 
 // One matmul operand: a rows x cols matrix with leading dimension ld (transposed: stored
 // cols x rows), batched when batch > 1.
+dnnl::memory::data_type dnnl_type(DType dtype) {
+  using Type = dnnl::memory::data_type;
+  return dtype == DType::f32 ? Type::f32 : dtype == DType::bf16 ? Type::bf16 : Type::f16;
+}
+
 dnnl::memory::desc operand_desc(int64_t batch, int64_t batch_stride, int64_t rows, int64_t cols,
                                 int64_t ld, bool transposed, dnnl::memory::data_type type) {
   const int64_t row_stride = transposed ? 1 : ld, col_stride = transposed ? ld : 1;
@@ -169,12 +197,11 @@ dnnl::memory::desc operand_desc(int64_t batch, int64_t batch_stride, int64_t row
 std::shared_ptr<const MatmulPlan> make_plan(const MatmulKey& key) {
   using Type = dnnl::memory::data_type;
   auto plan = std::make_shared<MatmulPlan>();
-  plan->a_md =
-      operand_desc(key.batch, key.stride_a, key.m, key.k, key.lda, key.trans_a, Type::bf16);
-  plan->b_md =
-      operand_desc(key.batch, key.stride_b, key.k, key.n, key.ldb, key.trans_b, Type::bf16);
+  const Type operands = dnnl_type(key.operands);
+  plan->a_md = operand_desc(key.batch, key.stride_a, key.m, key.k, key.lda, key.trans_a, operands);
+  plan->b_md = operand_desc(key.batch, key.stride_b, key.k, key.n, key.ldb, key.trans_b, operands);
   plan->c_md = operand_desc(key.batch, key.stride_c, key.m, key.n, key.ldc, false,
-                            key.c_dtype == DType::bf16 ? Type::bf16 : Type::f32);
+                            dnnl_type(key.c_dtype));
   plan->bias_md = dnnl::memory::desc({1, key.n}, Type::f32, {key.n, 1});
 
   dnnl::primitive_attr attr;
@@ -187,6 +214,8 @@ std::shared_ptr<const MatmulPlan> make_plan(const MatmulKey& key) {
     post_ops.append_binary(dnnl::algorithm::binary_add, plan->bias_md);
     plan->bias_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_ops.len() - 1) | DNNL_ARG_SRC_1;
   }
+  // The bias_gelu epilogue: gelu (tanh form, as cuBLASLt's) of everything before it, in fp32.
+  if (key.gelu) post_ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
   attr.set_post_ops(post_ops);
   try {
     const dnnl::matmul::desc desc =
@@ -260,12 +289,11 @@ PrimitiveCache& primitive_cache() {
   return cache;
 }
 
-void run_plan(const MatmulPlan& plan, const BFloat16* a, const BFloat16* b, void* c,
-              const float* bias) {
+void run_plan(const MatmulPlan& plan, const void* a, const void* b, void* c, const float* bias) {
   const dnnl::engine& engine = cpu_engine();
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory(plan.a_md, engine, const_cast<BFloat16*>(a))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(plan.b_md, engine, const_cast<BFloat16*>(b))},
+      {DNNL_ARG_SRC, dnnl::memory(plan.a_md, engine, const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(plan.b_md, engine, const_cast<void*>(b))},
       {DNNL_ARG_DST, dnnl::memory(plan.c_md, engine, c)}};
   if (bias) {
     args.emplace(plan.bias_arg, dnnl::memory(plan.bias_md, engine, const_cast<float*>(bias)));
@@ -279,29 +307,31 @@ void run_plan(const MatmulPlan& plan, const BFloat16* a, const BFloat16* b, void
   stream.wait();
 }
 
-// A stored rows x cols bf16 matrix with leading dimension ld, as a dense fp32 one.
-std::vector<float> widen_matrix(const BFloat16* p, int64_t rows, int64_t cols, int64_t ld) {
+// A stored rows x cols bf16 / f16 matrix with leading dimension ld, as a dense fp32 one.
+std::vector<float> widen_matrix(const void* p, DType dtype, int64_t rows, int64_t cols,
+                                int64_t ld) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
-    convert_to_f32(p + r * ld, DType::bf16, out.data() + r * cols, static_cast<size_t>(cols));
+    convert_to_f32(static_cast<const char*>(p) + r * ld * dtype_size(dtype), dtype,
+                   out.data() + r * cols, static_cast<size_t>(cols));
   }
   return out;
 }
 
 // One gemm of key (batch ignored) in fp32 on widened copies: exact inputs, fp32 products and
-// sums as on the primitive, and a bf16 C rounded once from the fp32 result.
-void gemm_bf16_widened(const MatmulKey& key, const BFloat16* a, const BFloat16* b, void* c,
+// sums as on the primitive, and a 16-bit C rounded once from the fp32 result.
+void gemm_half_widened(const MatmulKey& key, const void* a, const void* b, void* c,
                        const float* bias) {
   const int64_t a_cols = key.trans_a ? key.m : key.k, b_cols = key.trans_b ? key.k : key.n;
-  const std::vector<float> af = widen_matrix(a, key.trans_a ? key.k : key.m, a_cols, key.lda);
-  const std::vector<float> bf = widen_matrix(b, key.trans_b ? key.n : key.k, b_cols, key.ldb);
+  const std::vector<float> af =
+      widen_matrix(a, key.operands, key.trans_a ? key.k : key.m, a_cols, key.lda);
+  const std::vector<float> bf =
+      widen_matrix(b, key.operands, key.trans_b ? key.n : key.k, b_cols, key.ldb);
   const bool c_is_f32 = key.c_dtype == DType::f32;
   std::vector<float> c_wide;
   if (!c_is_f32) {
     c_wide.assign(static_cast<size_t>(key.m * key.n), 0.0f);
-    if (key.beta() != 0.0f) {
-      c_wide = widen_matrix(static_cast<const BFloat16*>(c), key.m, key.n, key.ldc);
-    }
+    if (key.beta() != 0.0f) c_wide = widen_matrix(c, key.c_dtype, key.m, key.n, key.ldc);
   }
   float* cf = c_is_f32 ? static_cast<float*>(c) : c_wide.data();
   const int64_t ldcf = c_is_f32 ? key.ldc : key.n;
@@ -317,9 +347,10 @@ void gemm_bf16_widened(const MatmulKey& key, const BFloat16* a, const BFloat16* 
     if (bias) {
       for (int64_t j = 0; j < key.n; ++j) row[j] += bias[j];
     }
+    if (key.gelu) gelu_rows(row, 1, key.n, key.n);
     if (!c_is_f32) {
-      convert_from_f32(row, static_cast<BFloat16*>(c) + r * key.ldc, DType::bf16,
-                       static_cast<size_t>(key.n));
+      convert_from_f32(row, static_cast<char*>(c) + r * key.ldc * dtype_size(key.c_dtype),
+                       key.c_dtype, static_cast<size_t>(key.n));
     }
   }
 }
@@ -353,27 +384,26 @@ void copy_matrices(const void* src, int64_t src_ld, int64_t src_stride, void* ds
   }
 }
 
-// The `batch` bf16 matrices at p (`rows` rows of dense_ld elements, leading dimension ld, batch
+// The `batch` 16-bit matrices at p (`rows` rows of dense_ld elements, leading dimension ld, batch
 // stride `stride`, 0 for one matrix shared by the batch) in the dense layout: p itself when they
 // are in it, else a copy held by `buffer`.
-const BFloat16* dense_copy(const BFloat16* p, int64_t ld, int64_t stride, int64_t dense_ld,
-                           int64_t dense_stride, int64_t batch, int64_t rows,
-                           AlignedBytes& buffer) {
+const void* dense_copy(const void* p, int64_t ld, int64_t stride, int64_t dense_ld,
+                       int64_t dense_stride, int64_t batch, int64_t rows, AlignedBytes& buffer) {
   if (ld == dense_ld && stride == dense_stride) return p;
   const int64_t copies = stride == 0 ? 1 : batch;
   buffer = aligned_bytes(static_cast<size_t>(copies * rows * dense_ld) * sizeof(BFloat16));
   copy_matrices(p, ld, stride, buffer.get(), dense_ld, dense_stride, copies, rows, dense_ld,
                 sizeof(BFloat16));
-  return static_cast<const BFloat16*>(buffer.get());
+  return buffer.get();
 }
 
-void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, void* c,
+void run_gemm_half(const MatmulKey& key, const void* a, const void* b, void* c,
                    const float* bias);
 
-// gemm_bf16 with the operands whose layout is not `dense` copied into dense buffers, for the
+// run_gemm_half with the operands whose layout is not `dense` copied into dense buffers, for the
 // dense kernel (see the Note for what the copies cost).
-void gemm_bf16_packed(const MatmulKey& key, const MatmulKey& dense, const BFloat16* a,
-                      const BFloat16* b, void* c, const float* bias) {
+void gemm_half_packed(const MatmulKey& key, const MatmulKey& dense, const void* a, const void* b,
+                      void* c, const float* bias) {
   AlignedBytes a_dense, b_dense, c_dense;
   a = dense_copy(a, key.lda, key.stride_a, dense.lda, dense.stride_a, key.batch,
                  key.trans_a ? key.k : key.m, a_dense);
@@ -389,17 +419,19 @@ void gemm_bf16_packed(const MatmulKey& key, const MatmulKey& dense, const BFloat
     }
     c_run = c_dense.get();
   }
-  run_gemm_bf16(dense, a, b, c_run, bias);
+  run_gemm_half(dense, a, b, c_run, bias);
   if (c_dense) {
     copy_matrices(c_dense.get(), dense.ldc, dense.stride_c, c, key.ldc, key.stride_c, key.batch,
                   key.m, key.n, c_size);
   }
 }
 
-void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, void* c,
+// The GEMM of 16-bit operands (bf16 or f16: key.operands) on the matmul primitive, or widened.
+void run_gemm_half(const MatmulKey& key, const void* a, const void* b, void* c,
                    const float* bias) {
-  HEADROOM_CHECK_VALUE(key.c_dtype == DType::f32 || key.c_dtype == DType::bf16,
-                       "gemm_bf16: C must be f32 or bf16, not ", dtype_name(key.c_dtype));
+  HEADROOM_CHECK_VALUE(key.c_dtype == DType::f32 || key.c_dtype == key.operands,
+                       "gemm_bf16: C must be f32 or ", dtype_name(key.operands), ", not ",
+                       dtype_name(key.c_dtype));
   HEADROOM_CHECK_VALUE(key.batch >= 0 && key.m >= 0 && key.n >= 0 && key.k >= 0,
                        "gemm_bf16: negative size (batch ", key.batch, ", m ", key.m, ", n ",
                        key.n, ", k ", key.k, ")");
@@ -407,7 +439,7 @@ void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, v
   std::shared_ptr<const MatmulPlan> plan;
   if (key.k != 0) {
     if (const MatmulKey dense = dense_layout(key); !(dense == key)) {
-      gemm_bf16_packed(key, dense, a, b, c, bias);
+      gemm_half_packed(key, dense, a, b, c, bias);
       return;
     }
     plan = primitive_cache().get(key);
@@ -415,8 +447,10 @@ void run_gemm_bf16(const MatmulKey& key, const BFloat16* a, const BFloat16* b, v
   if (!plan || plan->widen) {
     last_kernel = "widened";
     const size_t c_size = dtype_size(key.c_dtype);
+    const size_t operand_size = dtype_size(key.operands);
     for (int64_t i = 0; i < key.batch; ++i) {
-      gemm_bf16_widened(key, a + i * key.stride_a, b + i * key.stride_b,
+      gemm_half_widened(key, static_cast<const char*>(a) + i * key.stride_a * operand_size,
+                        static_cast<const char*>(b) + i * key.stride_b * operand_size,
                         static_cast<char*>(c) + i * key.stride_c * c_size, bias);
     }
     return;
@@ -443,7 +477,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   key.threads = omp_get_max_threads();
   key.trans_a = trans_a, key.trans_b = trans_b, key.has_bias = bias != nullptr;
   key.c_dtype = c_dtype;
-  run_gemm_bf16(key, a, b, c, bias);
+  run_gemm_half(key, a, b, c, bias);
 }
 
 void gemm_bf16_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
@@ -457,7 +491,81 @@ void gemm_bf16_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int
   key.threads = omp_get_max_threads();
   key.trans_a = trans_a, key.trans_b = trans_b;
   key.c_dtype = c_dtype;
-  run_gemm_bf16(key, a, b, c, nullptr);
+  run_gemm_half(key, a, b, c, nullptr);
 }
+
+namespace {
+
+// ---- the gemm entry of the CPU's kernel table (backend/gemm_kernels.h)
+
+// bias (f32 or c's dtype, [n]) as fp32: itself, or widened into the calling thread's buffer.
+const float* bias_as_f32(const Tensor& bias) {
+  if (!bias.defined()) return nullptr;
+  if (bias.dtype() == DType::f32) return bias.data<float>();
+  thread_local std::vector<float> widened;
+  widened.resize(static_cast<size_t>(bias.numel()));
+  convert_to_f32(bias.data_ptr(), bias.dtype(), widened.data(), widened.size());
+  return widened.data();
+}
+
+// The f32 product, batch by batch on oneDNN's sgemm. With a bias and beta 0, c starts as the
+// bias and the sgemm adds to it (beta 1), as the f32 linear always computed; otherwise the bias
+// is added after.
+void gemm_f32(bool trans_a, bool trans_b, const GemmProblem& p, const float* a, const float* b,
+              float alpha, float beta, float* c, const float* bias, bool gelu) {
+  const int64_t m = p.m, n = p.n;
+  const GemmMatrix &ma = p.a, &mb = p.b, &mc = p.c;
+  for (int64_t i = 0; i < p.batch; ++i) {
+    float* ci = c + i * mc.batch_stride;
+    float run_beta = beta;
+    if (bias && beta == 0.0f) {
+      for (int64_t r = 0; r < m; ++r) std::memcpy(ci + r * mc.ld, bias, sizeof(float) * n);
+      run_beta = 1.0f;
+    }
+    gemm(trans_a, trans_b, m, n, p.k, alpha, a + i * ma.batch_stride, ma.ld,
+         b + i * mb.batch_stride, mb.ld, run_beta, ci, mc.ld);
+    if (bias && beta != 0.0f) {
+      for (int64_t r = 0; r < m; ++r) {
+        float* row = ci + r * mc.ld;
+        for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+      }
+    }
+    if (gelu) gelu_rows(ci, m, n, mc.ld);
+  }
+}
+
+void gemm_entry(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha,
+                float beta, const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) {
+  const GemmProblem p = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias);
+  const int64_t m = p.m, n = p.n, k = p.k, batch = p.batch;
+  const bool has_bias = epilogue != GemmEpilogue::none;
+  if (m == 0 || n == 0 || batch == 0) return;
+  // As on CUDA: c is then beta * c (+ bias), which the op writes with a fill or a copy.
+  if (k == 0) throw ValueError("gemm: k is 0; fill c instead");
+  const float* bias_f32 = has_bias ? bias_as_f32(bias) : nullptr;
+  const bool gelu = epilogue == GemmEpilogue::bias_gelu;
+  if (a.dtype() == DType::f32) {
+    gemm_f32(trans_a, trans_b, p, a.data<float>(), b.data<float>(), alpha, beta, c.data<float>(),
+             bias_f32, gelu);
+    return;
+  }
+  MatmulKey key;
+  key.batch = batch, key.m = m, key.n = n, key.k = k;
+  key.lda = p.a.ld, key.ldb = p.b.ld, key.ldc = p.c.ld;
+  if (batch != 1) {
+    key.stride_a = p.a.batch_stride, key.stride_b = p.b.batch_stride;
+    key.stride_c = p.c.batch_stride;
+  }
+  key.alpha_bits = std::bit_cast<uint32_t>(alpha), key.beta_bits = std::bit_cast<uint32_t>(beta);
+  key.threads = omp_get_max_threads();
+  key.trans_a = trans_a, key.trans_b = trans_b, key.has_bias = has_bias, key.gelu = gelu;
+  key.operands = a.dtype();
+  key.c_dtype = c.dtype();
+  run_gemm_half(key, a.data_ptr(), b.data_ptr(), c.data_ptr(), bias_f32);
+}
+
+}  // namespace
+
+void fill_gemm_kernels(GemmKernels& kernels) { kernels.gemm = gemm_entry; }
 
 }  // namespace headroom::cpu

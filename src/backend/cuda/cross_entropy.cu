@@ -1,8 +1,8 @@
 // Softmax cross-entropy on CUDA, the formulas of backend/cpu/cross_entropy.cpp on logits in their
-// own dtype: one thread block per row, an online max / sum of exponentials in fp32 (forward) and
-// one pass writing softmax - onehot (backward). Per-row losses are summed by a second kernel in a
-// fixed order, so the loss repeats bit for bit without float atomics; no entry but count_targets
-// reads anything back.
+// own dtype (argument checks shared with it: backend/cross_entropy_kernels.h): one thread block per
+// row, an online max / sum of exponentials in fp32 (forward) and one pass writing softmax -
+// onehot (backward). Per-row losses are summed by a second kernel in a fixed order, so the loss
+// repeats bit for bit without float atomics; no entry but count_targets reads anything back.
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -207,21 +207,6 @@ void with_index_type(const char* op, const Tensor& targets, Fn&& fn) {
   }
 }
 
-struct Rows {
-  int64_t rows;
-  int64_t vocab;
-  int64_t stride;  // between rows, in elements
-};
-
-// logits must be [rows, vocab] with a unit column stride.
-Rows rows_of(const char* op, const Tensor& logits) {
-  if (logits.ndim() != 2 || (logits.size(1) > 1 && logits.stride(1) != 1)) {
-    throw ValueError(str_cat(op, ": logits ", logits.shape(),
-                             " must be 2-D with contiguous rows"));
-  }
-  return {logits.size(0), logits.size(1), logits.stride(0)};
-}
-
 int grid_of(const char* op, int64_t rows) {
   if (rows > INT_MAX) throw ValueError(str_cat(op, ": ", rows, " rows are too many"));
   return static_cast<int>(rows);
@@ -248,7 +233,7 @@ int64_t count_targets(const Tensor& targets, int64_t vocab, int64_t ignore_index
 }
 
 template <typename TL, typename TI>
-void launch_forward(const Tensor& logits, const Rows& rows, const Tensor& targets,
+void launch_forward(const Tensor& logits, const LogitRows& rows, const Tensor& targets,
                     int64_t ignore_index, const Tensor& lse, const Tensor& row_loss) {
   const TL* lp = static_cast<const TL*>(logits.data_ptr());
   constexpr int kPack = kPackOf<TL>;
@@ -267,19 +252,10 @@ void launch_forward(const Tensor& logits, const Rows& rows, const Tensor& target
   check_launch();
 }
 
-void check_rows_f32(const char* op, const char* argument, const Tensor& t, int64_t rows) {
-  if (t.dtype() != DType::f32 || t.numel() != rows || !t.is_contiguous()) {
-    throw ValueError(str_cat(op, ": ", argument, " must be contiguous f32 [", rows, "], not ",
-                             dtype_name(t.dtype()), " ", t.shape()));
-  }
-}
-
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                            const Tensor& lse, const Tensor& row_loss) {
   const char* op = "cross_entropy";
-  const Rows rows = rows_of(op, logits);
-  check_rows_f32(op, "lse", lse, rows.rows);
-  check_rows_f32(op, "row_loss", row_loss, rows.rows);
+  const LogitRows rows = check_cross_entropy_forward(op, logits, targets, lse, row_loss);
   if (rows.rows == 0) return;
   DeviceGuard guard(logits.device().index);
   with_index_type(op, targets, [&](auto index) {
@@ -291,7 +267,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
 }
 
 template <typename TL, typename TG, typename TI>
-void launch_backward(const Tensor& logits, const Rows& rows, const Tensor& lse,
+void launch_backward(const Tensor& logits, const LogitRows& rows, const Tensor& lse,
                      const Tensor& targets, int64_t ignore_index, float scale,
                      const Tensor& grad_scale, const Tensor& grad) {
   const TL* lp = static_cast<const TL*>(logits.data_ptr());
@@ -317,7 +293,7 @@ void launch_backward(const Tensor& logits, const Rows& rows, const Tensor& lse,
 }
 
 template <typename TL, typename TI>
-void dispatch_grad_dtype(const Tensor& logits, const Rows& rows, const Tensor& lse,
+void dispatch_grad_dtype(const Tensor& logits, const LogitRows& rows, const Tensor& lse,
                          const Tensor& targets, int64_t ignore_index, float scale,
                          const Tensor& grad_scale, const Tensor& grad) {
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), TG,
@@ -329,16 +305,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tenso
                             int64_t ignore_index, float scale, const Tensor& grad_scale,
                             const Tensor& grad_logits) {
   const char* op = "cross_entropy backward";
-  const Rows rows = rows_of(op, logits);
-  const Rows grad_rows = rows_of(op, grad_logits);
-  if (grad_rows.rows != rows.rows || grad_rows.vocab != rows.vocab) {
-    throw ValueError(str_cat(op, ": grad_logits ", grad_logits.shape(), " must have the shape ",
-                             logits.shape(), " of logits"));
-  }
-  check_rows_f32(op, "lse", lse, rows.rows);
-  if (grad_scale.defined() && grad_scale.numel() != 1) {
-    throw ValueError(str_cat(op, ": grad_scale ", grad_scale.shape(), " must hold one element"));
-  }
+  const LogitRows rows =
+      check_cross_entropy_backward(op, logits, lse, targets, grad_scale, grad_logits);
   if (rows.rows == 0) return;
   DeviceGuard guard(logits.device().index);
   with_index_type(op, targets, [&](auto index) {
@@ -351,11 +319,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tenso
 }
 
 void mean_loss(const Tensor& row_loss, int64_t count, const Tensor& out) {
-  check_rows_f32("mean_loss", "row_loss", row_loss, row_loss.numel());
-  if (out.dtype() != DType::f32 || out.numel() != 1) {
-    throw ValueError(str_cat("mean_loss: out must be one f32, not ", dtype_name(out.dtype()), " ",
-                             out.shape()));
-  }
+  check_mean_loss(row_loss, out);
   DeviceGuard guard(out.device().index);
   mean_loss_kernel<<<1, kMeanThreads, 0, current_stream()>>>(
       static_cast<const float*>(row_loss.data_ptr()), row_loss.numel(), count,
@@ -364,12 +328,7 @@ void mean_loss(const Tensor& row_loss, int64_t count, const Tensor& out) {
 }
 
 void scale_by_scalar(const Tensor& x, const Tensor& scalar, const Tensor& out) {
-  if (out.dtype() != x.dtype() || out.numel() != x.numel() || !x.is_contiguous() ||
-      !out.is_contiguous() || scalar.numel() != 1) {
-    throw ValueError(str_cat("scale_by_scalar: x ", dtype_name(x.dtype()), " ", x.shape(),
-                             ", out ", dtype_name(out.dtype()), " ", out.shape(), ", scalar ",
-                             scalar.shape(), ": out must be contiguous like x, scalar 1 element"));
-  }
+  check_scale_by_scalar(x, scalar, out);
   const int64_t n = x.numel();
   if (n == 0) return;
   DeviceGuard guard(x.device().index);

@@ -141,42 +141,6 @@ cudaDataType_t cuda_type(DType dtype) {
   return CUDA_R_32F;  // not reached: check_kernel_dtype threw
 }
 
-// ---- a row-major operand as the column-major library sees it
-
-// One operand: `rows` x `cols` row-major with leading stride `ld`, `batch` matrices (1 or the
-// product's batch) `batch_stride` apart (0: the same matrix for every batch).
-struct Matrix {
-  int64_t batch = 1;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  int64_t ld = 0;
-  int64_t batch_stride = 0;
-};
-
-Matrix matrix_of(const char* name, const Tensor& t) {
-  if (t.ndim() != 2 && t.ndim() != 3) {
-    throw ValueError(str_cat("gemm: ", name, " ", t.shape(), " must be 2-D or 3-D"));
-  }
-  Matrix m;
-  m.rows = t.size(-2);
-  m.cols = t.size(-1);
-  if (m.cols > 1 && t.stride(-1) != 1) {
-    throw ValueError(str_cat("gemm: ", name, " needs a unit stride in its last dimension, has ",
-                             t.strides()));
-  }
-  // A single row's leading stride is free; cuBLASLt only asks that rows do not overlap.
-  m.ld = m.rows > 1 ? t.stride(-2) : std::max<int64_t>(m.cols, 1);
-  if (m.ld < std::max<int64_t>(m.cols, 1)) {
-    throw ValueError(str_cat("gemm: the rows of ", name, " ", t.shape(), " with strides ",
-                             t.strides(), " overlap"));
-  }
-  if (t.ndim() == 3) {
-    m.batch = t.size(0);
-    m.batch_stride = m.batch > 1 ? t.stride(0) : 0;
-  }
-  return m;
-}
-
 // The alignment cuBLASLt may assume for a pointer: the largest power of two dividing it, capped
 // at the preferences' default of 256 bytes (an allocator block's start). Algorithms that need
 // more than a pointer has are then excluded, for a narrowed view for instance.
@@ -246,51 +210,10 @@ void check_fits_int32(const char* what, int64_t value) {
 void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
           const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) {
   // ---- what is asked: shapes, strides, dtypes, devices
-  const Matrix ma = matrix_of("a", a);
-  const Matrix mb = matrix_of("b", b);
-  const Matrix mc = matrix_of("c", c);
-  const int64_t m = trans_a ? ma.cols : ma.rows;
-  const int64_t k = trans_a ? ma.rows : ma.cols;
-  const int64_t n = trans_b ? mb.rows : mb.cols;
-  const int64_t kb = trans_b ? mb.cols : mb.rows;
-  if (k != kb || mc.rows != m || mc.cols != n) {
-    throw ValueError(str_cat("gemm: op(a) of ", a.shape(), " @ op(b) of ", b.shape(),
-                             " (", trans_a ? "transposed" : "as is", ", ", trans_b ? "transposed" : "as is", ") does not give c ", c.shape()));
-  }
-  const int64_t batch = mc.batch;
-  if ((ma.batch != 1 && ma.batch != batch) || (mb.batch != 1 && mb.batch != batch)) {
-    throw ValueError(str_cat("gemm: batch sizes of a ", a.shape(), " and b ", b.shape(),
-                             " do not broadcast to c ", c.shape()));
-  }
-  if (batch > 1 && mc.batch_stride < m * mc.ld) {
-    throw ValueError(str_cat("gemm: the batches of c ", c.shape(), " with strides ", c.strides(),
-                             " overlap"));
-  }
-  if (a.dtype() != b.dtype()) {
-    throw ValueError(str_cat("gemm: a is ", dtype_name(a.dtype()), " but b is ",
-                             dtype_name(b.dtype()), "; the operands share a dtype"));
-  }
-  check_kernel_dtype("gemm", "a", a.dtype());
-  if (c.dtype() != DType::f32 && c.dtype() != a.dtype()) {
-    throw ValueError(str_cat("gemm: c is ", dtype_name(c.dtype()), "; it must be f32 or the ",
-                             "operands' ", dtype_name(a.dtype())));
-  }
+  const GemmProblem problem = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias);
+  const GemmMatrix &ma = problem.a, &mb = problem.b, &mc = problem.c;
+  const int64_t m = problem.m, n = problem.n, k = problem.k, batch = problem.batch;
   const bool has_bias = epilogue != GemmEpilogue::none;
-  if (has_bias) {
-    if (!bias.defined() || bias.ndim() != 1 || bias.size(0) != n ||
-        (n > 1 && bias.stride(0) != 1)) {
-      throw ValueError(str_cat("gemm: the epilogue needs a packed bias [", n, "]"));
-    }
-    if (bias.dtype() != DType::f32 && bias.dtype() != c.dtype()) {
-      throw ValueError(str_cat("gemm: bias is ", dtype_name(bias.dtype()), "; it must be f32 or ",
-                               "c's ", dtype_name(c.dtype())));
-    }
-  }
-  for (const Tensor* t : {&a, &b, &c, &bias}) {
-    if (t->defined() && t->device() != c.device()) {
-      throw ValueError(str_cat("gemm: tensors on ", t->device(), " and ", c.device()));
-    }
-  }
   if (c.device().type != DeviceType::cuda) {
     throw ValueError(str_cat("gemm: c is on ", c.device(), ", not a CUDA device"));
   }
