@@ -95,6 +95,11 @@ std::vector<TrainOption> make_train_options() {
        "cap the device's memory, e.g. 24GiB, to see whether a run fits a smaller GPU (default: "
        "HEADROOM_MEMORY_LIMIT)",
        &A::memory_limit},
+      {"expandable_segments", precision,
+       "grow one memory segment per stream and pool in pages instead of caching a segment per "
+       "request size, which removes most of the allocator's slack (as "
+       "HEADROOM_ALLOC_CONF=expandable_segments:True)",
+       &A::expandable_segments},
       {"gradient_checkpointing", precision,
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",
