@@ -56,6 +56,9 @@ CLI::App* add_demo_command(CLI::App& app, DemoOptions& o) {
                    "cap the device's memory, e.g. 24GiB (default: HEADROOM_MEMORY_LIMIT)");
   demo->add_option("--snapshot", o.snapshot, "write a memory_viz pickle of the run to this path");
   demo->add_flag("--abbreviated", o.abbreviated, "leave the per-pool rows out of the summary");
+  demo->add_flag("--empty-cache,--empty_cache", o.empty_cache,
+                 "return the memory cached after the logits are freed (torch.cuda.empty_cache) "
+                 "before the summary and the snapshot");
   return demo;
 }
 
@@ -106,6 +109,7 @@ int run_demo(const DemoOptions& o) {
                   static_cast<long long>(o.vocab));
     report(label);
   }
+  if (o.empty_cache) empty_cache(device);
   std::printf("  %-36s %12s\n", "peak allocated", format_bytes(max_memory_allocated(device)).c_str());
   std::printf("  %-36s %12s\n\n", "peak reserved", format_bytes(max_memory_reserved(device)).c_str());
   std::fputs(memory_summary(device, o.abbreviated).c_str(), stdout);

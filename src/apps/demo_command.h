@@ -22,6 +22,7 @@ struct DemoOptions {
   std::string memory_limit;  // e.g. "24GiB"; empty = none
   std::string snapshot;      // memory_viz pickle path; empty = none
   bool abbreviated = false;
+  bool empty_cache = false;  // return the cache (torch.cuda.empty_cache) before the summary
 };
 
 // Registers the subcommand and its options; run_demo runs it once parsed.

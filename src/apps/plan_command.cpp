@@ -75,6 +75,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
                    "full, lora:16, lora:16:all-linear, qlora:16, qlora:16:all-linear; with "
                    "--use_peft: that adapter)")
       ->group(group);
+  plan->add_option("--search-allocators,--search_allocators", o.search_allocators,
+                   "allocator policies, in the order tried, comma-separated: native, "
+                   "expandable_segments (the next only for a configuration that does not fit; "
+                   "default: native,expandable_segments, or expandable_segments with "
+                   "--expandable_segments)")
+      ->group(group);
   plan->add_option("--max-results,--max_results", o.max_results, "rows of the search table")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
@@ -97,17 +103,21 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   }
   // --memory_snapshot: the dry run's allocation history, the predicted timeline for memory_viz.
   if (!args.memory_snapshot.empty()) record_memory_history();
-  const TrainingPlan plan = plan_training(args, target, {.steps = o.steps});
+  TrainingPlan plan = plan_training(args, target, {.steps = o.steps});
   if (!args.memory_snapshot.empty()) {
     dump_memory_snapshot(args.memory_snapshot);
     record_memory_history(0);
     if (!o.json) std::printf("dry run's memory snapshot written to %s\n", args.memory_snapshot.c_str());
   }
+  // Note [Slack report]: what the fix would give, measured (after the snapshot is written, so
+  // that it holds the configuration asked for).
+  plan_with_expandable_segments(plan, {.steps = o.steps});
   nlohmann::ordered_json json = plan.to_json();
   if (!o.json) std::printf("%s", plan.format().c_str());
   if (target.capacity_bytes > 0 && !o.no_search) {
     const SearchSpace space{comma_list(o.search_precisions), comma_list(o.search_optims),
-                            comma_list(o.search_policies), comma_list(o.search_adapters)};
+                            comma_list(o.search_policies), comma_list(o.search_adapters),
+                            comma_list(o.search_allocators)};
     const bool tty = isatty(STDERR_FILENO) != 0;
     const SearchResult search = search_configurations(args, target, space, [&](int64_t runs) {
       if (tty) std::fprintf(stderr, "\rsearching: %lld dry runs", static_cast<long long>(runs));

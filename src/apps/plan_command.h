@@ -22,6 +22,7 @@ struct PlanOptions {
   std::string search_optims;
   std::string search_policies;
   std::string search_adapters;
+  std::string search_allocators;
   int64_t max_results = 20;
   int steps = 2;
 };

@@ -100,6 +100,7 @@ int run_train_command(const CLI::App& train) {
   if (!args.memory_limit.empty()) {
     set_memory_limit(resolve_device(args.device), parse_byte_size(args.memory_limit, "--memory_limit"));
   }
+  if (args.expandable_segments) caching_allocator(resolve_device(args.device)).set_expandable_segments(true);
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
   callbacks.push_back(std::make_shared<LossPlotCallback>());
   if (args.profile) callbacks.push_back(std::make_shared<ProfilerCallback>(args));

@@ -101,6 +101,11 @@ std::vector<TrainOption> make_train_options() {
        "cap the device's memory, e.g. 24GiB, to see whether a run fits a smaller GPU (default: "
        "HEADROOM_MEMORY_LIMIT)",
        &A::memory_limit},
+      {"expandable_segments", precision,
+       "grow one memory segment per stream and pool in pages instead of caching a segment per "
+       "request size, which removes most of the allocator's slack (as "
+       "HEADROOM_ALLOC_CONF=expandable_segments:True)",
+       &A::expandable_segments},
       {"zero_stage", precision,
        "under mpirun: 0 (DDP, default) or 1 (ZeRO-1: optimizer states sharded over the ranks)",
        &A::zero_stage},

@@ -72,9 +72,11 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text, const char* source
       config.roundup_power2_divisions = n;
     } else if (key == "expandable_segments") {
       if (value == "True" || value == "true" || value == "1") {
-        throw ValueError(str_cat(what, ":", value,
-                                 " is not supported: segments are fixed-size (growing them needs "
-                                 "CUDA virtual memory mapping)"));
+        config.expandable_segments = true;
+      } else if (value == "False" || value == "false" || value == "0") {
+        config.expandable_segments = false;
+      } else {
+        throw ValueError(str_cat(what, " is '", value, "' but must be True or False"));
       }
     } else if (key == "backend") {
       if (value != "native") {
@@ -91,8 +93,10 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text, const char* source
 }
 
 AllocatorConfig AllocatorConfig::from_env() {
-  const char* text = std::getenv("HEADROOM_ALLOC_CONF");
-  return text ? parse(text) : AllocatorConfig{};
+  for (const char* name : {"HEADROOM_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}) {
+    if (const char* text = std::getenv(name)) return parse(text, name);
+  }
+  return AllocatorConfig{};
 }
 
 std::string AllocatorConfig::str() const {
@@ -109,6 +113,7 @@ std::string AllocatorConfig::str() const {
   if (roundup_power2_divisions > 1) {
     out += str_cat("roundup_power2_divisions:", roundup_power2_divisions, ",");
   }
+  if (expandable_segments) out += "expandable_segments:True,";
   if (!out.empty()) out.pop_back();
   return out;
 }

@@ -1,6 +1,7 @@
 // The caching allocator's tuning knobs, named as PYTORCH_CUDA_ALLOC_CONF's and read from
-// HEADROOM_ALLOC_CONF ("max_split_size_mb:128,garbage_collection_threshold:0.8"), and the
-// capacity limit read from HEADROOM_MEMORY_LIMIT ("24GiB").
+// HEADROOM_ALLOC_CONF ("max_split_size_mb:128,expandable_segments:True"), or from
+// PYTORCH_CUDA_ALLOC_CONF itself when that is unset, and the capacity limit read from
+// HEADROOM_MEMORY_LIMIT ("24GiB").
 #pragma once
 
 #include <cstddef>
@@ -21,11 +22,15 @@ struct AllocatorConfig {
   double garbage_collection_threshold = 0.0;
   // Round requests up to one of this many steps between powers of two (0 or 1 = off).
   size_t roundup_power2_divisions = 0;
+  // One growing virtual segment per stream and pool, mapped and unmapped in pages, instead of a
+  // segment per cudaMalloc (Note [Expandable segments] in memory/caching_allocator.h).
+  bool expandable_segments = false;
 
   // Parses the PYTORCH_CUDA_ALLOC_CONF syntax; ValueError names the key, its value and the
-  // accepted range. expandable_segments and backend are recognised and rejected with a reason.
+  // accepted range. backend is recognised and refused unless native.
   static AllocatorConfig parse(std::string_view text, const char* source = "HEADROOM_ALLOC_CONF");
-  // From the environment (defaults when HEADROOM_ALLOC_CONF is unset).
+  // From HEADROOM_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF (a user's PyTorch setting carries
+  // over), else the defaults.
   static AllocatorConfig from_env();
 
   std::string str() const;  // the same syntax, for snapshots and reports

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "memory/memory_observer.h"
@@ -22,6 +24,10 @@ struct CachingAllocator::Block {
   StreamId stream = 0;
   BlockPool* pool = nullptr;
   bool allocated = false;
+  // Whether memory backs the block's addresses: false only for the unmapped address space of
+  // an expandable segment (Note [Expandable segments]), whose blocks are page aligned.
+  bool mapped = true;
+  ExpandableSegment* expandable = nullptr;  // the segment, for blocks of an expandable one
   Block* prev = nullptr;  // neighbours within the same segment
   Block* next = nullptr;
   int64_t gc_count_base = 0;  // the pool's free-block search count when this block was cached
@@ -50,9 +56,30 @@ bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) co
   return a->ptr < b->ptr;
 }
 
+// The unmapped blocks of expandable segments, lowest address first; segments by age, as in
+// Note [Ties between free blocks].
+bool CachingAllocator::AddressOrder::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return a->stream < b->stream;
+  if (a->segment_id != b->segment_id) return a->segment_id < b->segment_id;
+  return a->ptr < b->ptr;
+}
+
+// One reservation of address space of an expandable segment, mapped in pages of `page_size`.
+struct CachingAllocator::ExpandableSegment {
+  uintptr_t base = 0;
+  size_t size = 0;  // the whole reservation
+  size_t page_size = 0;
+  StreamId stream = 0;
+
+  size_t page_left(uintptr_t p) const { return (p - base) / page_size; }
+  size_t page_right(uintptr_t p) const { return (p - base + page_size - 1) / page_size; }
+  uintptr_t page_address(size_t page) const { return base + page * page_size; }
+};
+
 struct CachingAllocator::BlockPool {
   explicit BlockPool(bool small) : is_small(small) {}
   std::set<Block*, BlockOrder> blocks;
+  std::set<Block*, AddressOrder> unmapped;  // expandable segments' address space
   const bool is_small;
   int64_t get_free_blocks_call_count = 0;  // the clock of garbage collection
 
@@ -93,6 +120,14 @@ CachingAllocator::CachingAllocator(std::unique_ptr<DeviceAllocator> device_alloc
   if (config_.max_split_size != std::numeric_limits<size_t>::max()) {
     stats_.max_split_size = static_cast<int64_t>(config_.max_split_size);
   }
+  if (config_.expandable_segments) check_virtual_memory();
+}
+
+void CachingAllocator::check_virtual_memory() const {
+  if (!device_allocator_->supports_virtual_memory()) {
+    throw NotImplementedError(str_cat("expandable_segments:True: ", device(),
+                                      " has no virtual memory management to grow segments with"));
+  }
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -100,6 +135,7 @@ CachingAllocator::~CachingAllocator() {
   release_cached_blocks();
   for (BlockPool* pool : {large_blocks_.get(), small_blocks_.get()}) {
     for (Block* b : pool->blocks) delete b;  // pieces of segments still in use
+    for (Block* b : pool->unmapped) delete b;
   }
   for (auto& [ptr, block] : active_blocks_) delete block;
 }
@@ -164,22 +200,26 @@ void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
   BlockPool& pool = pool_for(size);
   const size_t segment = segment_size(size);
 
+  const size_t reserved_before = reserved_;
   Block* block = get_free_block(pool, size, stream);
   if (!block) {
     if (config_.garbage_collection_threshold > 0 && memory_limit_ > 0) {
       garbage_collect_cached_blocks();
     }
-    block = alloc_block(pool, segment, stream, false);
+    block = alloc_block(pool, size, segment, stream, false);
     if (!block && release_available_cached_blocks(pool, size, stream)) {
-      block = alloc_block(pool, segment, stream, false);
+      block = alloc_block(pool, size, segment, stream, false);
     }
     if (!block) {
       release_cached_blocks();
-      block = alloc_block(pool, segment, stream, true);
+      block = alloc_block(pool, size, segment, stream, true);
     }
   }
   if (!block) raise_out_of_memory(size, segment, stream);
   block = alloc_found_block(block, size, nbytes, stream);
+  if (stats_.reserved_bytes[static_cast<size_t>(StatType::all)].current > reserved_peak_.reserved) {
+    capture_reserved_peak(size, reserved_ > reserved_before ? reserved_ - reserved_before : 0);
+  }
   void* ptr = reinterpret_cast<void*>(block->ptr);
   if (memory_observers().any()) [[unlikely]] {
     const MemoryUsageEvent usage =
@@ -200,6 +240,25 @@ CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, size_
   key.size = size;
   auto it = pool.blocks.lower_bound(&key);
   if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+  if ((*it)->expandable) {
+    if (config_.expandable_segments) {
+      // A free block at the end of an expandable segment can grow into the unmapped space
+      // after it: for best fit it counts at the size it can reach, so a larger block that
+      // fits as it is wins over it.
+      auto reach = [](const Block* b) {
+        return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+      };
+      for (auto next = std::next(it); (*it)->expandable && next != pool.blocks.end() &&
+                                      (*next)->stream == stream && reach(*next) < reach(*it);
+           ++next) {
+        it = next;
+      }
+    } else {
+      // Expandable segments were turned off: only blocks of ordinary segments serve.
+      while (it != pool.blocks.end() && (*it)->stream == stream && (*it)->expandable) ++it;
+      if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+    }
+  }
   Block* block = *it;
   // An oversize block is not split for a small request ...
   if (size < config_.max_split_size && block->size >= config_.max_split_size) return nullptr;
@@ -211,10 +270,12 @@ CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, size_
   return block;
 }
 
-CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t segment,
-                                                       StreamId stream, bool is_retry) {
+CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t size,
+                                                       size_t segment, StreamId stream,
+                                                       bool is_retry) {
   if (is_retry) stats_.num_alloc_retries += 1;
   if (memory_limit_ > 0 && reserved_ + segment > memory_limit_) return nullptr;
+  if (config_.expandable_segments) return try_allocate_expandable_block(pool, size, stream);
   void* ptr = device_allocator_->raw_alloc(segment);
   if (!ptr) return nullptr;
   reserved_ += segment;
@@ -235,14 +296,194 @@ CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t s
   return block;
 }
 
+CachingAllocator::Block* CachingAllocator::find_expandable_block(BlockPool& pool, size_t size,
+                                                                StreamId stream) {
+  // The lowest address where free and unmapped blocks, in a row, hold `size`.
+  auto allocatable = [](const Block* b) {
+    return b && !b->allocated && b->event_count == 0 && b->stream_uses.empty();
+  };
+  auto has_room = [&](Block* b) {
+    size_t bytes = 0;
+    for (; bytes < size && allocatable(b); b = b->next) bytes += b->size;
+    return bytes >= size;
+  };
+  Block key;
+  key.stream = stream;
+  for (auto it = pool.unmapped.lower_bound(&key);
+       it != pool.unmapped.end() && (*it)->stream == stream; ++it) {
+    Block* candidate = *it;
+    // A free block just before the unmapped one grows into it.
+    if (allocatable(candidate->prev)) candidate = candidate->prev;
+    if (has_room(candidate)) return candidate;
+  }
+  // A new segment: address space for 9/8 of the device's memory (PyTorch's reserve, so that
+  // pages unmapped early in the segment can be mapped again at its end).
+  const size_t page = pool.is_small ? kSmallBuffer : kLargeBuffer;
+  const DeviceMemoryInfo info = device_allocator_->memory_info();
+  size_t space = info.total > 0 ? info.total + info.total / 8 : kUnboundedAddressSpace;
+  space = std::max(space, size);
+  space = (space + page - 1) / page * page;
+  auto segment = std::make_unique<ExpandableSegment>();
+  segment->base = reinterpret_cast<uintptr_t>(device_allocator_->reserve_address_space(space, page));
+  segment->size = space;
+  segment->page_size = page;
+  segment->stream = stream;
+  auto* candidate = new Block;
+  candidate->ptr = segment->base;
+  candidate->size = space;
+  candidate->segment_id = next_segment_id_++;
+  candidate->stream = stream;
+  candidate->pool = &pool;
+  candidate->mapped = false;
+  candidate->expandable = segment.get();
+  expandable_segments_.push_back(std::move(segment));
+  pool.unmapped.insert(candidate);
+  return candidate;
+}
+
+bool CachingAllocator::map_block(Block* to_map, size_t size) {
+  const ExpandableSegment& segment = *to_map->expandable;
+  const size_t begin = segment.page_left(to_map->ptr);
+  const size_t end = segment.page_right(to_map->ptr + size);
+  const uintptr_t start = segment.page_address(begin);
+  const size_t mapped = (end - begin) * segment.page_size;
+  HEADROOM_CHECK(start == to_map->ptr && mapped <= to_map->size,
+                 "map_block: an unmapped block at ", to_map->ptr, " of ", to_map->size,
+                 " bytes does not hold the pages from ", start, " (this is a bug)");
+  // The capacity limit acts as the device's end of memory, page by page.
+  if (memory_limit_ > 0 && reserved_ + mapped > memory_limit_) return false;
+  if (!device_allocator_->map_pages(reinterpret_cast<void*>(start), mapped, segment.page_size)) {
+    return false;
+  }
+  BlockPool& pool = *to_map->pool;
+  pool.unmapped.erase(to_map);
+  to_map->mapped = true;
+  if (mapped < to_map->size) {
+    // to_map -> rest (unmapped) -> to_map->next
+    auto* rest = new Block;
+    rest->ptr = to_map->ptr + mapped;
+    rest->size = to_map->size - mapped;
+    rest->segment_id = to_map->segment_id;
+    rest->stream = to_map->stream;
+    rest->pool = &pool;
+    rest->mapped = false;
+    rest->expandable = to_map->expandable;
+    rest->segment_context = to_map->segment_context;
+    rest->prev = to_map;
+    rest->next = to_map->next;
+    if (rest->next) rest->next->prev = rest;
+    to_map->next = rest;
+    to_map->size = mapped;
+    pool.unmapped.insert(rest);
+  }
+  try_merge_blocks(to_map, to_map->prev, pool);
+  try_merge_blocks(to_map, to_map->next, pool);
+  pool.insert(to_map);
+  reserved_ += mapped;
+  for_pool_stats(pool, [&](size_t t) {
+    stats_.reserved_bytes[t].increase(static_cast<int64_t>(mapped));
+  });
+  stats_.num_device_alloc += 1;
+  std::shared_ptr<const ContextLabels> context =
+      memory_history_max_entries() > 0 ? current_memory_context() : nullptr;
+  if (!to_map->prev && !to_map->segment_context) to_map->segment_context = context;
+  record(TraceEntry::Action::segment_map, start, mapped, to_map->stream, std::move(context));
+  return true;
+}
+
+CachingAllocator::Block* CachingAllocator::try_allocate_expandable_block(BlockPool& pool,
+                                                                        size_t size,
+                                                                        StreamId stream) {
+  // The candidate starts a row of free and unmapped blocks holding `size`: unmapped, or free
+  // followed by unmapped. Mapping merges each newly mapped range into the free block before it.
+  Block* candidate = find_expandable_block(pool, size, stream);
+  if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size))) {
+    return nullptr;
+  }
+  while (candidate->size < size) {
+    Block* next = candidate->next;
+    if (!map_block(next, std::min(size - candidate->size, next->size))) return nullptr;
+    candidate = next;  // it took over the free block before it
+  }
+  pool.blocks.erase(candidate);
+  return candidate;
+}
+
+void CachingAllocator::unmap_block(Block* block) {
+  // Unmaps the whole pages inside the free block; the partial pages at its ends stay mapped as
+  // free blocks of their own.
+  const ExpandableSegment& segment = *block->expandable;
+  const size_t begin = segment.page_right(block->ptr);
+  const size_t end = segment.page_left(block->ptr + block->size);
+  if (begin >= end) return;
+  const uintptr_t start = segment.page_address(begin);
+  const size_t size = (end - begin) * segment.page_size;
+  BlockPool& pool = *block->pool;
+  pool.blocks.erase(block);
+  device_allocator_->unmap_pages(reinterpret_cast<void*>(start), size, segment.page_size,
+                                 block->stream);
+  auto piece = [&](uintptr_t ptr, size_t bytes) {
+    auto* b = new Block;
+    b->ptr = ptr;
+    b->size = bytes;
+    b->segment_id = block->segment_id;
+    b->stream = block->stream;
+    b->pool = &pool;
+    b->expandable = block->expandable;
+    b->segment_context = block->segment_context;
+    return b;
+  };
+  if (start > block->ptr) {  // prev -> before -> block
+    Block* before = piece(block->ptr, start - block->ptr);
+    before->prev = block->prev;
+    if (before->prev) before->prev->next = before;
+    before->next = block;
+    block->prev = before;
+    pool.insert(before);
+  }
+  if (block->ptr + block->size > start + size) {  // block -> after -> next
+    Block* after = piece(start + size, block->ptr + block->size - (start + size));
+    after->next = block->next;
+    if (after->next) after->next->prev = after;
+    after->prev = block;
+    block->next = after;
+    pool.insert(after);
+  }
+  block->ptr = start;
+  block->size = size;
+  block->mapped = false;
+  try_merge_blocks(block, block->prev, pool);
+  try_merge_blocks(block, block->next, pool);
+  pool.unmapped.insert(block);
+  reserved_ -= size;
+  for_pool_stats(pool, [&](size_t t) {
+    stats_.reserved_bytes[t].decrease(static_cast<int64_t>(size));
+  });
+  stats_.num_device_free += 1;
+  record(TraceEntry::Action::segment_unmap, start, size, block->stream, block->segment_context);
+}
+
+void CachingAllocator::release_expandable_segment(Block* block) {
+  ExpandableSegment* segment = block->expandable;
+  HEADROOM_CHECK(!block->mapped && block->size == segment->size,
+                 "release_expandable_segment: ", block->size, " of ", segment->size,
+                 " bytes unmapped (this is a bug)");
+  block->pool->unmapped.erase(block);
+  device_allocator_->release_address_space(reinterpret_cast<void*>(segment->base), segment->size);
+  delete block;
+  std::erase_if(expandable_segments_, [&](const auto& s) { return s.get() == segment; });
+}
+
 CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_t size,
                                                             size_t requested, StreamId stream) {
   BlockPool& pool = *block->pool;
   const bool already_split = block->is_split();
   const size_t remaining_size = block->size - size;
-  const bool split = pool.is_small
+  const bool split = pool.is_small || config_.expandable_segments
                          ? remaining_size >= kMinBlockSize
                          : size < config_.max_split_size && remaining_size > kSmallSize;
+  // Free pages of expandable segments can always be unmapped: they are no inactive split.
+  const bool counts_split = !block->expandable;
   if (split) {
     Block* remaining = block;
     block = new Block;
@@ -251,6 +492,7 @@ CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_
     block->segment_id = remaining->segment_id;
     block->stream = stream;
     block->pool = &pool;
+    block->expandable = remaining->expandable;
     block->segment_context = remaining->segment_context;
     block->prev = remaining->prev;
     if (block->prev) block->prev->next = block;
@@ -259,17 +501,17 @@ CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_
     remaining->ptr += size;
     remaining->size -= size;
     pool.insert(remaining);
-    if (already_split) {
+    if (already_split && counts_split) {
       // An inactive split block shrinks by `size`.
       for_pool_stats(pool, [&](size_t t) { stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(size)); });
-    } else {
+    } else if (counts_split) {
       // A new inactive split block of the remainder appears.
       for_pool_stats(pool, [&](size_t t) {
         stats_.inactive_split_bytes[t].increase(static_cast<int64_t>(remaining->size));
         stats_.inactive_split[t].increase(1);
       });
     }
-  } else if (already_split) {
+  } else if (already_split && counts_split) {
     // An inactive split block becomes active whole.
     for_pool_stats(pool, [&](size_t t) {
       stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(block->size));
@@ -352,6 +594,7 @@ void CachingAllocator::free_block(Block* block) {
     net_inactive_blocks += 1;
     net_inactive_bytes += static_cast<int64_t>(block->size);
   }
+  if (block->expandable) net_inactive_blocks = net_inactive_bytes = 0;
   for_pool_stats(pool, [&](size_t t) {
     if (net_inactive_blocks > 0) stats_.inactive_split[t].increase(net_inactive_blocks);
     if (net_inactive_blocks < 0) stats_.inactive_split[t].decrease(-net_inactive_blocks);
@@ -414,7 +657,10 @@ void CachingAllocator::synchronize_and_free_events() {
 
 size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
   // A freed block waiting for events is not free yet (Note [Streams and reuse]).
-  if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty()) return 0;
+  if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty() ||
+      src->mapped != dst->mapped) {
+    return 0;
+  }
   if (dst->prev == src) {  // [src dst]
     dst->ptr = src->ptr;
     dst->prev = src->prev;
@@ -425,7 +671,11 @@ size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& poo
   }
   const size_t subsumed = src->size;
   dst->size += subsumed;
-  pool.blocks.erase(src);
+  if (src->mapped) {
+    pool.blocks.erase(src);
+  } else {
+    pool.unmapped.erase(src);
+  }
   delete src;
   return subsumed;
 }
@@ -437,7 +687,8 @@ bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, size_t s
   key.stream = stream;
   key.size = std::max(size, config_.max_split_size);
   auto it = pool.blocks.lower_bound(&key);
-  if (it == pool.blocks.end() || (*it)->stream != stream) {
+  // Blocks of expandable segments are unmapped by page, never released whole here.
+  if (it == pool.blocks.end() || (*it)->stream != stream || (*it)->expandable) {
     // No single cached block is large enough: free oversize blocks, largest first.
     if (it == pool.blocks.begin()) return false;
     size_t released = 0;
@@ -446,8 +697,10 @@ bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, size_t s
       auto current = it;
       const bool is_first = current == pool.blocks.begin();
       if (!is_first) --it;
-      released += (*current)->size;
-      release_block(*current);
+      if (!(*current)->expandable) {
+        released += (*current)->size;
+        release_block(*current);
+      }
       if (is_first) break;
     }
     return released >= key.size;
@@ -466,9 +719,19 @@ void CachingAllocator::release_cached_blocks() {
 }
 
 void CachingAllocator::release_blocks(BlockPool& pool) {
+  // Unmapping changes the pool, so the free blocks of expandable segments are gathered first.
+  std::vector<Block*> to_unmap;
   for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
     Block* block = *it++;
-    if (!block->prev && !block->next) release_block(block);
+    if (block->expandable) {
+      to_unmap.push_back(block);
+    } else if (!block->prev && !block->next) {
+      release_block(block);
+    }
+  }
+  for (Block* block : to_unmap) {
+    unmap_block(block);
+    if (!block->mapped && !block->prev && !block->next) release_expandable_segment(block);
   }
 }
 
@@ -500,7 +763,7 @@ void CachingAllocator::garbage_collect_cached_blocks() {
   auto age = [&](const Block* b) { return pool.get_free_blocks_call_count - b->gc_count_base; };
   int64_t total_age = 0, freeable = 0;
   for (const Block* b : pool.blocks) {
-    if (!b->is_split()) {
+    if (!b->is_split() && !b->expandable) {
       total_age += age(b);
       ++freeable;
     }
@@ -512,7 +775,8 @@ void CachingAllocator::garbage_collect_cached_blocks() {
     freed_one = false;
     for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
       Block* block = *it++;
-      if (!block->is_split() && static_cast<double>(age(block)) >= age_threshold) {
+      if (!block->is_split() && !block->expandable &&
+          static_cast<double>(age(block)) >= age_threshold) {
         freed_one = true;
         reclaimed += block->size;
         total_age -= age(block);
@@ -547,7 +811,7 @@ void CachingAllocator::raise_out_of_memory(size_t size, size_t segment, StreamId
       format_bytes(static_cast<size_t>(allocated)), " is allocated by tensors, and ",
       format_bytes(static_cast<size_t>(reserved - allocated)),
       " is reserved by headroom but unallocated. If reserved but unallocated memory is large, "
-      "try HEADROOM_ALLOC_CONF=max_split_size_mb:<MB> to limit fragmentation. `headroom plan` "
+      "try HEADROOM_ALLOC_CONF=expandable_segments:True to avoid fragmentation. `headroom plan` "
       "finds a configuration that fits (a smaller batch, checkpointing, another precision or "
       "optimizer), and --memory_snapshot FILE records where the memory went (open the file in "
       "pytorch.org/memory_viz)."));
@@ -594,6 +858,86 @@ DeviceStats CachingAllocator::stats() const {
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.reset_peak();
+  capture_reserved_peak(0, 0);
+}
+
+ReservedPeakState CachingAllocator::reserved_peak_state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reserved_peak_;
+}
+
+void CachingAllocator::capture_reserved_peak(size_t request, size_t added) {
+  // Note [Slack report]: one walk over every segment, from its first block.
+  ReservedPeakState state;
+  const auto all = static_cast<size_t>(StatType::all);
+  state.reserved = stats_.reserved_bytes[all].current;
+  state.allocated = stats_.allocated_bytes[all].current;
+  state.request_bytes = static_cast<int64_t>(request);
+  state.added_bytes = static_cast<int64_t>(added);
+  state.expandable_segments = config_.expandable_segments;
+  auto is_free = [](const Block* b) {
+    return b->mapped && !b->allocated && b->event_count == 0;
+  };
+  struct Key {
+    MemoryCategory category;
+    size_t size;
+    std::string label;
+    bool operator<(const Key& o) const {
+      return std::tie(category, size, label) < std::tie(o.category, o.size, o.label);
+    }
+  };
+  std::map<Key, StrandingAllocation> stranding;
+  auto walk = [&](const Block* head) {
+    if (head->prev) return;
+    int64_t free_bytes = 0;
+    const Block* holder = nullptr;
+    for (const Block* b = head; b; b = b->next) {
+      if (is_free(b)) {
+        free_bytes += static_cast<int64_t>(b->size);
+      } else if (b->allocated && (!holder || b->size > holder->size)) {
+        holder = b;
+      }
+    }
+    if (free_bytes == 0) return;
+    if (head->expandable) {
+      state.expandable_free_bytes += free_bytes;
+    } else if (!head->next) {
+      state.whole_free_segment_bytes += free_bytes;
+      ++state.whole_free_segments;
+    } else {
+      state.split_remainder_bytes += free_bytes;
+      ++state.split_segments;
+      if (holder) {
+        const std::string label =
+            holder->context && !holder->context->empty() ? holder->context->front() : "";
+        StrandingAllocation& s = stranding[Key{holder->category, holder->size, label}];
+        s.category = holder->category;
+        s.block_size = static_cast<int64_t>(holder->size);
+        s.label = label;
+        s.segments += 1;
+        s.stranded_bytes += free_bytes;
+      }
+    }
+  };
+  for (const BlockPool* pool : {large_blocks_.get(), small_blocks_.get()}) {
+    for (const Block* b : pool->blocks) walk(b);
+    for (const Block* b : pool->unmapped) walk(b);
+  }
+  for (const auto& [ptr, b] : active_blocks_) walk(b);
+  std::set<const Block*> pending;
+  for (const auto& [stream, events] : events_) {
+    for (const auto& [event, b] : events) pending.insert(b);
+  }
+  for (const Block* b : pending) {
+    state.pending_free_bytes += static_cast<int64_t>(b->size);
+    walk(b);
+  }
+  for (auto& [key, s] : stranding) state.stranding.push_back(std::move(s));
+  std::sort(state.stranding.begin(), state.stranding.end(), [](const auto& a, const auto& b) {
+    return a.stranded_bytes > b.stranded_bytes;
+  });
+  if (state.stranding.size() > 3) state.stranding.resize(3);
+  reserved_peak_ = std::move(state);
 }
 
 void CachingAllocator::reset_accumulated_stats() {
@@ -604,6 +948,17 @@ void CachingAllocator::reset_accumulated_stats() {
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   release_cached_blocks();
+}
+
+void CachingAllocator::set_expandable_segments(bool enabled) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (enabled) check_virtual_memory();
+  config_.expandable_segments = enabled;
+}
+
+AllocatorConfig CachingAllocator::config() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return config_;
 }
 
 void CachingAllocator::set_memory_limit(size_t bytes) {
@@ -623,20 +978,23 @@ DeviceMemoryInfo CachingAllocator::device_memory_info() const {
 std::vector<SegmentInfo> CachingAllocator::segments() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<const Block*> heads;
+  // A segment starts at a block with no mapped block before it: an expandable segment shows
+  // one segment per contiguous mapped range, as PyTorch's snapshot does.
+  auto is_head = [](const Block* b) { return !b->prev || !b->prev->mapped; };
   for (const BlockPool* pool : {large_blocks_.get(), small_blocks_.get()}) {
     for (const Block* b : pool->blocks) {
-      if (!b->prev) heads.push_back(b);
+      if (is_head(b)) heads.push_back(b);
     }
   }
   for (const auto& [ptr, b] : active_blocks_) {
-    if (!b->prev) heads.push_back(b);
+    if (is_head(b)) heads.push_back(b);
   }
   std::set<const Block*> pending;  // a block waits on one event per stream that used it
   for (const auto& [stream, events] : events_) {
     for (const auto& [event, b] : events) pending.insert(b);
   }
   for (const Block* b : pending) {
-    if (!b->prev) heads.push_back(b);
+    if (is_head(b)) heads.push_back(b);
   }
   std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
   std::vector<SegmentInfo> out;
@@ -646,8 +1004,9 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
     s.address = head->ptr;
     s.stream = head->stream;
     s.is_large = !head->pool->is_small;
+    s.is_expandable = head->expandable != nullptr;
     s.context = head->segment_context;
-    for (const Block* b = head; b; b = b->next) {
+    for (const Block* b = head; b && b->mapped; b = b->next) {
       s.total_size += b->size;
       if (b->allocated) {
         s.allocated_size += b->size;

@@ -17,6 +17,22 @@
 // no longer counts as allocated (memory_allocated drops at free) but still counts as active
 // until its events complete. The events come from the DeviceAllocator; on a device with one
 // queue they complete at once, and the block is reusable at the next malloc.
+//
+// Note [Expandable segments]
+// With expandable_segments:True (PyTorch's option and policy, c10's Note [Expandable Segments])
+// each stream and pool has one segment that grows: address space for 9/8 of the device's memory
+// is reserved once (DeviceAllocator::reserve_address_space) and memory is mapped into it in
+// pages, 2 MiB for the small pool and 20 MiB (kLargeBuffer) for the large one, when no free
+// block fits. The segment is a chain of blocks as any other, the unmapped address space beyond
+// (and between) them kept as unmapped blocks in the pool's `unmapped` set. A request maps pages
+// at the lowest address where free and unmapped blocks together hold it, so the free tail of
+// the segment grows into the new allocation instead of staying behind as a stranded remainder;
+// and any block splits when 512 B or more remain. Mapping counts reserved_bytes and
+// num_device_alloc and records segment_map; empty_cache (and the out-of-memory retry) unmaps
+// the whole free pages (segment_unmap, num_device_free) and gives the address space back once
+// nothing of it is mapped. As in PyTorch, the `segment` counts and inactive_split stats leave
+// expandable segments out, and a snapshot shows one segment (is_expandable) per contiguous
+// mapped range.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +51,7 @@
 #include "memory/memory_history.h"
 #include "memory/memory_observer.h"
 #include "memory/memory_stats.h"
+#include "memory/slack_report.h"
 
 namespace headroom {
 
@@ -57,6 +74,7 @@ struct SegmentInfo {
   size_t requested_size = 0;
   StreamId stream = 0;
   bool is_large = false;
+  bool is_expandable = false;  // a mapped range of an expandable segment
   std::shared_ptr<const ContextLabels> context;  // of the allocation that created it
   std::vector<BlockInfo> blocks;
 };
@@ -70,6 +88,8 @@ class CachingAllocator final : public Allocator {
   static constexpr size_t kMinLargeAlloc = 10u << 20;  // from here segments fit the request
   static constexpr size_t kRoundLarge = 2u << 20;      // ... rounded up to 2 MiB
   static constexpr size_t kMaxRequest = size_t{1} << 50;  // 1 PiB: no device has more
+  // Address space of one expandable segment on a device without a capacity (meta): 4 TiB.
+  static constexpr size_t kUnboundedAddressSpace = size_t{1} << 42;
 
   // `memory_limit` 0 means no limit beyond the device's own memory.
   explicit CachingAllocator(std::unique_ptr<DeviceAllocator> device_allocator,
@@ -106,10 +126,17 @@ class CachingAllocator final : public Allocator {
   // Caps reserved memory, as if the device had only `bytes` (0 removes the cap).
   void set_memory_limit(size_t bytes);
   size_t memory_limit() const;
-  const AllocatorConfig& config() const { return config_; }
+  // Turns expandable segments on or off for the segments made from now on (PyTorch's
+  // _set_allocator_settings); blocks of the other kind stay until they are released.
+  // NotImplementedError when the device has no virtual memory.
+  void set_expandable_segments(bool enabled);
+  AllocatorConfig config() const;
   DeviceMemoryInfo device_memory_info() const;
 
   std::vector<SegmentInfo> segments() const;  // in address order
+  // The allocator's state when reserved_bytes.all last reached its peak (Note [Slack report]);
+  // reset_peak_stats takes it anew.
+  ReservedPeakState reserved_peak_state() const;
   std::vector<TraceEntry> trace() const;      // oldest first
 
   // The size policy, for tests and the planner.
@@ -119,13 +146,23 @@ class CachingAllocator final : public Allocator {
  private:
   struct Block;
   struct BlockPool;
+  struct ExpandableSegment;
   struct BlockOrder {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  struct AddressOrder {
     bool operator()(const Block* a, const Block* b) const;
   };
 
   BlockPool& pool_for(size_t rounded_size);
   Block* get_free_block(BlockPool& pool, size_t size, StreamId stream);
-  Block* alloc_block(BlockPool& pool, size_t segment, StreamId stream, bool is_retry);
+  Block* alloc_block(BlockPool& pool, size_t size, size_t segment, StreamId stream, bool is_retry);
+  Block* find_expandable_block(BlockPool& pool, size_t size, StreamId stream);
+  bool map_block(Block* to_map, size_t size);
+  Block* try_allocate_expandable_block(BlockPool& pool, size_t size, StreamId stream);
+  void unmap_block(Block* block);
+  void release_expandable_segment(Block* block);
+  void check_virtual_memory() const;
   Block* alloc_found_block(Block* block, size_t size, size_t requested, StreamId stream);
   void free_block(Block* block);
   void insert_events(Block* block);
@@ -139,6 +176,7 @@ class CachingAllocator final : public Allocator {
   void garbage_collect_cached_blocks();
   [[noreturn]] void raise_out_of_memory(size_t size, size_t segment, StreamId stream);
   void add_category_bytes(MemoryCategory category, int64_t bytes);
+  void capture_reserved_peak(size_t request, size_t added);
   // For memory observers (memory/memory_observer.h): built under the lock, sent after it.
   MemoryUsageEvent usage_event(uintptr_t address, int64_t bytes, MemoryCategory category) const;
   static void notify_memory_observers(const MemoryUsageEvent& usage);
@@ -156,10 +194,12 @@ class CachingAllocator final : public Allocator {
   DeviceStats stats_;
   std::unique_ptr<BlockPool> large_blocks_;
   std::unique_ptr<BlockPool> small_blocks_;
+  std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   std::unordered_map<uintptr_t, Block*> active_blocks_;
   // Freed blocks waiting for events, per stream in the order recorded (Note [Streams and reuse]).
   std::map<StreamId, std::deque<std::pair<EventId, Block*>>> events_;
   TraceRing trace_;
+  ReservedPeakState reserved_peak_;
 };
 
 }  // namespace headroom

@@ -65,6 +65,40 @@ class DeviceAllocator {
     (void)event;
   }
   virtual void destroy_event(EventId event) noexcept { (void)event; }
+
+  // (optional) Virtual memory, for expandable segments (Note [Expandable segments] in
+  // memory/caching_allocator.h): address space with no memory behind it, into which pages of
+  // memory are mapped and out of which they are unmapped again. Without these entries
+  // expandable_segments:True is refused when the allocator starts.
+  virtual bool supports_virtual_memory() const { return false; }
+  // `size` bytes of address space, aligned to `page_size`; Error when there is none.
+  virtual void* reserve_address_space(size_t size, size_t page_size) {
+    (void)size;
+    (void)page_size;
+    return nullptr;
+  }
+  // Gives back a reservation whose pages are all unmapped.
+  virtual void release_address_space(void* ptr, size_t size) noexcept {
+    (void)ptr;
+    (void)size;
+  }
+  // Backs [ptr, ptr + size) with memory, in pages of `page_size` (one physical allocation per
+  // page, as PyTorch's cuMemCreate per page); the range lies in one reservation and is page
+  // aligned. False, with nothing mapped, when the device has no more memory.
+  virtual bool map_pages(void* ptr, size_t size, size_t page_size) {
+    (void)ptr;
+    (void)size;
+    (void)page_size;
+    return false;
+  }
+  // Returns the memory of the mapped pages in [ptr, ptr + size) to the device, once the work
+  // queued on `stream` has run; the addresses stay reserved.
+  virtual void unmap_pages(void* ptr, size_t size, size_t page_size, StreamId stream) {
+    (void)ptr;
+    (void)size;
+    (void)page_size;
+    (void)stream;
+  }
 };
 
 // Aligned host memory.

@@ -46,6 +46,8 @@ const char* trace_action_name(TraceEntry::Action action) {
     case TraceEntry::Action::free_completed: return "free_completed";
     case TraceEntry::Action::segment_alloc: return "segment_alloc";
     case TraceEntry::Action::segment_free: return "segment_free";
+    case TraceEntry::Action::segment_map: return "segment_map";
+    case TraceEntry::Action::segment_unmap: return "segment_unmap";
     case TraceEntry::Action::oom: return "oom";
   }
   return "?";

@@ -32,7 +32,16 @@ std::shared_ptr<const ContextLabels> current_memory_context();
 
 struct TraceEntry {
   // PyTorch's action names, so memory_viz reads them unchanged.
-  enum class Action : uint8_t { alloc, free_requested, free_completed, segment_alloc, segment_free, oom };
+  enum class Action : uint8_t {
+    alloc,
+    free_requested,
+    free_completed,
+    segment_alloc,
+    segment_free,
+    segment_map,    // pages mapped into an expandable segment
+    segment_unmap,  // ... and unmapped from it
+    oom
+  };
   Action action;
   uintptr_t address;  // for oom: the device's free bytes, as PyTorch records it
   size_t size;

@@ -41,7 +41,7 @@ PickleValue segment_value(const SegmentInfo& s, int device_position) {
       {"stream", s.stream},
       {"segment_type", s.is_large ? "large" : "small"},
       {"segment_pool_id", PickleValue::tuple({0, 0})},
-      {"is_expandable", false},
+      {"is_expandable", s.is_expandable},
       {"frames", frames(s.context)},
       {"blocks", std::move(blocks)},
   });

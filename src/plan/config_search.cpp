@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "memory/alloc_config.h"
 #include "train/progress.h"
 #include "optim/optimizer_factory.h"
 
@@ -31,6 +32,13 @@ std::vector<std::string> default_adapters(const TrainingArguments& base) {
                     base.lora_target_modules.empty() ? "" : ":" + base.lora_target_modules)};
   }
   return {"full", "lora:16", "lora:16:all-linear", "qlora:16", "qlora:16:all-linear"};
+}
+
+std::vector<std::string> default_allocators(const TrainingArguments& base) {
+  if (base.expandable_segments || AllocatorConfig::from_env().expandable_segments) {
+    return {"expandable_segments"};
+  }
+  return {"native", "expandable_segments"};
 }
 
 std::vector<int64_t> divisors(int64_t n) {
@@ -89,6 +97,16 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   const auto optims = space.optims.empty() ? default_optims() : space.optims;
   const auto policies = space.policies.empty() ? default_policies() : space.policies;
   const auto adapters = space.adapters.empty() ? default_adapters(base) : space.adapters;
+  // The allocator policies in the order tried, as expandable_segments on or off.
+  std::vector<bool> expandable_choices;
+  for (const std::string& allocator :
+       space.allocators.empty() ? default_allocators(base) : space.allocators) {
+    if (allocator != "native" && allocator != "expandable_segments") {
+      throw ValueError(str_cat("search allocators: '", allocator,
+                               "' is not native or expandable_segments"));
+    }
+    expandable_choices.push_back(allocator == "expandable_segments");
+  }
   for (const std::string& adapter : adapters) {
     TrainingArguments check = base;
     apply_adapter_choice(check, adapter);
@@ -124,17 +142,25 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
       args.gradient_accumulation_steps = result.effective_batch / micro;
       args.eval_strategy = "no";
       std::optional<TrainingPlan> plan;
-      try {
-        plan = plan_training(args, target, options);
-      } catch (const Error& e) {
-        // A combination the engine does not offer (8-bit states of bf16 weights, ...).
-        result.unsupported.push_back(
-            str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
-                    e.what()));
-        return false;
+      for (const bool expandable : expandable_choices) {
+        // The next allocator policy only for a split the one before could not fit.
+        if (plan && plan->fits()) break;
+        args.expandable_segments = expandable;
+        try {
+          TrainingPlan attempt = plan_training(args, target, options);
+          if (!plan || attempt.fits() || attempt.required_bytes < plan->required_bytes) {
+            plan = std::move(attempt);
+          }
+        } catch (const Error& e) {
+          // A combination the engine does not offer (8-bit states of bf16 weights, ...).
+          result.unsupported.push_back(
+              str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
+                      e.what()));
+          return false;
+        }
+        ++result.dry_runs;
+        if (progress) progress(result.dry_runs);
       }
-      ++result.dry_runs;
-      if (progress) progress(result.dry_runs);
       if (!plan->fits()) {
         ++result.rejected;
         if (!result.closest || plan->required_bytes < result.closest->required_bytes) {
@@ -187,6 +213,7 @@ nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
                     {"optim", p.args.optim},
                     {"gradient_checkpointing_policy",
                      p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy : "none"},
+                    {"expandable_segments", p.args.expandable_segments},
                     {"per_device_train_batch_size", p.args.per_device_train_batch_size},
                     {"gradient_accumulation_steps", p.args.gradient_accumulation_steps},
                     {"peak_allocated_bytes", p.dry.peak_allocated_bytes},
@@ -222,19 +249,20 @@ std::string SearchResult::format(int64_t max_rows) const {
     }
     return text;
   }
-  std::snprintf(line, sizeof line, "  %4s  %-22s %-15s %-12s %-10s %12s %14s %14s %10s\n",
-                "rank", "adapter", "precision", "optim", "ckpt", "micro x acc", "peak alloc",
-                "required", "step s");
+  std::snprintf(line, sizeof line, "  %4s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10s\n",
+                "rank", "adapter", "precision", "optim", "ckpt", "allocator", "micro x acc",
+                "peak alloc", "required", "step s");
   text += line;
   for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
     const TrainingPlan& p = fitting[i];
     const std::string split = str_cat(p.args.per_device_train_batch_size, " x ",
                                       p.args.gradient_accumulation_steps);
-    std::snprintf(line, sizeof line, "  %4zu  %-22s %-15s %-12s %-10s %12s %14s %14s %10.4g\n",
-                  i + 1, adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
+    std::snprintf(line, sizeof line,
+                  "  %4zu  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g\n", i + 1,
+                  adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
                   p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
                                                 : "none",
-                  split.c_str(), format_bytes(p.dry.peak_allocated_bytes).c_str(),
+                  p.dry.expandable_segments ? "expandable" : "native", split.c_str(), format_bytes(p.dry.peak_allocated_bytes).c_str(),
                   format_bytes(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0);
     text += line;
   }

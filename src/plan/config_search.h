@@ -27,6 +27,12 @@ struct SearchSpace {
   // full, lora:16, lora:16:all-linear, qlora:16 and qlora:16:all-linear; when the base
   // arguments already ask for LoRA (use_peft), that adapter only.
   std::vector<std::string> adapters = {};
+  // The allocator policies, in the order tried: "native" (a cached segment per request size)
+  // and "expandable_segments" (Note [Expandable segments]). A configuration is dry-run with
+  // the first; the next is tried only when it does not fit, since the allocator changes what
+  // is reserved and not the step time. Empty: native, then expandable_segments; with
+  // --expandable_segments (or HEADROOM_ALLOC_CONF=expandable_segments:True) expandable only.
+  std::vector<std::string> allocators = {};
 };
 
 // One entry of SearchSpace::adapters applied to `args` (use_peft, lora_r, lora_target_modules,
@@ -43,7 +49,9 @@ void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 // to it and is skipped there; pure_bf16+kahan is searched with adamw_torch only, the one optimizer
 // with a Kahan update (Note [Precision recipes]). LoRA rows search AdamW (adamw_torch) only:
 // the adapters' states are a few MB, so another optimizer changes next to nothing. Each dry run
-// does 2 steps of at most 2 micro-batches (DryRunOptions).
+// does 2 steps of at most 2 micro-batches (DryRunOptions). A split that does not fit with the
+// native allocator is dry-run again with expandable segments before it ends its row
+// (SearchSpace::allocators); the table says which the configuration needs.
 struct SearchResult {
   int64_t effective_batch = 0;
   // One per precision x optimizer x policy that fits at some split (its fastest split), best

@@ -46,11 +46,16 @@ nlohmann::ordered_json DryRunResult::to_json() const {
           {"parameter_bytes", parameter_bytes},
           {"tokens_per_step", tokens_per_step},
           {"precision", recipe},
+          {"expandable_segments", expandable_segments},
           {"loss_scaling_variants",
            loss_scaling && first_step_skipped_peaks.reserved > 0
                ? nlohmann::ordered_json{{"no_overflow", no_overflow_peaks.to_json()},
                                         {"first_step_skipped", first_step_skipped_peaks.to_json()}}
                : nlohmann::ordered_json()},
+          {"slack",
+           {{"exceeds_threshold",
+             slack_exceeds_threshold(peak_allocated_bytes, peak_reserved_bytes)},
+            {"at_reserved_peak", at_reserved_peak.to_json()}}},
           {"dry_run_seconds", seconds},
           {"formula", formula.to_json()}};
 }
@@ -92,8 +97,21 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   // A fresh meta allocator as a fresh process has: nothing cached, no cap (the plan must see
   // the whole peak, whatever the device holds).
   CachingAllocator& meta = caching_allocator(kMeta);
+  // The allocator policy of the run planned: expandable segments from --expandable_segments or
+  // HEADROOM_ALLOC_CONF (PYTORCH_CUDA_ALLOC_CONF), restored afterwards for the next plan.
+  const bool expandable_before = meta.config().expandable_segments;
+  const bool expandable = args.expandable_segments || AllocatorConfig::from_env().expandable_segments;
+  struct RestoreExpandable {
+    CachingAllocator& allocator;
+    bool enabled;
+    ~RestoreExpandable() {
+      allocator.empty_cache();
+      allocator.set_expandable_segments(enabled);
+    }
+  } restore{meta, expandable_before};
   auto run = [&](int skipped) {
     meta.empty_cache();
+    meta.set_expandable_segments(expandable);
     meta.set_memory_limit(0);
     meta.reset_peak_stats();
     Trainer trainer(dry, batches);
@@ -143,6 +161,8 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
       b = skipped;
     }
     b.peak_reserved = std::max(clean.peak_reserved, skipped.peak_reserved);
+    b.at_reserved_peak = skipped.peak_reserved > clean.peak_reserved ? skipped.at_reserved_peak
+                                                                     : clean.at_reserved_peak;
     b.allocator_slack = b.peak_reserved - b.peak_allocated;
   }
   meta.empty_cache();
@@ -150,7 +170,9 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   result.peak_reserved_bytes = b.peak_reserved;
   result.at_peak = b.at_peak;
   result.allocator_slack = b.allocator_slack;
+  result.at_reserved_peak = b.at_reserved_peak;
   result.steps = options.steps;
+  result.expandable_segments = expandable;
   result.tokens_per_step =
       args.per_device_train_batch_size * args.gradient_accumulation_steps * seq_length;
   result.seconds =

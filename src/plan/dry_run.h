@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "nn/model_config.h"
 #include "memory/memory_category.h"
+#include "memory/slack_report.h"
 #include "plan/analytic_memory.h"
 #include "train/training_arguments.h"
 
@@ -46,6 +47,8 @@ struct DryRunResult {
   // Bytes per category at the moment of the allocated peak; they add up to it exactly.
   CategoryBytes at_peak{};
   int64_t allocator_slack = 0;       // peak_reserved_bytes - peak_allocated_bytes
+  // The meta allocator's state at the reserved peak (Note [Slack report]).
+  ReservedPeakState at_reserved_peak;
   // Peaks while the model is built (initialised or loaded, converted to the recipe's dtype),
   // before training starts; a real run's metrics count from after it, but the device must
   // hold it too.
@@ -63,6 +66,7 @@ struct DryRunResult {
                                      // 4-bit weights with their quantization state
   int64_t tokens_per_step = 0;       // batch x accumulation x max_seq_length
   std::string recipe;                // the precision recipe's name
+  bool expandable_segments = false;  // the allocator policy dry-run (Note [Expandable segments])
   HfConfig config;                   // the model's
   int steps = 0;                     // optimizer steps dry-run
   // The guides' formulas for the same configuration (Note [Formula memory]), for comparison.

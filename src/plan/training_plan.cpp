@@ -71,7 +71,7 @@ std::string describe_configuration(const TrainingArguments& a) {
                  : std::string();
   return str_cat(a.model, ", ", lora, precision, ", ", a.optim, ", ", checkpointing, ", ",
                  a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ",
-                 tokens);
+                 tokens, a.expandable_segments ? ", expandable segments" : "");
 }
 
 TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& target,
@@ -93,6 +93,18 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
   return plan;
 }
 
+void plan_with_expandable_segments(TrainingPlan& plan, const DryRunOptions& options) {
+  if (plan.dry.expandable_segments ||
+      !slack_exceeds_threshold(plan.dry.peak_allocated_bytes, plan.dry.peak_reserved_bytes)) {
+    return;
+  }
+  TrainingArguments args = plan.args;
+  args.expandable_segments = true;
+  const DryRunResult expandable = dry_run_training(args, options);
+  plan.with_expandable_segments =
+      DryRunResult::Peaks{expandable.peak_allocated_bytes, expandable.peak_reserved_bytes};
+}
+
 nlohmann::ordered_json TrainingPlan::to_json() const {
   nlohmann::ordered_json out = dry.to_json();
   out["target"] = target.description();
@@ -103,6 +115,8 @@ nlohmann::ordered_json TrainingPlan::to_json() const {
                                                     : nlohmann::ordered_json();
   out["fits"] = target.capacity_bytes > 0 ? nlohmann::ordered_json(fits()) : nlohmann::ordered_json();
   out["step_time_estimate"] = cost ? cost->to_json() : nlohmann::ordered_json();
+  out["with_expandable_segments"] = with_expandable_segments ? with_expandable_segments->to_json()
+                                                             : nlohmann::ordered_json();
   return out;
 }
 
@@ -148,6 +162,18 @@ std::string TrainingPlan::format() const {
          format_bytes(target.overhead_bytes).c_str(), target.overhead_source.c_str());
   }
   line("  %-26s %14s\n", "required", format_bytes(required_bytes).c_str());
+  text += format_slack_report(dry.at_reserved_peak, dry.peak_allocated_bytes,
+                              dry.peak_reserved_bytes);
+  if (with_expandable_segments) {
+    const int64_t slack = with_expandable_segments->reserved - with_expandable_segments->allocated;
+    line("  with expandable segments the dry run reserves %s (slack %s, %.1f%%): %s less\n",
+         format_bytes(with_expandable_segments->reserved).c_str(), format_bytes(slack).c_str(),
+         100.0 * static_cast<double>(slack) /
+             static_cast<double>(std::max<int64_t>(1, with_expandable_segments->reserved)),
+         format_bytes(std::max<int64_t>(0, dry.peak_reserved_bytes -
+                                               with_expandable_segments->reserved))
+             .c_str());
+  }
   line("  formula bytes per parameter: weights %.1f, gradients %.1f, optimizer %.2f "
        "(Note [Formula memory])\n",
        f.weight_bytes_per_parameter, f.gradient_bytes_per_parameter,

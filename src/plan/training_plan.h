@@ -45,6 +45,9 @@ struct TrainingPlan {
   // CUDA overhead.
   int64_t required_bytes = 0;
   std::optional<StepCost> cost;  // for CUDA targets
+  // When the slack exceeds 10% with the native allocator: the same configuration dry-run with
+  // expandable segments, to show what the fix gives (see plan_with_expandable_segments).
+  std::optional<DryRunResult::Peaks> with_expandable_segments;
 
   bool fits() const { return target.capacity_bytes == 0 || required_bytes <= target.capacity_bytes; }
   // DryRunResult::to_json() plus "target", "cuda_overhead_bytes", "required_bytes",
@@ -59,6 +62,10 @@ struct TrainingPlan {
 // does, see dry_run_training) and completes the plan.
 TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& target,
                            const DryRunOptions& options = {});
+
+// Fills plan.with_expandable_segments by a second dry run when the plan's slack exceeds 10% of
+// its reserved peak with the native allocator (Note [Slack report]); otherwise does nothing.
+void plan_with_expandable_segments(TrainingPlan& plan, const DryRunOptions& options = {});
 
 // "gpt2, bf16, adamw_torch, checkpointing selective, 8 x 2 x 1024 tokens": the options that make
 // a configuration, for reports and the search table.

@@ -24,6 +24,7 @@ MemoryBreakdown MemoryBreakdown::of_device(Device device) {
   b.peak_allocated = stats.allocated_bytes[static_cast<size_t>(StatType::all)].peak;
   b.peak_reserved = stats.reserved_bytes[static_cast<size_t>(StatType::all)].peak;
   b.allocator_slack = b.peak_reserved - b.peak_allocated;
+  b.at_reserved_peak = caching_allocator(device).reserved_peak_state();
   return b;
 }
 
@@ -56,13 +57,21 @@ std::string MemoryBreakdown::format() const {
   row("peak allocated", peak_allocated);
   row("allocator_slack", allocator_slack);
   row("peak reserved", peak_reserved);
+  text += format_slack_report(at_reserved_peak, peak_allocated, peak_reserved);
   return text;
 }
 
 nlohmann::ordered_json memory_report_json(const MemoryBreakdown& breakdown, Device device) {
   nlohmann::ordered_json stats = nlohmann::ordered_json::object();
   for (const auto& [key, value] : memory_stats(device)) stats[key] = value;
-  return {{"device", device.str()}, {"breakdown", breakdown.to_json()}, {"memory_stats", stats}};
+  const nlohmann::ordered_json slack = {
+      {"exceeds_threshold",
+       slack_exceeds_threshold(breakdown.peak_allocated, breakdown.peak_reserved)},
+      {"at_reserved_peak", breakdown.at_reserved_peak.to_json()}};
+  return {{"device", device.str()},
+          {"breakdown", breakdown.to_json()},
+          {"slack", slack},
+          {"memory_stats", stats}};
 }
 
 }  // namespace headroom

@@ -9,6 +9,7 @@
 
 #include "core/device.h"
 #include "memory/memory_category.h"
+#include "memory/slack_report.h"
 
 namespace headroom {
 
@@ -29,6 +30,8 @@ struct MemoryBreakdown {
   int64_t allocator_slack = 0;
   int64_t peak_allocated = 0;  // allocated_bytes.all.peak
   int64_t peak_reserved = 0;   // reserved_bytes.all.peak
+  // The allocator's state at the reserved peak, which explains the slack (Note [Slack report]).
+  ReservedPeakState at_reserved_peak;
 
   int64_t bytes(MemoryCategory category) const {
     return at_peak[static_cast<size_t>(category)];
@@ -42,11 +45,13 @@ struct MemoryBreakdown {
   nlohmann::ordered_json breakdown_json() const;
   // breakdown_json() plus peak_allocated_bytes and peak_reserved_bytes.
   nlohmann::ordered_json to_json() const;
-  // A table: one line per category with bytes and share of the reserved peak.
+  // A table: one line per category with bytes and share of the reserved peak, then the slack
+  // report when the slack exceeds 10% of the reserved peak.
   std::string format() const;
 };
 
-// memory.json: {"device", "breakdown": to_json(), "memory_stats": memory_stats(device)}.
+// memory.json: {"device", "breakdown": to_json(), "slack": {"exceeds_threshold",
+// "at_reserved_peak": ReservedPeakState::to_json()}, "memory_stats": memory_stats(device)}.
 nlohmann::ordered_json memory_report_json(const MemoryBreakdown& breakdown, Device device);
 
 }  // namespace headroom

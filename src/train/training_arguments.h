@@ -113,6 +113,10 @@ struct TrainingArguments {
   std::string memory_snapshot;  // the pickle's path; empty: none
   // headroom: caps the training device's memory ("24GiB"), as HEADROOM_MEMORY_LIMIT; empty: none.
   std::string memory_limit;
+  // headroom: the device allocator grows one segment per stream and pool instead of caching
+  // segment by segment, as HEADROOM_ALLOC_CONF=expandable_segments:True (which also turns it
+  // on; Note [Expandable segments]).
+  bool expandable_segments = false;
 
   // Data parallel (under mpirun), with DeepSpeed's names. zero_stage 0: DDP; 1: ZeRO-1, optimizer
   // states sharded over the ranks. `deepspeed`: a DeepSpeed JSON config, of which

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "memory/allocator_test_support.h"
 #include "memory/caching_allocator.h"
 #include "memory/device_memory.h"
 #include "memory/memory_observer.h"
@@ -16,18 +17,12 @@ namespace {
 
 constexpr int64_t KiB = 1024, MiB = 1024 * 1024;
 
+using memory_test::stat;
+
 // A fresh allocator with its own statistics, over fake (meta) or real (cpu) memory.
 std::unique_ptr<CachingAllocator> make(AllocatorConfig config = {}, size_t limit = 0,
                                        bool real_memory = false) {
-  return std::make_unique<CachingAllocator>(
-      real_memory ? make_cpu_device_allocator() : make_meta_device_allocator(), config, limit);
-}
-
-int64_t stat(const CachingAllocator& a, const std::string& key) {
-  const auto m = a.stats().to_map();
-  auto it = m.find(key);
-  EXPECT_NE(it, m.end()) << key;
-  return it == m.end() ? -1 : it->second;
+  return memory_test::make_test_allocator(config, limit, real_memory);
 }
 
 TEST(CachingAllocator, SizePolicy) {
@@ -386,7 +381,7 @@ TEST(CachingAllocator, ConfigParsing) {
   EXPECT_THROW(AllocatorConfig::parse("max_split_size_mb:20"), ValueError);
   EXPECT_THROW(AllocatorConfig::parse("garbage_collection_threshold:1.5"), ValueError);
   EXPECT_THROW(AllocatorConfig::parse("roundup_power2_divisions:3"), ValueError);
-  EXPECT_THROW(AllocatorConfig::parse("expandable_segments:True"), ValueError);
+  EXPECT_THROW(AllocatorConfig::parse("expandable_segments:maybe"), ValueError);
   EXPECT_THROW(AllocatorConfig::parse("bogus:1"), ValueError);
   EXPECT_THROW(AllocatorConfig::parse("max_split_size_mb"), ValueError);
   const AllocatorConfig c =

@@ -268,6 +268,51 @@ TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
   EXPECT_THROW(search_configurations(base, target, space), ValueError);
 }
 
+// Note [Expandable segments] in the search: a configuration the native allocator's cache makes
+// too large is dry-run again with expandable segments, and fits there; the plan of one
+// configuration measures the fix when its slack is over 10% (Note [Slack report]).
+TEST(ConfigurationSearch, TriesExpandableSegmentsWhereTheCacheDoesNotFit) {
+  // GPT-2 124M: tensors of the large pool, whose fixed segments leave remainders.
+  TrainingArguments base = preset_args("gpt2", 8, 256);
+  PlanTarget target = plan_target("auto", "RTX4090", "");
+  const DryRunOptions options{.steps = 2, .include_eval = false, .max_micro_batches = 2};
+  TrainingPlan native = plan_training(base, target, options);
+  TrainingArguments grown_args = base;
+  grown_args.expandable_segments = true;
+  const TrainingPlan grown = plan_training(grown_args, target, options);
+  EXPECT_TRUE(grown.dry.expandable_segments);
+  // Every block splits when 512 B remain (PyTorch's should_split with expandable segments), so
+  // no large-pool block carries an unsplit remainder of up to 1 MiB.
+  EXPECT_LE(grown.dry.peak_allocated_bytes, native.dry.peak_allocated_bytes);
+  ASSERT_GT(native.required_bytes, grown.required_bytes);
+  target.capacity_bytes = (native.required_bytes + grown.required_bytes) / 2;
+  const SearchSpace space{{"fp32"}, {"adamw_torch"}, {"none"}, {"full"}};
+  const SearchResult found = search_configurations(base, target, space);
+  ASSERT_EQ(found.fitting.size(), 1u);
+  EXPECT_TRUE(found.fitting[0].args.expandable_segments);
+  EXPECT_EQ(found.fitting[0].args.per_device_train_batch_size, 8);
+  EXPECT_NE(found.format(5).find("expandable"), std::string::npos) << found.format(5);
+  EXPECT_TRUE(found.to_json(5)["configurations"][0]["expandable_segments"].get<bool>());
+  SearchSpace native_only = space;
+  native_only.allocators = {"native"};
+  const SearchResult without = search_configurations(base, target, native_only);
+  EXPECT_TRUE(without.fitting.empty() ||
+              without.fitting[0].args.per_device_train_batch_size < 8);
+  native_only.allocators = {"cudaMallocAsync"};
+  EXPECT_THROW(search_configurations(base, target, native_only), ValueError);
+
+  // The single plan: over 10% slack names the fix and measures it.
+  if (slack_exceeds_threshold(native.dry.peak_allocated_bytes, native.dry.peak_reserved_bytes)) {
+    plan_with_expandable_segments(native, options);
+    ASSERT_TRUE(native.with_expandable_segments);
+    EXPECT_EQ(native.with_expandable_segments->reserved, grown.dry.peak_reserved_bytes);
+    EXPECT_NE(native.format().find("fix: expandable segments"), std::string::npos)
+        << native.format();
+    EXPECT_NE(native.format().find("with expandable segments the dry run reserves"),
+              std::string::npos);
+  }
+}
+
 // LoRA rows: the frozen base needs no gradients or optimizer states, so at a capacity between the
 // two only the adapter fits; the default space searches full fine-tuning and two LoRA set-ups,
 // each also on a 4-bit base (QLoRA).

@@ -1,9 +1,11 @@
 // Raw GPU memory for the CachingAllocator: cudaMalloc / cudaFree on the tensor's device, the
-// device's real free and total memory from cudaMemGetInfo for the OOM report, and the streams
-// and events of backend/cuda/cuda_stream.h for its per-stream pools (Note [Streams and reuse]).
+// device's real free and total memory from cudaMemGetInfo for the OOM report, the streams and
+// events of backend/cuda/cuda_stream.h for its per-stream pools (Note [Streams and reuse]), and
+// the driver's virtual memory for expandable segments (backend/cuda/cuda_virtual_memory.h).
 #include "backend/cuda/backend_parts.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_stream.h"
+#include "backend/cuda/cuda_virtual_memory.h"
 #include "memory/device_allocator.h"
 #include "memory/device_memory.h"
 
@@ -12,7 +14,7 @@ namespace {
 
 class CudaDeviceAllocator final : public DeviceAllocator {
  public:
-  explicit CudaDeviceAllocator(int index) : index_(index) {}
+  explicit CudaDeviceAllocator(int index) : index_(index), virtual_memory_(index) {}
 
   Device device() const override { return Device{DeviceType::cuda, index_}; }
 
@@ -66,8 +68,28 @@ class CudaDeviceAllocator final : public DeviceAllocator {
   }
   void destroy_event(EventId event) noexcept override { cuda::destroy_event(event); }
 
+  bool supports_virtual_memory() const override { return virtual_memory_.supported(); }
+  void* reserve_address_space(size_t size, size_t page_size) override {
+    DeviceGuard guard(index_);
+    return virtual_memory_.reserve(size, page_size);
+  }
+  void release_address_space(void* ptr, size_t size) noexcept override {
+    virtual_memory_.release(ptr, size);
+  }
+  bool map_pages(void* ptr, size_t size, size_t page_size) override {
+    DeviceGuard guard(index_);
+    return virtual_memory_.map(ptr, size, page_size);
+  }
+  void unmap_pages(void* ptr, size_t size, size_t page_size, StreamId stream) override {
+    // Unlike cudaFree, cuMemUnmap does not wait for the kernels that may still use the pages.
+    DeviceGuard guard(index_);
+    HEADROOM_CUDA_CHECK(cudaStreamSynchronize(to_stream(stream)));
+    virtual_memory_.unmap(ptr, size, page_size);
+  }
+
  private:
   int index_;
+  VirtualMemory virtual_memory_;
 };
 
 }  // namespace
