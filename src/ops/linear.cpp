@@ -5,6 +5,7 @@
 
 #include "autograd/function_node.h"
 #include "backend/gemm_kernels.h"
+#include "backend/reduction_kernels.h"
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/autocast.h"
@@ -158,8 +159,8 @@ struct LinearSaved {
 };
 
 // The gradients of a linear, each in its input's dtype: dx = g @ W and dW = g^T @ x (or x^T @ g
-// for [in, out]) as one GEMM each over all rows, db the column sums of g as ones[1, rows] @ g
-// (one more GEMM, fp32 sums, no fp32 copy of g).
+// for [in, out]) as one GEMM each over all rows, db the column sums of g (the reduction table's
+// sum_middle: summed in fp64, rounded once, no copy of g), as PyTorch's grad.sum(0).
 std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
                                     const LinearDims& dims, const LinearSaved& saved) {
   const char* op = "linear backward";
@@ -189,9 +190,8 @@ std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
     gw = as_dtype(gw, saved.w_dtype);
   }
   if (saved.has_bias && ctx.needs_input_grad(2)) {
-    const Tensor ones = Tensor::ones({1, rows}, g.dtype(), device);
     gb = Tensor::empty({out}, result_dtype(g.dtype(), saved.bias_dtype), device);
-    run_gemm(op, ones, false, g, false, gb.view({1, out}));
+    need_kernel(op, device, &ReductionKernels::sum_middle)(g, 1, rows, out, 1.0, gb);
     gb = as_dtype(gb, saved.bias_dtype);
   }
   return {gx, gw, gb};

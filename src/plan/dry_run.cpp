@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "memory/device_memory.h"
 #include "nn/linear_4bit.h"
-#include "ops/op_support.h"
 #include "plan/synthetic_batches.h"
 #include "train/memory_report.h"
 #include "train/model_source.h"
@@ -65,10 +64,6 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   const auto start = std::chrono::steady_clock::now();
   DryRunResult result;
   result.target = planned_device(args.device);
-  // The meta device allocates as the target would: a GPU's ops compute in the tensors' own
-  // dtypes, without the CPU's fp32 copies (Note [Native allocation pattern]).
-  const MetaAllocatesLike pattern(result.target.type);
-
   TrainingArguments dry = args;
   dry.device = "meta";
   if (options.max_micro_batches > 0) {

@@ -93,8 +93,8 @@ Device planned_device(const std::string& device);
 // batches of per_device_train_batch_size x max_seq_length, and runs `options.steps` steps of
 // the Trainer on the meta device's CachingAllocator (the policy of every device, configured by
 // HEADROOM_ALLOC_CONF as the real run would be). args.device names the device planned for
-// (auto: the CPU when no GPU is present); for a GPU the meta device allocates in the native
-// pattern, without the CPU's fp32 copies (Note [Native allocation pattern] in ops/op_support.h).
+// (auto: the CPU when no GPU is present); every op allocates the same bytes on every device
+// (Note [Kernel tables] in backend/kernel_table.h), so one dry run stands for any of them.
 // args.data and output_dir are not used.
 // The meta allocator's cache is emptied and its peaks reset first; meta tensors alive in the
 // process would count, so none should be.

@@ -9,7 +9,6 @@
 #include "train/progress.h"
 #include "memory/device_memory.h"
 #include "nn/model_presets.h"
-#include "ops/op_support.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
 
@@ -46,9 +45,6 @@ InferencePlan plan_inference(const TrainingArguments& args, const PlanTarget& ta
   if (plan.batch < 1) {
     throw ValueError(str_cat("per_device_eval_batch_size: ", plan.batch, " is below 1"));
   }
-  // As the training dry run: the meta device allocates as the target would (Note [Native
-  // allocation pattern]).
-  const MetaAllocatesLike pattern(target.device.type);
   CachingAllocator& meta = caching_allocator(kMeta);
   meta.empty_cache();
   meta.set_memory_limit(0);

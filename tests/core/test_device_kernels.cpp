@@ -1,5 +1,5 @@
 // The device-kernels registry's answer to "do the ops run on this device?" (Note [Devices that
-// compute the ops]) against what the ops' dispatch (op_route) actually does, the kernel tables'
+// compute the ops]) against what the ops' dispatch (need_kernel) actually does, the kernel tables'
 // reports of missing entries by name (Note [Kernel tables]), and the CUDA tables' completeness in
 // a CUDA build.
 #include <gtest/gtest.h>
@@ -12,7 +12,6 @@
 #include "core/device_kernels.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "ops/op_support.h"
 
 namespace headroom {
 namespace {
@@ -22,10 +21,10 @@ TEST(DeviceKernels, HasOpKernelsAgreesWithTheOpsDispatch) {
     SCOPED_TRACE(device_type_name(type));
     const Device device{type, 0};
     if (device_has_op_kernels(type)) {
-      EXPECT_NO_THROW(op_route("probe_op", device));
+      EXPECT_NO_THROW(need_kernel("probe_op", device, &SoftmaxKernels::forward));
     } else {
       try {
-        op_route("probe_op", device);
+        need_kernel("probe_op", device, &SoftmaxKernels::forward);
         ADD_FAILURE() << "the ops run on " << device << ", whose backend says they have none";
       } catch (const NotImplementedError& e) {
         EXPECT_NE(std::string(e.what()).find("probe_op has no kernel for " + device.str()),

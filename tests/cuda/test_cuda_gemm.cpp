@@ -380,7 +380,6 @@ TEST(CudaGemm, AllocationsMatchAMetaDryRun) {
     return std::pair{max_memory_allocated(device) - before, memory_allocated(device) - before};
   };
   const auto gpu = run(kGpu);
-  MetaAllocatesLike like(DeviceType::cuda);
   const auto meta = run(kMeta);
   EXPECT_EQ(gpu.first, meta.first) << "peak";
   EXPECT_EQ(gpu.second, meta.second) << "kept";

@@ -1,7 +1,7 @@
 // Every case of the op harness (tests/ops/cases_*.cpp) on cuda:0 against the CPU, the oracle:
 // the forward and the gradient of every differentiable input, in f32 and in each of the case's
 // low-precision dtypes; and the GPU's allocations against a dry run of the same case on the meta
-// device in the CUDA pattern (Note [Native allocation pattern]). Skipped without a GPU.
+// device (one code path, Note [Kernel tables]). Skipped without a GPU.
 #include "autograd/engine.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
@@ -120,7 +120,6 @@ TEST_P(CudaOpHarness, AllocatesAsTheMetaDryRun) {
     const Allocations gpu = measure(c, dtype, kGpu);
     Allocations meta;
     {
-      const MetaAllocatesLike pattern(DeviceType::cuda);
       meta = measure(c, dtype, kMeta);
     }
     EXPECT_EQ(gpu.peak_growth, meta.peak_growth)

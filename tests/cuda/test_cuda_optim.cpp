@@ -1,7 +1,6 @@
 // The fused optimizer updates, clip_grad_norm_ / grad_norm and the GradScaler on the GPU against
 // the CPU reference, for f32 / bf16 / f16 parameters and gradients, odd sizes, sizes above one
-// block and a large case; and each first step's allocations against a meta dry run under
-// MetaAllocatesLike(cuda). Skipped without a GPU.
+// block and a large case; and each first step's allocations against a meta dry run. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,7 +79,7 @@ int64_t peak_growth(Device device, const std::function<void()>& fn) {
 
 // `steps` steps of the same optimizer on the CPU and on the GPU from the same parameters and
 // gradients; parameters compared after each. The GPU's first step allocates as a meta dry run
-// of it under MetaAllocatesLike(cuda).
+// of it.
 void compare_steps(const MakeOptimizer& make, const std::vector<Shape>& shapes, DType dtype,
                    DType grad_dtype, int steps, double grad_scale, const std::string& what) {
   Generator gen(1234);
@@ -103,7 +102,6 @@ void compare_steps(const MakeOptimizer& make, const std::vector<Shape>& shapes, 
     cpu_opt->step();
     if (s == 0) {
       const int64_t gpu_peak = peak_growth(kGpu, [&] { gpu_opt->step(); });
-      MetaAllocatesLike guard(DeviceType::cuda);
       std::vector<Tensor> meta;
       for (const Tensor& p : cpu) {
         Tensor m = Tensor::empty(p.shape(), p.dtype(), kMetaDevice);
@@ -310,7 +308,6 @@ TEST(CudaOptim, ClipGradNormMatchesTheCpu) {
         for (size_t i = 0; i < cpu.size(); ++i) {
           expect_close(cpu[i].grad(), gpu[i].grad(), tolerance(dtype), what);
         }
-        MetaAllocatesLike guard(DeviceType::cuda);
         std::vector<Tensor> meta;
         for (const Tensor& t : cpu) {
           Tensor m = Tensor::empty(t.shape(), DType::f32, kMetaDevice);

@@ -118,7 +118,6 @@ void check_op(const std::string& what, const Op& op, const std::vector<Tensor>& 
   Tensor out_shape_probe;
   Run meta;
   {
-    MetaAllocatesLike guard(DeviceType::cuda);
     // The output's shape and dtype first, for the output gradient.
     std::vector<Tensor> probes;
     for (const Tensor& t : inputs) probes.push_back(Tensor::empty(t.shape(), t.dtype(), kMeta));
@@ -128,7 +127,6 @@ void check_op(const std::string& what, const Op& op, const std::vector<Tensor>& 
   const Tensor grad_out = Tensor::randn(out_shape_probe.shape(), DType::f32, kCPU, &generator)
                               .to(out_shape_probe.dtype());
   {
-    MetaAllocatesLike guard(DeviceType::cuda);
     meta = run_on(kMeta, op, inputs, grad_out);
   }
   const Run cpu = run_on(kCPU, op, inputs, grad_out);

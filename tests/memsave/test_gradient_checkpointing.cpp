@@ -134,8 +134,7 @@ struct BlockBytes {
 // Backward: ln_f's backward adds its input's gradient, its weight's and bias's, and the last
 // block's resid dropout the MLP branch's gradient; it frees its saved input, mean and rstd and
 // the fused loss's gradient of the hidden states. A block's highest point is mlp.c_proj's
-// backward: its input's gradient ([B, T, 4D]), its weight's and bias's, and the row of B x T ones
-// its bias gradient's GEMM reads (ones @ g).
+// backward: its input's gradient ([B, T, 4D]), its weight's and bias's.
 BlockBytes gpt2_block_bytes(const GPT2Config& c) {
   const int64_t btd = kBatch * kTokens * c.n_embd * kF32, bt = kBatch * kTokens * kF32;
   const int64_t saved = 16 * btd + 4 * bt + c.n_head * bt;
@@ -146,8 +145,7 @@ BlockBytes gpt2_block_bytes(const GPT2Config& c) {
           .input = btd,
           .params = block_parameter_bytes(c, "transformer.h.0."),
           .head = (btd + norm_grads + btd) - (btd + btd + 2 * bt),
-          .top = 4 * btd + 4 * c.n_embd * c.n_embd * kF32 + round_to_block(c.n_embd * kF32) +
-                 round_to_block(bt)};
+          .top = 4 * btd + 4 * c.n_embd * c.n_embd * kF32 + round_to_block(c.n_embd * kF32)};
 }
 
 // Llama block (fp32, grouped-query): input_layernorm out, rotated q, rotated k and v (kv width),

@@ -1,5 +1,5 @@
-// linear and matmul in the native allocation pattern (Note [Native allocation pattern]): on the
-// meta device under MetaAllocatesLike(cuda) they allocate what the CUDA path will, to the byte,
+// linear and matmul in their one allocation pattern (Note [Kernel tables]): on the meta device
+// they allocate what the CUDA path will, to the byte,
 // with no fp32 copies: outputs and gradients in the tensors' own dtypes, broadcast and transposed
 // operands read in place. They have one code path, so a real CPU run allocates the same bytes
 // (the SinglePattern tests).
@@ -43,7 +43,6 @@ Tensor meta(const Shape& shape, DType dtype, bool requires_grad = false) {
 const DType kFloatDtypes[] = {DType::f32, DType::bf16, DType::f16};
 
 TEST(NativePatternLinear, ForwardAllocatesOnlyTheOutput) {
-  MetaAllocatesLike like(DeviceType::cuda);
   for (DType dtype : kFloatDtypes) {
     for (WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
       const Tensor x = meta({2, 32, 256}, dtype);
@@ -59,7 +58,6 @@ TEST(NativePatternLinear, ForwardAllocatesOnlyTheOutput) {
 }
 
 TEST(NativePatternLinear, BackwardWritesEachGradientInItsInputDtype) {
-  MetaAllocatesLike like(DeviceType::cuda);
   for (DType dtype : kFloatDtypes) {
     for (WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
       const Shape w_shape = layout == WeightLayout::out_in ? Shape{128, 256} : Shape{256, 128};
@@ -75,9 +73,8 @@ TEST(NativePatternLinear, BackwardWritesEachGradientInItsInputDtype) {
       EXPECT_EQ(b.grad().dtype(), DType::f32);
       EXPECT_EQ(x.grad().shape(), x.shape());
       EXPECT_EQ(w.grad().shape(), w_shape);
-      // The bias gradient is ones[1, 64] @ g: the row of ones is the one extra buffer.
       EXPECT_EQ(peak.growth(), block_of(x.shape(), dtype) + block_of(w_shape, dtype) +
-                                   block_of({128}, DType::f32) + block_of({1, 64}, dtype))
+                                   block_of({128}, DType::f32))
           << dtype_name(dtype);
     }
   }
@@ -85,7 +82,6 @@ TEST(NativePatternLinear, BackwardWritesEachGradientInItsInputDtype) {
 
 // Only the gradients asked for are allocated.
 TEST(NativePatternLinear, BackwardSkipsGradientsNobodyNeeds) {
-  MetaAllocatesLike like(DeviceType::cuda);
   const Tensor x = meta({64, 256}, DType::bf16);
   const Tensor w = meta({128, 256}, DType::bf16, true);
   const Tensor out = linear(x, w);
@@ -98,7 +94,6 @@ TEST(NativePatternLinear, BackwardSkipsGradientsNobodyNeeds) {
 
 // x and weight in different dtypes multiply in f32; the output is x's dtype, as on the CPU.
 TEST(NativePatternLinear, MixedDtypesMultiplyInF32) {
-  MetaAllocatesLike like(DeviceType::cuda);
   const Tensor x = meta({64, 256}, DType::f32);
   const Tensor w = meta({128, 256}, DType::bf16);
   const MetaPeak peak;
@@ -113,7 +108,6 @@ TEST(NativePatternLinear, MixedDtypesMultiplyInF32) {
 // A weight shared by the batch is read with batch stride 0 (no expanded copy), and its gradient
 // is one GEMM over all batch rows (no per-batch products to sum).
 TEST(NativePatternMatmul, BroadcastOperandIsNeverExpanded) {
-  MetaAllocatesLike like(DeviceType::cuda);
   for (DType dtype : kFloatDtypes) {
     const Tensor a = meta({4, 32, 64}, dtype, true);
     const Tensor b = meta({64, 48}, dtype, true);
@@ -138,7 +132,6 @@ TEST(NativePatternMatmul, BroadcastOperandIsNeverExpanded) {
 
 // k.transpose(-1, -2) and friends go to the GEMM as they are, with the transpose flag flipped.
 TEST(NativePatternMatmul, TransposedOperandIsReadInPlace) {
-  MetaAllocatesLike like(DeviceType::cuda);
   const Tensor q = meta({8, 16, 32}, DType::bf16);
   const Tensor k = meta({8, 24, 32}, DType::bf16);
   const MetaPeak peak;
@@ -150,7 +143,6 @@ TEST(NativePatternMatmul, TransposedOperandIsReadInPlace) {
 // Batch dimensions that do not collapse into one stride (a broadcast head dimension inside a
 // real batch) are copied once, as the CPU does.
 TEST(NativePatternMatmul, UncollapsibleBatchIsCopiedOnce) {
-  MetaAllocatesLike like(DeviceType::cuda);
   const Tensor a = meta({2, 3, 16, 32}, DType::f16);
   const Tensor b = meta({2, 1, 32, 8}, DType::f16);
   const MetaPeak peak;
@@ -160,7 +152,6 @@ TEST(NativePatternMatmul, UncollapsibleBatchIsCopiedOnce) {
 }
 
 TEST(NativePatternMatmul, MixedDtypesGiveF32) {
-  MetaAllocatesLike like(DeviceType::cuda);
   EXPECT_EQ(matmul(meta({5, 7}, DType::bf16), meta({7, 3}, DType::f16)).dtype(), DType::f32);
   EXPECT_EQ(matmul(meta({5, 7}, DType::f32), meta({7, 3}, DType::bf16)).dtype(), DType::f32);
 }

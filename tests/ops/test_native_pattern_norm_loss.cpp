@@ -1,6 +1,5 @@
 // layer_norm, rms_norm, cross_entropy and linear_cross_entropy planned for a GPU: on the meta
-// device under MetaAllocatesLike(cuda) they allocate in the native pattern (Note [Native
-// allocation pattern]): outputs and gradients in the inputs' dtypes, f32 statistics, no f32
+// device they allocate in their one pattern (Note [Kernel tables]): outputs and gradients in the inputs' dtypes, f32 statistics, no f32
 // copies. Peaks are checked to the byte against sums made by hand from the caching allocator's
 // 512-byte blocks.
 #include <gtest/gtest.h>
@@ -39,7 +38,6 @@ Tensor meta_input(const Shape& shape, DType dtype, bool requires_grad = true) {
 
 
 TEST(NativePatternNorm, LayerNormBf16AllocatesOutputsStatisticsAndGradientsOnly) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const int64_t rows = 40, dim = 96;
   const Tensor x = meta_input({4, rows / 4, dim}, DType::bf16);
   const Tensor w = meta_input({dim}, DType::bf16);
@@ -60,7 +58,6 @@ TEST(NativePatternNorm, LayerNormBf16AllocatesOutputsStatisticsAndGradientsOnly)
 }
 
 TEST(NativePatternNorm, RmsNormF16WithF32WeightKeepsXsDtype) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const int64_t rows = 70, dim = 64;
   const Tensor x = meta_input({rows, dim}, DType::f16);
   const Tensor w = meta_input({dim}, DType::f32);
@@ -77,7 +74,6 @@ TEST(NativePatternNorm, RmsNormF16WithF32WeightKeepsXsDtype) {
 
 // Only x needs a gradient: no dweight and no partials.
 TEST(NativePatternNorm, NoPartialsWithoutWeightGradients) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const int64_t rows = 33, dim = 128;
   const Tensor x = meta_input({rows, dim}, DType::bf16);
   const Tensor w = meta_input({dim}, DType::bf16, false);
@@ -112,7 +108,6 @@ TEST(SinglePatternNorm, ACpuRunAllocatesWhatEveryDryRunPlans) {
 }
 
 TEST(NativePatternLoss, CrossEntropyBf16HasNoF32CopyOfTheLogits) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const int64_t rows = 64, vocab = 1000;
   const Tensor logits = meta_input({2, rows / 2, vocab}, DType::bf16);
   const Tensor targets = Tensor::empty({2, rows / 2}, DType::i64, kMeta);
@@ -138,14 +133,12 @@ TEST(NativePatternLoss, CrossEntropyUnderAutocastReadsBf16Logits) {
     return peak_growth([&] { Tensor loss = cross_entropy(logits, targets); });
   };
   EXPECT_EQ(forward_peak(), 2 * block(rows * 4) + block(4));
-  MetaAllocatesLike guard(DeviceType::cuda);
   EXPECT_EQ(forward_peak(), 2 * block(rows * 4) + block(4));
 }
 
 // bf16 x and weight, 300 tokens in chunks of 128: the chunk's f32 logits, its bf16 gradient for
 // the GEMMs, lse, per-token losses, dx in bf16 and dweight in f32, and no copy of x or weight.
 TEST(NativePatternLoss, LinearCrossEntropyBf16Chunks) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const int64_t rows = 300, dim = 64, vocab = 500, chunk = 128;
   const Tensor x = meta_input({rows, dim}, DType::bf16);
   const Tensor w = meta_input({vocab, dim}, DType::bf16);
@@ -166,7 +159,6 @@ TEST(NativePatternLoss, LinearCrossEntropyBf16Chunks) {
 // f32 operands: the gradient replaces the logits in place (no second chunk buffer); with the
 // graph retained, backward scales into fresh buffers instead.
 TEST(NativePatternLoss, LinearCrossEntropyF32InPlaceAndRetained) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const int64_t rows = 50, dim = 32, vocab = 200, chunk = 16;
   const Tensor x = meta_input({rows, dim}, DType::f32);
   const Tensor w = meta_input({vocab, dim}, DType::f32);
@@ -181,7 +173,6 @@ TEST(NativePatternLoss, LinearCrossEntropyF32InPlaceAndRetained) {
 
 // No gradients wanted: only the chunk's logits, lse and the per-token losses.
 TEST(NativePatternLoss, LinearCrossEntropyWithoutGradients) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const int64_t rows = 96, dim = 32, vocab = 512, chunk = 32;
   const Tensor x = meta_input({rows, dim}, DType::bf16);
   const Tensor w = meta_input({vocab, dim}, DType::bf16);

@@ -1,5 +1,5 @@
-// The optimizers, gradient clipping and the GradScaler on the meta device while it allocates as
-// CUDA does (Note [Native allocation pattern]): the buffers of the native paths, to the byte, and
+// The optimizers, gradient clipping and the GradScaler on the meta device, which allocates as
+// CUDA does (one code path, Note [Kernel tables]): the buffers of the native paths, to the byte, and
 // no fp32 copies of bf16 parameters or gradients.
 #include <gtest/gtest.h>
 
@@ -45,7 +45,6 @@ int64_t peak_growth(Fn fn) {
 }
 
 TEST(OptimNativePlan, AdamWAllocatesOnlyItsStates) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const Tensor param = meta_param({1000, 3}, DType::bf16, DType::bf16);
   AdamW adamw({param}, {.state_dtype = DType::bf16, .kahan_summation = true});
   // exp_avg, exp_avg_sq and the Kahan buffer, all bf16: no fp32 copy of the parameter or grad.
@@ -56,7 +55,6 @@ TEST(OptimNativePlan, AdamWAllocatesOnlyItsStates) {
 }
 
 TEST(OptimNativePlan, LionAndSgdAllocateNoCopies) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const Tensor param = meta_param({777}, DType::bf16, DType::bf16);
   Lion lion({param});
   EXPECT_EQ(peak_growth([&] { lion.step(); }), charged(777 * 4));  // exp_avg f32
@@ -67,7 +65,6 @@ TEST(OptimNativePlan, LionAndSgdAllocateNoCopies) {
 }
 
 TEST(OptimNativePlan, AdafactorAllocatesItsWorkspaceNotCopies) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const Tensor matrix = meta_param({2, 30, 50}, DType::bf16, DType::bf16);
   const Tensor vector = meta_param({70}, DType::f32, DType::f32);
   Adafactor adafactor({matrix, vector});
@@ -87,7 +84,6 @@ TEST(OptimNativePlan, ClipGradNormAllocatesPartialsAndResult) {
   const Tensor b = meta_param({7, 9}, DType::f32, DType::f16);
   const int64_t partials = charged(2 * kNormPartialBlocks * 8);
   {
-    MetaAllocatesLike guard(DeviceType::cuda);
     double total = -1.0;
     EXPECT_EQ(peak_growth([&] { total = clip_grad_norm_({a, b}, 1.0); }),
               partials + charged(2 * 4));
@@ -100,7 +96,6 @@ TEST(OptimNativePlan, ClipGradNormAllocatesPartialsAndResult) {
 }
 
 TEST(OptimNativePlan, GradScalerUsesOneFlagPerStep) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   const Tensor a = meta_param({100}, DType::f32, DType::bf16);
   const Tensor b = meta_param({300}, DType::f32, DType::f32);
   SGD sgd({a, b}, {.lr = 0.1});
@@ -113,7 +108,6 @@ TEST(OptimNativePlan, GradScalerUsesOneFlagPerStep) {
 }
 
 TEST(OptimNativePlan, LomoMeasuresIntoDevicePartials) {
-  MetaAllocatesLike guard(DeviceType::cuda);
   Tensor a = Tensor::empty({100}, DType::bf16, kMetaDevice);
   Tensor b = Tensor::empty({40}, DType::f32, kMetaDevice);
   a.set_requires_grad(true);

@@ -5,7 +5,6 @@
 // widened per tile into the thread's scratch; each element is one IEEE operation in fp32 rounded
 // once into out's dtype, so the results equal the CUDA kernels' (backend/cuda/elementwise.cu)
 // bit for bit.
-#include "backend/cpu/elementwise.h"
 
 #include <omp.h>
 
@@ -141,11 +140,6 @@ void scale_tensor(const Tensor& x, float factor, const Tensor& out) {
 }
 
 }  // namespace
-
-void scale(const float* a, float alpha, float* out, int64_t n) {
-#pragma omp parallel for simd if (n > kGrain) schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * alpha;
-}
 
 void fill_elementwise_kernels(ElementwiseKernels& kernels) {
   kernels.binary = binary;

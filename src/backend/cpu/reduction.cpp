@@ -8,7 +8,6 @@
 // independent outputs split over the threads, rows summed in order; when the reduced dimension
 // is not the last, tiles of kColumns adjacent outputs keep their sums side by side, so the loads
 // stay contiguous and no transpose is made.
-#include "backend/cpu/reduction.h"
 
 #include <cstring>
 
@@ -146,12 +145,6 @@ void fill_scaled(const Tensor& dst, const Tensor& scalar, double factor) {
 }
 
 }  // namespace
-
-void sum_middle(const float* x, int64_t outer, int64_t n, int64_t inner, float* out) {
-  sum_middle_with(
-      outer, n, inner, [x](int64_t offset, int64_t, float*) { return x + offset; },
-      [out](int64_t index, double s) { out[index] = static_cast<float>(s); });
-}
 
 void fill_reduction_kernels(ReductionKernels& kernels) {
   kernels.sum_all = sum_all;
