@@ -14,6 +14,10 @@
 namespace headroom {
 namespace {
 
+// Without mpirun there is one process and no other rank to exchange with; ctest -L mpi runs these
+// tests under `mpirun -np 2`, where they do run.
+constexpr const char* kNeedsTwoRanks = "one process: run under mpirun -np 2 (ctest -L mpi)";
+
 std::shared_ptr<Communicator> world() {
   static std::shared_ptr<Communicator> communicator = make_communicator(launch_environment(), kCPU);
   return communicator;
@@ -22,7 +26,7 @@ std::shared_ptr<Communicator> world() {
 class Collectives : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    if (!world()) GTEST_SKIP() << "one process: run under mpirun -np 2 (ctest -L mpi)";
+    if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   }
 };
 
@@ -93,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, Collectives,
 // 1 + 2^-8 + 2^-8 on 3 ranks would round twice in bf16; on 2 ranks 1 + 2^-9 · 2 is exact in f32
 // and rounds to 1 + 2^-8 once.
 TEST(MpiCommunicator, Bf16SumIsRoundedOnceFromF32) {
-  if (!world()) GTEST_SKIP() << "one process";
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   const float mine = world()->rank() == 0 ? 1.0f : 0.00390625f;  // 2^-8
   const Tensor t = Tensor::full({1}, mine, DType::bf16);
   world()->all_reduce(t, ReduceOp::sum);
@@ -106,7 +110,7 @@ TEST(MpiCommunicator, Bf16SumIsRoundedOnceFromF32) {
 }
 
 TEST(MpiCommunicator, ScalarsAndRefusals) {
-  if (!world()) GTEST_SKIP() << "one process";
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   const int w = world()->world_size();
   EXPECT_EQ(world()->all_reduce_scalar(world()->rank() + 1.0, ReduceOp::max), w);
   EXPECT_EQ(world()->all_reduce_scalar(2.0, ReduceOp::avg), 2.0);
@@ -122,7 +126,7 @@ TEST(MpiCommunicator, ScalarsAndRefusals) {
 // average over both ranks' x, computed here locally from both x. Buckets of 32 bytes (the first 16)
 // give each of the three parameters a bucket of its own.
 TEST(GradientReducer, AveragesEveryBucketOverTheRanks) {
-  if (!world()) GTEST_SKIP() << "one process";
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   const int w = world()->world_size();
   manual_seed(3);
   const Tensor a = Tensor::randn({4, 3}).set_requires_grad();
@@ -163,6 +167,9 @@ TEST(GradientReducer, AveragesEveryBucketOverTheRanks) {
   for (const Tensor* p : {&a, &b, &c}) {
     const std::vector<float> g = p->grad().to_float_vector();
     for (size_t j = 0; j < g.size(); ++j) {
+      // The reducer sums the ranks' fp32 gradients in MPI's order and scales by 1/W; the
+      // reference adds them rank by rank and divides: an ulp or two apart, hence 1e-5 relative
+      // (and 1e-6 absolute for gradients near zero).
       EXPECT_NEAR(g[j], expected[static_cast<size_t>(k)][j],
                   1e-5f * std::abs(expected[static_cast<size_t>(k)][j]) + 1e-6f);
     }
@@ -171,7 +178,7 @@ TEST(GradientReducer, AveragesEveryBucketOverTheRanks) {
 }
 
 TEST(GradientReducer, BroadcastGivesEveryRankRootsParameters) {
-  if (!world()) GTEST_SKIP() << "one process";
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   const Tensor p = Tensor::full({3}, world()->rank() + 10.0).set_requires_grad();
   broadcast_parameters(*world(), {p});
   EXPECT_EQ(p.to_float_vector(), std::vector<float>(3, 10.0f));

@@ -23,6 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Without mpirun there is one process and no other rank to exchange with; ctest -L mpi runs these
+// tests under `mpirun -np 2`, where they do run.
+constexpr const char* kNeedsTwoRanks = "one process: run under mpirun -np 2 (ctest -L mpi)";
+
 std::shared_ptr<Communicator> world() {
   static std::shared_ptr<Communicator> communicator = make_communicator(launch_environment(), kCPU);
   return communicator;
@@ -77,7 +81,7 @@ void expect_ddp_matches_one_process(const std::string& precision, int64_t accumu
                                     double tolerance, const std::string& optim = "adamw_torch",
                                     int64_t zero_stage = 0, double max_grad_norm = 1.0,
                                     double weight_abs_tolerance = 0.0) {
-  if (!world()) GTEST_SKIP() << "one process: run under mpirun -np 2 (ctest -L mpi)";
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   SharedRunDir dir(str_cat("ddp_", precision, "_", accumulation, "_zero", zero_stage), 0.0);
   TrainingArguments args = dir.args();
   args.precision = precision;
@@ -148,7 +152,7 @@ TEST(DataParallelTrainer, Zero1WithClippingMatchesOneProcess) {
 // ZeRO-1 keeps about 1/W of the optimizer states on each rank: below DDP's by at least a third on
 // 2 ranks (shares are whole parameters, so not exactly half), and the ranks' sum is DDP's.
 TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
-  if (!world()) GTEST_SKIP() << "one process";
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   SharedRunDir dir("zero1_memory", 0.0);
   TrainingArguments args = dir.args();
   args.save_strategy = "no";
@@ -163,11 +167,13 @@ TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
   const double ddp = states(0), zero = states(1);
   EXPECT_LT(zero, ddp * 2.0 / 3.0);
   const double sum = world()->all_reduce_scalar(zero, ReduceOp::sum);
-  EXPECT_NEAR(sum, ddp, 0.02 * ddp);  // block rounding per tensor
+  // Each rank's states are whole tensors, each rounded up to the allocator's 512-byte blocks on
+  // its own, so the shards' sum exceeds DDP's by up to a block per tensor: 2% here.
+  EXPECT_NEAR(sum, ddp, 0.02 * ddp);
 }
 
 TEST(DataParallelTrainer, ZeroStageFromTheDeepSpeedConfig) {
-  if (!world()) GTEST_SKIP() << "one process";
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   SharedRunDir dir("zero_deepspeed", 0.0);
   TrainingArguments args = dir.args();
   const fs::path config = dir.path() / str_cat("ds_", world()->rank(), ".json");
@@ -185,7 +191,7 @@ TEST(DataParallelTrainer, ZeroStageFromTheDeepSpeedConfig) {
 
 // Steps 3-4 of a 2-rank run resumed from its checkpoint-2 equal the uninterrupted run's, bit for bit.
 TEST(DataParallelTrainer, ResumeWithTheSameWorldSizeIsBitIdentical) {
-  if (!world()) GTEST_SKIP() << "one process";
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   SharedRunDir dir("ddp_resume", 0.1);  // dropout: the generator's state is resumed too
   TrainingArguments args = dir.args();
   args.per_device_train_batch_size = 2;
