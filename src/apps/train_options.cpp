@@ -110,7 +110,27 @@ std::vector<TrainOption> make_train_options() {
        "under mpirun: 0 (DDP, default) or 1 (ZeRO-1: optimizer states sharded over the ranks)",
        &A::zero_stage},
       {"deepspeed", precision,
-       "a DeepSpeed JSON config: its zero_optimization.stage is the ZeRO stage", &A::deepspeed},
+       "a DeepSpeed JSON config: its zero_optimization.stage is the ZeRO stage, its "
+       "offload_optimizer / offload_param (device cpu) turn offload on; other keys are named in a "
+       "warning",
+       &A::deepspeed},
+      {"offload_optimizer", precision,
+       "keep the optimizer's states and a copy of the parameters in host memory and run its step "
+       "there (ZeRO-Offload); gradients leave the device as backward produces them",
+       &A::offload_optimizer},
+      {"offload_optimizer_ratio", precision,
+       "the fraction of the parameters (by elements, in order) whose optimizer is offloaded",
+       &A::offload_optimizer_ratio},
+      {"offload_activations", precision,
+       "move saved activations of the blocks (with gradient_checkpointing: the checkpoint inputs) "
+       "to host memory, bringing them back one block ahead of backward",
+       &A::offload_activations},
+      {"offload_params", precision,
+       "keep the blocks' weights in host memory, copying each block in for its forward and "
+       "backward (the next one prefetched)",
+       &A::offload_params},
+      {"offload_pin_memory", precision, "page-locked host memory for offload on a GPU",
+       &A::offload_pin_memory},
       {"gradient_checkpointing", precision,
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",

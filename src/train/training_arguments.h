@@ -123,6 +123,16 @@ struct TrainingArguments {
   // zero_optimization.stage is read (it must agree with an explicit zero_stage).
   std::optional<int64_t> zero_stage;
   std::string deepspeed;
+
+  // Offload to host memory (memsave; DeepSpeed's zero_optimization.offload_optimizer /
+  // offload_param, transformers' checkpoint offload): the optimizer's states and step (a ratio of
+  // the parameters), saved activations (the checkpoint inputs under gradient_checkpointing),
+  // the parameters themselves; the host pool page-locked on a GPU.
+  bool offload_optimizer = false;
+  double offload_optimizer_ratio = 1.0;
+  bool offload_activations = false;
+  bool offload_params = false;
+  bool offload_pin_memory = true;
 };
 
 }  // namespace headroom
