@@ -25,6 +25,7 @@
 #include "memory/device_memory.h"
 #include "memory/memory_history.h"
 #include "memory/memory_snapshot.h"
+#include "memsave/activation_offload.h"
 #include "memsave/checkpoint_policy.h"
 #include "nn/linear_4bit.h"
 #include "nn/model_presets.h"
@@ -350,6 +351,12 @@ void Trainer::build() {
     enable_gradient_checkpointing(*model_,
                                   parse_checkpoint_policy(args_.gradient_checkpointing_policy));
   }
+  offload_ = training_offload(args_);
+  offloaded_optimizer_ = nullptr;
+  // Outside the checkpointing runner: with checkpointing, the checkpoint inputs go to the host.
+  if (offload_.activations) {
+    enable_activation_offload(*model_, device_, {.pin_memory = offload_.pin_memory});
+  }
   data_ = make_data_(args_, *tokenizer_, window_, device_);
   if (communicator_) {
     data_ = std::make_unique<ShardedBatchSource>(std::move(data_), communicator_->rank(),
@@ -377,8 +384,6 @@ void Trainer::build() {
     if (p.requires_grad()) trainable.emplace_back(name, p);
   }
   zero_stage_ = training_zero_stage(args_);
-  offload_ = training_offload(args_);
-  offloaded_optimizer_ = nullptr;
   if (communicator_ && zero_stage_ >= 1) {
     if (args_.save_strategy != "no") {
       throw NotImplementedError(str_cat("zero_stage ", zero_stage_, " with save_strategy '",
