@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,14 +73,14 @@ void expect_same_training(const RunResult& a, const RunResult& b) {
   for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_EQ(a.weights[i], b.weights[i]) << "parameter " << i;
 }
 
-class OptimizerOffload : public testing::TestWithParam<std::string> {};
-
-TEST_P(OptimizerOffload, TrainsBitIdenticallyAndTheDevicePoolDropsAsPlanned) {
-  TempDir tmp("offload_optimizer_" + GetParam());
-  TrainingArguments args = offload_args(tmp.path(), GetParam());
+// `args` trained without and then with the offload `enable` turns on: the same losses and
+// weights, the device and host peaks of the run with offload equal to its plan, the device's drop
+// equal to the plans' difference, and something held on the host. Returns the run with offload.
+RunResult expect_offload_as_planned(TrainingArguments args,
+                                    const std::function<void(TrainingArguments&)>& enable) {
   const DryRunResult plan_without = dry_run_training(args);
   const RunResult without = train(args);
-  args.offload_optimizer = true;
+  enable(args);
   const DryRunResult plan_with = dry_run_training(args);
   const RunResult with = train(args);
   expect_same_training(without, with);
@@ -89,10 +90,19 @@ TEST_P(OptimizerOffload, TrainsBitIdenticallyAndTheDevicePoolDropsAsPlanned) {
   EXPECT_EQ(with.host_peak_reserved, plan_with.host_peak_reserved_bytes);
   EXPECT_EQ(without.peak_allocated - with.peak_allocated,
             plan_without.peak_allocated_bytes - plan_with.peak_allocated_bytes);
-  // Gradients and the moments left the device: it holds much less at its peak.
   EXPECT_LT(with.peak_allocated, without.peak_allocated);
   EXPECT_GT(with.host_peak_allocated, 0);
   EXPECT_EQ(without.host_peak_allocated, 0);
+  return with;
+}
+
+class OptimizerOffload : public testing::TestWithParam<std::string> {};
+
+TEST_P(OptimizerOffload, TrainsBitIdenticallyAndTheDevicePoolDropsAsPlanned) {
+  TempDir tmp("offload_optimizer_" + GetParam());
+  // Gradients and the moments leave the device.
+  expect_offload_as_planned(offload_args(tmp.path(), GetParam()),
+                            [](TrainingArguments& a) { a.offload_optimizer = true; });
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, OptimizerOffload, testing::Values("bf16", "pure_bf16"));
@@ -162,20 +172,7 @@ TEST_P(ActivationOffload, TrainsBitIdenticallyAndTheDevicePoolDropsAsPlanned) {
   args.gradient_accumulation_steps = 1;
   args.max_steps = 3;
   args.gradient_checkpointing = c.checkpointing;
-  const DryRunResult plan_without = dry_run_training(args);
-  const RunResult without = train(args);
-  args.offload_activations = true;
-  const DryRunResult plan_with = dry_run_training(args);
-  const RunResult with = train(args);
-  expect_same_training(without, with);
-  EXPECT_EQ(with.peak_allocated, plan_with.peak_allocated_bytes);
-  EXPECT_EQ(with.peak_reserved, plan_with.peak_reserved_bytes);
-  EXPECT_EQ(with.host_peak_allocated, plan_with.host_peak_allocated_bytes);
-  EXPECT_EQ(with.host_peak_reserved, plan_with.host_peak_reserved_bytes);
-  EXPECT_EQ(without.peak_allocated - with.peak_allocated,
-            plan_without.peak_allocated_bytes - plan_with.peak_allocated_bytes);
-  EXPECT_LT(with.peak_allocated, without.peak_allocated);
-  EXPECT_GT(with.host_peak_allocated, 0);
+  expect_offload_as_planned(args, [](TrainingArguments& a) { a.offload_activations = true; });
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, ActivationOffload,
