@@ -10,6 +10,7 @@
 #include "memory/alloc_config.h"
 #include "train/progress.h"
 #include "optim/optimizer_factory.h"
+#include "train/trainer.h"
 
 namespace headroom {
 
@@ -142,10 +143,20 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
       args.gradient_accumulation_steps = result.effective_batch / micro;
       args.eval_strategy = "no";
       std::optional<TrainingPlan> plan;
+      // Offload only when nothing else fits: the optimizer's states and step first, then the
+      // saved activations too. A full fine-tune's optimizer only (LoRA's states are small, LOMO
+      // keeps none), and not where the base arguments offload already.
+      std::vector<int> offload_levels = {0};
+      if (adapter == "full" && optim != "lomo" && !training_offload(base).any()) {
+        offload_levels = {0, 1, 2};
+      }
+      for (const int offload : offload_levels)
       for (const bool expandable : expandable_choices) {
-        // The next allocator policy only for a split the one before could not fit.
+        // The next allocator policy (or offload) only for a split the one before could not fit.
         if (plan && plan->fits()) break;
         args.expandable_segments = expandable;
+        args.offload_optimizer = offload >= 1;
+        args.offload_activations = offload >= 2;
         try {
           TrainingPlan attempt = plan_training(args, target, options);
           if (!plan || attempt.fits() || attempt.required_bytes < plan->required_bytes) {
@@ -214,6 +225,8 @@ nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
                     {"gradient_checkpointing_policy",
                      p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy : "none"},
                     {"expandable_segments", p.args.expandable_segments},
+                    {"offload", offload_label(p.args)},
+                    {"host_required_bytes", p.dry.host_required_bytes()},
                     {"per_device_train_batch_size", p.args.per_device_train_batch_size},
                     {"gradient_accumulation_steps", p.args.gradient_accumulation_steps},
                     {"peak_allocated_bytes", p.dry.peak_allocated_bytes},
@@ -234,7 +247,7 @@ nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
 
 std::string SearchResult::format(int64_t max_rows) const {
   std::string text;
-  char line[256];
+  char line[320];
   std::snprintf(line, sizeof line,
                 "\n%lld configurations fit (%lld dry runs in %.1f s, %lld too large), effective "
                 "batch %lld, best first by estimated step time:\n",
@@ -249,21 +262,27 @@ std::string SearchResult::format(int64_t max_rows) const {
     }
     return text;
   }
-  std::snprintf(line, sizeof line, "  %4s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10s\n",
-                "rank", "adapter", "precision", "optim", "ckpt", "allocator", "micro x acc",
-                "peak alloc", "required", "step s");
+  std::snprintf(line, sizeof line,
+                "  %4s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10s  %s\n", "rank",
+                "adapter", "precision", "optim", "ckpt", "allocator", "micro x acc", "peak alloc",
+                "required", "step s", "offload (host RAM)");
   text += line;
   for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
     const TrainingPlan& p = fitting[i];
     const std::string split = str_cat(p.args.per_device_train_batch_size, " x ",
                                       p.args.gradient_accumulation_steps);
+    const std::string offload =
+        p.dry.host_required_bytes() > 0
+            ? str_cat(offload_label(p.args), " (", format_bytes(p.dry.host_required_bytes()), ")")
+            : std::string("-");
     std::snprintf(line, sizeof line,
-                  "  %4zu  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g\n", i + 1,
+                  "  %4zu  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g  %s\n", i + 1,
                   adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
                   p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
                                                 : "none",
                   p.dry.expandable_segments ? "expandable" : "native", split.c_str(), format_bytes(p.dry.peak_allocated_bytes).c_str(),
-                  format_bytes(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0);
+                  format_bytes(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0,
+                  offload.c_str());
     text += line;
   }
   if (static_cast<int64_t>(fitting.size()) > max_rows) {

@@ -51,7 +51,10 @@ void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 // the adapters' states are a few MB, so another optimizer changes next to nothing. Each dry run
 // does 2 steps of at most 2 micro-batches (DryRunOptions). A split that does not fit with the
 // native allocator is dry-run again with expandable segments before it ends its row
-// (SearchSpace::allocators); the table says which the configuration needs.
+// (SearchSpace::allocators); the table says which the configuration needs. A full fine-tune
+// (not LOMO) that fits with neither is dry-run again with optimizer offload, then with
+// optimizer and activation offload (Note [Optimizer offload], Note [Activation offload]); the
+// table gives the host RAM it needs and the step estimate charges the host traffic.
 struct SearchResult {
   int64_t effective_batch = 0;
   // One per precision x optimizer x policy that fits at some split (its fastest split), best

@@ -49,6 +49,7 @@ nlohmann::ordered_json DryRunResult::to_json() const {
           {"host_peak_allocated_bytes", host_peak_allocated_bytes},
           {"host_peak_reserved_bytes", host_peak_reserved_bytes},
           {"host_required_bytes", host_required_bytes()},
+          {"host_bytes_per_step", host_bytes_per_step},
           {"num_parameters", num_parameters},
           {"parameter_bytes", parameter_bytes},
           {"tokens_per_step", tokens_per_step},
@@ -137,7 +138,18 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     // From here on as Trainer::train(): its peaks (metrics.jsonl) count from this reset.
     meta.reset_peak_stats();
     host.reset_peak_stats();
-    for (int i = 0; i < skipped + options.steps; ++i) trainer.step(/*assume_overflow=*/i < skipped);
+    auto host_allocated_so_far = [&host] {
+      return host.stats().allocated_bytes[static_cast<size_t>(StatType::all)].allocated;
+    };
+    int64_t host_after_first = 0;
+    for (int i = 0; i < skipped + options.steps; ++i) {
+      trainer.step(/*assume_overflow=*/i < skipped);
+      if (i == 0) host_after_first = host_allocated_so_far();
+    }
+    if (skipped == 0 && options.steps > 1) {
+      result.host_bytes_per_step =
+          (host_allocated_so_far() - host_after_first) / (options.steps - 1);
+    }
     if (eval) trainer.evaluate();
     const auto [host_allocated, host_reserved] = host_peaks();
     result.host_peak_allocated_bytes = std::max(result.host_peak_allocated_bytes, host_allocated);

@@ -66,6 +66,9 @@ struct DryRunResult {
   int64_t host_peak_allocated_bytes = 0;
   int64_t host_peak_reserved_bytes = 0;
   int64_t host_load_peak_reserved_bytes = 0;
+  // Bytes allocated in the host pool per step after the first (each a copy out of the device:
+  // gradients, saved activations), which the step-time estimate charges twice (out and back).
+  int64_t host_bytes_per_step = 0;
   int64_t num_parameters = 0;       // a 4-bit base's weights included (Module's count has none)
   int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype and of the
                                      // 4-bit weights with their quantization state
