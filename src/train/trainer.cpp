@@ -999,8 +999,13 @@ void Trainer::finish_run(bool stopped) {
 
   memory_ = MemoryBreakdown::of_device(device_);
   std::printf("%s%s", memory_summary(device_).c_str(), memory_.format().c_str());
-  write_file_atomically((out / "memory.json").string(),
-                        dump_json(memory_report_json(memory_, device_)));
+  nlohmann::ordered_json memory_json = memory_report_json(memory_, device_);
+  if (const CachingAllocator* pool = host_pool_in_use()) {
+    // Offload's host pool beside the device (Note [The host pool]).
+    std::printf("%s", host_pool_summary(*pool, /*abbreviated=*/true).c_str());
+    memory_json["host_pool_stats"] = host_pool_stats(*pool);
+  }
+  write_file_atomically((out / "memory.json").string(), dump_json(memory_json));
 
   // The optional steps: a failure is a warning, and a stop signal skips what is left; the run's
   // results are saved above and its exit status stays.
