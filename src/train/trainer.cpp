@@ -353,6 +353,10 @@ void Trainer::build() {
   }
   offload_ = training_offload(args_);
   offloaded_optimizer_ = nullptr;
+  if (offload_.params) {
+    throw NotImplementedError("offload_params: parameter offload (offload_param) is not built "
+                              "yet; --offload_optimizer and --offload_activations are");
+  }
   // Outside the checkpointing runner: with checkpointing, the checkpoint inputs go to the host.
   if (offload_.activations) {
     enable_activation_offload(*model_, device_, {.pin_memory = offload_.pin_memory});
