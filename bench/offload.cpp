@@ -1,5 +1,5 @@
 // Offload's cost on this machine: the same GPT-2-shaped model trained with the Trainer without
-// offload and with each kind (the optimizer, the saved activations, both), side by side from one
+// offload and with each kind (the optimizer, the saved activations, the parameters, all), side by side from one
 // run: the median step time and its overhead over no offload, the device pool's and the host
 // pool's peak allocated. On a machine without a GPU the compute device is the CPU and the host
 // pool a second allocator over CPU memory (Note [The host pool]), so the figures give the cost of
@@ -129,6 +129,10 @@ int main(int argc, char** argv) {
       {"activations", [](TrainingArguments& a) { a.offload_activations = true; }},
       {"optimizer+activations",
        [](TrainingArguments& a) { a.offload_optimizer = a.offload_activations = true; }},
+      {"params (+optimizer)", [](TrainingArguments& a) { a.offload_params = true; }},
+      {"all three", [](TrainingArguments& a) {
+         a.offload_optimizer = a.offload_activations = a.offload_params = true;
+       }},
   };
   std::printf("offload bench: GPT-2 %lld layers x %lld wide, batch %lld x %lld tokens, %s, "
               "checkpointing %s, AdamW; median of %lld steps after %d warm-up, on the CPU\n",

@@ -29,10 +29,10 @@ class ActivationOffloader {
   ActivationOffloader(CausalLM& model, Device compute, const ActivationOffloadOptions& options)
       : compute_(compute), pool_(&host_pool(compute, options.pin_memory)),
         min_bytes_(options.min_bytes) {
-    for (const Tensor& p : model.parameters()) weights_.insert(p.storage()->data());
+    for (const Tensor& p : model.parameters()) weights_.insert(p.storage().get());
     for (const Quant4bitWeight* w : weights_4bit(model)) {
       for (const Tensor* t : {&w->packed, &w->absmax, &w->nested_absmax, &w->nested_code}) {
-        if (t->defined()) weights_.insert(t->storage()->data());
+        if (t->defined()) weights_.insert(t->storage().get());
       }
     }
   }
@@ -50,7 +50,7 @@ class ActivationOffloader {
  private:
   std::any pack(const Tensor& t, int64_t layer) {
     if (t.device() != compute_ || static_cast<int64_t>(t.nbytes()) < min_bytes_ ||
-        weights_.count(t.storage()->data())) {
+        weights_.count(t.storage().get())) {
       return t;
     }
     auto entry = std::make_shared<OffloadedActivation>();
@@ -95,7 +95,7 @@ class ActivationOffloader {
   Device compute_;
   CachingAllocator* pool_;
   int64_t min_bytes_;
-  std::unordered_set<const void*> weights_;
+  std::unordered_set<const Storage*> weights_;  // by Storage: meta pools share addresses
   std::vector<std::vector<std::weak_ptr<OffloadedActivation>>> by_layer_;
 };
 

@@ -27,6 +27,8 @@ class CausalLM : public Module {
   virtual std::vector<std::string> tied_parameter_names() const { return {}; }
   // The number of transformer blocks (n_layer, num_hidden_layers).
   virtual int64_t num_blocks() const = 0;
+  // The dotted-name prefix of block `layer`'s parameters ("transformer.h.3.", "model.layers.3.").
+  virtual std::string block_prefix(int64_t layer) const = 0;
   // HF's _init_weights for the parameter `name`: matrices drawn from `generator` (which the
   // caller advances in named_parameters order, as the constructor does), norm weights 1, biases
   // 0. load_pretrained uses it to initialise one tensor at a time in its training dtype.

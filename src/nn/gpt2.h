@@ -78,6 +78,9 @@ class GPT2LMHeadModel : public CausalLM {
   Embedding& input_embeddings() override { return transformer_.wte(); }
   std::vector<std::string> tied_parameter_names() const override { return {"lm_head.weight"}; }
   int64_t num_blocks() const override { return config_.n_layer; }
+  std::string block_prefix(int64_t layer) const override {
+    return "transformer.h." + std::to_string(layer) + ".";
+  }
   void init_parameter(const std::string& name, const Tensor& p,
                       Generator& generator) const override;
 

@@ -75,6 +75,9 @@ class LlamaForCausalLM : public CausalLM {
   Embedding& input_embeddings() override { return model_.embed_tokens(); }
   std::vector<std::string> tied_parameter_names() const override;
   int64_t num_blocks() const override { return config_.num_hidden_layers; }
+  std::string block_prefix(int64_t layer) const override {
+    return "model.layers." + std::to_string(layer) + ".";
+  }
   void init_parameter(const std::string& name, const Tensor& p,
                       Generator& generator) const override;
 

@@ -71,6 +71,16 @@ std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   return unique;
 }
 
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameter_slots() {
+  std::vector<std::pair<std::string, Tensor*>> all, unique;
+  collect("", all);
+  std::unordered_set<const AutogradMeta*> seen;
+  for (auto& [name, slot] : all) {
+    if (seen.insert(slot->autograd_meta()).second) unique.emplace_back(std::move(name), slot);
+  }
+  return unique;
+}
+
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [name, tensor] : named_parameters()) out.push_back(tensor);

@@ -33,6 +33,10 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   // This module and every module below it with its dotted path ("" for this one), depth first.
   std::vector<std::pair<std::string, Module*>> named_modules();
+  // Every parameter slot below this module with its dotted name, depth first, each tensor once
+  // (a tie under its first name): for code that changes, for a scope, the tensor a layer
+  // computes with (parameter offload puts a device copy of a host-resident weight there).
+  std::vector<std::pair<std::string, Tensor*>> named_parameter_slots();
 
   // Converts every floating parameter of the tree to `dtype` (as model.to(torch.bfloat16)): the
   // parameters become new leaves that require grad as before (a frozen one stays frozen), with

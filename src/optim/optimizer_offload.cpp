@@ -8,6 +8,7 @@
 #include "autograd/accumulate_grad.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/storage.h"
 #include "memory/host_pool.h"
 #include "memory/memory_category.h"
 
@@ -48,8 +49,9 @@ OffloadedOptimizer::OffloadedOptimizer(std::vector<NamedTensor> params, Device c
     throw ValueError(str_cat("offload_optimizer_ratio: ", options.ratio, " is not in [0, 1]"));
   }
   int64_t total = 0;
+  auto in_pool = [this](const Tensor& p) { return p.storage()->allocator() == pool_; };
   for (const auto& [name, p] : params) {
-    if (p.device() != compute) {
+    if (p.device() != compute && !in_pool(p)) {
       throw ValueError(str_cat("offload_optimizer: parameter ", name, " is on ", p.device(),
                                ", not on the compute device ", compute));
     }
@@ -62,6 +64,12 @@ OffloadedOptimizer::OffloadedOptimizer(std::vector<NamedTensor> params, Device c
     MemoryCategoryScope category(MemoryCategory::parameters);
     NoGradGuard no_grad;
     for (const auto& [name, p] : params) {
+      if (in_pool(p)) {
+        // Already on the host (parameter offload, Note [Parameter offload]): stepped as it is.
+        host_params.emplace_back(name, p);
+        offloaded_elements_ += p.numel();
+        continue;
+      }
       if (!(static_cast<double>(offloaded_elements_) < limit)) {
         device_params.emplace_back(name, p);
         continue;

@@ -31,7 +31,8 @@ namespace headroom {
 // the same, so on the CPU a run with offload equals one without bit for bit.
 // `ratio` (DeepSpeed's offload_optimizer.ratio) offloads part of the parameters: in order, each
 // while the offloaded elements so far are below ratio × all; the rest keep a second optimizer of
-// the same kind on the device.
+// the same kind on the device. Parameters already in the host pool (parameter offload) are
+// stepped as they are, in the host share: their gradients arrive on the host.
 
 struct OptimizerOffloadOptions {
   double ratio = 1.0;       // in [0, 1]
@@ -44,7 +45,7 @@ class OffloadedOptimizer final : public Optimizer {
       std::function<std::unique_ptr<Optimizer>(const std::vector<NamedTensor>& params)>;
   // `params` are the trainable parameters on `compute`; `make` builds the real optimizer over the
   // parameters it is given (called once for the host share, once for a device share if any).
-  // ValueError for a ratio outside [0, 1] or a parameter not on `compute`.
+  // ValueError for a ratio outside [0, 1] or a parameter neither on `compute` nor in the pool.
   OffloadedOptimizer(std::vector<NamedTensor> params, Device compute, const MakeOptimizer& make,
                      const OptimizerOffloadOptions& options = {});
   ~OffloadedOptimizer() override;

@@ -27,6 +27,7 @@
 #include "memory/memory_snapshot.h"
 #include "memsave/activation_offload.h"
 #include "memsave/checkpoint_policy.h"
+#include "memsave/param_offload.h"
 #include "nn/linear_4bit.h"
 #include "nn/model_presets.h"
 #include "ops/ops.h"
@@ -354,8 +355,9 @@ void Trainer::build() {
   offload_ = training_offload(args_);
   offloaded_optimizer_ = nullptr;
   if (offload_.params) {
-    throw NotImplementedError("offload_params: parameter offload (offload_param) is not built "
-                              "yet; --offload_optimizer and --offload_activations are");
+    // The weights on the host, and their optimizer with them (FSDP's CPU offload).
+    enable_parameter_offload(*model_, device_, {.pin_memory = offload_.pin_memory});
+    offload_.optimizer = true;
   }
   // Outside the checkpointing runner: with checkpointing, the checkpoint inputs go to the host.
   if (offload_.activations) {

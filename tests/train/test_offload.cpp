@@ -59,6 +59,9 @@ RunResult train(const TrainingArguments& args) {
 
 TrainingArguments offload_args(const std::filesystem::path& root, const std::string& precision) {
   TrainingArguments args = tiny_training_args(root);
+  // Enough text that every batch of 48 windows is full, as the dry run's are.
+  std::ofstream data(args.data);
+  for (int i = 0; i < 40; ++i) data << test_data::kTinyText << "\n";
   args.precision = precision;
   args.gradient_accumulation_steps = 2;  // the host adds the second micro-batch's gradients
   args.max_grad_norm = 1.0;              // clipping on the host's gradients
@@ -157,31 +160,65 @@ struct ActivationCase {
   bool checkpointing;
 };
 
+// offload_args with `layers` blocks, 3 steps, checkpointing as given.
+TrainingArguments deeper_args(const std::filesystem::path& root, const std::string& precision,
+                              int64_t layers, bool checkpointing) {
+  TrainingArguments args = offload_args(root, precision);
+  GPT2Config config = test_data::tiny_text_gpt2();
+  config.n_positions = 16;
+  config.n_layer = layers;
+  write_hf_config(args.model, config);
+  args.max_steps = 3;
+  args.gradient_checkpointing = checkpointing;
+  return args;
+}
+
+const auto kRecipeCases =
+    testing::Values(ActivationCase{"bf16", false}, ActivationCase{"bf16", true},
+                    ActivationCase{"pure_bf16", false}, ActivationCase{"pure_bf16", true});
+
+std::string recipe_case_name(const testing::TestParamInfo<ActivationCase>& info) {
+  return info.param.precision + (info.param.checkpointing ? "_checkpointing" : "");
+}
+
 class ActivationOffload : public testing::TestWithParam<ActivationCase> {};
 
 TEST_P(ActivationOffload, TrainsBitIdenticallyAndTheDevicePoolDropsAsPlanned) {
   const ActivationCase& c = GetParam();
   TempDir tmp(str_cat("offload_activations_", c.precision, "_", c.checkpointing));
-  TrainingArguments args = offload_args(tmp.path(), c.precision);
   // 6 blocks: with checkpointing the device then holds 2 block inputs in backward instead of 6.
-  GPT2Config config = test_data::tiny_text_gpt2();
-  config.n_positions = 16;
-  config.n_layer = 6;
-  write_hf_config(args.model, config);
+  TrainingArguments args = deeper_args(tmp.path(), c.precision, 6, c.checkpointing);
   args.per_device_train_batch_size = 48;
   args.gradient_accumulation_steps = 1;
-  args.max_steps = 3;
-  args.gradient_checkpointing = c.checkpointing;
   expect_offload_as_planned(args, [](TrainingArguments& a) { a.offload_activations = true; });
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, ActivationOffload,
-                         testing::Values(ActivationCase{"bf16", false}, ActivationCase{"bf16", true},
-                                         ActivationCase{"pure_bf16", false},
-                                         ActivationCase{"pure_bf16", true}),
-                         [](const testing::TestParamInfo<ActivationCase>& info) {
-                           return info.param.precision + (info.param.checkpointing ? "_checkpointing" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(Recipes, ActivationOffload, kRecipeCases, recipe_case_name);
+
+// The blocks' weights on the host, copied in per block (Note [Parameter offload]); the optimizer
+// goes with them. And every kind at once.
+class ParameterOffload : public testing::TestWithParam<ActivationCase> {};
+
+TEST_P(ParameterOffload, TrainsBitIdenticallyAndTheDevicePoolDropsAsPlanned) {
+  const ActivationCase& c = GetParam();
+  TempDir tmp(str_cat("offload_params_", c.precision, "_", c.checkpointing));
+  const TrainingArguments args = deeper_args(tmp.path(), c.precision, 4, c.checkpointing);
+  expect_offload_as_planned(args, [](TrainingArguments& a) { a.offload_params = true; });
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, ParameterOffload, kRecipeCases, recipe_case_name);
+
+TEST(Offload, AllThreeKindsTogether) {
+  for (const std::string precision : {"bf16", "pure_bf16"}) {
+    SCOPED_TRACE(precision);
+    TempDir tmp("offload_all_" + precision);
+    TrainingArguments args = deeper_args(tmp.path(), precision, 4, true);
+    args.per_device_train_batch_size = 48;
+    expect_offload_as_planned(args, [](TrainingArguments& a) {
+      a.offload_optimizer = a.offload_activations = a.offload_params = true;
+    });
+  }
+}
 
 TEST(DeepSpeedConfig, ReadsOffloadAndNamesWhatItIgnores) {
   TempDir tmp("deepspeed_offload");

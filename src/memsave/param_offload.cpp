@@ -1,0 +1,193 @@
+// The blocks' weights in the host pool, copied in around each block (Note [Parameter offload]).
+#include "memsave/param_offload.h"
+
+#include <any>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "autograd/function_node.h"
+#include "autograd/saved_tensor.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "core/storage.h"
+#include "memory/host_pool.h"
+#include "memory/memory_category.h"
+
+namespace headroom {
+namespace {
+
+class ParameterOffloader;
+
+// The packed value of a saved device copy: which block and which of its parameters.
+struct WeightHandle {
+  WeightHandle(std::shared_ptr<ParameterOffloader> o, int64_t l, size_t i);
+  ~WeightHandle();
+  WeightHandle(const WeightHandle&) = delete;
+  WeightHandle& operator=(const WeightHandle&) = delete;
+  std::shared_ptr<ParameterOffloader> offloader;
+  int64_t layer;
+  size_t index;
+};
+
+// What hooks around the block's packed (activation offload, a checkpoint), kept with them.
+struct OuterPacked {
+  std::shared_ptr<const SavedTensorHooks> hooks;
+  std::any packed;
+};
+
+class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloader> {
+ public:
+  ParameterOffloader(CausalLM& model, Device compute, const ParameterOffloadOptions& options)
+      : compute_(compute), pool_(&host_pool(compute, options.pin_memory)) {
+    const int64_t blocks = model.num_blocks();
+    blocks_.resize(static_cast<size_t>(blocks));
+    const auto slots = model.named_parameter_slots();
+    HostPoolScope scope(compute_, *pool_);
+    MemoryCategoryScope category(MemoryCategory::parameters);
+    NoGradGuard no_grad;
+    for (int64_t layer = 0; layer < blocks; ++layer) {
+      const std::string prefix = model.block_prefix(layer);
+      Block& block = blocks_[static_cast<size_t>(layer)];
+      for (const auto& [name, slot] : slots) {
+        if (name.rfind(prefix, 0) != 0) continue;
+        Tensor host = Tensor::empty(slot->shape(), slot->dtype(), host_pool_device(compute_));
+        host.copy_(*slot);
+        host.set_requires_grad(slot->requires_grad());
+        *slot = host;  // the device tensor goes with its last reference
+        block.slots.push_back(slot);
+        block.host.push_back(host);
+      }
+    }
+  }
+
+  // Runs `forward` with block `layer`'s device copies in its slots.
+  Tensor run(int64_t layer, const LayerForward& forward, const Tensor& x) {
+    Block& block = blocks_.at(static_cast<size_t>(layer));
+    std::vector<Tensor> copies;
+    copies.reserve(block.host.size());
+    for (const Tensor& host : block.host) copies.push_back(copy_in(host));
+    std::unordered_map<const Storage*, size_t> index;  // by Storage: meta pools share addresses
+    for (size_t i = 0; i < copies.size(); ++i) index[copies[i].storage().get()] = i;
+    struct Restore {
+      Block& block;
+      ~Restore() {
+        for (size_t i = 0; i < block.slots.size(); ++i) *block.slots[i] = block.host[i];
+      }
+    } restore{block};
+    for (size_t i = 0; i < copies.size(); ++i) *block.slots[i] = copies[i];
+    const std::shared_ptr<const SavedTensorHooks> outer = current_saved_tensor_hooks();
+    std::shared_ptr<ParameterOffloader> self = shared_from_this();
+    SavedTensorsHooksGuard hooks(
+        [self, layer, outer, index = std::move(index)](const Tensor& t) -> std::any {
+          if (auto it = index.find(t.storage().get()); it != index.end()) {
+            self->blocks_[static_cast<size_t>(layer)].handles += 1;
+            return std::make_shared<WeightHandle>(self, layer, it->second);
+          }
+          if (outer) return OuterPacked{outer, outer->pack(t)};
+          return t;
+        },
+        [](const std::any& packed) -> Tensor {
+          if (const auto* handle = std::any_cast<std::shared_ptr<WeightHandle>>(&packed)) {
+            return (*handle)->offloader->device_weight((*handle)->layer, (*handle)->index);
+          }
+          if (const auto* outer = std::any_cast<OuterPacked>(&packed)) {
+            return outer->hooks->unpack(outer->packed);
+          }
+          return std::any_cast<const Tensor&>(packed);
+        });
+    return forward(x);
+  }
+
+  // Backward: block `layer`'s parameter `index` on the device, copied in (with the block before
+  // it, prefetched) if it is not there.
+  Tensor device_weight(int64_t layer, size_t index) {
+    Block& block = blocks_.at(static_cast<size_t>(layer));
+    if (block.resident.empty()) {
+      bring_in(block);
+      if (layer > 0) {
+        Block& before = blocks_[static_cast<size_t>(layer - 1)];
+        if (before.resident.empty() && before.handles > 0) bring_in(before);
+      }
+    }
+    return block.resident.at(index);
+  }
+
+  void release_handle(int64_t layer) {
+    Block& block = blocks_.at(static_cast<size_t>(layer));
+    if (--block.handles == 0) block.resident.clear();
+  }
+
+ private:
+  struct Block {
+    std::vector<Tensor*> slots;
+    std::vector<Tensor> host;      // the parameters themselves
+    std::vector<Tensor> resident;  // device copies for backward, while handles are alive
+    int64_t handles = 0;           // live WeightHandles of the block
+  };
+
+  // A copy of `host` on the compute device whose gradient goes back into the host leaf's .grad,
+  // made in the host pool.
+  Tensor copy_in(const Tensor& host) const {
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      MemoryCategoryScope category(MemoryCategory::parameters);
+      out = Tensor::empty(host.shape(), host.dtype(), compute_);
+      out.copy_(host);
+    }
+    if (auto node = make_function_node("ParameterCopyInBackward", {host})) {
+      const Device compute = compute_;
+      CachingAllocator* pool = pool_;
+      node->set_backward([compute, pool](BackwardContext& ctx) -> std::vector<Tensor> {
+        HostPoolScope scope(compute, *pool);
+        MemoryCategoryScope category(MemoryCategory::gradients);
+        const Tensor& grad = ctx.grad_output();
+        Tensor host_grad = Tensor::empty(grad.shape(), grad.dtype(), host_pool_device(compute));
+        host_grad.copy_(grad);
+        return {host_grad};
+      });
+      node->set_outputs({out});
+    }
+    return out;
+  }
+
+  void bring_in(Block& block) const {
+    NoGradGuard no_grad;
+    MemoryCategoryScope category(MemoryCategory::parameters);
+    for (const Tensor& host : block.host) {
+      Tensor copy = Tensor::empty(host.shape(), host.dtype(), compute_);
+      copy.copy_(host);
+      block.resident.push_back(copy);
+    }
+  }
+
+  Device compute_;
+  CachingAllocator* pool_;
+  std::vector<Block> blocks_;
+};
+
+WeightHandle::WeightHandle(std::shared_ptr<ParameterOffloader> o, int64_t l, size_t i)
+    : offloader(std::move(o)), layer(l), index(i) {}
+
+WeightHandle::~WeightHandle() { offloader->release_handle(layer); }
+
+}  // namespace
+
+void enable_parameter_offload(CausalLM& model, Device compute,
+                              const ParameterOffloadOptions& options) {
+  auto offloader = std::make_shared<ParameterOffloader>(model, compute, options);
+  BlockRunners runners = model.block_runners();
+  const BlockRunner inner = runners.block;
+  runners.block = [offloader, inner](int64_t layer, const LayerForward& forward, const Tensor& x) {
+    // The forward every runner below calls, now and in a recompute, puts the block's copies in.
+    LayerForward resident = [offloader, layer, forward](const Tensor& in) {
+      return offloader->run(layer, forward, in);
+    };
+    return inner ? inner(layer, resident, x) : resident(x);
+  };
+  model.set_block_runners(std::move(runners));
+}
+
+}  // namespace headroom
