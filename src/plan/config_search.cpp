@@ -153,7 +153,7 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
             plan = std::move(attempt);
           }
         } catch (const Error& e) {
-          // A combination the engine does not offer (a precision the model cannot take, ...).
+          // A combination the engine refuses; its error says why.
           result.unsupported.push_back(
               str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
                       e.what()));

@@ -13,10 +13,11 @@
 //    into the parameter's type). Each of these can move a result across a rounding boundary of
 //    the 16-bit type: by at most 1 ulp at the magnitude of the operands (kParamUlps; a step that
 //    cancels most of a parameter leaves a result whose own ulp is finer). The share of such
-//    elements is the intermediate roundings' doing: 0.2-1.5% for AdamW (bf16 / f16) and 1-22% for
-//    Lion (the f16 case's decay, 1e-4 of the parameter, is a fifth of an ulp, which the kernels
-//    round away and the CPU backend keeps); with one rounding at the end instead, Lion matched
-//    bitsandbytes' CPU backend bit for bit and AdamW in all but 0-8 elements of 4396;
+//    elements is the intermediate roundings' doing: 0.2-1.5% for AdamW (bf16 / f16) and 1-22%
+//    for Lion (the f16 case's decay, 1e-4 of the parameter, is a tenth to a fifth of an ulp,
+//    which the kernels round away and the CPU backend keeps); with one rounding at the end
+//    instead, Lion matched bitsandbytes' CPU backend bit for bit and AdamW in all but 0-8
+//    elements of 4396;
 //  - absmax: the new m and v differ from the kernels' in the last fp32 bits (PyTorch's add with
 //    alpha is a fused multiply-add, and takes 1 - beta2 in double), and the kernels' absmax of a
 //    short last block also sees the padded lanes' tiny momentum: relative kAbsmaxRelative;

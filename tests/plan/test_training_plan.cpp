@@ -113,6 +113,10 @@ TEST(FormulaMemory, FollowsTheGuidesTermByTerm) {
   const int64_t big = 1000 * 64 + 64 * 192;
   EXPECT_EQ(f.optimizer_states, 2 * big + 8 * ((1000 * 64 / 256) + (64 * 192 / 256)) +
                                     8 * (192 + 64));
+  args.optim = "lion_8bit";  // one state: codes and an absmax per 256, fp32 for the vectors
+  f = formula_training_memory(config, args, precision_recipe(Precision::pure_bf16), shapes);
+  EXPECT_EQ(f.optimizer_states, big + 4 * ((1000 * 64 / 256) + (64 * 192 / 256)) +
+                                    4 * (192 + 64));
   args.optim = "adafactor";
   f = formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes);
   EXPECT_EQ(f.optimizer_states, 4 * (1000 + 64) + 4 * (64 + 192) + 4 * 192 + 4 * 64);
