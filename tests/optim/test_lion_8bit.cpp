@@ -1,7 +1,9 @@
-// Lion8bit beside Lion, its state bytes through allocator statistics, its state_dict and factory
-// name; and where the 8-bit optimizers round a 16-bit parameter (Note [bitsandbytes 16-bit
-// parameters]). Its trajectories against bitsandbytes are in test_bnb8_16bit_golden.cpp.
+// Lion8bit beside Lion, its state bytes through allocator statistics, its state_dict, thread
+// count and factory name; and where the 8-bit optimizers round a 16-bit parameter (Note
+// [bitsandbytes 16-bit parameters]). Its trajectories against bitsandbytes are in
+// test_bnb8_16bit_golden.cpp.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <memory>
@@ -114,6 +116,28 @@ TEST(Lion8bit, StateDictRoundTripContinuesTheSameTrajectory) {
   }
   EXPECT_EQ(a.to_float_vector(), b.to_float_vector());
   EXPECT_EQ(sa.to_float_vector(), sb.to_float_vector());
+}
+
+TEST(Lion8bit, ThreadCountDoesNotChangeResults) {
+  const Shape shape{3 * (1 << 16) + 77};  // enough blocks for several threads, a short last one
+  const Tensor init = Tensor::randn(shape).to(DType::bf16);
+  const Tensor grad = Tensor::randn(shape).to(DType::bf16);
+  std::vector<std::vector<float>> results;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 4}) {
+    omp_set_num_threads(threads);
+    Tensor p = init.clone().set_requires_grad(true);
+    Lion8bit optimizer({p}, {.lr = 1e-3, .weight_decay = 0.1});
+    for (int step = 0; step < 3; ++step) {
+      p.set_grad(grad);
+      optimizer.step();
+    }
+    results.push_back(p.to_float_vector());
+    results.push_back(optimizer.state(0, 0).absmax1.to_float_vector());
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(results[0], results[2]);
+  EXPECT_EQ(results[1], results[3]);
 }
 
 TEST(Lion8bit, RejectsBadOptionsAndParameters) {
