@@ -63,7 +63,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
       ->group(group);
   plan->add_option("--search-optims,--search_optims", o.search_optims,
                    "optimizers to search (default: adamw_torch, adamw_bf16, adamw_8bit, "
-                   "adafactor, lion, sgd, lomo)")
+                   "adafactor, lion, lion_8bit, sgd, lomo)")
       ->group(group);
   plan->add_option("--search-policies,--search_policies", o.search_policies,
                    "checkpointing to search: none, selective, every_N, full (default: none, "

@@ -19,6 +19,7 @@
 #include "backend/gemm_kernels.h"
 #include "backend/grad_check_kernels.h"
 #include "backend/kernel_table.h"
+#include "backend/lion_8bit_kernels.h"
 #include "backend/lion_kernels.h"
 #include "backend/lomo_kernels.h"
 #include "backend/norm_kernels.h"
@@ -37,8 +38,8 @@ namespace headroom {
 using KernelTables =
     std::tuple<GemmKernels, ActivationKernels, ElementwiseKernels, ReductionKernels, SoftmaxKernels,
                NormKernels, AttentionKernels, EmbeddingKernels, CrossEntropyKernels, RotaryKernels,
-               DropoutKernels, AdamWKernels, AdamW8bitKernels, LionKernels, SgdKernels,
-               AdafactorKernels, LomoKernels, GradCheckKernels, QuantizationKernels>;
+               DropoutKernels, AdamWKernels, AdamW8bitKernels, LionKernels, Lion8bitKernels,
+               SgdKernels, AdafactorKernels, LomoKernels, GradCheckKernels, QuantizationKernels>;
 
 struct Backend {
   DeviceType type;

@@ -9,8 +9,8 @@
 #include "backend/cpu/adamw_8bit.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "memory/memory_category.h"
 #include "optim/adamw.h"
+#include "optim/bnb_8bit_states.h"
 
 namespace headroom {
 
@@ -24,24 +24,7 @@ void check_options(const AdamW8bitOptions& o) {
 }
 
 void check_param(const std::string& name, const Tensor& param) {
-  if (!param.defined()) {
-    throw ValueError(str_cat("AdamW8bit: parameter '", name, "' is undefined"));
-  }
-  if (param.dtype() != DType::f32) {
-    throw NotImplementedError(str_cat("AdamW8bit: parameter '", name, "' is ",
-                                      dtype_name(param.dtype()),
-                                      "; only f32 parameters are supported"));
-  }
-  if (!param.is_leaf()) {
-    throw ValueError(str_cat("AdamW8bit: can't optimize a non-leaf tensor ('", name, "')"));
-  }
-  if (!param.is_contiguous()) {
-    throw ValueError(str_cat("AdamW8bit: parameter '", name, "' is not contiguous"));
-  }
-}
-
-int64_t block_count(int64_t numel) {
-  return (numel + cpu::kAdam8bitBlockSize - 1) / cpu::kAdam8bitBlockSize;
+  check_bnb_param("AdamW8bit", name, param);
 }
 
 // bitsandbytes passes lr, betas, eps and weight_decay to its kernels as fp32 and computes the
@@ -89,29 +72,19 @@ void AdamW8bit::step() {
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const auto& [name, param] = groups_[g].params[i];
-      Tensor grad = param.grad();
-      if (!grad.defined()) continue;
-      const DType grad_dtype = grad.dtype();
-      if (grad_dtype != DType::f32 && grad_dtype != DType::bf16 && grad_dtype != DType::f16) {
-        throw NotImplementedError(str_cat("AdamW8bit: the gradient of '", name, "' is ",
-                                          dtype_name(grad_dtype),
-                                          "; only f32, bf16 and f16 gradients are supported"));
-      }
+      if (!param.grad().defined()) continue;
+      const Tensor grad = floating_grad(name, param.grad());
       const bool eight_bit = uses_8bit_state(param.numel());
       AdamW8bitState& state = states_[g][i];
       if (!state.state1.defined()) {
-        MemoryCategoryScope states(MemoryCategory::optimizer_states);
-        // As bitsandbytes: codes 0 with absmax 0 (every value 0), or fp32 zeros.
-        const DType dtype = eight_bit ? DType::u8 : DType::f32;
-        state.state1 = Tensor::zeros(param.shape(), dtype, param.device());
-        state.state2 = Tensor::zeros(param.shape(), dtype, param.device());
+        state.state1 = bnb_state_zeros(param, eight_bit);
+        state.state2 = bnb_state_zeros(param, eight_bit);
         if (eight_bit) {
-          state.absmax1 = Tensor::zeros({block_count(param.numel())}, DType::f32, param.device());
-          state.absmax2 = Tensor::zeros({block_count(param.numel())}, DType::f32, param.device());
+          state.absmax1 = bnb_absmax_zeros(param);
+          state.absmax2 = bnb_absmax_zeros(param);
         }
       }
       ++state.step;
-      grad = grad.contiguous();  // a copy only for a strided gradient
       const cpu::BnbAdamCoefficients c =
           coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay, state.step);
       if (eight_bit) {
@@ -165,7 +138,7 @@ void AdamW8bit::load_state_dict(const OptimizerStateDict& saved) {
     state.state2 =
         load_state_tensor(saved, prefix + "state2", param.shape(), dtype, param.device());
     if (eight_bit) {
-      const Shape blocks{block_count(param.numel())};
+      const Shape blocks{bnb_block_count(param.numel())};
       state.absmax1 =
           load_state_tensor(saved, prefix + "absmax1", blocks, DType::f32, param.device());
       state.absmax2 =

@@ -38,10 +38,12 @@ struct AdamW8bitState {
 
 class AdamW8bit final : public Optimizer {
  public:
-  // Parameters must be f32 leaves (NotImplementedError names any other dtype: bitsandbytes
-  // rounds bf16 parameters twice per step, which headroom does not copy) on the CPU or the meta
-  // device, where step() allocates the state and computes nothing. Gradients may be f32, bf16 or
-  // f16. ValueError for options out of range, naming the option and its value.
+  // Parameters must be contiguous f32, bf16 or f16 leaves (NotImplementedError names any other
+  // dtype), on the CPU, a GPU or the meta device, where step() allocates the state and computes
+  // nothing. A 16-bit parameter is updated in fp32 and rounded where bitsandbytes rounds it (twice
+  // per step: Note [bitsandbytes 16-bit parameters]); its states are those of an f32 one.
+  // Gradients may be f32, bf16 or f16. ValueError for options out of range, naming the option and
+  // its value.
   explicit AdamW8bit(const std::vector<Tensor>& params, const AdamW8bitOptions& options = {});
   explicit AdamW8bit(const std::vector<NamedTensor>& named_params,
                      const AdamW8bitOptions& options = {});

@@ -10,6 +10,7 @@
 #include "optim/adamw.h"
 #include "optim/adamw_8bit.h"
 #include "optim/lion.h"
+#include "optim/lion_8bit.h"
 #include "optim/lomo.h"
 #include "optim/sgd.h"
 
@@ -110,6 +111,17 @@ std::unique_ptr<Optimizer> make_lion(const OptimizerArguments& args,
                                                                .weight_decay = args.weight_decay});
 }
 
+// HF's lion_8bit: bitsandbytes' Lion with optim_bits=8, betas from adam_beta1 / adam_beta2.
+std::unique_ptr<Optimizer> make_lion_8bit(const OptimizerArguments& args,
+                                          std::vector<ParamGroup> groups) {
+  check_no_extras(args.optim, parse_optim_args(args.optim_args));
+  return std::make_unique<Lion8bit>(std::move(groups),
+                                    Lion8bitOptions{.lr = args.learning_rate,
+                                                    .beta1 = args.adam_beta1,
+                                                    .beta2 = args.adam_beta2,
+                                                    .weight_decay = args.weight_decay});
+}
+
 // HF Trainer's adafactor: scale_parameter and relative_step off, lr = learning_rate; optim_args
 // may set HF's Adafactor options (relative_step=True drops the lr, as HF requires).
 std::unique_ptr<Optimizer> make_adafactor(const OptimizerArguments& args,
@@ -147,7 +159,7 @@ std::unique_ptr<Optimizer> make_lomo(const OptimizerArguments& args,
 
 std::vector<std::string> optimizer_names() {
   return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adamw_bnb_8bit", "sgd", "lion",
-          "lion_32bit", "adafactor", "lomo"};
+          "lion_32bit", "lion_8bit", "adafactor", "lomo"};
 }
 
 std::map<std::string, std::string> parse_optim_args(const std::string& optim_args) {
@@ -193,6 +205,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
   }
   if (args.optim == "sgd") return make_sgd(args, std::move(groups));
   if (args.optim == "lion" || args.optim == "lion_32bit") return make_lion(args, std::move(groups));
+  if (args.optim == "lion_8bit") return make_lion_8bit(args, std::move(groups));
   if (args.optim == "adafactor") return make_adafactor(args, std::move(groups));
   if (args.optim == "lomo") return make_lomo(args, std::move(groups));
   std::string known;

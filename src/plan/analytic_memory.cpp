@@ -24,6 +24,10 @@ double optimizer_state_bytes(const std::string& optim, const Shape& shape, bool 
     return n * 2.0 + blocks * 2.0 * 4.0;  // codes of m and v, an fp32 absmax per block of each
   }
   if (optim == "lion" || optim == "lion_32bit") return n * 4.0;
+  if (optim == "lion_8bit") {
+    if (shape.numel() < 4096) return n * 4.0;
+    return n + static_cast<double>((shape.numel() + 255) / 256) * 4.0;  // codes, absmax per block
+  }
   if (optim == "sgd") return sgd_momentum != 0.0 ? n * 4.0 : 0.0;
   if (optim == "adafactor") {
     if (shape.ndim() < 2) return n * 4.0;

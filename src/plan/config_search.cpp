@@ -22,7 +22,8 @@ std::vector<std::string> default_precisions(const PlanTarget& target) {
 }
 
 std::vector<std::string> default_optims() {
-  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adafactor", "lion", "sgd", "lomo"};
+  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adafactor", "lion", "lion_8bit", "sgd",
+          "lomo"};
 }
 
 std::vector<std::string> default_policies() { return {"none", "selective", "every_2", "full"}; }
@@ -163,7 +164,7 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
             plan = std::move(attempt);
           }
         } catch (const Error& e) {
-          // A combination the engine does not offer (8-bit states of bf16 weights, ...).
+          // A combination the engine refuses; its error says why.
           result.unsupported.push_back(
               str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
                       e.what()));

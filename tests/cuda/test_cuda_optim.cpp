@@ -21,6 +21,7 @@
 #include "optim/adamw_8bit.h"
 #include "optim/clip_grad.h"
 #include "optim/lion.h"
+#include "optim/lion_8bit.h"
 #include "optim/lomo.h"
 #include "optim/sgd.h"
 
@@ -160,6 +161,60 @@ TEST(CudaOptim, AdamW8bitMatchesTheCpu) {
   for (DType grad_dtype : kFloats) {
     compare_steps([](auto& p) { return std::make_unique<AdamW8bit>(p); }, kShapes, DType::f32,
                   grad_dtype, 3, 1.0, std::string("adamw8bit grad ") + dtype_name(grad_dtype));
+  }
+  // 16-bit parameters, rounded after the step and after the decay on both devices.
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    compare_steps([](auto& p) { return std::make_unique<AdamW8bit>(p); }, kShapes, dtype, dtype,
+                  3, 1.0, std::string("adamw8bit ") + dtype_name(dtype));
+  }
+}
+
+TEST(CudaOptim, Lion8bitMatchesTheCpu) {
+  REQUIRE_GPU();
+  for (DType dtype : kFloats) {
+    compare_steps(
+        [](auto& p) {
+          return std::make_unique<Lion8bit>(p, Lion8bitOptions{.lr = 1e-3, .weight_decay = 0.1});
+        },
+        kShapes, dtype, dtype, 3, 1.0, std::string("lion8bit ") + dtype_name(dtype));
+  }
+}
+
+// Same 8-bit codes, absmax and 16-bit parameters on both devices: each kernel does the CPU's float
+// operations in its order (Note [bitsandbytes Lion], Note [bitsandbytes 16-bit parameters]).
+TEST(CudaOptim, Bnb8bitOn16BitParametersMatchesTheCpuBitForBit) {
+  REQUIRE_GPU();
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    Generator gen(6);
+    Tensor cpu_adam = Tensor::randn({5000}, DType::f32, kCPU, &gen).to(dtype);
+    cpu_adam.set_requires_grad(true);
+    Tensor gpu_adam = cpu_adam.detach().to(kGpu);
+    gpu_adam.set_requires_grad(true);
+    Tensor cpu_lion = cpu_adam.detach().clone();
+    cpu_lion.set_requires_grad(true);
+    Tensor gpu_lion = cpu_lion.detach().to(kGpu);
+    gpu_lion.set_requires_grad(true);
+    AdamW8bit adam_cpu({cpu_adam}), adam_gpu({gpu_adam});
+    Lion8bit lion_cpu({cpu_lion}, {.lr = 1e-3, .weight_decay = 0.1});
+    Lion8bit lion_gpu({gpu_lion}, {.lr = 1e-3, .weight_decay = 0.1});
+    for (int s = 0; s < 4; ++s) {
+      const Tensor grad = Tensor::randn({5000}, DType::f32, kCPU, &gen).to(dtype);
+      for (Tensor* p : {&cpu_adam, &cpu_lion}) p->set_grad(grad);
+      for (Tensor* p : {&gpu_adam, &gpu_lion}) p->set_grad(grad.to(kGpu));
+      for (Optimizer* o : std::initializer_list<Optimizer*>{&adam_cpu, &adam_gpu, &lion_cpu,
+                                                           &lion_gpu}) {
+        o->step();
+      }
+    }
+    const std::string name = dtype_name(dtype);
+    EXPECT_EQ(adam_cpu.state(0, 0).state1.to_int64_vector(),
+              adam_gpu.state(0, 0).state1.to(kCPU).to_int64_vector()) << name;
+    EXPECT_EQ(lion_cpu.state(0, 0).state1.to_int64_vector(),
+              lion_gpu.state(0, 0).state1.to(kCPU).to_int64_vector()) << name;
+    expect_close(lion_cpu.state(0, 0).absmax1, lion_gpu.state(0, 0).absmax1, 0.0,
+                 "lion8bit absmax1 " + name);
+    expect_close(cpu_adam, gpu_adam, 0.0, "adamw8bit parameter " + name);
+    expect_close(cpu_lion, gpu_lion, 0.0, "lion8bit parameter " + name);
   }
 }
 

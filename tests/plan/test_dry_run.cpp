@@ -134,6 +134,17 @@ std::vector<GridCase> grid() {
     c.precision = "bf16";
     c.optim = "adamw_8bit";
   });
+  // bitsandbytes' 8-bit states of bf16 weights (issue 21), wide enough for 8-bit states.
+  add("llama_pure_bf16_adamw_8bit", "llama", [](GridCase& c) {
+    c.width = 128;
+    c.precision = "pure_bf16";
+    c.optim = "adamw_8bit";
+  });
+  add("gpt2_pure_bf16_lion_8bit", "gpt2", [](GridCase& c) {
+    c.width = 128;
+    c.precision = "pure_bf16";
+    c.optim = "lion_8bit";
+  });
   add("gpt2_sgd", "gpt2", [](GridCase& c) { c.optim = "sgd"; });
   add("gpt2_lion", "gpt2", [](GridCase& c) { c.optim = "lion"; });
   add("gpt2_adafactor", "gpt2", [](GridCase& c) { c.optim = "adafactor"; });

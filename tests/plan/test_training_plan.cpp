@@ -3,6 +3,7 @@
 // inference plan's KV cache, and a 70B plan without weights.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include <algorithm>
@@ -112,6 +113,10 @@ TEST(FormulaMemory, FollowsTheGuidesTermByTerm) {
   const int64_t big = 1000 * 64 + 64 * 192;
   EXPECT_EQ(f.optimizer_states, 2 * big + 8 * ((1000 * 64 / 256) + (64 * 192 / 256)) +
                                     8 * (192 + 64));
+  args.optim = "lion_8bit";  // one state: codes and an absmax per 256, fp32 for the vectors
+  f = formula_training_memory(config, args, precision_recipe(Precision::pure_bf16), shapes);
+  EXPECT_EQ(f.optimizer_states, big + 4 * ((1000 * 64 / 256) + (64 * 192 / 256)) +
+                                    4 * (192 + 64));
   args.optim = "adafactor";
   f = formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes);
   EXPECT_EQ(f.optimizer_states, 4 * (1000 + 64) + 4 * (64 + 192) + 4 * 192 + 4 * 64);
@@ -331,6 +336,25 @@ TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
   EXPECT_EQ(adapters,
             (std::set<std::string>{"full", "16:", "16:all-linear", "q16:", "q16:all-linear"}));
   EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {"lora:0"}}), ValueError);
+}
+
+// Issue 21: bitsandbytes' 8-bit states of bf16 weights are searched. Full fine-tuning of
+// Llama-7B in pure_bf16 on a 40 GB A100 (2048 tokens, full checkpointing): AdamW's bf16 states
+// (4 B/param) do not fit beside the weights and gradients, adamw_8bit's (2 B/param) and
+// lion_8bit's (1 B/param) do, and both are among the default optimizers.
+TEST(ConfigurationSearch, FindsEightBitStatesOfBf16WeightsForLlama7B) {
+  const TrainingArguments base = preset_args("llama-7b", 1, 2048);
+  const PlanTarget target = plan_target("auto", "A100-40GB", "");
+  const SearchResult found = search_configurations(base, target, {{"pure_bf16"}, {}, {"full"}, {"full"}});
+  EXPECT_TRUE(found.unsupported.empty()) << found.format(20);
+  std::map<std::string, int64_t> allocated;  // optim -> peak allocated bytes
+  for (const TrainingPlan& p : found.fitting) allocated[p.args.optim] = p.dry.peak_allocated_bytes;
+  ASSERT_TRUE(allocated.contains("adamw_8bit")) << found.format(20);
+  ASSERT_TRUE(allocated.contains("lion_8bit")) << found.format(20);
+  EXPECT_FALSE(allocated.contains("adamw_torch")) << found.format(20);
+  // lion_8bit keeps one byte per parameter less: 6.28 GiB for 6738M parameters.
+  EXPECT_GT(allocated["adamw_8bit"] - allocated["lion_8bit"], int64_t{6} << 30);
+  EXPECT_NE(found.format(20).find("adamw_8bit"), std::string::npos);
 }
 
 // A 4-bit base's weights are buffers, not parameters: the dry run still counts them (for the

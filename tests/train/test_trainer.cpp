@@ -87,10 +87,12 @@ TEST(Trainer, LossFallsOnTheTinyText) {
 // Steps 3 and 4 after resuming from checkpoint-2 equal the uninterrupted run's to the last bit:
 // weights, AdamW moments, schedule (in its 2 warmup steps), generator (dropout 0.1) and data
 // position all come back; with accumulation 2, and `num_workers` data loader workers.
-void expect_resume_repeats_losses(const std::string& precision, int64_t num_workers = 0) {
-  TempDir tmp(str_cat("trainer_resume_", precision, "_", num_workers));
+void expect_resume_repeats_losses(const std::string& precision, int64_t num_workers = 0,
+                                  const std::string& optim = "adamw_torch") {
+  TempDir tmp(str_cat("trainer_resume_", precision, "_", num_workers, "_", optim));
   TrainingArguments args = tiny_training_args(tmp.path());
   args.precision = precision;
+  args.optim = optim;
   args.gradient_accumulation_steps = 2;
   args.per_device_train_batch_size = 2;
   args.dataloader_num_workers = num_workers;
@@ -121,6 +123,39 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesFp16) { expect_resume_repea
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16) {
   expect_resume_repeats_losses("pure_bf16");
 }
+// bitsandbytes' 8-bit states of bf16 weights (issue 21): codes and absmax come back.
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesPureBf16AdamW8bit) {
+  expect_resume_repeats_losses("pure_bf16", 0, "adamw_8bit");
+}
+
+// pure_bf16 with bitsandbytes' 8-bit optimizers (issue 21): bf16 weights and gradients, one byte
+// per state per parameter where a tensor has 4096 elements or more; the tiny GPT-2 learns.
+TEST(Trainer, PureBf16With8BitStatesLearnsTheTinyText) {
+  for (const char* optim : {"adamw_8bit", "lion_8bit"}) {
+    SCOPED_TRACE(optim);
+    TempDir tmp(str_cat("trainer_pure_bf16_", optim));
+    TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+    args.precision = "pure_bf16";
+    args.optim = optim;
+    if (args.optim == "lion_8bit") args.learning_rate = 2e-3;  // Lion wants a smaller lr
+    args.max_steps = 30;
+    args.logging_steps = 5;
+    args.save_strategy = "no";
+    Trainer trainer(args);
+    EXPECT_EQ(trainer.train(), 0);
+    EXPECT_EQ(trainer.optimizer().name(), optim);
+    const auto losses = step_losses(trainer);
+    ASSERT_EQ(losses.size(), 6u);
+    EXPECT_LT(losses.rbegin()->second, 0.8 * losses.begin()->second);
+    int64_t eight_bit = 0;
+    for (const NamedTensor& state : trainer.optimizer().state_dict().tensors) {
+      eight_bit += state.second.dtype() == DType::u8 ? 1 : 0;
+    }
+    EXPECT_GT(eight_bit, 0) << "the embeddings have 8-bit states";
+    for (const Tensor& p : trainer.model().parameters()) EXPECT_EQ(p.dtype(), DType::bf16);
+  }
+}
+
 // Workers prepare batches ahead of the step: the checkpoint holds the position of the batches
 // consumed, not of those prefetched.
 TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesWithLoaderWorkers) {

@@ -28,7 +28,7 @@ struct BnbAdamCoefficients {
 
 // The 32-bit update (kOptimizer32bit2State) of n elements in place; `param` and `grad` are f32,
 // bf16 or f16 (a 16-bit parameter is widened a block at a time, updated in fp32 and rounded to
-// nearest once, as bitsandbytes' kernels load and store it).
+// nearest where bitsandbytes' kernels round it: Note [bitsandbytes 16-bit parameters]).
 void bnb_adam32_update(void* param, DType param_dtype, const void* grad, DType grad_dtype,
                        float* exp_avg, float* exp_avg_sq, int64_t n,
                        const BnbAdamCoefficients& c);

@@ -27,6 +27,7 @@ const bool kRegistered = [] {
   fill_gemm_kernels(std::get<GemmKernels>(backend.kernels));
   fill_grad_check_kernels(std::get<GradCheckKernels>(backend.kernels));
   fill_lion_kernels(std::get<LionKernels>(backend.kernels));
+  fill_lion_8bit_kernels(std::get<Lion8bitKernels>(backend.kernels));
   fill_lomo_kernels(std::get<LomoKernels>(backend.kernels));
   fill_norm_kernels(std::get<NormKernels>(backend.kernels));
   fill_quantization_kernels(std::get<QuantizationKernels>(backend.kernels));

@@ -21,6 +21,7 @@ void fill_embedding_kernels(EmbeddingKernels& kernels);    // embedding.cpp
 void fill_gemm_kernels(GemmKernels& kernels);              // gemm.cpp
 void fill_grad_check_kernels(GradCheckKernels& kernels);   // grad_checks.cpp
 void fill_lion_kernels(LionKernels& kernels);              // lion.cpp
+void fill_lion_8bit_kernels(Lion8bitKernels& kernels);     // lion_8bit.cpp
 void fill_lomo_kernels(LomoKernels& kernels);              // lomo.cpp
 void fill_norm_kernels(NormKernels& kernels);              // norm.cpp
 void fill_quantization_kernels(QuantizationKernels& kernels);  // linear_4bit.cpp

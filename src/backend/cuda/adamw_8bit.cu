@@ -3,14 +3,17 @@
 // [bitsandbytes AdamW order of operations]. Each kernel does the CPU kernel's float operations in
 // its order, with the _rn intrinsics so that nvcc fuses nothing the CPU does not (and fmaf where it
 // does), so results match the CPU reference to the bit; one launch per parameter, no host reads.
+// Parameters are f32, bf16 or f16, rounded where bitsandbytes rounds them (Note [bitsandbytes
+// 16-bit parameters] in backend/cpu/adamw_8bit.cpp): after the Adam step and after the decay.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "backend/cpu/adamw_8bit.h"
 #include "backend/cpu/blockwise_quant.h"
-#include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/backend_parts.h"
+#include "backend/cuda/bnb_dynamic_maps.cuh"
+#include "backend/cuda/cuda_launch.h"
 
 namespace headroom::cuda {
 namespace {
@@ -18,8 +21,15 @@ namespace {
 using BnbAdamCoefficients = cpu::BnbAdamCoefficients;
 
 
-template <typename G>
-__global__ void bnb_adam32_kernel(float* param, const G* grad, float* exp_avg, float* exp_avg_sq,
+// The parameter after the Adam step `step` and the decay, rounded into P after each.
+template <typename P>
+__device__ __forceinline__ P bnb_adam_param(P param, float step, const BnbAdamCoefficients& c) {
+  const float stepped = to_f32(from_f32<P>(__fadd_rn(to_f32(param), __fmul_rn(c.step_size, step))));
+  return from_f32<P>(__fmul_rn(stepped, c.decay));
+}
+
+template <typename P, typename G>
+__global__ void bnb_adam32_kernel(P* param, const G* grad, float* exp_avg, float* exp_avg_sq,
                                   int64_t n, BnbAdamCoefficients c) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -29,8 +39,8 @@ __global__ void bnb_adam32_kernel(float* param, const G* grad, float* exp_avg, f
                               __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
-    const float step = __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps_correction2));
-    param[i] = __fmul_rn(__fadd_rn(param[i], __fmul_rn(c.step_size, step)), c.decay);
+    param[i] = bnb_adam_param(param[i], __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps_correction2)),
+                              c);
   }
 }
 
@@ -39,32 +49,11 @@ void bnb_adam32_update(const Tensor& param, const Tensor& grad, const Tensor& st
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      bnb_adam32_kernel<G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          param.data<float>(), static_cast<const G*>(grad.data_ptr()), state1.data<float>(),
-          state2.data<float>(), n, c));
+  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
+      bnb_adam32_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
+          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
+          state1.data<float>(), state2.data<float>(), n, c)));
   check_launch();
-}
-
-// The two dynamic maps, passed by value (2 KiB of kernel parameters) and copied to shared memory
-// by each block, so no device copy of them has to be kept per GPU.
-struct DynamicMaps {
-  float signed_code[256];
-  float unsigned_code[256];
-};
-
-const DynamicMaps& dynamic_maps() {
-  static const DynamicMaps maps = [] {
-    DynamicMaps m{};
-    const cpu::QuantizationMap s = cpu::create_dynamic_map(true);
-    const cpu::QuantizationMap u = cpu::create_dynamic_map(false);
-    for (int i = 0; i < 256; ++i) {
-      m.signed_code[i] = s[static_cast<size_t>(i)];
-      m.unsigned_code[i] = u[static_cast<size_t>(i)];
-    }
-    return m;
-  }();
-  return maps;
 }
 
 // One block per state block of 256 (bitsandbytes' kOptimizerStatic8bit2StateBlockwise with one
@@ -72,9 +61,9 @@ const DynamicMaps& dynamic_maps() {
 constexpr int kQuantBlock = static_cast<int>(cpu::kAdam8bitBlockSize);
 static_assert(kQuantBlock == 256, "one thread per element of a state block");
 
-template <typename G>
+template <typename P, typename G>
 __global__ void __launch_bounds__(kQuantBlock)
-    bnb_adam8bit_kernel(float* param, const G* grad, uint8_t* state1, uint8_t* state2,
+    bnb_adam8bit_kernel(P* param, const G* grad, uint8_t* state1, uint8_t* state2,
                         float* absmax1, float* absmax2, int64_t n, BnbAdamCoefficients c,
                         DynamicMaps maps) {
   __shared__ float q1[256], q2[256];
@@ -121,8 +110,8 @@ __global__ void __launch_bounds__(kQuantBlock)
   }
   if (!valid) return;
   if (finite) {
-    const float step = __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps_correction2));
-    param[i] = __fmul_rn(__fadd_rn(param[i], __fmul_rn(c.step_size, step)), c.decay);
+    param[i] = bnb_adam_param(param[i], __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps_correction2)),
+                              c);
   }
   uint8_t code = cpu::quantize_nearest(q1, __fdiv_rn(m, max1));
   if ((signbit(q1[code]) != 0) != (signbit(m) != 0)) code += m > 0.0f ? 1 : -1;
@@ -138,11 +127,12 @@ void bnb_adam8bit_update(const Tensor& param, const Tensor& grad, const Tensor& 
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
   if (blocks > 0x7fffffff) throw ValueError("bnb_adam8bit_update: too many state blocks");
   DeviceGuard guard(param.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      bnb_adam8bit_kernel<G><<<static_cast<unsigned>(blocks), kQuantBlock, 0, current_stream()>>>(
-          param.data<float>(), static_cast<const G*>(grad.data_ptr()), state1.data<uint8_t>(),
-          state2.data<uint8_t>(), absmax1.data<float>(), absmax2.data<float>(), n, c,
-          dynamic_maps()));
+  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
+      bnb_adam8bit_kernel<P, G><<<static_cast<unsigned>(blocks), kQuantBlock, 0,
+                                  current_stream()>>>(
+          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
+          state1.data<uint8_t>(), state2.data<uint8_t>(), absmax1.data<float>(),
+          absmax2.data<float>(), n, c, dynamic_maps())));
   check_launch();
 }
 

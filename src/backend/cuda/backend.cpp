@@ -25,6 +25,7 @@ const bool kRegistered = [] {
   fill_adamw_kernels(std::get<AdamWKernels>(k));
   fill_adamw_8bit_kernels(std::get<AdamW8bitKernels>(k));
   fill_lion_kernels(std::get<LionKernels>(k));
+  fill_lion_8bit_kernels(std::get<Lion8bitKernels>(k));
   fill_sgd_kernels(std::get<SgdKernels>(k));
   fill_adafactor_kernels(std::get<AdafactorKernels>(k));
   fill_lomo_kernels(std::get<LomoKernels>(k));

@@ -29,6 +29,7 @@ void fill_grad_check_kernels(GradCheckKernels& kernels);        // grad_checks.c
 void fill_adamw_kernels(AdamWKernels& kernels);                 // adamw.cu
 void fill_adamw_8bit_kernels(AdamW8bitKernels& kernels);        // adamw_8bit.cu
 void fill_lion_kernels(LionKernels& kernels);                   // lion.cu
+void fill_lion_8bit_kernels(Lion8bitKernels& kernels);          // lion_8bit.cu
 void fill_sgd_kernels(SgdKernels& kernels);                     // sgd.cu
 void fill_adafactor_kernels(AdafactorKernels& kernels);         // adafactor.cu
 void fill_lomo_kernels(LomoKernels& kernels);                   // lomo.cu
