@@ -354,6 +354,12 @@ void Trainer::build() {
   }
   offload_ = training_offload(args_);
   offloaded_optimizer_ = nullptr;
+  if (communicator_ && (offload_.optimizer || offload_.params)) {
+    throw NotImplementedError(str_cat("offload_optimizer / offload_params with ",
+                                      communicator_->world_size(), " data-parallel ranks are not "
+                                      "supported yet; offload them on one rank (offload_activations "
+                                      "works with data parallel)"));
+  }
   if (offload_.params) {
     // The weights on the host, and their optimizer with them (FSDP's CPU offload).
     enable_parameter_offload(*model_, device_, {.pin_memory = offload_.pin_memory});
@@ -400,11 +406,6 @@ void Trainer::build() {
         communicator_, trainable,
         [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); });
   } else if (offload_.optimizer) {
-    if (communicator_) {
-      throw NotImplementedError(str_cat("offload_optimizer with ", communicator_->world_size(),
-                                        " data-parallel ranks is not supported yet; offload "
-                                        "trains on one rank"));
-    }
     auto offloaded = std::make_unique<OffloadedOptimizer>(
         trainable, device_,
         [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); },
