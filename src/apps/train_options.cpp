@@ -107,7 +107,8 @@ std::vector<TrainOption> make_train_options() {
        "HEADROOM_ALLOC_CONF=expandable_segments:True)",
        &A::expandable_segments},
       {"zero_stage", precision,
-       "under mpirun: 0 (DDP, default) or 1 (ZeRO-1: optimizer states sharded over the ranks)",
+       "under mpirun: 0 (DDP, default), 1 (ZeRO-1: optimizer states sharded over the ranks) or 2 "
+       "(ZeRO-2: gradients reduced to their owner rank too)",
        &A::zero_stage},
       {"deepspeed", precision,
        "a DeepSpeed JSON config: its zero_optimization.stage is the ZeRO stage", &A::deepspeed},

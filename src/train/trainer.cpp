@@ -185,9 +185,9 @@ int64_t training_zero_stage(const TrainingArguments& args) {
     stage = from_file;
   }
   const int64_t value = stage.value_or(0);
-  if (value == 2 || value == 3) {
-    throw NotImplementedError(str_cat("zero_stage: ", value, " (ZeRO-", value,
-                                      ") is not implemented yet; 0 (DDP) and 1 are"));
+  if (value == 3) {
+    throw NotImplementedError(str_cat("zero_stage: 3 (ZeRO-3, parameters sharded) is not "
+                                      "implemented yet; 0 (DDP), 1 and 2 are"));
   }
   if (value < 0 || value > 3) throw ValueError(str_cat("zero_stage: ", value, " is not 0..3"));
   return value;
@@ -350,15 +350,19 @@ void Trainer::build() {
     if (p.requires_grad()) trainable.emplace_back(name, p);
   }
   zero_stage_ = training_zero_stage(args_);
+  std::vector<int> gradient_owners;  // ZeRO-2's; empty: gradients all-reduced
   if (communicator_ && zero_stage_ >= 1) {
     if (args_.save_strategy != "no") {
       throw NotImplementedError(str_cat("zero_stage ", zero_stage_, " with save_strategy '",
                                         args_.save_strategy, "': checkpoints of sharded optimizer "
                                         "states are not written yet; pass --save_strategy no"));
     }
-    optimizer_ = std::make_unique<ZeroRedundancyOptimizer>(
+    auto zero = std::make_unique<ZeroRedundancyOptimizer>(
         communicator_, trainable,
         [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); });
+    // ZeRO-2: each gradient is reduced to its owner alone (Note [ZeRO-2 gradient reduction]).
+    if (zero_stage_ >= 2) gradient_owners = zero->owners();
+    optimizer_ = std::move(zero);
   } else {
     optimizer_ = make_optimizer(options, trainable);
   }
@@ -372,7 +376,8 @@ void Trainer::build() {
     // DDP's start: every rank trains rank 0's model (the same seed makes the same one; this
     // makes sure of it), frozen weights included.
     broadcast_parameters(*communicator_, model_->parameters());
-    reducer_ = std::make_unique<GradientReducer>(communicator_, trainable);
+    reducer_ = std::make_unique<GradientReducer>(communicator_, trainable, GradientBucketOptions{},
+                                                 std::move(gradient_owners));
   }
   if (optimizer_->updates_in_backward()) {
     if (args_.gradient_accumulation_steps > 1) {

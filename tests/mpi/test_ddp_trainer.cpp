@@ -149,6 +149,45 @@ TEST(DataParallelTrainer, Zero1WithClippingMatchesOneProcess) {
   expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", 1, 1.0, 3e-6);
 }
 
+// ZeRO-2: each rank gets its share's averaged gradients only (reduced to it, Note [ZeRO-2
+// gradient reduction]), the same fp32 (a + b) / 2 that DDP's all-reduce gives it.
+TEST(DataParallelTrainer, Zero2MatchesOneProcessWithTheSameGlobalBatch) {
+  expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", 2, 0.0);
+}
+// Clipping by the norm reduced over the shares: as ZeRO-1's (Zero1WithClippingMatchesOneProcess).
+TEST(DataParallelTrainer, Zero2WithClippingMatchesOneProcess) {
+  expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", 2, 1.0, 3e-6);
+}
+// no_sync: the first micro-batch's gradients accumulate in full on every rank, the last one's
+// backward reduces the sums to their owners (SGD: see Fp32WithAccumulationMatchesOneProcess).
+TEST(DataParallelTrainer, Zero2WithAccumulationMatchesOneProcess) {
+  expect_ddp_matches_one_process("fp32", 2, 1e-6, "sgd", 2, 1.0);
+}
+// bf16 autocast keeps fp32 master weights and fp32 gradients, reduced in fp32: 1e-6 as fp32.
+TEST(DataParallelTrainer, Zero2Bf16MatchesOneProcessWithTheSameGlobalBatch) {
+  expect_ddp_matches_one_process("bf16", 1, 1e-6, "adamw_torch", 2, 0.0);
+}
+// pure bf16: the gradients are bf16. One process sums the two micro-batches' halves in bf16
+// (round(round(a / 2) + round(b / 2))); the ranks' reduction rounds (a + b) / 2 once (Note
+// [Reductions of bf16 and f16 over MPI]), so a gradient may differ by a bf16 ulp (2^-8 relative).
+// Losses stay within 1e-2 relative. The weights are bf16 too: near 1 (the norms' gains) a bf16
+// ulp is 2^-7, above an AdamW update (about the learning rate, 3e-3), so whether a step moves
+// such a weight by an ulp is decided by the update's last bits, which that gradient ulp can flip:
+// a weight may differ by an ulp per step, held to 4 ulps at 1 (2^-5) over the run's steps.
+TEST(DataParallelTrainer, Zero2PureBf16MatchesOneProcessWithinBf16Rounding) {
+  expect_ddp_matches_one_process("pure_bf16", 1, 1e-2, "adamw_torch", 2, 0.0, 0x1p-5);
+}
+// fp16 with loss scaling: found_inf is reduced over the ranks, each unscaling its share only.
+// Losses within 1e-6. The gradients are fp32 (autocast's master weights) but flow back through
+// fp16 activations, where one process's loss / 2 (its accumulation of the ranks' two
+// micro-batches) moves small values into or out of fp16's subnormals (below 6.1e-5), which keep
+// fewer bits; AdamW's first steps, g / (|g| + eps), carry that to the weights: 2.7e-5 at most
+// seen (under 1% of the learning rate), the same with DDP (zero_stage 0), so weights are held
+// to 1e-4. No clipping (see Zero1WithClippingMatchesOneProcess for what it adds).
+TEST(DataParallelTrainer, Zero2Fp16MatchesOneProcess) {
+  expect_ddp_matches_one_process("fp16", 1, 1e-6, "adamw_torch", 2, 0.0, 1e-4);
+}
+
 // ZeRO-1 keeps about 1/W of the optimizer states on each rank: below DDP's by at least a third on
 // 2 ranks (shares are whole parameters, so not exactly half), and the ranks' sum is DDP's.
 TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
@@ -183,6 +222,8 @@ TEST(DataParallelTrainer, ZeroStageFromTheDeepSpeedConfig) {
   args.zero_stage = 0;
   EXPECT_THROW(training_zero_stage(args), ValueError);
   args.zero_stage.reset();
+  std::ofstream(config) << R"({"zero_optimization": {"stage": 2}})";
+  EXPECT_EQ(training_zero_stage(args), 2);
   std::ofstream(config) << R"({"zero_optimization": {"stage": 3}})";
   EXPECT_THROW(training_zero_stage(args), NotImplementedError);
   std::ofstream(config) << R"({"zero_optimization": {"stage": "one"}})";
