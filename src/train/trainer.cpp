@@ -67,6 +67,10 @@ void check_arguments(const TrainingArguments& args) {
   };
   at_least("per_device_train_batch_size", args.per_device_train_batch_size, 1);
   at_least("per_device_eval_batch_size", args.per_device_eval_batch_size, 1);
+  if (!(args.ddp_bucket_cap_mb * (1 << 20) >= 1.0)) {
+    throw ValueError(str_cat("ddp_bucket_cap_mb: ", args.ddp_bucket_cap_mb,
+                             " is below one byte"));
+  }
   at_least("gradient_accumulation_steps", args.gradient_accumulation_steps, 1);
   at_least("logging_steps", args.logging_steps, 1);
   if (args.max_steps <= 0 && !(args.num_train_epochs > 0.0)) {
@@ -376,7 +380,10 @@ void Trainer::build() {
     // DDP's start: every rank trains rank 0's model (the same seed makes the same one; this
     // makes sure of it), frozen weights included.
     broadcast_parameters(*communicator_, model_->parameters());
-    reducer_ = std::make_unique<GradientReducer>(communicator_, trainable, GradientBucketOptions{},
+    GradientBucketOptions buckets;
+    buckets.bucket_cap_bytes = static_cast<int64_t>(args_.ddp_bucket_cap_mb * (1 << 20));
+    buckets.first_bucket_cap_bytes = std::min(buckets.first_bucket_cap_bytes, buckets.bucket_cap_bytes);
+    reducer_ = std::make_unique<GradientReducer>(communicator_, trainable, buckets,
                                                  std::move(gradient_owners));
   }
   if (optimizer_->updates_in_backward()) {

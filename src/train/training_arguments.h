@@ -123,6 +123,9 @@ struct TrainingArguments {
   // zero_optimization.stage is read (it must agree with an explicit zero_stage).
   std::optional<int64_t> zero_stage;
   std::string deepspeed;
+  // DDP's bucket_cap_mb (HF ddp_bucket_cap_mb): the gradient buckets' size in MiB (the first
+  // bucket is 1 MiB, or this when smaller).
+  double ddp_bucket_cap_mb = 25.0;
 };
 
 }  // namespace headroom

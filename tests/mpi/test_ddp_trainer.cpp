@@ -14,7 +14,9 @@
 
 #include "dist/communicator.h"
 #include "dist/launch_environment.h"
+#include "memory/device_memory.h"
 #include "memory/memory_category.h"
+#include "plan/dry_run.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
 
@@ -209,6 +211,43 @@ TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
   // Each rank's states are whole tensors, each rounded up to the allocator's 512-byte blocks on
   // its own, so the shards' sum exceeds DDP's by up to a block per tensor: 2% here.
   EXPECT_NEAR(sum, ddp, 0.02 * ddp);
+}
+
+// `headroom plan --world_size 2` dry-runs each rank as itself on the meta device (Note [A dry
+// run's collectives]): every rank's peak allocated in the real run is its plan's to the byte, for
+// DDP, ZeRO-1 and ZeRO-2, and it falls from stage to stage as ZeRO predicts.
+TEST(DataParallelTrainer, EachRanksPeakEqualsItsPlanAndFallsWithTheStage) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  SharedRunDir dir("rank_plan", 0.0);
+  TrainingArguments args = dir.args();
+  args.save_strategy = "no";
+  // The tiny model's 272 KiB of gradients would fill DDP's first 1 MiB bucket alone: buckets of
+  // 32 KiB make it as a real model's, many buckets, so ZeRO-2's buffers are a few of them.
+  args.ddp_bucket_cap_mb = 1.0 / 32;
+  args.max_steps = 2;
+  int64_t previous = 0;
+  for (const int64_t stage : {0, 1, 2}) {
+    args.zero_stage = stage;
+    const DryRunResult plan =
+        dry_run_training(args, {.world_size = world()->world_size(), .rank = world()->rank()});
+    // The real run's third step repeats the second, as the dry-run grid's (tests/plan).
+    TrainingArguments run_args = args;
+    run_args.max_steps = 3;
+    empty_cache(kCPU);  // as a fresh process: nothing cached by the run before
+    Trainer trainer(run_args, {}, world());
+    ASSERT_EQ(trainer.train(), 0);
+    int64_t measured = 0;
+    for (const auto& entry : trainer.log_history()) {
+      if (entry.contains("peak_allocated_bytes")) measured = entry["peak_allocated_bytes"];
+    }
+    std::printf("zero_stage %lld rank %d: peak allocated %lld (plan) %lld (run)\n",
+                static_cast<long long>(stage), world()->rank(),
+                static_cast<long long>(plan.peak_allocated_bytes), static_cast<long long>(measured));
+    EXPECT_EQ(plan.peak_allocated_bytes, measured)
+        << "zero_stage " << stage << ", rank " << world()->rank();
+    if (stage > 0) EXPECT_LT(measured, previous) << "zero_stage " << stage;
+    previous = measured;
+  }
 }
 
 TEST(DataParallelTrainer, ZeroStageFromTheDeepSpeedConfig) {

@@ -202,6 +202,63 @@ TEST(TrainingPlan, CpuAndGpuTargetsPlanTheSamePeaks) {
   }
 }
 
+// --world_size: each ZeRO rank is dry-run as itself and the plan is the heaviest's (Note
+// [Planning data-parallel ranks]); DDP's ranks are alike, so rank 0 alone. The heaviest rank's
+// peak falls from stage to stage. (tests/mpi checks each rank's plan against a real 2-rank run.)
+TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
+  TrainingArguments args = preset_args("gpt2-tiny", 4, 128);
+  PlanTarget target = plan_target("cpu", "", "");
+  target.world_size = 4;
+  const DryRunOptions options{.include_eval = false};
+  int64_t previous = 0;
+  for (const int64_t stage : {0, 1, 2}) {
+    SCOPED_TRACE(stage);
+    args.zero_stage = stage;
+    const TrainingPlan plan = plan_training(args, target, options);
+    EXPECT_EQ(plan.dry.world_size, 4);
+    EXPECT_EQ(plan.dry.zero_stage, stage);
+    ASSERT_EQ(plan.ranks.size(), stage == 0 ? 1u : 4u);
+    int64_t heaviest = 0;
+    for (const RankPeaks& r : plan.ranks) heaviest = std::max(heaviest, r.required);
+    EXPECT_EQ(plan.required_bytes, heaviest);
+    EXPECT_EQ(plan.ranks[static_cast<size_t>(plan.dry.rank)].peak_allocated,
+              plan.dry.peak_allocated_bytes);
+    if (stage > 0) EXPECT_LT(plan.dry.peak_allocated_bytes, previous);
+    previous = plan.dry.peak_allocated_bytes;
+    EXPECT_EQ(plan.to_json()["ranks"].size(), plan.ranks.size());
+  }
+  EXPECT_NE(plan_training(args, target, options).format().find("data parallel over 4 ranks"),
+            std::string::npos);
+  args.zero_stage = 3;
+  EXPECT_THROW(plan_training(args, target, options), NotImplementedError);
+}
+
+// The guides' last row, 70B on 8 x 80 GB: below ZeRO-3 every rank holds the whole model's
+// parameters (128 GiB even in pure bf16), so no full fine-tuning fits at stages 0-2 and the
+// search says ZeRO-3 would be needed; QLoRA fits each rank at stage 0.
+TEST(ConfigurationSearch, Llama70bOnEightGpusNeedsZero3ForFullFineTuning) {
+  TrainingArguments base = preset_args("llama-70b", 1, 4096);
+  base.bf16 = true;
+  base.gradient_checkpointing = true;
+  PlanTarget target = plan_target("auto", "", "80GiB");
+  target.world_size = 8;
+  const SearchSpace space{{"bf16", "pure_bf16"}, {"adamw_torch", "adafactor"}, {"full"},
+                          {"full", "qlora:16"}};
+  const SearchResult result = search_configurations(base, target, space);
+  ASSERT_FALSE(result.fitting.empty());
+  for (const TrainingPlan& p : result.fitting) {
+    EXPECT_TRUE(p.args.load_in_4bit) << describe_configuration(p.args);
+    EXPECT_EQ(p.dry.zero_stage, 0);
+  }
+  ASSERT_EQ(result.notes.size(), 1u);
+  EXPECT_NE(result.notes[0].find("full: nothing fits"), std::string::npos) << result.notes[0];
+  EXPECT_NE(result.notes[0].find("ZeRO-3 (not built yet), could fit it"), std::string::npos)
+      << result.notes[0];
+  EXPECT_NE(result.notes[0].find("ZeRO-2"), std::string::npos) << result.notes[0];
+  EXPECT_NE(result.format(5).find("  zero  "), std::string::npos);
+  EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {}, {}, {3}}), ValueError);
+}
+
 // Every row fits, each row's next micro-batch did not (or is the whole batch), and the rows
 // come best first.
 TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
