@@ -269,27 +269,66 @@ TEST(DataParallelTrainer, ZeroStageFromTheDeepSpeedConfig) {
   EXPECT_THROW(training_zero_stage(args), ValueError);
 }
 
-// Steps 3-4 of a 2-rank run resumed from its checkpoint-2 equal the uninterrupted run's, bit for bit.
+// Steps 3-4 of a 2-rank run resumed from its checkpoint-2 equal the uninterrupted run's, bit for
+// bit (with ZeRO: each rank's optimizer shard resumed, Note [ZeRO checkpoints]).
+void expect_resume_is_bit_identical(int64_t zero_stage, const fs::path& root,
+                                    const TrainingArguments& args) {
+  Trainer full(args, {}, world());
+  ASSERT_EQ(full.train(), 0);
+  ASSERT_TRUE(fs::exists(root / "out" / "checkpoint-2"));
+
+  TrainingArguments resumed_args = args;
+  resumed_args.output_dir = (root / "resumed").string();
+  resumed_args.resume_from_checkpoint = (root / "out" / "checkpoint-2").string();
+  Trainer resumed(resumed_args, {}, world());
+  ASSERT_EQ(resumed.train(), 0);
+  const auto expected = step_losses(full), actual = step_losses(resumed);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [step, loss] : expected) {
+    EXPECT_EQ(actual.at(step), loss) << "zero_stage " << zero_stage << ", step " << step;
+  }
+  const auto pa = resumed.model().parameters(), pe = full.model().parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].to_float_vector(), pe[i].to_float_vector()) << i;
+  }
+}
+
 TEST(DataParallelTrainer, ResumeWithTheSameWorldSizeIsBitIdentical) {
   if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   SharedRunDir dir("ddp_resume", 0.1);  // dropout: the generator's state is resumed too
   TrainingArguments args = dir.args();
   args.per_device_train_batch_size = 2;
-  Trainer full(args, {}, world());
-  ASSERT_EQ(full.train(), 0);
-  ASSERT_TRUE(fs::exists(dir.path() / "out" / "checkpoint-2"));
+  expect_resume_is_bit_identical(0, dir.path(), args);
+}
 
-  TrainingArguments resumed_args = args;
-  resumed_args.output_dir = (dir.path() / "resumed").string();
-  resumed_args.resume_from_checkpoint = (dir.path() / "out" / "checkpoint-2").string();
-  Trainer resumed(resumed_args, {}, world());
-  ASSERT_EQ(resumed.train(), 0);
-  const auto expected = step_losses(full), actual = step_losses(resumed);
-  ASSERT_EQ(actual.size(), expected.size());
-  for (const auto& [step, loss] : expected) EXPECT_EQ(actual.at(step), loss) << step;
-  const auto pa = resumed.model().parameters(), pe = full.model().parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_EQ(pa[i].to_float_vector(), pe[i].to_float_vector()) << i;
+TEST(DataParallelTrainer, ZeroShardedCheckpointsResumeBitIdentically) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  for (const int64_t stage : {1, 2}) {
+    SharedRunDir dir(str_cat("zero_resume_", stage), 0.1);
+    TrainingArguments args = dir.args();
+    args.per_device_train_batch_size = 2;
+    args.zero_stage = stage;
+    expect_resume_is_bit_identical(stage, dir.path(), args);
+    // One shard per rank and the manifest; no unsharded optimizer file.
+    const fs::path checkpoint = dir.path() / "out" / "checkpoint-2";
+    EXPECT_TRUE(fs::exists(checkpoint / "zero_checkpoint.json"));
+    EXPECT_FALSE(fs::exists(checkpoint / "optimizer.safetensors"));
+    for (int rank = 0; rank < world()->world_size(); ++rank) {
+      EXPECT_TRUE(fs::exists(checkpoint / str_cat("optimizer-rank-", rank, "-of-",
+                                                  world()->world_size(), ".safetensors")));
+    }
+    // The model is written whole (every rank holds all the parameters below ZeRO-3) for HF.
+    EXPECT_TRUE(fs::exists(dir.path() / "out" / "model.safetensors"));
+    // Another world size is refused by name: here one process, each rank on its own.
+    TrainingArguments single = args;
+    single.output_dir = (dir.path() / str_cat("single_", world()->rank())).string();
+    single.resume_from_checkpoint = checkpoint.string();
+    try {
+      Trainer(single).train();
+      ADD_FAILURE() << "a ZeRO checkpoint resumed by one process";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("mpirun -np 2"), std::string::npos) << e.what();
+    }
   }
 }
 
