@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "core/error.h"
 #include "memory/alloc_config.h"
@@ -96,7 +97,9 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
     if (target.world_size > 1) {
       plan.ranks.push_back({rank, dry.peak_allocated_bytes, dry.peak_reserved_bytes, required});
     }
-    if (rank == 0 || required > plan.required_bytes) {
+    // The heaviest: most required, then most allocated (the reserved peaks often tie).
+    if (rank == 0 || std::pair(required, dry.peak_allocated_bytes) >
+                         std::pair(plan.required_bytes, plan.dry.peak_allocated_bytes)) {
       plan.dry = std::move(dry);
       plan.required_bytes = required;
     }

@@ -41,9 +41,9 @@ PlanTarget plan_target(const std::string& device, const std::string& gpu,
 
 // Note [Planning data-parallel ranks]
 // ZeRO's shares are whole parameters, so its ranks hold different bytes: each rank is dry-run
-// as itself (DryRunOptions::rank) and the plan is the heaviest rank's (the one needing most),
-// the others' peaks listed beside it. A rank that does not fit ends the loop, as the
-// configuration cannot fit whatever the others need. Under DDP (stage 0) every rank makes the
+// as itself (DryRunOptions::rank) and the plan is the heaviest rank's (the one needing most,
+// then the one allocating most), the others' peaks listed beside it. A rank that does not fit
+// ends the loop, as the configuration cannot fit whatever the others need. Under DDP (stage 0) every rank makes the
 // same allocations (the same buckets, batches of one shape), so rank 0 stands for all.
 struct RankPeaks {
   int rank = 0;

@@ -218,9 +218,11 @@ TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
     EXPECT_EQ(plan.dry.world_size, 4);
     EXPECT_EQ(plan.dry.zero_stage, stage);
     ASSERT_EQ(plan.ranks.size(), stage == 0 ? 1u : 4u);
-    int64_t heaviest = 0;
-    for (const RankPeaks& r : plan.ranks) heaviest = std::max(heaviest, r.required);
-    EXPECT_EQ(plan.required_bytes, heaviest);
+    for (const RankPeaks& r : plan.ranks) {
+      EXPECT_LE(std::pair(r.required, r.peak_allocated),
+                std::pair(plan.required_bytes, plan.dry.peak_allocated_bytes))
+          << "rank " << r.rank;
+    }
     EXPECT_EQ(plan.ranks[static_cast<size_t>(plan.dry.rank)].peak_allocated,
               plan.dry.peak_allocated_bytes);
     if (stage > 0) EXPECT_LT(plan.dry.peak_allocated_bytes, previous);
@@ -231,6 +233,36 @@ TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
             std::string::npos);
   args.zero_stage = 3;
   EXPECT_THROW(plan_training(args, target, options), NotImplementedError);
+}
+
+// With several ranks a split that does not fit as DDP is tried with ZeRO-1, then ZeRO-2, and
+// the table keeps the first stage that fits.
+TEST(ConfigurationSearch, TriesZeroStagesInTurn) {
+  const TrainingArguments base = preset_args("gpt2-tiny", 1, 128);  // one split
+  PlanTarget target = plan_target("auto", "", "1GiB");
+  target.world_size = 2;
+  const SearchSpace space{{"fp32"}, {"adamw_torch"}, {"none"}, {"full"}, {"native"}};
+  TrainingArguments args = base;
+  args.precision = "fp32";
+  std::vector<int64_t> required;
+  for (const int64_t stage : {0, 1, 2}) {
+    args.zero_stage = stage;
+    required.push_back(plan_training(args, target).required_bytes);
+  }
+  // The smallest need; the first stage that meets it is the one the search must keep (ZeRO-1
+  // and ZeRO-2 may reserve alike: the allocator rounds segments to 2 MiB).
+  target.capacity_bytes = *std::min_element(required.begin(), required.end());
+  ASSERT_LT(target.capacity_bytes, required[0]);
+  const int64_t first_fitting =
+      std::find_if(required.begin(), required.end(),
+                   [&](int64_t r) { return r <= target.capacity_bytes; }) - required.begin();
+  const SearchResult result = search_configurations(base, target, space);
+  ASSERT_EQ(result.fitting.size(), 1u) << result.format(5);
+  EXPECT_EQ(result.fitting[0].dry.zero_stage, first_fitting);
+  EXPECT_LE(result.fitting[0].required_bytes, target.capacity_bytes);
+  EXPECT_EQ(result.to_json(5)["configurations"][0]["zero_stage"], first_fitting);
+  target.capacity_bytes = required[0];
+  EXPECT_EQ(search_configurations(base, target, space).fitting.at(0).dry.zero_stage, 0);
 }
 
 // The guides' last row, 70B on 8 x 80 GB: below ZeRO-3 every rank holds the whole model's
