@@ -111,7 +111,27 @@ std::vector<TrainOption> make_train_options() {
        "(ZeRO-2: gradients reduced to their owner rank too)",
        &A::zero_stage},
       {"deepspeed", precision,
-       "a DeepSpeed JSON config: its zero_optimization.stage is the ZeRO stage", &A::deepspeed},
+       "a DeepSpeed JSON config: its zero_optimization.stage is the ZeRO stage, its "
+       "offload_optimizer / offload_param (device cpu) turn offload on; other keys are named in a "
+       "warning",
+       &A::deepspeed},
+      {"offload_optimizer", precision,
+       "keep the optimizer's states and a copy of the parameters in host memory and run its step "
+       "there (ZeRO-Offload); gradients leave the device as backward produces them",
+       &A::offload_optimizer},
+      {"offload_optimizer_ratio", precision,
+       "the fraction of the parameters (by elements, in order) whose optimizer is offloaded",
+       &A::offload_optimizer_ratio},
+      {"offload_activations", precision,
+       "move saved activations of the blocks (with gradient_checkpointing: the checkpoint inputs) "
+       "to host memory, bringing them back one block ahead of backward",
+       &A::offload_activations},
+      {"offload_params", precision,
+       "keep the blocks' weights in host memory, copying each block in for its forward and "
+       "backward (the next one prefetched)",
+       &A::offload_params},
+      {"offload_pin_memory", precision, "page-locked host memory for offload on a GPU",
+       &A::offload_pin_memory},
       {"ddp_bucket_cap_mb", precision,
        "under mpirun: the gradient buckets' size in MiB (the first 1 MiB, or this when smaller)",
        &A::ddp_bucket_cap_mb},

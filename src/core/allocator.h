@@ -40,8 +40,25 @@ using AllocatorLookup = Allocator& (*)(int device_index);
 
 void register_allocator(DeviceType type, AllocatorLookup lookup);
 
-// The allocator serving `device`; NotImplementedError when none is registered for its type.
+// The allocator serving `device`: the innermost UseAllocator's of this thread for the device's
+// type, else the registered one; NotImplementedError when none is registered for its type.
 Allocator& allocator_for(Device device);
+
+// Makes `allocator` serve every new storage of `type` on this thread for a scope, as
+// torch.cuda.use_mem_pool does: offload (memsave) runs the host's share of a step in it so that
+// the tensors it makes come from the host pool, not from the compute device's allocator, even
+// when the compute device is the CPU itself. Not owned; scopes nest.
+class UseAllocator {
+ public:
+  UseAllocator(DeviceType type, Allocator& allocator);
+  ~UseAllocator();
+  UseAllocator(const UseAllocator&) = delete;
+  UseAllocator& operator=(const UseAllocator&) = delete;
+
+ private:
+  DeviceType type_;
+  Allocator* previous_;
+};
 
 // Installs the pinned host allocator (a backend at static initialisation; tests with a fake one)
 // and returns the one it replaces. Not owned: it must outlive every tensor it backs.

@@ -90,6 +90,13 @@ class Frame {
  public:
   Frame(CheckpointFunction fn, const std::vector<Tensor>& inputs, const CheckpointOptions& options)
       : fn_(std::move(fn)), inputs_(inputs), options_(options) {
+    if (current_saved_tensor_hooks() && active_regions.empty()) {
+      // Hooks around the checkpoint (activation offload) keep the inputs, as torch's region saves
+      // them through the hooks in force outside it (transformers' checkpoint offload). Inside
+      // another region the inputs are kept as they are, as before.
+      for (const Tensor& t : inputs_) saved_inputs_.emplace_back(t);
+      inputs_.clear();
+    }
     for (const Tensor& t : inputs_) {
       input_versions_.push_back(t.defined() ? t.storage()->version() : 0);
     }
@@ -234,7 +241,13 @@ class Frame {
           });
       ActiveRegionScope active(this, &rec);
       try {
-        fn_(inputs_);
+        if (saved_inputs_.empty()) {
+          fn_(inputs_);
+        } else {
+          std::vector<Tensor> inputs;
+          for (const SavedTensor& saved : saved_inputs_) inputs.push_back(saved.unpack("checkpoint"));
+          fn_(inputs);
+        }
       } catch (const StopRecomputation&) {
       }
     }
@@ -259,6 +272,7 @@ class Frame {
 
   CheckpointFunction fn_;
   std::vector<Tensor> inputs_;
+  std::vector<SavedTensor> saved_inputs_;  // instead of inputs_ under outer hooks
   std::vector<uint32_t> input_versions_;
   CheckpointOptions options_;
   uint64_t seed_ = 0, offset_ = 0;

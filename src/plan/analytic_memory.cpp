@@ -4,6 +4,7 @@
 #include "memsave/checkpoint_policy.h"
 #include "nn/model_presets.h"
 #include "optim/optimizer_factory.h"
+#include "train/trainer.h"
 
 namespace headroom {
 
@@ -69,8 +70,11 @@ FormulaMemory formula_training_memory(const HfConfig& config, const TrainingArgu
                                     recipe.kahan_summation, sgd_momentum);
   }
   f.parameters = static_cast<int64_t>(n * f.weight_bytes_per_parameter);
-  f.gradients = static_cast<int64_t>(trained * f.gradient_bytes_per_parameter);
-  f.optimizer_states = static_cast<int64_t>(states);
+  // Offloaded optimizers keep their share's gradients and states on the host (ZeRO-Offload).
+  const OffloadSettings offload = training_offload(args);
+  const double on_device = offload.optimizer ? 1.0 - offload.optimizer_ratio : 1.0;
+  f.gradients = static_cast<int64_t>(trained * f.gradient_bytes_per_parameter * on_device);
+  f.optimizer_states = static_cast<int64_t>(states * on_device);
   f.optimizer_bytes_per_parameter = trained > 0.0 ? states / trained : 0.0;
 
   const ModelDims m = model_dims(config);

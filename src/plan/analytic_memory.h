@@ -29,6 +29,8 @@ namespace headroom {
 //   (only the layer's input kept); doubled for fp32 activations; plus 4*s*b*v for the fp32 logits
 //   of the output layer and loss. Layers checkpointed by every_N count as full, the others as
 //   none.
+// With optimizer offload the offloaded share's gradients and states are on the host: the device
+//   counts the rest (1 - offload_optimizer_ratio) of both.
 // The formula has no temporaries and no allocator slack: its total is what it claims to need.
 struct FormulaMemory {
   int64_t parameters = 0;

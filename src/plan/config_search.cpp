@@ -179,26 +179,40 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
       args.gradient_accumulation_steps = result.effective_batch / micro;
       args.eval_strategy = "no";
       std::optional<TrainingPlan> plan;
-      for (const std::optional<int64_t>& stage : stage_choices) {
-        if (stage) args.zero_stage = *stage;
-        for (const bool expandable : expandable_choices) {
-          // The next allocator policy (or stage) only for a split the one before could not fit.
-          if (plan && plan->fits()) break;
-          args.expandable_segments = expandable;
-          try {
-            TrainingPlan attempt = plan_training(args, target, options);
-            if (!plan || attempt.fits() || attempt.required_bytes < plan->required_bytes) {
-              plan = std::move(attempt);
+      // Offload only when nothing else fits: the optimizer's states and step first, then the
+      // saved activations too. A full fine-tune's optimizer only (LoRA's states are small, LOMO
+      // keeps none), and not where the base arguments offload already, nor over several ranks
+      // (offload trains one process).
+      std::vector<int> offload_levels = {0};
+      if (adapter == "full" && optim != "lomo" && !training_offload(base).any() &&
+          target.world_size <= 1) {
+        offload_levels = {0, 1, 2};
+      }
+      for (const int offload : offload_levels) {
+        for (const std::optional<int64_t>& stage : stage_choices) {
+          if (stage) args.zero_stage = *stage;
+          for (const bool expandable : expandable_choices) {
+            // The next allocator policy (or stage, or offload) only for a split the one before
+            // could not fit.
+            if (plan && plan->fits()) break;
+            args.expandable_segments = expandable;
+            args.offload_optimizer = offload >= 1;
+            args.offload_activations = offload >= 2;
+            try {
+              TrainingPlan attempt = plan_training(args, target, options);
+              if (!plan || attempt.fits() || attempt.required_bytes < plan->required_bytes) {
+                plan = std::move(attempt);
+              }
+            } catch (const Error& e) {
+              // A combination the engine does not offer (8-bit states of bf16 weights, ...).
+              result.unsupported.push_back(
+                  str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
+                          e.what()));
+              return false;
             }
-          } catch (const Error& e) {
-            // A combination the engine does not offer (8-bit states of bf16 weights, ...).
-            result.unsupported.push_back(
-                str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
-                        e.what()));
-            return false;
+            ++result.dry_runs;
+            if (progress) progress(result.dry_runs);
           }
-          ++result.dry_runs;
-          if (progress) progress(result.dry_runs);
         }
       }
       if (!plan->fits()) {
@@ -263,6 +277,8 @@ nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
                      p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy : "none"},
                     {"expandable_segments", p.args.expandable_segments},
                     {"zero_stage", p.dry.zero_stage},
+                    {"offload", offload_label(p.args)},
+                    {"host_required_bytes", p.dry.host_required_bytes()},
                     {"per_device_train_batch_size", p.args.per_device_train_batch_size},
                     {"gradient_accumulation_steps", p.args.gradient_accumulation_steps},
                     {"peak_allocated_bytes", p.dry.peak_allocated_bytes},
@@ -285,7 +301,7 @@ nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
 
 std::string SearchResult::format(int64_t max_rows) const {
   std::string text;
-  char line[256];
+  char line[320];
   std::snprintf(line, sizeof line,
                 "\n%lld configurations fit (%lld dry runs in %.1f s, %lld too large), effective "
                 "batch %lld, best first by estimated step time:\n",
@@ -303,22 +319,28 @@ std::string SearchResult::format(int64_t max_rows) const {
   }
   // With several ranks, the ZeRO stage each configuration needs.
   const bool ranks = world_size > 1;
-  std::snprintf(line, sizeof line, "  %4s%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10s\n",
-                "rank", ranks ? "  zero" : "", "adapter", "precision", "optim", "ckpt", "allocator", "micro x acc",
-                "peak alloc", "required", "step s");
+  std::snprintf(line, sizeof line,
+                "  %4s%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10s  %s\n", "rank",
+                ranks ? "  zero" : "", "adapter", "precision", "optim", "ckpt", "allocator",
+                "micro x acc", "peak alloc", "required", "step s", "offload (host RAM)");
   text += line;
   for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
     const TrainingPlan& p = fitting[i];
     const std::string split = str_cat(p.args.per_device_train_batch_size, " x ",
                                       p.args.gradient_accumulation_steps);
+    const std::string offload =
+        p.dry.host_required_bytes() > 0
+            ? str_cat(offload_label(p.args), " (", format_bytes(p.dry.host_required_bytes()), ")")
+            : std::string("-");
     std::snprintf(line, sizeof line,
-                  "  %4zu%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g\n", i + 1,
+                  "  %4zu%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g  %s\n", i + 1,
                   ranks ? str_cat("  ", p.dry.zero_stage, "   ").c_str() : "",
                   adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
                   p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
                                                 : "none",
                   p.dry.expandable_segments ? "expandable" : "native", split.c_str(), format_bytes(p.dry.peak_allocated_bytes).c_str(),
-                  format_bytes(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0);
+                  format_bytes(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0,
+                  offload.c_str());
     text += line;
   }
   if (static_cast<int64_t>(fitting.size()) > max_rows) {

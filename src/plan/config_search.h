@@ -56,10 +56,14 @@ void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 // the adapters' states are a few MB, so another optimizer changes next to nothing. Each dry run
 // does 2 steps of at most 2 micro-batches (DryRunOptions). A split that does not fit with the
 // native allocator is dry-run again with expandable segments before it ends its row
-// (SearchSpace::allocators); the table says which the configuration needs. With several ranks each
-// split is tried at ZeRO stage 0, then 1, then 2, each with the allocators in turn, and the first
-// that fits is kept (SearchSpace::zero_stages); a ZeRO plan is its heaviest rank's (Note [Planning
-// data-parallel ranks]).
+// (SearchSpace::allocators); the table says which the configuration needs. A full fine-tune
+// (not LOMO) that fits with neither is dry-run again with optimizer offload, then with
+// optimizer and activation offload (Note [Optimizer offload], Note [Activation offload]); the
+// table gives the host RAM it needs and the step estimate charges the host traffic. With several
+// ranks each split is tried at ZeRO stage 0, then 1, then 2, each with the allocators in turn,
+// and the first that fits is kept (SearchSpace::zero_stages); a ZeRO plan is its heaviest rank's
+// (Note [Planning data-parallel ranks]). Offload does not train data-parallel yet, so it is
+// searched for one process only.
 
 // Note [Configurations that need ZeRO-3]
 // Stages 0 to 2 leave every rank holding all the parameters. When no configuration of an adapter

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "dist/meta_communicator.h"
 #include "memory/device_memory.h"
+#include "memory/host_pool.h"
 #include "nn/linear_4bit.h"
 #include "plan/synthetic_batches.h"
 #include "train/memory_report.h"
@@ -32,6 +33,10 @@ int64_t DryRunResult::required_bytes() const {
   return std::max(peak_reserved_bytes, load_peak_reserved_bytes);
 }
 
+int64_t DryRunResult::host_required_bytes() const {
+  return std::max(host_peak_reserved_bytes, host_load_peak_reserved_bytes);
+}
+
 nlohmann::ordered_json DryRunResult::to_json() const {
   MemoryBreakdown b;
   b.at_peak = at_peak;
@@ -42,6 +47,10 @@ nlohmann::ordered_json DryRunResult::to_json() const {
           {"breakdown", b.breakdown_json()},
           {"load_peak_allocated_bytes", load_peak_allocated_bytes},
           {"load_peak_reserved_bytes", load_peak_reserved_bytes},
+          {"host_peak_allocated_bytes", host_peak_allocated_bytes},
+          {"host_peak_reserved_bytes", host_peak_reserved_bytes},
+          {"host_required_bytes", host_required_bytes()},
+          {"host_bytes_per_step", host_bytes_per_step},
           {"num_parameters", num_parameters},
           {"parameter_bytes", parameter_bytes},
           {"tokens_per_step", tokens_per_step},
@@ -118,18 +127,47 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
       allocator.set_expandable_segments(enabled);
     }
   } restore{meta, expandable_before};
+  // Offload's host pool of a dry run (Note [The host pool]): meta too, but its own.
+  CachingAllocator& host = host_pool(kMeta);
+  auto host_peaks = [&host] {
+    const DeviceStats stats = host.stats();
+    const auto all = static_cast<size_t>(StatType::all);
+    return std::pair(stats.allocated_bytes[all].peak, stats.reserved_bytes[all].peak);
+  };
   auto run = [&](int skipped) {
     meta.empty_cache();
     meta.set_expandable_segments(expandable);
     meta.set_memory_limit(0);
     meta.reset_peak_stats();
+    host.empty_cache();
+    // HEADROOM_ALLOC_CONF configures the host pool as every allocator; --expandable_segments is
+    // the device's.
+    host.set_expandable_segments(AllocatorConfig::from_env().expandable_segments);
+    host.reset_peak_stats();
     Trainer trainer(dry, batches, communicator);
     result.load_peak_allocated_bytes = static_cast<int64_t>(max_memory_allocated(kMeta));
     result.load_peak_reserved_bytes = static_cast<int64_t>(max_memory_reserved(kMeta));
+    result.host_load_peak_reserved_bytes =
+        std::max(result.host_load_peak_reserved_bytes, host_peaks().second);
     // From here on as Trainer::train(): its peaks (metrics.jsonl) count from this reset.
     meta.reset_peak_stats();
-    for (int i = 0; i < skipped + options.steps; ++i) trainer.step(/*assume_overflow=*/i < skipped);
+    host.reset_peak_stats();
+    auto host_allocated_so_far = [&host] {
+      return host.stats().allocated_bytes[static_cast<size_t>(StatType::all)].allocated;
+    };
+    int64_t host_after_first = 0;
+    for (int i = 0; i < skipped + options.steps; ++i) {
+      trainer.step(/*assume_overflow=*/i < skipped);
+      if (i == 0) host_after_first = host_allocated_so_far();
+    }
+    if (skipped == 0 && options.steps > 1) {
+      result.host_bytes_per_step =
+          (host_allocated_so_far() - host_after_first) / (options.steps - 1);
+    }
     if (eval) trainer.evaluate();
+    const auto [host_allocated, host_reserved] = host_peaks();
+    result.host_peak_allocated_bytes = std::max(result.host_peak_allocated_bytes, host_allocated);
+    result.host_peak_reserved_bytes = std::max(result.host_peak_reserved_bytes, host_reserved);
     const MemoryBreakdown b = MemoryBreakdown::of_device(kMeta);
     if (skipped == 0) {
       result.num_parameters = trainer.model().num_parameters();
@@ -186,6 +224,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     b.allocator_slack = b.peak_reserved - b.peak_allocated;
   }
   meta.empty_cache();
+  host.empty_cache();
   result.peak_allocated_bytes = b.peak_allocated;
   result.peak_reserved_bytes = b.peak_reserved;
   result.at_peak = b.at_peak;

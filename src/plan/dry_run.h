@@ -66,6 +66,14 @@ struct DryRunResult {
   bool loss_scaling = false;
   Peaks no_overflow_peaks;         // the dry run without skipped steps
   Peaks first_step_skipped_peaks;  // with loss scaling: the run whose first step overflowed
+  // Offload's host pool (Note [The host pool]; 0 without offload): its peaks from the start of
+  // training, as metrics.jsonl's host_peak_*_bytes count them, and while the model is built.
+  int64_t host_peak_allocated_bytes = 0;
+  int64_t host_peak_reserved_bytes = 0;
+  int64_t host_load_peak_reserved_bytes = 0;
+  // Bytes allocated in the host pool per step after the first (each a copy out of the device:
+  // gradients, saved activations), which the step-time estimate charges twice (out and back).
+  int64_t host_bytes_per_step = 0;
   int64_t num_parameters = 0;       // a 4-bit base's weights included (Module's count has none)
   int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype and of the
                                      // 4-bit weights with their quantization state
@@ -84,6 +92,8 @@ struct DryRunResult {
 
   // What the device must hold: the larger of the training and the load peaks.
   int64_t required_bytes() const;
+  // What the host pool must hold, likewise (0 without offload).
+  int64_t host_required_bytes() const;
 
   // {"device", "peak_allocated_bytes", "peak_reserved_bytes", "breakdown": {parameters,
   //  gradients, optimizer_states, activations, temporaries, allocator_slack},

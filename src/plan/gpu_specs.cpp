@@ -31,20 +31,21 @@ std::string normalised(std::string_view name) {
 
 const std::vector<GpuSpec>& gpu_specs() {
   // memory: nvidia-smi's memory.total in MiB; rates: dense peaks from NVIDIA's datasheets
-  // (16-bit tensor cores with fp32 accumulation, plain fp32, memory bandwidth).
+  // (16-bit tensor cores with fp32 accumulation, plain fp32, memory bandwidth); host link: the
+  // card's PCIe generation at x16, per direction.
   static const std::vector<GpuSpec> specs = {
-      {"H100-80GB", kHopper, 81559 * kMiB, 989.0, 67.0, 3.35, true},
-      {"H100-PCIe", kHopper, 81559 * kMiB, 756.0, 51.0, 2.0, true},
-      {"H200", kHopper, 143771 * kMiB, 989.0, 67.0, 4.8, true},
-      {"A100-80GB", kAmpere, 81920 * kMiB, 312.0, 19.5, 2.039, true},
-      {"A100-40GB", kAmpere, 40960 * kMiB, 312.0, 19.5, 1.555, true},
-      {"A10", kAmpere, 23028 * kMiB, 125.0, 31.2, 0.6, true},
-      {"RTX3090", kAmpere, 24576 * kMiB, 35.6, 35.6, 0.936, true},
-      {"L40S", kAda, 46068 * kMiB, 362.0, 91.6, 0.864, true},
-      {"L4", kAda, 23034 * kMiB, 121.0, 30.3, 0.3, true},
-      {"RTX4090", kAda, 24564 * kMiB, 165.2, 82.6, 1.008, true},
-      {"T4", kTuringVolta, 15360 * kMiB, 65.0, 8.1, 0.32, false},
-      {"V100-32GB", kTuringVolta, 32768 * kMiB, 125.0, 15.7, 0.9, false},
+      {"H100-80GB", kHopper, 81559 * kMiB, 989.0, 67.0, 3.35, 64.0, true},
+      {"H100-PCIe", kHopper, 81559 * kMiB, 756.0, 51.0, 2.0, 64.0, true},
+      {"H200", kHopper, 143771 * kMiB, 989.0, 67.0, 4.8, 64.0, true},
+      {"A100-80GB", kAmpere, 81920 * kMiB, 312.0, 19.5, 2.039, 32.0, true},
+      {"A100-40GB", kAmpere, 40960 * kMiB, 312.0, 19.5, 1.555, 32.0, true},
+      {"A10", kAmpere, 23028 * kMiB, 125.0, 31.2, 0.6, 32.0, true},
+      {"RTX3090", kAmpere, 24576 * kMiB, 35.6, 35.6, 0.936, 32.0, true},
+      {"L40S", kAda, 46068 * kMiB, 362.0, 91.6, 0.864, 32.0, true},
+      {"L4", kAda, 23034 * kMiB, 121.0, 30.3, 0.3, 32.0, true},
+      {"RTX4090", kAda, 24564 * kMiB, 165.2, 82.6, 1.008, 32.0, true},
+      {"T4", kTuringVolta, 15360 * kMiB, 65.0, 8.1, 0.32, 16.0, false},
+      {"V100-32GB", kTuringVolta, 32768 * kMiB, 125.0, 15.7, 0.9, 16.0, false},
   };
   return specs;
 }

@@ -32,6 +32,7 @@ struct GpuSpec {
   double bf16_tflops;        // dense tensor-core peak with fp32 accumulation (datasheet)
   double fp32_tflops;        // plain fp32 (PyTorch's default: TF32 off for matmuls)
   double memory_tb_per_s;    // HBM / GDDR bandwidth
+  double host_link_gb_per_s; // to host memory, one direction: PCIe x16 (Gen5 64, Gen4 32, Gen3 16)
   bool has_bf16;             // Volta and Turing have no bf16: their search offers fp16 only
 };
 

@@ -13,12 +13,16 @@ nlohmann::ordered_json StepCost::to_json() const {
           {"overhead_seconds", overhead_seconds},
           {"model_flops", model_flops},
           {"recompute_flops", recompute_flops},
-          {"optimizer_bytes", optimizer_bytes}};
+          {"optimizer_bytes", optimizer_bytes},
+          {"host_transfer_bytes", host_transfer_bytes},
+          {"host_transfer_seconds", host_transfer_seconds},
+          {"host_optimizer_seconds", host_optimizer_seconds}};
 }
 
 StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
                             bool sixteen_bit, int64_t num_parameters, int64_t state_bytes,
-                            const GpuSpec& gpu) {
+                            const GpuSpec& gpu, int64_t host_transfer_bytes,
+                            int64_t host_state_bytes) {
   StepCost cost;
   const ModelDims d = model_dims(config);
   const auto layers = static_cast<double>(d.layers);
@@ -58,6 +62,9 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& arg
   cost.optimizer_bytes = 2.0 * static_cast<double>(state_bytes);
   cost.optimizer_seconds = cost.optimizer_bytes / (gpu.memory_tb_per_s * 1e12);
   cost.overhead_seconds = micro_batches * passes * layers * kKernelsPerBlock * kLaunchSeconds;
+  cost.host_transfer_bytes = static_cast<double>(host_transfer_bytes);
+  cost.host_transfer_seconds = cost.host_transfer_bytes / (gpu.host_link_gb_per_s * 1e9);
+  cost.host_optimizer_seconds = 2.0 * static_cast<double>(host_state_bytes) / kHostBytesPerSecond;
   return cost;
 }
 

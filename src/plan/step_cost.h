@@ -25,6 +25,12 @@ namespace headroom {
 // Optimizer time: bytes read and written per parameter (weights, gradient and state, read and
 // written back) / memory bandwidth. Launch overhead: kKernelsPerBlock kernels per block and
 // micro-batch at kLaunchSeconds each, which is what makes many small micro-batches slower.
+// Offload (Note [Optimizer offload], Note [Activation offload]): what moves between the device
+// and the host pool in a step crosses the card's host link (GpuSpec::host_link_gb_per_s) once,
+// charged in full (no overlap assumed), and an offloaded optimizer streams its host state
+// through host memory at kHostBytesPerSecond, an assumed 40 GB/s for one GPU's share of a
+// server's memory bandwidth, instead of the GPU's.
+inline constexpr double kHostBytesPerSecond = 40e9;
 inline constexpr double kModelFlopsUtilization = 0.45;
 inline constexpr double kKernelsPerBlock = 60.0;
 inline constexpr double kLaunchSeconds = 4e-6;
@@ -36,15 +42,24 @@ struct StepCost {
   double compute_seconds = 0.0;
   double optimizer_seconds = 0.0;
   double overhead_seconds = 0.0;
-  double seconds() const { return compute_seconds + optimizer_seconds + overhead_seconds; }
+  double host_transfer_bytes = 0.0;     // offload's traffic over the host link
+  double host_transfer_seconds = 0.0;
+  double host_optimizer_seconds = 0.0;  // the offloaded optimizer's step on the host
+  double seconds() const {
+    return compute_seconds + optimizer_seconds + overhead_seconds + host_transfer_seconds +
+           host_optimizer_seconds;
+  }
   nlohmann::ordered_json to_json() const;
 };
 
 // The estimate for training `config` with `args` (batch, accumulation, max_seq_length,
 // checkpointing, precision as `sixteen_bit`, optim) on `gpu`; `num_parameters` unique
-// parameters whose weights, gradients and optimizer state take `state_bytes` in all.
+// parameters whose weights, gradients and optimizer state take `state_bytes` in all on the
+// device; with offload, `host_transfer_bytes` cross the host link per step and the optimizer's
+// `host_state_bytes` live on the host.
 StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
                             bool sixteen_bit, int64_t num_parameters, int64_t state_bytes,
-                            const GpuSpec& gpu);
+                            const GpuSpec& gpu, int64_t host_transfer_bytes = 0,
+                            int64_t host_state_bytes = 0);
 
 }  // namespace headroom

@@ -10,6 +10,7 @@
 #include "memory/alloc_config.h"
 #include "train/trainer.h"
 #include "train/progress.h"
+#include "train/trainer.h"
 
 namespace headroom {
 
@@ -61,6 +62,18 @@ PlanTarget plan_target(const std::string& device, const std::string& gpu,
   return target;
 }
 
+std::string offload_label(const TrainingArguments& args) {
+  const OffloadSettings o = training_offload(args);
+  std::string label;
+  auto add = [&label](const std::string& part) { label += (label.empty() ? "" : " + ") + part; };
+  if (o.optimizer) {
+    add(o.optimizer_ratio < 1.0 ? str_cat("optimizer ", o.optimizer_ratio) : "optimizer");
+  }
+  if (o.activations) add("activations");
+  if (o.params) add("params");
+  return label;
+}
+
 std::string describe_configuration(const TrainingArguments& a) {
   const std::string precision =
       !a.precision.empty() ? a.precision : a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32";
@@ -77,7 +90,8 @@ std::string describe_configuration(const TrainingArguments& a) {
   return str_cat(a.model, ", ", lora, precision, ", ", a.optim, ", ", checkpointing, ", ",
                  a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ",
                  tokens, a.expandable_segments ? ", expandable segments" : "",
-                 a.zero_stage.value_or(0) > 0 ? str_cat(", ZeRO-", *a.zero_stage) : std::string());
+                 a.zero_stage.value_or(0) > 0 ? str_cat(", ZeRO-", *a.zero_stage) : std::string(),
+                 offload_label(a).empty() ? "" : ", offload " + offload_label(a));
 }
 
 TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& target,
@@ -111,7 +125,11 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
                           b[static_cast<size_t>(MemoryCategory::gradients)] +
                           b[static_cast<size_t>(MemoryCategory::optimizer_states)];
     plan.cost = estimate_step_cost(plan.dry.config, plan.args, plan.dry.recipe != "fp32",
-                                   plan.dry.num_parameters, state, target.rates());
+                                   plan.dry.num_parameters, state, target.rates(),
+                                   2 * plan.dry.host_bytes_per_step,
+                                   training_offload(plan.args).optimizer
+                                       ? plan.dry.host_peak_allocated_bytes
+                                       : 0);
   }
   return plan;
 }
@@ -206,6 +224,11 @@ std::string TrainingPlan::format() const {
          format_bytes(target.overhead_bytes).c_str(), target.overhead_source.c_str());
   }
   line("  %-26s %14s\n", "required", format_bytes(required_bytes).c_str());
+  if (dry.host_required_bytes() > 0) {
+    line("  %-26s %14s   (offload's host pool: peak allocated %s; Note [The host pool])\n",
+         "host RAM required", format_bytes(dry.host_required_bytes()).c_str(),
+         format_bytes(dry.host_peak_allocated_bytes).c_str());
+  }
   text += format_slack_report(dry.at_reserved_peak, dry.peak_allocated_bytes,
                               dry.peak_reserved_bytes);
   if (with_expandable_segments) {
@@ -233,6 +256,13 @@ std::string TrainingPlan::format() const {
          "Note [Step time estimate])\n",
          target.rates().name.c_str(), cost->seconds(), cost->compute_seconds,
          cost->optimizer_seconds, cost->overhead_seconds);
+    if (cost->host_transfer_bytes > 0 || cost->host_optimizer_seconds > 0) {
+      line("  offload: %s per step over the host link (%.0f GB/s) %.3f s, the optimizer on the "
+           "host %.3f s\n",
+           format_bytes(static_cast<int64_t>(cost->host_transfer_bytes)).c_str(),
+           target.rates().host_link_gb_per_s, cost->host_transfer_seconds,
+           cost->host_optimizer_seconds);
+    }
   }
   return text;
 }

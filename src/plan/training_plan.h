@@ -84,5 +84,7 @@ void plan_with_expandable_segments(TrainingPlan& plan, const DryRunOptions& opti
 // "gpt2, bf16, adamw_torch, checkpointing selective, 8 x 2 x 1024 tokens": the options that make
 // a configuration, for reports and the search table.
 std::string describe_configuration(const TrainingArguments& args);
+// "optimizer + activations", "optimizer 0.5": what `args` offloads; "" for nothing.
+std::string offload_label(const TrainingArguments& args);
 
 }  // namespace headroom

@@ -25,14 +25,18 @@
 #include "memory/device_memory.h"
 #include "memory/memory_history.h"
 #include "memory/memory_snapshot.h"
+#include "memsave/activation_offload.h"
 #include "memsave/checkpoint_policy.h"
 #include "nn/linear_4bit.h"
 #include "nn/model_presets.h"
 #include "ops/ops.h"
 #include "optim/clip_grad.h"
 #include "optim/optimizer_factory.h"
+#include "optim/optimizer_offload.h"
+#include "memory/host_pool.h"
 #include "peft/lora_model.h"
 #include "train/checkpoint.h"
+#include "train/deepspeed_config.h"
 #include "train/checksums.h"
 #include "train/generate.h"
 #include "train/model_source.h"
@@ -171,18 +175,8 @@ class StepPhase {
 int64_t training_zero_stage(const TrainingArguments& args) {
   std::optional<int64_t> stage = args.zero_stage;
   if (!args.deepspeed.empty()) {
-    // DeepSpeed's JSON: {"zero_optimization": {"stage": 1, ...}, ...}; no section: stage 0.
-    const nlohmann::json config = parse_json(read_text_file(args.deepspeed), args.deepspeed);
-    int64_t from_file = 0;
-    if (config.is_object() && config.contains("zero_optimization")) {
-      const nlohmann::json& zero = config["zero_optimization"];
-      if (!zero.is_object() || (zero.contains("stage") && !zero["stage"].is_number_integer())) {
-        throw ValueError(str_cat(args.deepspeed, ": zero_optimization.stage is ",
-                                 describe_json(zero.is_object() ? zero["stage"] : zero),
-                                 ", not an integer"));
-      }
-      from_file = zero.value("stage", int64_t{0});
-    }
+    // No zero_optimization section (or no stage in it): stage 0, as DeepSpeed.
+    const int64_t from_file = read_deepspeed_config(args.deepspeed).zero_stage.value_or(0);
     if (stage && *stage != from_file) {
       throw ValueError(str_cat("zero_stage: ", *stage, " differs from ", args.deepspeed,
                                "'s zero_optimization.stage ", from_file));
@@ -196,6 +190,40 @@ int64_t training_zero_stage(const TrainingArguments& args) {
   }
   if (value < 0 || value > 3) throw ValueError(str_cat("zero_stage: ", value, " is not 0..3"));
   return value;
+}
+
+OffloadSettings training_offload(const TrainingArguments& args) {
+  OffloadSettings out;
+  out.optimizer = args.offload_optimizer;
+  out.optimizer_ratio = args.offload_optimizer_ratio;
+  out.activations = args.offload_activations;
+  out.params = args.offload_params;
+  out.pin_memory = args.offload_pin_memory;
+  if (!args.deepspeed.empty()) {
+    const DeepSpeedConfig config = read_deepspeed_config(args.deepspeed);
+    out.optimizer = out.optimizer || config.offload_optimizer.value_or(false);
+    out.params = out.params || config.offload_param.value_or(false);
+    if (config.offload_optimizer_ratio) {
+      if (args.offload_optimizer_ratio != 1.0 &&
+          args.offload_optimizer_ratio != *config.offload_optimizer_ratio) {
+        throw ValueError(str_cat("offload_optimizer_ratio: ", args.offload_optimizer_ratio,
+                                 " differs from ", args.deepspeed,
+                                 "'s zero_optimization.offload_optimizer.ratio ",
+                                 *config.offload_optimizer_ratio));
+      }
+      out.optimizer_ratio = *config.offload_optimizer_ratio;
+    }
+    // One host pool: pinned unless a section that offloads says pin_memory false.
+    if ((config.offload_optimizer.value_or(false) && !config.offload_optimizer_pin_memory.value_or(true)) ||
+        (config.offload_param.value_or(false) && !config.offload_param_pin_memory.value_or(true))) {
+      out.pin_memory = false;
+    }
+  }
+  if (!(out.optimizer_ratio >= 0.0 && out.optimizer_ratio <= 1.0)) {
+    throw ValueError(str_cat("offload_optimizer_ratio: ", out.optimizer_ratio,
+                             " is not in [0, 1]"));
+  }
+  return out;
 }
 
 PrecisionRecipe training_precision(const TrainingArguments& args) {
@@ -328,6 +356,16 @@ void Trainer::build() {
     enable_gradient_checkpointing(*model_,
                                   parse_checkpoint_policy(args_.gradient_checkpointing_policy));
   }
+  offload_ = training_offload(args_);
+  offloaded_optimizer_ = nullptr;
+  if (offload_.params) {
+    throw NotImplementedError("offload_params: parameter offload (offload_param) is not built "
+                              "yet; --offload_optimizer and --offload_activations are");
+  }
+  // Outside the checkpointing runner: with checkpointing, the checkpoint inputs go to the host.
+  if (offload_.activations) {
+    enable_activation_offload(*model_, device_, {.pin_memory = offload_.pin_memory});
+  }
   data_ = make_data_(args_, *tokenizer_, window_, device_);
   if (communicator_) {
     data_ = std::make_unique<ShardedBatchSource>(std::move(data_), communicator_->rank(),
@@ -363,6 +401,23 @@ void Trainer::build() {
     // ZeRO-2: each gradient is reduced to its owner alone (Note [ZeRO-2 gradient reduction]).
     if (zero_stage_ >= 2) gradient_owners = zero->owners();
     optimizer_ = std::move(zero);
+  } else if (offload_.optimizer) {
+    if (communicator_) {
+      throw NotImplementedError(str_cat("offload_optimizer with ", communicator_->world_size(),
+                                        " data-parallel ranks is not supported yet; offload "
+                                        "trains on one rank"));
+    }
+    auto offloaded = std::make_unique<OffloadedOptimizer>(
+        trainable, device_,
+        [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); },
+        OptimizerOffloadOptions{.ratio = offload_.optimizer_ratio,
+                                .pin_memory = offload_.pin_memory});
+    offloaded_optimizer_ = offloaded.get();
+    optimizer_ = std::move(offloaded);
+    if (optimizer_->updates_in_backward()) {
+      throw ValueError(str_cat("offload_optimizer with optim ", optimizer_->name(),
+                               ": it updates inside backward and keeps no states to offload"));
+    }
   } else {
     optimizer_ = make_optimizer(options, trainable);
   }
@@ -692,6 +747,10 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
   if (!optimizer_->updates_in_backward()) {
     {
       StepPhase phase("optimizer.step");
+      // With offload the gradients are the host's: what unscaling, clipping and the step make
+      // comes from the host pool (Note [Optimizer offload]).
+      std::optional<HostPoolScope> host_scope;
+      if (offloaded_optimizer_) host_scope.emplace(device_, offloaded_optimizer_->pool());
       bool overflow = assume_overflow && scaler_->is_enabled();
       if (args_.max_grad_norm > 0.0 || overflow || (communicator_ && scaler_->is_enabled())) {
         scaler_->unscale_(*optimizer_);
@@ -730,6 +789,10 @@ void Trainer::append_metrics(const nlohmann::ordered_json& entry) {
   for (const auto& callback : callbacks_) callback->on_log(*this, entry);
 }
 
+CachingAllocator* Trainer::host_pool_in_use() const {
+  return offload_.any() ? &host_pool(device_, offload_.pin_memory) : nullptr;
+}
+
 void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
   nlohmann::ordered_json entry = {{"loss", loss}};
   entry["grad_norm"] = std::isnan(grad_norm) ? nlohmann::ordered_json() : nlohmann::ordered_json(grad_norm);
@@ -740,8 +803,13 @@ void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
   entry["tokens_per_s"] = tokens_per_s;
   entry["peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(device_));
   entry["peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(device_));
-  if (!device_.is_cpu()) {
-    // The host's share of a GPU run (pinned batches, offloaded states): the CPU's allocator.
+  if (const CachingAllocator* pool = host_pool_in_use()) {
+    // Offload's host pool (Note [The host pool]), on a GPU or on the CPU.
+    const DeviceStats host = pool->stats();
+    entry["host_peak_allocated_bytes"] = host.allocated_bytes[static_cast<size_t>(StatType::all)].peak;
+    entry["host_peak_reserved_bytes"] = host.reserved_bytes[static_cast<size_t>(StatType::all)].peak;
+  } else if (!device_.is_cpu()) {
+    // The host's share of a GPU run (pinned batches): the CPU's allocator.
     entry["host_peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(kCPU));
     entry["host_peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(kCPU));
   }
@@ -873,6 +941,7 @@ int Trainer::train() {
   // The report is of this run: earlier work in the process (a test, a failed resume) not counted.
   reset_peak_memory_stats(device_);
   if (!device_.is_cpu()) reset_peak_memory_stats(kCPU);
+  if (CachingAllocator* pool = host_pool_in_use()) pool->reset_peak_stats();
   const auto run_start = Clock::now();
   const int64_t tokens_at_start = total_tokens_;  // a resumed run's rate counts its own tokens
   int stop_signal = 0;
@@ -963,8 +1032,13 @@ void Trainer::finish_run(bool stopped) {
 
   memory_ = MemoryBreakdown::of_device(device_);
   std::printf("%s%s", memory_summary(device_).c_str(), memory_.format().c_str());
-  write_file_atomically((out / "memory.json").string(),
-                        dump_json(memory_report_json(memory_, device_)));
+  nlohmann::ordered_json memory_json = memory_report_json(memory_, device_);
+  if (const CachingAllocator* pool = host_pool_in_use()) {
+    // Offload's host pool beside the device (Note [The host pool]).
+    std::printf("%s", host_pool_summary(*pool, /*abbreviated=*/true).c_str());
+    memory_json["host_pool_stats"] = host_pool_stats(*pool);
+  }
+  write_file_atomically((out / "memory.json").string(), dump_json(memory_json));
 
   // The optional steps: a failure is a warning, and a stop signal skips what is left; the run's
   // results are saved above and its exit status stays.
@@ -1008,6 +1082,12 @@ int run_training(const TrainingArguments& args,
   // Before the Trainer starts any thread (Note [Stop signals are taken by one thread]).
   const StopSignalWatcher stop_signals;
   const LaunchEnvironment launch = launch_environment();
+  if (!args.deepspeed.empty() && launch.rank == 0) {
+    // What the file asks for that headroom does not do is said, not dropped silently.
+    const std::string warning =
+        deepspeed_ignored_keys_warning(args.deepspeed, read_deepspeed_config(args.deepspeed));
+    if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
+  }
   if (launch.distributed()) {
     // One process per GPU: local rank k trains on cuda:k.
     TrainingArguments rank_args = args;

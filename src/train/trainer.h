@@ -29,6 +29,8 @@ namespace headroom {
 
 class ProgressBar;  // train/progress.h
 class GradientReducer;  // dist/gradient_reducer.h
+class OffloadedOptimizer;  // optim/optimizer_offload.h
+class CachingAllocator;    // memory/caching_allocator.h
 
 // Runs `headroom train` with `args` and `callbacks`: SIGINT / SIGTERM stop it after the current
 // step with a checkpoint. With args.memory_snapshot it records the allocator's history from the
@@ -60,6 +62,19 @@ EvalResult evaluate_file(const std::string& model, const std::string& data,
 // naming the file when they differ or it is malformed); 0 when neither. NotImplementedError for 2
 // and 3.
 int64_t training_zero_stage(const TrainingArguments& args);
+
+// What `args` offloads to host memory (memsave): the offload_* options, with the `deepspeed`
+// file's zero_optimization.offload_optimizer / offload_param turning them on and giving the
+// ratio and pin_memory (ValueError naming the file when its ratio differs from an explicit one).
+struct OffloadSettings {
+  bool optimizer = false;
+  double optimizer_ratio = 1.0;
+  bool activations = false;
+  bool params = false;
+  bool pin_memory = true;
+  bool any() const { return optimizer || activations || params; }
+};
+OffloadSettings training_offload(const TrainingArguments& args);
 
 // The recipe `args` asks for: `precision` when set (parse_precision), else bf16 / fp16
 // (ValueError for both), else fp32.
@@ -165,6 +180,8 @@ class Trainer {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   BatchSource& data() { return *data_; }
   Optimizer& optimizer() { return *optimizer_; }
+  // Offload's host pool (Note [The host pool]) when this run offloads anything, else null.
+  CachingAllocator* host_pool_in_use() const;
   const PrecisionRecipe& recipe() const { return recipe_; }
   // The breakdown of the run's peak, filled at the end of train().
   const MemoryBreakdown& memory_breakdown() const { return memory_; }
@@ -213,6 +230,8 @@ class Trainer {
   std::shared_ptr<Communicator> communicator_;  // data-parallel runs only
   std::unique_ptr<GradientReducer> reducer_;
   int64_t zero_stage_ = 0;
+  OffloadSettings offload_;
+  OffloadedOptimizer* offloaded_optimizer_ = nullptr;  // optimizer_ itself when it offloads
 
   int64_t global_step_ = 0;
   int64_t max_steps_ = 0;

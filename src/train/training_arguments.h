@@ -126,6 +126,16 @@ struct TrainingArguments {
   // DDP's bucket_cap_mb (HF ddp_bucket_cap_mb): the gradient buckets' size in MiB (the first
   // bucket is 1 MiB, or this when smaller).
   double ddp_bucket_cap_mb = 25.0;
+
+  // Offload to host memory (memsave; DeepSpeed's zero_optimization.offload_optimizer /
+  // offload_param, transformers' checkpoint offload): the optimizer's states and step (a ratio of
+  // the parameters), saved activations (the checkpoint inputs under gradient_checkpointing),
+  // the parameters themselves; the host pool page-locked on a GPU.
+  bool offload_optimizer = false;
+  double offload_optimizer_ratio = 1.0;
+  bool offload_activations = false;
+  bool offload_params = false;
+  bool offload_pin_memory = true;
 };
 
 }  // namespace headroom

@@ -245,7 +245,9 @@ TEST(DataParallelTrainer, EachRanksPeakEqualsItsPlanAndFallsWithTheStage) {
                 static_cast<long long>(plan.peak_allocated_bytes), static_cast<long long>(measured));
     EXPECT_EQ(plan.peak_allocated_bytes, measured)
         << "zero_stage " << stage << ", rank " << world()->rank();
-    if (stage > 0) EXPECT_LT(measured, previous) << "zero_stage " << stage;
+    if (stage > 0) {
+      EXPECT_LT(measured, previous) << "zero_stage " << stage;
+    }
     previous = measured;
   }
 }

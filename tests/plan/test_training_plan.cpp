@@ -225,7 +225,9 @@ TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
     }
     EXPECT_EQ(plan.ranks[static_cast<size_t>(plan.dry.rank)].peak_allocated,
               plan.dry.peak_allocated_bytes);
-    if (stage > 0) EXPECT_LT(plan.dry.peak_allocated_bytes, previous);
+    if (stage > 0) {
+      EXPECT_LT(plan.dry.peak_allocated_bytes, previous);
+    }
     previous = plan.dry.peak_allocated_bytes;
     EXPECT_EQ(plan.to_json()["ranks"].size(), plan.ranks.size());
   }
@@ -399,10 +401,15 @@ TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
   EXPECT_LT(lora.required_bytes, full.required_bytes);
   target.capacity_bytes = (lora.required_bytes + full.required_bytes) / 2;
   const SearchResult some = search_configurations(base, target, both);
-  ASSERT_EQ(some.fitting.size(), 1u);
+  // LoRA as it is; the full fine-tune only with its optimizer offloaded, which is slower.
+  ASSERT_EQ(some.fitting.size(), 2u) << some.format(5);
   EXPECT_TRUE(some.fitting[0].args.use_peft);
+  EXPECT_FALSE(some.fitting[0].args.offload_optimizer);
+  EXPECT_FALSE(some.fitting[1].args.use_peft);
+  EXPECT_TRUE(some.fitting[1].args.offload_optimizer);
   EXPECT_NE(some.format(5).find("lora r8 default"), std::string::npos) << some.format(5);
   EXPECT_EQ(some.to_json(5)["configurations"][0]["adapter"], "lora r8 default");
+  EXPECT_EQ(some.to_json(5)["configurations"][1]["offload"], "optimizer");
 
   target.capacity_bytes = int64_t{1} << 40;
   const SearchResult defaults = search_configurations(base, target, {{"fp32"}, {"adamw_torch"}, {"none"}});
@@ -465,6 +472,35 @@ TEST(InferencePlan, WeightsKvCacheAndPrefill) {
   EXPECT_EQ(plan.to_json()["kv_cache_bytes"].get<int64_t>(), plan.kv_cache_bytes);
   args.max_seq_length = 100000;
   EXPECT_THROW(plan_inference(args, plan_target("cpu", "", "")), ValueError);
+}
+
+// The row: a full fine-tune of Llama-7B with AdamW at 2048 tokens fits a 24 GiB card only
+// with the optimizer offloaded (pure bf16: 2 B/param of weights on the device, the rest on the
+// host); the plan says how much host RAM that takes, and charges the host traffic.
+TEST(ConfigurationSearch, OffloadsTheOptimizerWhereNothingElseFits) {
+  TrainingArguments base;
+  base.model = "llama-7b";
+  base.max_seq_length = 2048;
+  base.per_device_train_batch_size = 1;
+  base.gradient_checkpointing = true;
+  base.optim = "adamw_torch";
+  const PlanTarget target = plan_target("auto", "", "24GiB");
+  const SearchResult found =
+      search_configurations(base, target, {{"pure_bf16"}, {"adamw_torch"}, {"full"}, {"full"}});
+  ASSERT_EQ(found.fitting.size(), 1u) << found.format(5);
+  const TrainingPlan& plan = found.fitting[0];
+  EXPECT_TRUE(plan.args.offload_optimizer);
+  EXPECT_FALSE(plan.args.offload_activations);  // the optimizer alone suffices
+  EXPECT_LE(plan.required_bytes, target.capacity_bytes);
+  // The host holds a copy of the bf16 weights, their gradients and AdamW's two bf16 moments.
+  const int64_t weights = plan.dry.parameter_bytes;
+  EXPECT_GE(plan.dry.host_peak_allocated_bytes, 4 * weights);
+  EXPECT_LT(plan.dry.host_peak_allocated_bytes, 4 * weights + weights / 10);
+  ASSERT_TRUE(plan.cost.has_value());
+  EXPECT_GT(plan.cost->host_transfer_seconds, 0.0);
+  EXPECT_GT(plan.cost->host_optimizer_seconds, 0.0);
+  EXPECT_NE(found.format(5).find("optimizer ("), std::string::npos) << found.format(5);
+  EXPECT_NE(plan.format().find("host RAM required"), std::string::npos) << plan.format();
 }
 
 }  // namespace

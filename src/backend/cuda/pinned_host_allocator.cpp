@@ -1,11 +1,12 @@
 // Pinned host memory for Tensor::pin_memory: cudaHostAlloc'ed blocks under the
 // HostCachingAllocator, and the non_blocking host-to-device copy from them (cudaMemcpyAsync on the
 // current stream, the source block held back from reuse until the copy has run), registered at
-// start-up.
+// start-up; the same memory backs offload's pinned host pool.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_stream.h"
 #include "core/allocator.h"
 #include "memory/host_caching_allocator.h"
+#include "memory/host_pool.h"
 
 namespace headroom::cuda {
 namespace {
@@ -53,6 +54,11 @@ class CudaPinnedAllocator final : public HostCachingAllocator {
 
 // Never destroyed: pinned tensors may outlive static destruction.
 const bool kRegistered = (register_pinned_allocator(new CudaPinnedAllocator), true);
+// The same memory for offload's pinned host pool (Note [The host pool]).
+const bool kPoolRegistered =
+    (register_pinned_host_memory(
+         [](int) -> std::unique_ptr<DeviceAllocator> { return std::make_unique<PinnedHostMemory>(); }),
+     true);
 
 }  // namespace
 }  // namespace headroom::cuda

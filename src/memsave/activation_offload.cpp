@@ -1,0 +1,115 @@
+// Saved-tensor hooks that keep a block's saved tensors in the host pool (Note [Activation
+// offload]).
+#include "memsave/activation_offload.h"
+
+#include <any>
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "autograd/saved_tensor.h"
+#include "core/grad_mode.h"
+#include "core/storage.h"
+#include "memory/host_pool.h"
+#include "memory/memory_category.h"
+#include "nn/linear_4bit.h"
+
+namespace headroom {
+namespace {
+
+struct OffloadedActivation {
+  Tensor host;    // the copy in the host pool
+  Tensor device;  // brought back ahead of its unpack, handed out once
+  int64_t layer = 0;
+  bool handed_out = false;
+};
+
+class ActivationOffloader {
+ public:
+  ActivationOffloader(CausalLM& model, Device compute, const ActivationOffloadOptions& options)
+      : compute_(compute), pool_(&host_pool(compute, options.pin_memory)),
+        min_bytes_(options.min_bytes) {
+    for (const Tensor& p : model.parameters()) weights_.insert(p.storage()->data());
+    for (const Quant4bitWeight* w : weights_4bit(model)) {
+      for (const Tensor* t : {&w->packed, &w->absmax, &w->nested_absmax, &w->nested_code}) {
+        if (t->defined()) weights_.insert(t->storage()->data());
+      }
+    }
+  }
+
+  // Runs block `layer` with the hooks in force.
+  Tensor run(int64_t layer, const std::function<Tensor()>& block) {
+    if (layer == 0) by_layer_.clear();  // a new forward: the last one's entries are gone
+    if (static_cast<int64_t>(by_layer_.size()) <= layer) by_layer_.resize(layer + 1);
+    SavedTensorsHooksGuard hooks(
+        [this, layer](const Tensor& t) -> std::any { return pack(t, layer); },
+        [this](const std::any& packed) -> Tensor { return unpack(packed); });
+    return block();
+  }
+
+ private:
+  std::any pack(const Tensor& t, int64_t layer) {
+    if (t.device() != compute_ || static_cast<int64_t>(t.nbytes()) < min_bytes_ ||
+        weights_.count(t.storage()->data())) {
+      return t;
+    }
+    auto entry = std::make_shared<OffloadedActivation>();
+    entry->layer = layer;
+    {
+      HostPoolScope scope(compute_, *pool_);
+      MemoryCategoryScope category(MemoryCategory::activations);
+      NoGradGuard no_grad;
+      entry->host = Tensor::empty(t.shape(), t.dtype(), host_pool_device(compute_));
+      entry->host.copy_(t);
+    }
+    by_layer_[static_cast<size_t>(layer)].push_back(entry);
+    return std::shared_ptr<OffloadedActivation>(entry);
+  }
+
+  Tensor unpack(const std::any& packed) {
+    if (const Tensor* kept = std::any_cast<Tensor>(&packed)) return *kept;
+    const auto& entry = std::any_cast<const std::shared_ptr<OffloadedActivation>&>(packed);
+    Tensor out = entry->device.defined() ? std::move(entry->device) : fetch(*entry);
+    entry->device = Tensor();
+    entry->handed_out = true;
+    prefetch(entry->layer - 1);
+    return out;
+  }
+
+  Tensor fetch(const OffloadedActivation& entry) const {
+    MemoryCategoryScope category(MemoryCategory::activations);
+    NoGradGuard no_grad;
+    Tensor out = Tensor::empty(entry.host.shape(), entry.host.dtype(), compute_);
+    out.copy_(entry.host);
+    return out;
+  }
+
+  void prefetch(int64_t layer) {
+    if (layer < 0 || layer >= static_cast<int64_t>(by_layer_.size())) return;
+    for (const std::weak_ptr<OffloadedActivation>& weak : by_layer_[static_cast<size_t>(layer)]) {
+      const std::shared_ptr<OffloadedActivation> entry = weak.lock();
+      if (entry && !entry->handed_out && !entry->device.defined()) entry->device = fetch(*entry);
+    }
+  }
+
+  Device compute_;
+  CachingAllocator* pool_;
+  int64_t min_bytes_;
+  std::unordered_set<const void*> weights_;
+  std::vector<std::vector<std::weak_ptr<OffloadedActivation>>> by_layer_;
+};
+
+}  // namespace
+
+void enable_activation_offload(CausalLM& model, Device compute,
+                               const ActivationOffloadOptions& options) {
+  auto offloader = std::make_shared<ActivationOffloader>(model, compute, options);
+  BlockRunners runners = model.block_runners();
+  const BlockRunner inner = runners.block;
+  runners.block = [offloader, inner](int64_t layer, const LayerForward& forward, const Tensor& x) {
+    return offloader->run(layer, [&] { return inner ? inner(layer, forward, x) : forward(x); });
+  };
+  model.set_block_runners(std::move(runners));
+}
+
+}  // namespace headroom
