@@ -29,6 +29,17 @@ std::vector<std::string> comma_list(const std::string& text) {
   return items;
 }
 
+std::vector<int64_t> zero_stage_list(const std::string& text) {
+  std::vector<int64_t> stages;
+  for (const std::string& item : comma_list(text)) {
+    if (item.size() != 1 || item[0] < '0' || item[0] > '9') {
+      throw ValueError(str_cat("search_zero_stages: '", item, "' is not a stage number"));
+    }
+    stages.push_back(item[0] - '0');
+  }
+  return stages;
+}
+
 std::string gpu_names() {
   std::string names;
   for (const GpuSpec& spec : gpu_specs()) names += (names.empty() ? "" : ", ") + spec.name;
@@ -81,6 +92,11 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
                    "default: native,expandable_segments, or expandable_segments with "
                    "--expandable_segments)")
       ->group(group);
+  plan->add_option("--search-zero-stages,--search_zero_stages", o.search_zero_stages,
+                   "with --world_size: ZeRO stages, in the order tried, comma-separated: 0, 1, 2 "
+                   "(the next only for a configuration that does not fit; default: 0,1,2, or "
+                   "--zero_stage's alone)")
+      ->group(group);
   plan->add_option("--max-results,--max_results", o.max_results, "rows of the search table")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
@@ -90,13 +106,25 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group(group);
+  plan->add_option("--world_size,--world-size", o.world_size,
+                   "data-parallel ranks (one GPU each, as mpirun -np N): plan one rank's memory "
+                   "with --zero_stage's sharding, the heaviest rank's when ZeRO shares differ; "
+                   "the search then tries ZeRO stages 0, 1 and 2")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(group);
   return plan;
 }
 
 int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   const TrainingArguments args = train_arguments_from(command, DataCheck::not_read);
-  const PlanTarget target = plan_target(args.device, o.gpu, o.gpu_memory);
+  PlanTarget target = plan_target(args.device, o.gpu, o.gpu_memory);
+  target.world_size = o.world_size;
   if (o.inference) {
+    if (o.world_size > 1) {
+      throw ValueError(str_cat("world_size: ", o.world_size, " with --inference, which plans one "
+                               "process (data parallel is for training)"));
+    }
     const InferencePlan plan = plan_inference(args, target);
     std::printf("%s\n", o.json ? plan.to_json().dump(2).c_str() : plan.format().c_str());
     return 0;
@@ -117,7 +145,7 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   if (target.capacity_bytes > 0 && !o.no_search) {
     const SearchSpace space{comma_list(o.search_precisions), comma_list(o.search_optims),
                             comma_list(o.search_policies), comma_list(o.search_adapters),
-                            comma_list(o.search_allocators)};
+                            comma_list(o.search_allocators), zero_stage_list(o.search_zero_stages)};
     const bool tty = isatty(STDERR_FILENO) != 0;
     const SearchResult search = search_configurations(args, target, space, [&](int64_t runs) {
       if (tty) std::fprintf(stderr, "\rsearching: %lld dry runs", static_cast<long long>(runs));

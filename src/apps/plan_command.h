@@ -23,8 +23,10 @@ struct PlanOptions {
   std::string search_policies;
   std::string search_adapters;
   std::string search_allocators;
+  std::string search_zero_stages;
   int64_t max_results = 20;
   int steps = 2;
+  int world_size = 1;  // data-parallel ranks planned (one GPU each)
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& options);

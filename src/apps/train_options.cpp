@@ -107,7 +107,8 @@ std::vector<TrainOption> make_train_options() {
        "HEADROOM_ALLOC_CONF=expandable_segments:True)",
        &A::expandable_segments},
       {"zero_stage", precision,
-       "under mpirun: 0 (DDP, default) or 1 (ZeRO-1: optimizer states sharded over the ranks)",
+       "under mpirun: 0 (DDP, default), 1 (ZeRO-1: optimizer states sharded over the ranks) or 2 "
+       "(ZeRO-2: gradients reduced to their owner rank too)",
        &A::zero_stage},
       {"deepspeed", precision,
        "a DeepSpeed JSON config: its zero_optimization.stage is the ZeRO stage, its "
@@ -131,6 +132,9 @@ std::vector<TrainOption> make_train_options() {
        &A::offload_params},
       {"offload_pin_memory", precision, "page-locked host memory for offload on a GPU",
        &A::offload_pin_memory},
+      {"ddp_bucket_cap_mb", precision,
+       "under mpirun: the gradient buckets' size in MiB (the first 1 MiB, or this when smaller)",
+       &A::ddp_bucket_cap_mb},
       {"gradient_checkpointing", precision,
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",

@@ -33,6 +33,22 @@ void Communicator::check_tensor(const char* op, const char* what, const Tensor& 
   }
 }
 
+void Communicator::check_root(const char* op, int root) const {
+  if (root < 0 || root >= world_size()) {
+    throw ValueError(str_cat(op, ": root ", root, " is outside 0..", world_size() - 1));
+  }
+}
+
+void Communicator::check_world_multiple(const char* op, const char* whole_name, const Tensor& whole,
+                                        const char* part_name, const Tensor& part) const {
+  if (whole.numel() == part.numel() * world_size() && whole.dtype() == part.dtype()) return;
+  throw ValueError(str_cat(op, ": ", whole_name, " has ", whole.numel(), " ",
+                           dtype_name(whole.dtype()), " elements, ", part_name, " ", part.numel(),
+                           " ", dtype_name(part.dtype()), "; ", whole_name,
+                           " must hold world_size (", world_size(), ") times ", part_name,
+                           "'s, in the same dtype"));
+}
+
 std::shared_ptr<Communicator> make_communicator(const LaunchEnvironment& env, Device device) {
   if (!env.distributed()) return nullptr;
   if (device.is_meta()) {

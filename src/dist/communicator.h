@@ -46,6 +46,9 @@ class Communicator {
   // sum divided by world_size).
   virtual std::unique_ptr<CommWork> all_reduce_async(const Tensor& tensor, ReduceOp op) = 0;
   void all_reduce(const Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op)->wait(); }
+  // In place on rank `root`: its `tensor` becomes the element-wise reduction over the ranks; the
+  // others' `tensor` only sends (left as it was). ZeRO-2 reduces each gradient to its owner.
+  virtual std::unique_ptr<CommWork> reduce_async(const Tensor& tensor, int root, ReduceOp op) = 0;
   // `input` holds world_size equal chunks of output.numel() elements; rank r's `output` becomes
   // the reduction of every rank's chunk r.
   virtual void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
@@ -64,6 +67,12 @@ class Communicator {
   // The checks named above, for an operation on `tensor` called `what`.
   void check_tensor(const char* op, const char* what, const Tensor& tensor,
                     bool integers_allowed = false) const;
+  // ValueError naming `op` when `root` is not a rank of this group.
+  void check_root(const char* op, int root) const;
+  // ValueError naming `op` unless `whole` holds world_size times `part`'s elements, in its dtype
+  // (reduce_scatter's input and output, all_gather's output and input).
+  void check_world_multiple(const char* op, const char* whole_name, const Tensor& whole,
+                            const char* part_name, const Tensor& part) const;
 
  private:
   int rank_;

@@ -57,8 +57,9 @@ void broadcast_parameters(Communicator& communicator, const std::vector<Tensor>&
 
 GradientReducer::GradientReducer(std::shared_ptr<Communicator> communicator,
                                  std::vector<std::pair<std::string, Tensor>> params,
-                                 GradientBucketOptions options)
-    : communicator_(std::move(communicator)), params_(std::move(params)) {
+                                 GradientBucketOptions options, std::vector<int> owners)
+    : communicator_(std::move(communicator)), params_(std::move(params)),
+      owners_(std::move(owners)) {
   std::vector<Tensor> tensors;
   for (const auto& [name, p] : params_) {
     if (!p.requires_grad()) {
@@ -70,18 +71,39 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> communicator,
     }
     tensors.push_back(p);
   }
+  if (sharded() && owners_.size() != params_.size()) {
+    throw ValueError(str_cat("GradientReducer: ", owners_.size(), " owners for ", params_.size(),
+                             " parameters"));
+  }
+  for (size_t i = 0; i < owners_.size(); ++i) {
+    if (owners_[i] < 0 || owners_[i] >= communicator_->world_size()) {
+      throw ValueError(str_cat("GradientReducer: parameter '", params_[i].first, "' has owner ",
+                               owners_[i], ", outside 0..", communicator_->world_size() - 1));
+    }
+  }
   location_.resize(params_.size());
+  // DDP lays a bucket out in its parameters' order; with owners, rank by rank.
+  const int runs = sharded() ? communicator_->world_size() : 1;
   for (std::vector<size_t>& assigned : gradient_bucket_assignment(tensors, options)) {
     Bucket bucket;
-    int64_t elements = 0;
-    for (size_t slot = 0; slot < assigned.size(); ++slot) {
-      location_[assigned[slot]] = {buckets_.size(), slot};
-      bucket.offsets.push_back(elements);
-      elements += tensors[assigned[slot]].numel();
+    bucket.dtype = tensors[assigned.front()].dtype();
+    bucket.offsets.resize(assigned.size());
+    for (int owner = 0; owner < runs; ++owner) {
+      const int64_t first = bucket.elements;
+      for (size_t slot = 0; slot < assigned.size(); ++slot) {
+        if (sharded() && owners_[assigned[slot]] != owner) continue;
+        location_[assigned[slot]] = {buckets_.size(), slot};
+        bucket.offsets[slot] = bucket.elements;
+        bucket.elements += tensors[assigned[slot]].numel();
+      }
+      if (sharded() && bucket.elements > first) {
+        bucket.owner_runs.emplace_back(owner, first, bucket.elements - first);
+      }
     }
-    bucket.buffer = Tensor::empty({elements}, tensors[assigned.front()].dtype(),
-                                  communicator_->device());
-    tag_memory(bucket.buffer, MemoryCategory::gradients);
+    if (!sharded()) {
+      bucket.buffer = Tensor::empty({bucket.elements}, bucket.dtype, communicator_->device());
+      tag_memory(bucket.buffer, MemoryCategory::gradients);
+    }
     bucket.params = std::move(assigned);
     buckets_.push_back(std::move(bucket));
   }
@@ -104,7 +126,8 @@ void GradientReducer::start_backward() {
   arrived_.assign(params_.size(), false);
   for (Bucket& bucket : buckets_) {
     bucket.pending = bucket.params.size();
-    bucket.work.reset();
+    bucket.works.clear();
+    if (sharded()) bucket.buffer = Tensor();  // left by a backward that failed
   }
 }
 
@@ -115,9 +138,16 @@ void GradientReducer::on_gradient(size_t param) {
   arrived_[param] = true;
   const auto [index, slot] = location_[param];
   Bucket& bucket = buckets_[index];
-  const Tensor& grad = params_[param].second.grad();
+  const Tensor& parameter = params_[param].second;
   NoGradGuard no_grad;
+  if (!bucket.buffer.defined()) {
+    // See Note [ZeRO-2 gradient reduction]: the bucket's first gradient.
+    bucket.buffer = Tensor::empty({bucket.elements}, bucket.dtype, communicator_->device());
+    tag_memory(bucket.buffer, MemoryCategory::gradients);
+  }
+  const Tensor grad = parameter.grad();
   bucket.buffer.narrow(0, bucket.offsets[slot], grad.numel()).copy_(grad.reshape({-1}));
+  if (sharded() && owners_[param] != communicator_->rank()) parameter.set_grad(Tensor());
   --bucket.pending;
   launch_ready_buckets();
 }
@@ -125,10 +155,35 @@ void GradientReducer::on_gradient(size_t param) {
 void GradientReducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_++];
-    bucket.work = communicator_->all_reduce_async(bucket.buffer, ReduceOp::avg);
+    if (sharded()) {
+      // One bucket in flight beside this one (Note [ZeRO-2 gradient reduction]).
+      if (next_bucket_ >= 2) complete(buckets_[next_bucket_ - 2]);
+      for (const auto& [owner, first, elements] : bucket.owner_runs) {
+        bucket.works.push_back(communicator_->reduce_async(bucket.buffer.narrow(0, first, elements),
+                                                           owner, ReduceOp::avg));
+      }
+    } else {
+      bucket.works.push_back(communicator_->all_reduce_async(bucket.buffer, ReduceOp::avg));
+    }
   }
   // MPI moves a nonblocking operation along only inside its calls.
-  for (size_t i = 0; i < next_bucket_; ++i) buckets_[i].work->test();
+  for (size_t i = 0; i < next_bucket_; ++i) {
+    for (const auto& work : buckets_[i].works) work->test();
+  }
+}
+
+void GradientReducer::complete(Bucket& bucket) {
+  if (bucket.works.empty()) return;  // completed already
+  for (const auto& work : bucket.works) work->wait();
+  bucket.works.clear();
+  NoGradGuard no_grad;
+  for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+    const size_t param = bucket.params[slot];
+    if (sharded() && owners_[param] != communicator_->rank()) continue;
+    const Tensor grad = params_[param].second.grad();
+    grad.copy_(bucket.buffer.narrow(0, bucket.offsets[slot], grad.numel()).view(grad.shape()));
+  }
+  if (sharded()) bucket.buffer = Tensor();
 }
 
 void GradientReducer::finish() {
@@ -142,15 +197,7 @@ void GradientReducer::finish() {
                           "trainable parameter (freeze it, or make it take part in the loss)"));
     }
   }
-  NoGradGuard no_grad;
-  for (Bucket& bucket : buckets_) {
-    bucket.work->wait();
-    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
-      const Tensor grad = params_[bucket.params[slot]].second.grad();
-      grad.copy_(bucket.buffer.narrow(0, bucket.offsets[slot], grad.numel()).view(grad.shape()));
-    }
-    bucket.work.reset();
-  }
+  for (Bucket& bucket : buckets_) complete(bucket);
   in_backward_ = false;
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

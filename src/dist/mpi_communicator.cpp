@@ -74,15 +74,25 @@ std::vector<float> as_f32(const Tensor& tensor) {
   return values;
 }
 
-class MpiAllReduce final : public CommWork {
+// A nonblocking reduction over f32 copies: to every rank (root < 0, MPI_Iallreduce) or to `root`
+// alone (MPI_Ireduce; the other ranks only send).
+class MpiReduction final : public CommWork {
  public:
-  MpiAllReduce(MPI_Comm comm, const Tensor& tensor, ReduceOp op, int world)
-      : tensor_(tensor), op_(op), world_(world), values_(as_f32(tensor)) {
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, values_.data(), count_of("all_reduce", tensor),
-                             MPI_FLOAT, mpi_op(op), comm, &request_),
-              "MPI_Iallreduce");
+  MpiReduction(MPI_Comm comm, const Tensor& tensor, ReduceOp op, int world, int rank, int root)
+      : tensor_(tensor), op_(op), world_(world), receives_(root < 0 || rank == root),
+        values_(as_f32(tensor)) {
+    const char* what = root < 0 ? "all_reduce" : "reduce";
+    if (root < 0) {
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, values_.data(), count_of(what, tensor), MPI_FLOAT,
+                               mpi_op(op), comm, &request_),
+                "MPI_Iallreduce");
+    } else {
+      check_mpi(MPI_Ireduce(receives_ ? MPI_IN_PLACE : values_.data(), values_.data(),
+                            count_of(what, tensor), MPI_FLOAT, mpi_op(op), root, comm, &request_),
+                "MPI_Ireduce");
+    }
   }
-  ~MpiAllReduce() override {
+  ~MpiReduction() override {
     // A work dropped unfinished (an exception between start and wait) must still complete
     // before its buffer goes.
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
@@ -102,13 +112,14 @@ class MpiAllReduce final : public CommWork {
 
  private:
   void finish() {
-    finish_reduction(values_, tensor_, op_, world_);
+    if (receives_) finish_reduction(values_, tensor_, op_, world_);
     done_ = true;
   }
 
   Tensor tensor_;
   ReduceOp op_;
   int world_;
+  bool receives_;              // this rank's tensor gets the result
   std::vector<float> values_;  // f32 in every case: the tensor's values widened, or copied
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
@@ -178,18 +189,20 @@ MpiCommunicator::~MpiCommunicator() {
 
 std::unique_ptr<CommWork> MpiCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp op) {
   check_tensor("all_reduce", "tensor", tensor);
-  return std::make_unique<MpiAllReduce>(handle_->comm, tensor, op, world_size());
+  return std::make_unique<MpiReduction>(handle_->comm, tensor, op, world_size(), rank(), -1);
+}
+
+std::unique_ptr<CommWork> MpiCommunicator::reduce_async(const Tensor& tensor, int root,
+                                                        ReduceOp op) {
+  check_tensor("reduce", "tensor", tensor);
+  check_root("reduce", root);
+  return std::make_unique<MpiReduction>(handle_->comm, tensor, op, world_size(), rank(), root);
 }
 
 void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
   check_tensor("reduce_scatter", "input", input);
   check_tensor("reduce_scatter", "output", output);
-  if (input.numel() != output.numel() * world_size() || input.dtype() != output.dtype()) {
-    throw ValueError(str_cat("reduce_scatter: input has ", input.numel(), " ",
-                             dtype_name(input.dtype()), " elements, output ", output.numel(), " ",
-                             dtype_name(output.dtype()), "; input must hold world_size (",
-                             world_size(), ") times output's, in the same dtype"));
-  }
+  check_world_multiple("reduce_scatter", "input", input, "output", output);
   std::vector<float> in = as_f32(input);
   std::vector<float> out(static_cast<size_t>(output.numel()));
   check_mpi(MPI_Reduce_scatter_block(in.data(), out.data(), count_of("reduce_scatter", output),
@@ -201,12 +214,7 @@ void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, 
 void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   check_tensor("all_gather", "input", input, true);
   check_tensor("all_gather", "output", output, true);
-  if (output.numel() != input.numel() * world_size() || input.dtype() != output.dtype()) {
-    throw ValueError(str_cat("all_gather: output has ", output.numel(), " ",
-                             dtype_name(output.dtype()), " elements, input ", input.numel(), " ",
-                             dtype_name(input.dtype()), "; output must hold world_size (",
-                             world_size(), ") times input's, in the same dtype"));
-  }
+  check_world_multiple("all_gather", "output", output, "input", input);
   output.storage()->bump_version();
   check_mpi(MPI_Allgather(input.data_ptr(), count_of("all_gather", input),
                           copy_type(input.dtype()), output.data_ptr(),
@@ -216,9 +224,7 @@ void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
 
 void MpiCommunicator::broadcast(const Tensor& tensor, int root) {
   check_tensor("broadcast", "tensor", tensor, true);
-  if (root < 0 || root >= world_size()) {
-    throw ValueError(str_cat("broadcast: root ", root, " is outside 0..", world_size() - 1));
-  }
+  check_root("broadcast", root);
   tensor.storage()->bump_version();
   check_mpi(MPI_Bcast(tensor.data_ptr(), count_of("broadcast", tensor), copy_type(tensor.dtype()),
                       root, handle_->comm),

@@ -24,6 +24,7 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
   Device device() const override { return kCPU; }
   std::unique_ptr<CommWork> all_reduce_async(const Tensor& tensor, ReduceOp op) override;
+  std::unique_ptr<CommWork> reduce_async(const Tensor& tensor, int root, ReduceOp op) override;
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   void broadcast(const Tensor& tensor, int root) override;

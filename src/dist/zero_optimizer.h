@@ -22,7 +22,8 @@ std::vector<int> partition_parameters(const std::vector<Tensor>& params, int wor
 // The optimizer's param_groups() are this rank's share, so that GradScaler.unscale_ and the
 // LR scheduler act on the share, and state_dict() is this rank's shard. step() updates the share
 // and then broadcasts every parameter from its owner, so every rank ends the step with the whole
-// updated model; zero_grad() drops every parameter's gradient (each rank holds all of them). The
+// updated model; zero_grad() drops every parameter's gradient (each rank holds all of them under
+// ZeRO-1, its share's under ZeRO-2, Note [ZeRO-2 gradient reduction]). The
 // gradient norm for clipping is reduced over the ranks by the trainer (each rank's share's norm,
 // squared, summed), as is GradScaler's found_inf: every rank must call step() or none.
 class ZeroRedundancyOptimizer final : public Optimizer {

@@ -43,6 +43,12 @@ std::vector<std::string> default_allocators(const TrainingArguments& base) {
   return {"native", "expandable_segments"};
 }
 
+std::vector<int64_t> default_zero_stages(const TrainingArguments& base, const PlanTarget& target) {
+  if (target.world_size <= 1) return {};
+  if (base.zero_stage || !base.deepspeed.empty()) return {training_zero_stage(base)};
+  return {0, 1, 2};
+}
+
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> out;
   for (int64_t d = 1; d <= n; ++d) {
@@ -51,6 +57,23 @@ std::vector<int64_t> divisors(int64_t n) {
   return out;
 }
 
+
+// See Note [Configurations that need ZeRO-3].
+std::string zero3_note(const std::string& adapter, const TrainingPlan& closest,
+                       const PlanTarget& target) {
+  const int64_t parameters =
+      closest.dry.at_peak[static_cast<size_t>(MemoryCategory::parameters)];
+  const std::string head = str_cat(adapter, ": nothing fits on ", target.description(),
+                                   " at ZeRO stages 0-2; the closest, ",
+                                   describe_configuration(closest.args), ", needs ",
+                                   format_bytes(closest.required_bytes), " per rank");
+  if (parameters + target.overhead_bytes >= target.capacity_bytes) {
+    return str_cat(head, ", of which the parameters every rank holds whole below stage 3 are ",
+                   format_bytes(parameters), ": only sharding them, ZeRO-3 (not built yet), "
+                   "could fit it");
+  }
+  return str_cat(head, "; ZeRO-3 (parameters sharded, not built yet) is the stage left to try");
+}
 
 }  // namespace
 
@@ -113,6 +136,18 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
     TrainingArguments check = base;
     apply_adapter_choice(check, adapter);
   }
+  // std::nullopt: one process, the base's zero_stage as it is.
+  std::vector<std::optional<int64_t>> stage_choices;
+  for (const int64_t stage :
+       space.zero_stages.empty() ? default_zero_stages(base, target) : space.zero_stages) {
+    if (stage < 0 || stage > 2) {
+      throw ValueError(str_cat("search zero stages: ", stage, " is not 0, 1 or 2 (ZeRO-3 is not "
+                               "built yet)"));
+    }
+    stage_choices.emplace_back(stage);
+  }
+  if (stage_choices.empty()) stage_choices.emplace_back(std::nullopt);
+  result.world_size = target.world_size;
   const std::vector<std::string> known = optimizer_names();
   for (const std::string& optim : optims) {
     if (std::find(known.begin(), known.end(), optim) == known.end()) {
@@ -128,6 +163,7 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   };
   // One row: the micro-batches from the smallest up; the fastest split that fits is kept.
   // False when the engine refuses the precision x optimizer.
+  std::optional<TrainingPlan> closest_of_adapter;  // the adapter choice's, that did not fit
   auto search_row = [&](const std::string& adapter, const std::string& precision,
                         const std::string& optim, const std::string& policy) {
     std::optional<TrainingPlan> best;
@@ -146,35 +182,45 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
       std::optional<TrainingPlan> plan;
       // Offload only when nothing else fits: the optimizer's states and step first, then the
       // saved activations too. A full fine-tune's optimizer only (LoRA's states are small, LOMO
-      // keeps none), and not where the base arguments offload already.
+      // keeps none), and not where the base arguments offload already, nor over several ranks
+      // (offload trains one process).
       std::vector<int> offload_levels = {0};
-      if (adapter == "full" && optim != "lomo" && !training_offload(base).any()) {
+      if (adapter == "full" && optim != "lomo" && !training_offload(base).any() &&
+          target.world_size <= 1) {
         offload_levels = {0, 1, 2};
       }
-      for (const int offload : offload_levels)
-      for (const bool expandable : expandable_choices) {
-        // The next allocator policy (or offload) only for a split the one before could not fit.
-        if (plan && plan->fits()) break;
-        args.expandable_segments = expandable;
-        args.offload_optimizer = offload >= 1;
-        args.offload_activations = offload >= 2;
-        try {
-          TrainingPlan attempt = plan_training(args, target, options);
-          if (!plan || attempt.fits() || attempt.required_bytes < plan->required_bytes) {
-            plan = std::move(attempt);
+      for (const int offload : offload_levels) {
+        for (const std::optional<int64_t>& stage : stage_choices) {
+          if (stage) args.zero_stage = *stage;
+          for (const bool expandable : expandable_choices) {
+            // The next allocator policy (or stage, or offload) only for a split the one before
+            // could not fit.
+            if (plan && plan->fits()) break;
+            args.expandable_segments = expandable;
+            args.offload_optimizer = offload >= 1;
+            args.offload_activations = offload >= 2;
+            try {
+              TrainingPlan attempt = plan_training(args, target, options);
+              if (!plan || attempt.fits() || attempt.required_bytes < plan->required_bytes) {
+                plan = std::move(attempt);
+              }
+            } catch (const Error& e) {
+              // A combination the engine refuses; its error says why.
+              result.unsupported.push_back(
+                  str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
+                          e.what()));
+              return false;
+            }
+            ++result.dry_runs;
+            if (progress) progress(result.dry_runs);
           }
-        } catch (const Error& e) {
-          // A combination the engine refuses; its error says why.
-          result.unsupported.push_back(
-              str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
-                      e.what()));
-          return false;
         }
-        ++result.dry_runs;
-        if (progress) progress(result.dry_runs);
       }
       if (!plan->fits()) {
         ++result.rejected;
+        if (!closest_of_adapter || plan->required_bytes < closest_of_adapter->required_bytes) {
+          closest_of_adapter = *plan;
+        }
         if (!result.closest || plan->required_bytes < result.closest->required_bytes) {
           result.closest = std::move(plan);
         }
@@ -186,6 +232,8 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
     return true;
   };
   for (const std::string& adapter : adapters) {
+    const size_t fitting_before = result.fitting.size();
+    closest_of_adapter.reset();
     for (const std::string& precision : precisions) {
       parse_precision(precision);
       for (const std::string& optim : optims) {
@@ -197,6 +245,9 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
           if (!search_row(adapter, precision, optim, policy)) break;
         }
       }
+    }
+    if (target.world_size > 1 && result.fitting.size() == fitting_before && closest_of_adapter) {
+      result.notes.push_back(zero3_note(adapter, *closest_of_adapter, target));
     }
   }
   std::stable_sort(result.fitting.begin(), result.fitting.end(), faster);
@@ -226,6 +277,7 @@ nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
                     {"gradient_checkpointing_policy",
                      p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy : "none"},
                     {"expandable_segments", p.args.expandable_segments},
+                    {"zero_stage", p.dry.zero_stage},
                     {"offload", offload_label(p.args)},
                     {"host_required_bytes", p.dry.host_required_bytes()},
                     {"per_device_train_batch_size", p.args.per_device_train_batch_size},
@@ -241,6 +293,8 @@ nlohmann::ordered_json SearchResult::to_json(int64_t max_rows) const {
           {"rejected", rejected},
           {"search_seconds", seconds},
           {"unsupported", unsupported},
+          {"world_size", world_size},
+          {"notes", notes},
           {"configurations", rows},
           {"closest_required_bytes",
            closest ? nlohmann::ordered_json(closest->required_bytes) : nlohmann::ordered_json()}};
@@ -256,6 +310,7 @@ std::string SearchResult::format(int64_t max_rows) const {
                 static_cast<long long>(rejected), static_cast<long long>(effective_batch));
   text += line;
   for (const std::string& reason : unsupported) text += str_cat("  not searched: ", reason, "\n");
+  for (const std::string& note : notes) text += str_cat("  ", note, "\n");
   if (fitting.empty()) {
     if (closest) {
       text += str_cat("  closest: ", describe_configuration(closest->args), " needs ",
@@ -263,10 +318,12 @@ std::string SearchResult::format(int64_t max_rows) const {
     }
     return text;
   }
+  // With several ranks, the ZeRO stage each configuration needs.
+  const bool ranks = world_size > 1;
   std::snprintf(line, sizeof line,
-                "  %4s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10s  %s\n", "rank",
-                "adapter", "precision", "optim", "ckpt", "allocator", "micro x acc", "peak alloc",
-                "required", "step s", "offload (host RAM)");
+                "  %4s%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10s  %s\n", "rank",
+                ranks ? "  zero" : "", "adapter", "precision", "optim", "ckpt", "allocator",
+                "micro x acc", "peak alloc", "required", "step s", "offload (host RAM)");
   text += line;
   for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
     const TrainingPlan& p = fitting[i];
@@ -277,7 +334,8 @@ std::string SearchResult::format(int64_t max_rows) const {
             ? str_cat(offload_label(p.args), " (", format_bytes(p.dry.host_required_bytes()), ")")
             : std::string("-");
     std::snprintf(line, sizeof line,
-                  "  %4zu  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g  %s\n", i + 1,
+                  "  %4zu%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g  %s\n", i + 1,
+                  ranks ? str_cat("  ", p.dry.zero_stage, "   ").c_str() : "",
                   adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
                   p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
                                                 : "none",

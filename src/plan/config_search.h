@@ -33,6 +33,11 @@ struct SearchSpace {
   // is reserved and not the step time. Empty: native, then expandable_segments; with
   // --expandable_segments (or HEADROOM_ALLOC_CONF=expandable_segments:True) expandable only.
   std::vector<std::string> allocators = {};
+  // ZeRO stages for a target of several ranks (PlanTarget::world_size), in the order tried, the
+  // next only for a configuration the one before does not fit (DDP communicates least; ZeRO-1
+  // adds the parameters' broadcast). Empty: 0, 1, 2 (the base arguments' zero_stage alone when
+  // they set one); one process: none. ZeRO-3 is not built (Note [Configurations that need ZeRO-3]).
+  std::vector<int64_t> zero_stages = {};
 };
 
 // One entry of SearchSpace::adapters applied to `args` (use_peft, lora_r, lora_target_modules,
@@ -54,7 +59,17 @@ void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 // (SearchSpace::allocators); the table says which the configuration needs. A full fine-tune
 // (not LOMO) that fits with neither is dry-run again with optimizer offload, then with
 // optimizer and activation offload (Note [Optimizer offload], Note [Activation offload]); the
-// table gives the host RAM it needs and the step estimate charges the host traffic.
+// table gives the host RAM it needs and the step estimate charges the host traffic. With several
+// ranks each split is tried at ZeRO stage 0, then 1, then 2, each with the allocators in turn,
+// and the first that fits is kept (SearchSpace::zero_stages); a ZeRO plan is its heaviest rank's
+// (Note [Planning data-parallel ranks]). Offload does not train data-parallel yet, so it is
+// searched for one process only.
+
+// Note [Configurations that need ZeRO-3]
+// Stages 0 to 2 leave every rank holding all the parameters. When no configuration of an adapter
+// choice fits, the search says so per adapter; when even the closest one's parameters at its peak
+// (the dry run's figure) fill the GPU, no stage below 3 can fit it, and it says that ZeRO-3
+// (parameters sharded, not built yet) would be needed, rather than plan a stage that does not run.
 struct SearchResult {
   int64_t effective_batch = 0;
   // One per precision x optimizer x policy that fits at some split (its fastest split), best
@@ -66,6 +81,10 @@ struct SearchResult {
   // Combinations the engine refuses (an error from building or stepping them), with the reason;
   // the precision x optimizer is skipped at its first refusal.
   std::vector<std::string> unsupported;
+  // Per adapter choice that nothing fits, with several ranks (Note [Configurations that need
+  // ZeRO-3]).
+  std::vector<std::string> notes;
+  int world_size = 1;
   double seconds = 0.0;
 
   nlohmann::ordered_json to_json(int64_t max_rows) const;

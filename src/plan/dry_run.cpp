@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "dist/meta_communicator.h"
 #include "memory/device_memory.h"
 #include "memory/host_pool.h"
 #include "nn/linear_4bit.h"
@@ -53,6 +54,9 @@ nlohmann::ordered_json DryRunResult::to_json() const {
           {"num_parameters", num_parameters},
           {"parameter_bytes", parameter_bytes},
           {"tokens_per_step", tokens_per_step},
+          {"world_size", world_size},
+          {"rank", rank},
+          {"zero_stage", zero_stage},
           {"precision", recipe},
           {"expandable_segments", expandable_segments},
           {"loss_scaling_variants",
@@ -70,6 +74,9 @@ nlohmann::ordered_json DryRunResult::to_json() const {
 
 DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions& options) {
   if (options.steps < 1) throw ValueError(str_cat("dry run: steps ", options.steps, " is below 1"));
+  if (options.world_size < 1) {
+    throw ValueError(str_cat("world_size: ", options.world_size, " is below 1"));
+  }
   const auto start = std::chrono::steady_clock::now();
   DryRunResult result;
   result.target = planned_device(args.device);
@@ -94,8 +101,15 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
         .batch_size = a.per_device_train_batch_size,
         .seq_length = window - 1,
         .prefetched = prefetched,
-        .eval_batches = eval ? 1 : 0});
+        // One per rank: each rank evaluates its share (Trainer::evaluate).
+        .eval_batches = eval ? options.world_size : 0,
+        .host_is_device = result.target.is_cpu()});
   };
+  // Rank `rank`'s collectives (Note [A dry run's collectives]); none for one process.
+  std::shared_ptr<Communicator> communicator;
+  if (options.world_size > 1) {
+    communicator = std::make_shared<MetaCommunicator>(options.rank, options.world_size);
+  }
 
   // One dry run of the steps, the first `skipped` of them overflowing (loss scaling only).
   // A fresh meta allocator as a fresh process has: nothing cached, no cap (the plan must see
@@ -130,7 +144,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     // the device's.
     host.set_expandable_segments(AllocatorConfig::from_env().expandable_segments);
     host.reset_peak_stats();
-    Trainer trainer(dry, batches);
+    Trainer trainer(dry, batches, communicator);
     result.load_peak_allocated_bytes = static_cast<int64_t>(max_memory_allocated(kMeta));
     result.load_peak_reserved_bytes = static_cast<int64_t>(max_memory_reserved(kMeta));
     result.host_load_peak_reserved_bytes =
@@ -179,6 +193,17 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
                                   args.use_peft ? &trainable : nullptr);
       // The packed weights and their block statistics, as bitsandbytes lays them out.
       result.formula.parameters += bytes_4bit;
+      result.zero_stage = options.world_size > 1 ? training_zero_stage(args) : 0;
+      // ZeRO per rank: stage 1 shards the optimizer states over the ranks, stage 2 the gradients.
+      FormulaMemory& f = result.formula;
+      if (result.zero_stage >= 1) {
+        f.optimizer_states /= options.world_size;
+        f.optimizer_bytes_per_parameter /= options.world_size;
+      }
+      if (result.zero_stage >= 2) {
+        f.gradients /= options.world_size;
+        f.gradient_bytes_per_parameter /= options.world_size;
+      }
     }
     return b;
   };
@@ -206,6 +231,8 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   result.allocator_slack = b.allocator_slack;
   result.at_reserved_peak = b.at_reserved_peak;
   result.steps = options.steps;
+  result.world_size = options.world_size;
+  result.rank = options.rank;
   result.expandable_segments = expandable;
   result.tokens_per_step =
       args.per_device_train_batch_size * args.gradient_accumulation_steps * seq_length;

@@ -29,6 +29,11 @@ struct DryRunOptions {
   // With loss scaling, also dry-run a first step that overflows and report the larger peaks
   // (Note [Planning loss-scaled runs]).
   bool cover_first_step_overflow = true;
+  // Data parallel: rank `rank` of `world_size` ranks, with args' ZeRO stage (its share of the
+  // states and gradients, its shard of the batches), through a MetaCommunicator (Note [A dry
+  // run's collectives]). 1: one process.
+  int world_size = 1;
+  int rank = 0;
 };
 
 // Note [Planning loss-scaled runs]
@@ -77,7 +82,11 @@ struct DryRunResult {
   bool expandable_segments = false;  // the allocator policy dry-run (Note [Expandable segments])
   HfConfig config;                   // the model's
   int steps = 0;                     // optimizer steps dry-run
-  // The guides' formulas for the same configuration (Note [Formula memory]), for comparison.
+  int world_size = 1;                // data parallel: the ranks, and the one dry-run
+  int rank = 0;
+  int64_t zero_stage = 0;
+  // The guides' formulas for the same configuration (Note [Formula memory]), for comparison;
+  // with ZeRO, per rank (optimizer states over world_size from stage 1, gradients from stage 2).
   FormulaMemory formula;
   double seconds = 0.0;              // wall time of the dry run
 

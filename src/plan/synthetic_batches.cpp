@@ -33,6 +33,16 @@ TokenBatch SyntheticBatchSource::next_batch() {
   return batch;
 }
 
+void SyntheticBatchSource::skip_batch() {
+  // DataLoaderBatchSource::skip_batch assembles the batch on the host and drops it, with no copy
+  // to a GPU.
+  if (options_.host_is_device) {
+    (void)next_batch();
+  } else {
+    ++consumed_;
+  }
+}
+
 TokenBatch SyntheticBatchSource::eval_batch(int64_t index, int64_t batch_size) const {
   if (index < 0 || index >= options_.eval_batches) {
     throw IndexError(str_cat("eval_batch: batch ", index, " is outside 0..",

@@ -17,6 +17,9 @@ struct SyntheticBatchOptions {
   // only when the planned device is the CPU: on a GPU they wait in host memory.
   int64_t prefetched = 0;
   int64_t eval_batches = 0;     // what eval_batch_count reports (the data is unknown)
+  // The planned device is the host, where the real loader assembles the batches it skips
+  // (another data-parallel rank's, ShardedBatchSource): then a skipped batch is allocated too.
+  bool host_is_device = true;
 };
 
 // Batches are meta tensors. For a CPU plan they are what the loader assembles on the CPU (two
@@ -26,6 +29,7 @@ class SyntheticBatchSource final : public BatchSource {
   explicit SyntheticBatchSource(const SyntheticBatchOptions& options);
 
   TokenBatch next_batch() override;
+  void skip_batch() override;
   int64_t batches_per_epoch() const override { return 1 << 20; }
   int64_t batches_consumed() const override { return consumed_; }
   int64_t eval_batch_count(int64_t) const override { return options_.eval_batches; }

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "core/error.h"
 #include "memory/alloc_config.h"
+#include "train/trainer.h"
 #include "train/progress.h"
 #include "train/trainer.h"
 
@@ -15,9 +17,12 @@ namespace headroom {
 const GpuSpec& PlanTarget::rates() const { return gpu ? *gpu : find_gpu_spec("H100-80GB"); }
 
 std::string PlanTarget::description() const {
-  if (gpu) return str_cat(gpu->name, " (", device.str(), ")");
-  if (capacity_bytes > 0) return str_cat(format_bytes(capacity_bytes), " GPU (", device.str(), ")");
-  return device.str();
+  const std::string ranks = world_size > 1 ? str_cat(world_size, " x ") : std::string();
+  if (gpu) return str_cat(ranks, gpu->name, " (", device.str(), ")");
+  if (capacity_bytes > 0) {
+    return str_cat(ranks, format_bytes(capacity_bytes), " GPU (", device.str(), ")");
+  }
+  return ranks + device.str();
 }
 
 PlanTarget plan_target(const std::string& device, const std::string& gpu,
@@ -85,6 +90,7 @@ std::string describe_configuration(const TrainingArguments& a) {
   return str_cat(a.model, ", ", lora, precision, ", ", a.optim, ", ", checkpointing, ", ",
                  a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ",
                  tokens, a.expandable_segments ? ", expandable segments" : "",
+                 a.zero_stage.value_or(0) > 0 ? str_cat(", ZeRO-", *a.zero_stage) : std::string(),
                  offload_label(a).empty() ? "" : ", offload " + offload_label(a));
 }
 
@@ -94,8 +100,25 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
   plan.args = args;
   plan.args.device = target.device.str();
   plan.target = target;
-  plan.dry = dry_run_training(plan.args, options);
-  plan.required_bytes = plan.dry.required_bytes() + target.overhead_bytes;
+  // Note [Planning data-parallel ranks]
+  DryRunOptions rank_options = options;
+  rank_options.world_size = target.world_size;
+  const int ranks = target.world_size > 1 && training_zero_stage(args) >= 1 ? target.world_size : 1;
+  for (int rank = 0; rank < ranks; ++rank) {
+    rank_options.rank = rank;
+    DryRunResult dry = dry_run_training(plan.args, rank_options);
+    const int64_t required = dry.required_bytes() + target.overhead_bytes;
+    if (target.world_size > 1) {
+      plan.ranks.push_back({rank, dry.peak_allocated_bytes, dry.peak_reserved_bytes, required});
+    }
+    // The heaviest: most required, then most allocated (the reserved peaks often tie).
+    if (rank == 0 || std::pair(required, dry.peak_allocated_bytes) >
+                         std::pair(plan.required_bytes, plan.dry.peak_allocated_bytes)) {
+      plan.dry = std::move(dry);
+      plan.required_bytes = required;
+    }
+    if (!plan.fits()) break;
+  }
   if (target.device.is_cuda()) {
     const CategoryBytes& b = plan.dry.at_peak;
     const int64_t state = b[static_cast<size_t>(MemoryCategory::parameters)] +
@@ -118,7 +141,10 @@ void plan_with_expandable_segments(TrainingPlan& plan, const DryRunOptions& opti
   }
   TrainingArguments args = plan.args;
   args.expandable_segments = true;
-  const DryRunResult expandable = dry_run_training(args, options);
+  DryRunOptions rank_options = options;
+  rank_options.world_size = plan.dry.world_size;
+  rank_options.rank = plan.dry.rank;
+  const DryRunResult expandable = dry_run_training(args, rank_options);
   plan.with_expandable_segments =
       DryRunResult::Peaks{expandable.peak_allocated_bytes, expandable.peak_reserved_bytes};
 }
@@ -135,6 +161,14 @@ nlohmann::ordered_json TrainingPlan::to_json() const {
   out["step_time_estimate"] = cost ? cost->to_json() : nlohmann::ordered_json();
   out["with_expandable_segments"] = with_expandable_segments ? with_expandable_segments->to_json()
                                                              : nlohmann::ordered_json();
+  nlohmann::ordered_json per_rank = nlohmann::ordered_json::array();
+  for (const RankPeaks& r : ranks) {
+    per_rank.push_back({{"rank", r.rank},
+                        {"peak_allocated_bytes", r.peak_allocated},
+                        {"peak_reserved_bytes", r.peak_reserved},
+                        {"required_bytes", r.required}});
+  }
+  out["ranks"] = per_rank;
   return out;
 }
 
@@ -150,6 +184,16 @@ std::string TrainingPlan::format() const {
        "device in %.2f s\n",
        static_cast<double>(dry.num_parameters) / 1e6, format_bytes(dry.parameter_bytes).c_str(),
        dry.recipe.c_str(), dry.steps, dry.seconds);
+  if (dry.world_size > 1) {
+    line("  data parallel over %d ranks, ZeRO stage %lld: rank %d's dry run below (Note [Planning "
+         "data-parallel ranks])\n",
+         dry.world_size, static_cast<long long>(dry.zero_stage), dry.rank);
+    std::string peaks;
+    for (const RankPeaks& r : ranks) {
+      peaks += str_cat(peaks.empty() ? "" : ", ", "rank ", r.rank, " ", format_bytes(r.peak_allocated));
+    }
+    if (ranks.size() > 1) line("  peak allocated per rank: %s\n", peaks.c_str());
+  }
   line("\n  %-26s %14s %14s %10s\n", "at the peak", "dry run", "formula", "formula/run");
   const FormulaMemory& f = dry.formula;
   auto row = [&](const char* name, int64_t run, std::optional<int64_t> guess) {

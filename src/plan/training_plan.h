@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,10 +24,11 @@ struct PlanTarget {
   int64_t capacity_bytes = 0;   // the memory to fit in; 0: none given, nothing to check
   int64_t overhead_bytes = 0;   // CUDA context + workspaces (Note [CUDA overhead per GPU family])
   std::string overhead_source;  // e.g. "hopper family constant"; empty on the CPU
+  int world_size = 1;           // --world_size: data-parallel ranks, one such device each
 
   // The GPU whose rates estimate step times: --gpu's, else the H100 (the GPUs headroom targets).
   const GpuSpec& rates() const;
-  // "H100-80GB (cuda:0)", "24.00 GiB GPU (cuda:0)", "cpu".
+  // "H100-80GB (cuda:0)", "24.00 GiB GPU (cuda:0)", "cpu"; "8 x H100-80GB (cuda:0)" for ranks.
   std::string description() const;
 };
 
@@ -37,9 +39,21 @@ struct PlanTarget {
 PlanTarget plan_target(const std::string& device, const std::string& gpu,
                        const std::string& gpu_memory);
 
+// Note [Planning data-parallel ranks]
+// ZeRO's shares are whole parameters, so its ranks hold different bytes: each rank is dry-run
+// as itself (DryRunOptions::rank) and the plan is the heaviest rank's (the one needing most,
+// then the one allocating most), the others' peaks listed beside it. A rank that does not fit
+// ends the loop, as the configuration cannot fit whatever the others need. Under DDP (stage 0) every rank makes the
+// same allocations (the same buckets, batches of one shape), so rank 0 stands for all.
+struct RankPeaks {
+  int rank = 0;
+  int64_t peak_allocated = 0, peak_reserved = 0, required = 0;
+};
+
 struct TrainingPlan {
   TrainingArguments args;
-  DryRunResult dry;
+  DryRunResult dry;  // of one process, or of the heaviest rank (Note [Planning data-parallel ranks])
+  std::vector<RankPeaks> ranks;  // the ranks dry-run, with target.world_size > 1
   PlanTarget target;
   // What the device must hold: the larger of the training and load peaks (reserved) plus the
   // CUDA overhead.

@@ -174,13 +174,17 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   return result;
 }
 
+std::string checkpoint_temp_dir(const std::string& output_dir, int64_t step, int64_t pid) {
+  return (fs::path(output_dir) / str_cat("tmp-", kCheckpointPrefix, step, "-", pid)).string();
+}
+
 std::string commit_checkpoint(const std::string& output_dir, int64_t step,
                               const std::function<void(const std::string& dir)>& write_files) {
   const fs::path out(output_dir);
   fs::create_directories(out);
   const fs::path final_dir = out / str_cat(kCheckpointPrefix, step);
   // The pid keeps two processes writing into one output_dir off each other's directory.
-  const fs::path tmp_dir = out / str_cat("tmp-", kCheckpointPrefix, step, "-", ::getpid());
+  const fs::path tmp_dir = checkpoint_temp_dir(output_dir, step, ::getpid());
   fs::remove_all(tmp_dir);
   fs::create_directory(tmp_dir);
   try {
@@ -252,7 +256,7 @@ void with_checkpoint_file(const std::string& path, const std::function<void()>& 
 }
 
 CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device,
-                                   bool adapter) {
+                                   bool adapter, const std::string& optimizer_file) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) {
     throw ValueError(str_cat("resume_from_checkpoint: '", dir, "' is not a directory"));
@@ -262,8 +266,9 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
   // PEFT's file names (peft/lora_model.h's kAdapterConfigFile, kAdapterWeightsFile).
   const char* config_name = adapter ? "adapter_config.json" : "config.json";
   const char* weights_name = adapter ? "adapter_model.safetensors" : kSafetensorsWeightsName;
-  for (const char* name : {config_name, weights_name, kOptimizerFile, kSchedulerFile,
-                           kRngStateFile, kTrainerStateFile}) {
+  for (const std::string& name : {std::string(config_name), std::string(weights_name),
+                                  optimizer_file, std::string(kSchedulerFile),
+                                  std::string(kRngStateFile), std::string(kTrainerStateFile)}) {
     require_file(root / name);
   }
   if (needs_scaler) require_file(root / kScalerFile);
@@ -274,15 +279,15 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
 
   contents.weights = std::make_unique<SafetensorsCheckpoint>((root / weights_name).string());
 
-  const std::string optimizer_path = (root / kOptimizerFile).string();
-  SafetensorsFile optimizer_file(optimizer_path);
-  const auto meta = optimizer_file.metadata().find(kOptimizerMetaKey);
-  if (meta == optimizer_file.metadata().end()) {
+  const std::string optimizer_path = (root / optimizer_file).string();
+  SafetensorsFile optimizer(optimizer_path);
+  const auto meta = optimizer.metadata().find(kOptimizerMetaKey);
+  if (meta == optimizer.metadata().end()) {
     throw ValueError(str_cat(optimizer_path, ": no '", kOptimizerMetaKey, "' metadata"));
   }
   contents.optimizer.meta = parse_json(meta->second, str_cat(optimizer_path, " metadata"));
-  for (const std::string& name : optimizer_file.names()) {
-    contents.optimizer.tensors.emplace_back(name, optimizer_file.load(name, device));
+  for (const std::string& name : optimizer.names()) {
+    contents.optimizer.tensors.emplace_back(name, optimizer.load(name, device));
   }
 
   contents.scheduler = read_json_file(root / kSchedulerFile);

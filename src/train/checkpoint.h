@@ -39,6 +39,9 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 // error. Returns the checkpoint's path.
 std::string commit_checkpoint(const std::string& output_dir, int64_t step,
                               const std::function<void(const std::string& dir)>& write_files);
+// The temporary directory commit_checkpoint fills in process `pid` (data-parallel ranks write
+// their shards into rank 0's).
+std::string checkpoint_temp_dir(const std::string& output_dir, int64_t step, int64_t pid);
 
 // HF's _rotate_checkpoints: when more than `save_total_limit` checkpoints exist, the oldest are
 // deleted until that many remain (a limit of 0 or below keeps them all). Returns those deleted.
@@ -79,8 +82,11 @@ struct CheckpointContents {
 // (check_trainer_state_extra), rng_state.json a generator seed and offset (unsigned integers).
 // ValueError naming the file at fault. Optimizer tensors are loaded onto `device`. `adapter`:
 // the checkpoint of a LoRA run, whose weights are PEFT's adapter files.
+// `optimizer_file`: the optimizer state's file in `dir` (a ZeRO rank's shard,
+// train/zero_checkpoint.h).
 CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device,
-                                   bool adapter = false);
+                                   bool adapter = false,
+                                   const std::string& optimizer_file = kOptimizerFile);
 
 // Runs `apply`; an exception that does not name `path` is rethrown as a ValueError that does, so
 // that a checkpoint's errors always say which file was bad.

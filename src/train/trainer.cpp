@@ -47,6 +47,7 @@
 #include "dist/gradient_reducer.h"
 #include "dist/mpi_communicator.h"
 #include "dist/zero_optimizer.h"
+#include "train/zero_checkpoint.h"
 #include "io/json_file.h"
 #include "train/data_loader_batch_source.h"
 #include "train/sharded_batch_source.h"
@@ -72,6 +73,10 @@ void check_arguments(const TrainingArguments& args) {
   };
   at_least("per_device_train_batch_size", args.per_device_train_batch_size, 1);
   at_least("per_device_eval_batch_size", args.per_device_eval_batch_size, 1);
+  if (!(args.ddp_bucket_cap_mb * (1 << 20) >= 1.0)) {
+    throw ValueError(str_cat("ddp_bucket_cap_mb: ", args.ddp_bucket_cap_mb,
+                             " is below one byte"));
+  }
   at_least("gradient_accumulation_steps", args.gradient_accumulation_steps, 1);
   at_least("logging_steps", args.logging_steps, 1);
   if (args.max_steps <= 0 && !(args.num_train_epochs > 0.0)) {
@@ -180,9 +185,9 @@ int64_t training_zero_stage(const TrainingArguments& args) {
     stage = from_file;
   }
   const int64_t value = stage.value_or(0);
-  if (value == 2 || value == 3) {
-    throw NotImplementedError(str_cat("zero_stage: ", value, " (ZeRO-", value,
-                                      ") is not implemented yet; 0 (DDP) and 1 are"));
+  if (value == 3) {
+    throw NotImplementedError(str_cat("zero_stage: 3 (ZeRO-3, parameters sharded) is not "
+                                      "implemented yet; 0 (DDP), 1 and 2 are"));
   }
   if (value < 0 || value > 3) throw ValueError(str_cat("zero_stage: ", value, " is not 0..3"));
   return value;
@@ -396,15 +401,14 @@ void Trainer::build() {
     if (p.requires_grad()) trainable.emplace_back(name, p);
   }
   zero_stage_ = training_zero_stage(args_);
+  std::vector<int> gradient_owners;  // ZeRO-2's; empty: gradients all-reduced
   if (communicator_ && zero_stage_ >= 1) {
-    if (args_.save_strategy != "no") {
-      throw NotImplementedError(str_cat("zero_stage ", zero_stage_, " with save_strategy '",
-                                        args_.save_strategy, "': checkpoints of sharded optimizer "
-                                        "states are not written yet; pass --save_strategy no"));
-    }
-    optimizer_ = std::make_unique<ZeroRedundancyOptimizer>(
+    auto zero = std::make_unique<ZeroRedundancyOptimizer>(
         communicator_, trainable,
         [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); });
+    // ZeRO-2: each gradient is reduced to its owner alone (Note [ZeRO-2 gradient reduction]).
+    if (zero_stage_ >= 2) gradient_owners = zero->owners();
+    optimizer_ = std::move(zero);
   } else if (offload_.optimizer) {
     auto offloaded = std::make_unique<OffloadedOptimizer>(
         trainable, device_,
@@ -430,7 +434,11 @@ void Trainer::build() {
     // DDP's start: every rank trains rank 0's model (the same seed makes the same one; this
     // makes sure of it), frozen weights included.
     broadcast_parameters(*communicator_, model_->parameters());
-    reducer_ = std::make_unique<GradientReducer>(communicator_, trainable);
+    GradientBucketOptions buckets;
+    buckets.bucket_cap_bytes = static_cast<int64_t>(args_.ddp_bucket_cap_mb * (1 << 20));
+    buckets.first_bucket_cap_bytes = std::min(buckets.first_bucket_cap_bytes, buckets.bucket_cap_bytes);
+    reducer_ = std::make_unique<GradientReducer>(communicator_, trainable, buckets,
+                                                 std::move(gradient_owners));
   }
   if (optimizer_->updates_in_backward()) {
     if (args_.gradient_accumulation_steps > 1) {
@@ -504,9 +512,24 @@ nlohmann::ordered_json Trainer::trainer_state() const {
 }
 
 std::string Trainer::save_checkpoint() {
+  // See Note [ZeRO checkpoints]: each rank's optimizer shard goes into rank 0's directory.
+  const bool sharded = sharded_optimizer();
+  auto write_optimizer = [&](const std::string& dir) {
+    const OptimizerStateDict state = optimizer_->state_dict();
+    const std::string file = sharded ? zero_optimizer_file(communicator_->rank(),
+                                                           communicator_->world_size())
+                                     : std::string(kOptimizerFile);
+    save_safetensors((fs::path(dir) / file).string(), state.tensors,
+                     {{kOptimizerMetaKey, state.meta.dump()}});
+  };
   if (!is_main_process()) {
     // Rank 0 writes the one checkpoint every rank resumes from (their states are equal: Note
     // [Data-parallel batches equal a single process's]); the others wait until it is whole.
+    if (sharded) {
+      const auto pid = static_cast<int64_t>(communicator_->all_reduce_scalar(0.0, ReduceOp::sum));
+      write_optimizer(checkpoint_temp_dir(args_.output_dir, global_step_, pid));
+      communicator_->barrier();  // every shard is in
+    }
     communicator_->barrier();
     last_saved_step_ = global_step_;
     return (fs::path(args_.output_dir) / str_cat(kCheckpointPrefix, global_step_)).string();
@@ -514,9 +537,7 @@ std::string Trainer::save_checkpoint() {
   const std::string dir = commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
     const fs::path root(tmp);
     save_model_files(tmp);  // as HF's Trainer: a checkpoint is a model (or adapter) directory
-    const OptimizerStateDict state = optimizer_->state_dict();
-    save_safetensors((root / kOptimizerFile).string(), state.tensors,
-                     {{kOptimizerMetaKey, state.meta.dump()}});
+    write_optimizer(tmp);
     write_file_atomically((root / kSchedulerFile).string(),
                           dump_json(nlohmann::ordered_json(scheduler_->state_dict())));
     if (scaler_->is_enabled()) {
@@ -529,6 +550,11 @@ std::string Trainer::save_checkpoint() {
         {"data", nlohmann::ordered_json(data_->state_dict())}};
     write_file_atomically((root / kRngStateFile).string(), dump_json(rng));
     write_file_atomically((root / kTrainerStateFile).string(), dump_json(trainer_state()));
+    if (sharded) {
+      communicator_->all_reduce_scalar(static_cast<double>(::getpid()), ReduceOp::sum);
+      communicator_->barrier();  // every shard is in
+      write_zero_manifest(tmp, communicator_->world_size(), zero_stage_);
+    }
     write_checkpoint_checksums(tmp);  // last: it covers every file above
   });
   last_saved_step_ = global_step_;
@@ -580,8 +606,11 @@ void Trainer::prepare_output_dir() {
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
-  const CheckpointContents saved =
-      read_checkpoint(dir, scaler_->is_enabled(), device_, lora_.has_value());
+  const std::string optimizer_file = zero_checkpoint_optimizer_file(
+      dir, communicator_ ? communicator_->rank() : 0,
+      communicator_ ? communicator_->world_size() : 1, sharded_optimizer());
+  const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), device_,
+                                                   lora_.has_value(), optimizer_file);
   const fs::path root(dir);
   with_checkpoint_file(saved.weights->path(), [&] {
     if (lora_) {
@@ -590,7 +619,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
       load_weights(*model_, *saved.weights);
     }
   });
-  with_checkpoint_file((root / kOptimizerFile).string(),
+  with_checkpoint_file((root / optimizer_file).string(),
                        [&] { optimizer_->load_state_dict(saved.optimizer); });
   with_checkpoint_file((root / kSchedulerFile).string(),
                        [&] { scheduler_->load_state_dict(saved.scheduler); });

@@ -162,6 +162,8 @@ class Trainer {
   const TrainingArguments& args() const { return args_; }
   // Rank 0 of a data-parallel run, or a single process: the one that logs and writes files.
   bool is_main_process() const { return !communicator_ || communicator_->rank() == 0; }
+  // ZeRO-1/2 over several ranks: each rank's optimizer holds its share (Note [ZeRO checkpoints]).
+  bool sharded_optimizer() const { return communicator_ && zero_stage_ >= 1; }
   // Seconds this run's ranks waited for gradient all-reduces after backward (0 on one process).
   double communication_wait_seconds() const;
   int64_t global_step() const { return global_step_; }

@@ -119,10 +119,13 @@ struct TrainingArguments {
   bool expandable_segments = false;
 
   // Data parallel (under mpirun), with DeepSpeed's names. zero_stage 0: DDP; 1: ZeRO-1, optimizer
-  // states sharded over the ranks. `deepspeed`: a DeepSpeed JSON config, of which
+  // states sharded over the ranks; 2: ZeRO-2, gradients too. `deepspeed`: a DeepSpeed JSON config, of which
   // zero_optimization.stage is read (it must agree with an explicit zero_stage).
   std::optional<int64_t> zero_stage;
   std::string deepspeed;
+  // DDP's bucket_cap_mb (HF ddp_bucket_cap_mb): the gradient buckets' size in MiB (the first
+  // bucket is 1 MiB, or this when smaller).
+  double ddp_bucket_cap_mb = 25.0;
 
   // Offload to host memory (memsave; DeepSpeed's zero_optimization.offload_optimizer /
   // offload_param, transformers' checkpoint offload): the optimizer's states and step (a ratio of

@@ -4,14 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/gradient_reducer.h"
 #include "dist/launch_environment.h"
+#include "train/checkpoint.h"
 #include "train/sharded_batch_source.h"
+#include "train/trainer_fixture.h"
+#include "train/zero_checkpoint.h"
 
 namespace headroom {
 namespace {
@@ -147,6 +152,28 @@ TEST(ShardedBatchSource, RankRTakesEveryWorldSizethBatchFromR) {
   EXPECT_EQ(shard.state_dict(), (nlohmann::json{{"next", 9}}));
   EXPECT_THROW(ShardedBatchSource(std::make_unique<CountingSource>(2), 0, 3), ValueError);
   EXPECT_THROW(ShardedBatchSource(std::make_unique<CountingSource>(9), 3, 3), ValueError);
+}
+
+// Note [ZeRO checkpoints]: the manifest decides which file each rank reads, and refuses a world
+// size or a sharding other than the run's by name.
+TEST(ZeroCheckpoint, TheManifestPicksEachRanksShardAndRefusesAnotherWorldSize) {
+  test_data::TempDir dir("zero_manifest");
+  const std::string path = dir.path().string();
+  EXPECT_EQ(zero_checkpoint_optimizer_file(path, 0, 1, false), kOptimizerFile);
+  EXPECT_THROW(zero_checkpoint_optimizer_file(path, 0, 2, true), ValueError);  // unsharded
+
+  write_zero_manifest(path, 2, 2);
+  EXPECT_EQ(zero_checkpoint_optimizer_file(path, 1, 2, true), "optimizer-rank-1-of-2.safetensors");
+  for (const auto& [world, sharded] : {std::pair{4, true}, std::pair{1, false}}) {
+    try {
+      zero_checkpoint_optimizer_file(path, 0, world, sharded);
+      ADD_FAILURE() << "world_size " << world << " accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("mpirun -np 2"), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(dir.path() / kZeroManifestFile) << R"({"world_size": "two"})";
+  EXPECT_THROW(zero_checkpoint_optimizer_file(path, 0, 2, true), ValueError);
 }
 
 }  // namespace

@@ -75,6 +75,21 @@ TEST_P(Collectives, ReduceScatterGivesEachRankItsChunkReduced) {
   }
 }
 
+TEST_P(Collectives, ReduceGivesTheRootTheReductionAndLeavesTheOthers) {
+  const int w = world()->world_size(), rank = world()->rank();
+  for (int root = 0; root < w; ++root) {
+    const Tensor t = rank_values(rank, 4, GetParam());
+    world()->reduce_async(t, root, ReduceOp::avg)->wait();
+    const std::vector<float> got = t.to_float_vector();
+    for (int64_t i = 0; i < 4; ++i) {
+      const float expected = rank == root ? static_cast<float>((i + 1) * (w + 1)) / 2.0f
+                                          : static_cast<float>((rank + 1) * (i + 1));
+      EXPECT_EQ(got[static_cast<size_t>(i)], expected) << "root " << root << " " << i;
+    }
+  }
+  EXPECT_THROW(world()->reduce_async(Tensor::zeros({2}), w, ReduceOp::sum), ValueError);
+}
+
 TEST_P(Collectives, AllGatherAndBroadcast) {
   const int w = world()->world_size(), rank = world()->rank();
   const Tensor input = Tensor::full({2}, rank + 1, GetParam());
@@ -123,17 +138,17 @@ TEST(MpiCommunicator, ScalarsAndRefusals) {
 }
 
 // Each rank's gradient of sum((x_r · W)^2) over its own x_r; after finish() every rank holds the
-// average over both ranks' x, computed here locally from both x. Buckets of 32 bytes (the first 16)
-// give each of the three parameters a bucket of its own.
-TEST(GradientReducer, AveragesEveryBucketOverTheRanks) {
-  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+// average over both ranks' x, computed here locally from both x (with `owners`, ZeRO-2: only the
+// gradients this rank owns, the others dropped). Buckets of 32 bytes (the first 16) give each of
+// the three parameters a bucket of its own.
+void expect_reducer_averages(const std::vector<int>& owners) {
   const int w = world()->world_size();
   manual_seed(3);
   const Tensor a = Tensor::randn({4, 3}).set_requires_grad();
   const Tensor b = Tensor::randn({3, 5}).set_requires_grad();
   const Tensor c = Tensor::randn({5}).set_requires_grad();
   GradientReducer reducer(world(), {{"a", a}, {"b", b}, {"c", c}},
-                          {.bucket_cap_bytes = 32, .first_bucket_cap_bytes = 16});
+                          {.bucket_cap_bytes = 32, .first_bucket_cap_bytes = 16}, owners);
   EXPECT_EQ(reducer.bucket_count(), 3u);  // c (20 B >= 16), b (60 B >= 32), a (48 B)
   EXPECT_EQ(reducer.bucket_params(0), std::vector<size_t>{2});
   auto grads_for = [&](int rank) {
@@ -165,6 +180,11 @@ TEST(GradientReducer, AveragesEveryBucketOverTheRanks) {
   reducer.finish();
   int k = 0;
   for (const Tensor* p : {&a, &b, &c}) {
+    if (!owners.empty() && owners[static_cast<size_t>(k)] != world()->rank()) {
+      EXPECT_FALSE(p->grad().defined()) << "parameter " << k << " is another rank's";
+      ++k;
+      continue;
+    }
     const std::vector<float> g = p->grad().to_float_vector();
     for (size_t j = 0; j < g.size(); ++j) {
       // The reducer sums the ranks' fp32 gradients in MPI's order and scales by 1/W; the
@@ -175,6 +195,17 @@ TEST(GradientReducer, AveragesEveryBucketOverTheRanks) {
     }
     ++k;
   }
+}
+
+TEST(GradientReducer, AveragesEveryBucketOverTheRanks) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  expect_reducer_averages({});
+}
+
+TEST(GradientReducer, WithOwnersEachRankKeepsItsOwnAveragesOnly) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  const int w = world()->world_size();
+  expect_reducer_averages({0, 1 % w, 0});
 }
 
 TEST(GradientReducer, BroadcastGivesEveryRankRootsParameters) {

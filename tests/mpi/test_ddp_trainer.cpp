@@ -14,7 +14,9 @@
 
 #include "dist/communicator.h"
 #include "dist/launch_environment.h"
+#include "memory/device_memory.h"
 #include "memory/memory_category.h"
+#include "plan/dry_run.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
 
@@ -149,6 +151,45 @@ TEST(DataParallelTrainer, Zero1WithClippingMatchesOneProcess) {
   expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", 1, 1.0, 3e-6);
 }
 
+// ZeRO-2: each rank gets its share's averaged gradients only (reduced to it, Note [ZeRO-2
+// gradient reduction]), the same fp32 (a + b) / 2 that DDP's all-reduce gives it.
+TEST(DataParallelTrainer, Zero2MatchesOneProcessWithTheSameGlobalBatch) {
+  expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", 2, 0.0);
+}
+// Clipping by the norm reduced over the shares: as ZeRO-1's (Zero1WithClippingMatchesOneProcess).
+TEST(DataParallelTrainer, Zero2WithClippingMatchesOneProcess) {
+  expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", 2, 1.0, 3e-6);
+}
+// no_sync: the first micro-batch's gradients accumulate in full on every rank, the last one's
+// backward reduces the sums to their owners (SGD: see Fp32WithAccumulationMatchesOneProcess).
+TEST(DataParallelTrainer, Zero2WithAccumulationMatchesOneProcess) {
+  expect_ddp_matches_one_process("fp32", 2, 1e-6, "sgd", 2, 1.0);
+}
+// bf16 autocast keeps fp32 master weights and fp32 gradients, reduced in fp32: 1e-6 as fp32.
+TEST(DataParallelTrainer, Zero2Bf16MatchesOneProcessWithTheSameGlobalBatch) {
+  expect_ddp_matches_one_process("bf16", 1, 1e-6, "adamw_torch", 2, 0.0);
+}
+// pure bf16: the gradients are bf16. One process sums the two micro-batches' halves in bf16
+// (round(round(a / 2) + round(b / 2))); the ranks' reduction rounds (a + b) / 2 once (Note
+// [Reductions of bf16 and f16 over MPI]), so a gradient may differ by a bf16 ulp (2^-8 relative).
+// Losses stay within 1e-2 relative. The weights are bf16 too: near 1 (the norms' gains) a bf16
+// ulp is 2^-7, above an AdamW update (about the learning rate, 3e-3), so whether a step moves
+// such a weight by an ulp is decided by the update's last bits, which that gradient ulp can flip:
+// a weight may differ by an ulp per step, held to 4 ulps at 1 (2^-5) over the run's steps.
+TEST(DataParallelTrainer, Zero2PureBf16MatchesOneProcessWithinBf16Rounding) {
+  expect_ddp_matches_one_process("pure_bf16", 1, 1e-2, "adamw_torch", 2, 0.0, 0x1p-5);
+}
+// fp16 with loss scaling: found_inf is reduced over the ranks, each unscaling its share only.
+// Losses within 1e-6. The gradients are fp32 (autocast's master weights) but flow back through
+// fp16 activations, where one process's loss / 2 (its accumulation of the ranks' two
+// micro-batches) moves small values into or out of fp16's subnormals (below 6.1e-5), which keep
+// fewer bits; AdamW's first steps, g / (|g| + eps), carry that to the weights: 2.7e-5 at most
+// seen (under 1% of the learning rate), the same with DDP (zero_stage 0), so weights are held
+// to 1e-4. No clipping (see Zero1WithClippingMatchesOneProcess for what it adds).
+TEST(DataParallelTrainer, Zero2Fp16MatchesOneProcess) {
+  expect_ddp_matches_one_process("fp16", 1, 1e-6, "adamw_torch", 2, 0.0, 1e-4);
+}
+
 // ZeRO-1 keeps about 1/W of the optimizer states on each rank: below DDP's by at least a third on
 // 2 ranks (shares are whole parameters, so not exactly half), and the ranks' sum is DDP's.
 TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
@@ -172,6 +213,45 @@ TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
   EXPECT_NEAR(sum, ddp, 0.02 * ddp);
 }
 
+// `headroom plan --world_size 2` dry-runs each rank as itself on the meta device (Note [A dry
+// run's collectives]): every rank's peak allocated in the real run is its plan's to the byte, for
+// DDP, ZeRO-1 and ZeRO-2, and it falls from stage to stage as ZeRO predicts.
+TEST(DataParallelTrainer, EachRanksPeakEqualsItsPlanAndFallsWithTheStage) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  SharedRunDir dir("rank_plan", 0.0);
+  TrainingArguments args = dir.args();
+  args.save_strategy = "no";
+  // The tiny model's 272 KiB of gradients would fill DDP's first 1 MiB bucket alone: buckets of
+  // 32 KiB make it as a real model's, many buckets, so ZeRO-2's buffers are a few of them.
+  args.ddp_bucket_cap_mb = 1.0 / 32;
+  args.max_steps = 2;
+  int64_t previous = 0;
+  for (const int64_t stage : {0, 1, 2}) {
+    args.zero_stage = stage;
+    const DryRunResult plan =
+        dry_run_training(args, {.world_size = world()->world_size(), .rank = world()->rank()});
+    // The real run's third step repeats the second, as the dry-run grid's (tests/plan).
+    TrainingArguments run_args = args;
+    run_args.max_steps = 3;
+    empty_cache(kCPU);  // as a fresh process: nothing cached by the run before
+    Trainer trainer(run_args, {}, world());
+    ASSERT_EQ(trainer.train(), 0);
+    int64_t measured = 0;
+    for (const auto& entry : trainer.log_history()) {
+      if (entry.contains("peak_allocated_bytes")) measured = entry["peak_allocated_bytes"];
+    }
+    std::printf("zero_stage %lld rank %d: peak allocated %lld (plan) %lld (run)\n",
+                static_cast<long long>(stage), world()->rank(),
+                static_cast<long long>(plan.peak_allocated_bytes), static_cast<long long>(measured));
+    EXPECT_EQ(plan.peak_allocated_bytes, measured)
+        << "zero_stage " << stage << ", rank " << world()->rank();
+    if (stage > 0) {
+      EXPECT_LT(measured, previous) << "zero_stage " << stage;
+    }
+    previous = measured;
+  }
+}
+
 TEST(DataParallelTrainer, ZeroStageFromTheDeepSpeedConfig) {
   if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   SharedRunDir dir("zero_deepspeed", 0.0);
@@ -183,33 +263,74 @@ TEST(DataParallelTrainer, ZeroStageFromTheDeepSpeedConfig) {
   args.zero_stage = 0;
   EXPECT_THROW(training_zero_stage(args), ValueError);
   args.zero_stage.reset();
+  std::ofstream(config) << R"({"zero_optimization": {"stage": 2}})";
+  EXPECT_EQ(training_zero_stage(args), 2);
   std::ofstream(config) << R"({"zero_optimization": {"stage": 3}})";
   EXPECT_THROW(training_zero_stage(args), NotImplementedError);
   std::ofstream(config) << R"({"zero_optimization": {"stage": "one"}})";
   EXPECT_THROW(training_zero_stage(args), ValueError);
 }
 
-// Steps 3-4 of a 2-rank run resumed from its checkpoint-2 equal the uninterrupted run's, bit for bit.
+// Steps 3-4 of a 2-rank run resumed from its checkpoint-2 equal the uninterrupted run's, bit for
+// bit (with ZeRO: each rank's optimizer shard resumed, Note [ZeRO checkpoints]).
+void expect_resume_is_bit_identical(int64_t zero_stage, const fs::path& root,
+                                    const TrainingArguments& args) {
+  Trainer full(args, {}, world());
+  ASSERT_EQ(full.train(), 0);
+  ASSERT_TRUE(fs::exists(root / "out" / "checkpoint-2"));
+
+  TrainingArguments resumed_args = args;
+  resumed_args.output_dir = (root / "resumed").string();
+  resumed_args.resume_from_checkpoint = (root / "out" / "checkpoint-2").string();
+  Trainer resumed(resumed_args, {}, world());
+  ASSERT_EQ(resumed.train(), 0);
+  const auto expected = step_losses(full), actual = step_losses(resumed);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [step, loss] : expected) {
+    EXPECT_EQ(actual.at(step), loss) << "zero_stage " << zero_stage << ", step " << step;
+  }
+  const auto pa = resumed.model().parameters(), pe = full.model().parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].to_float_vector(), pe[i].to_float_vector()) << i;
+  }
+}
+
 TEST(DataParallelTrainer, ResumeWithTheSameWorldSizeIsBitIdentical) {
   if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   SharedRunDir dir("ddp_resume", 0.1);  // dropout: the generator's state is resumed too
   TrainingArguments args = dir.args();
   args.per_device_train_batch_size = 2;
-  Trainer full(args, {}, world());
-  ASSERT_EQ(full.train(), 0);
-  ASSERT_TRUE(fs::exists(dir.path() / "out" / "checkpoint-2"));
+  expect_resume_is_bit_identical(0, dir.path(), args);
+}
 
-  TrainingArguments resumed_args = args;
-  resumed_args.output_dir = (dir.path() / "resumed").string();
-  resumed_args.resume_from_checkpoint = (dir.path() / "out" / "checkpoint-2").string();
-  Trainer resumed(resumed_args, {}, world());
-  ASSERT_EQ(resumed.train(), 0);
-  const auto expected = step_losses(full), actual = step_losses(resumed);
-  ASSERT_EQ(actual.size(), expected.size());
-  for (const auto& [step, loss] : expected) EXPECT_EQ(actual.at(step), loss) << step;
-  const auto pa = resumed.model().parameters(), pe = full.model().parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_EQ(pa[i].to_float_vector(), pe[i].to_float_vector()) << i;
+TEST(DataParallelTrainer, ZeroShardedCheckpointsResumeBitIdentically) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  for (const int64_t stage : {1, 2}) {
+    SharedRunDir dir(str_cat("zero_resume_", stage), 0.1);
+    TrainingArguments args = dir.args();
+    args.per_device_train_batch_size = 2;
+    args.zero_stage = stage;
+    expect_resume_is_bit_identical(stage, dir.path(), args);
+    // One shard per rank and the manifest; no unsharded optimizer file.
+    const fs::path checkpoint = dir.path() / "out" / "checkpoint-2";
+    EXPECT_TRUE(fs::exists(checkpoint / "zero_checkpoint.json"));
+    EXPECT_FALSE(fs::exists(checkpoint / "optimizer.safetensors"));
+    for (int rank = 0; rank < world()->world_size(); ++rank) {
+      EXPECT_TRUE(fs::exists(checkpoint / str_cat("optimizer-rank-", rank, "-of-",
+                                                  world()->world_size(), ".safetensors")));
+    }
+    // The model is written whole (every rank holds all the parameters below ZeRO-3) for HF.
+    EXPECT_TRUE(fs::exists(dir.path() / "out" / "model.safetensors"));
+    // Another world size is refused by name: here one process, each rank on its own.
+    TrainingArguments single = args;
+    single.output_dir = (dir.path() / str_cat("single_", world()->rank())).string();
+    single.resume_from_checkpoint = checkpoint.string();
+    try {
+      Trainer(single).train();
+      ADD_FAILURE() << "a ZeRO checkpoint resumed by one process";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("mpirun -np 2"), std::string::npos) << e.what();
+    }
   }
 }
 

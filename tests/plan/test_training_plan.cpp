@@ -207,6 +207,97 @@ TEST(TrainingPlan, CpuAndGpuTargetsPlanTheSamePeaks) {
   }
 }
 
+// --world_size: each ZeRO rank is dry-run as itself and the plan is the heaviest's (Note
+// [Planning data-parallel ranks]); DDP's ranks are alike, so rank 0 alone. The heaviest rank's
+// peak falls from stage to stage. (tests/mpi checks each rank's plan against a real 2-rank run.)
+TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
+  TrainingArguments args = preset_args("gpt2-tiny", 4, 128);
+  PlanTarget target = plan_target("cpu", "", "");
+  target.world_size = 4;
+  const DryRunOptions options{.include_eval = false};
+  int64_t previous = 0;
+  for (const int64_t stage : {0, 1, 2}) {
+    SCOPED_TRACE(stage);
+    args.zero_stage = stage;
+    const TrainingPlan plan = plan_training(args, target, options);
+    EXPECT_EQ(plan.dry.world_size, 4);
+    EXPECT_EQ(plan.dry.zero_stage, stage);
+    ASSERT_EQ(plan.ranks.size(), stage == 0 ? 1u : 4u);
+    for (const RankPeaks& r : plan.ranks) {
+      EXPECT_LE(std::pair(r.required, r.peak_allocated),
+                std::pair(plan.required_bytes, plan.dry.peak_allocated_bytes))
+          << "rank " << r.rank;
+    }
+    EXPECT_EQ(plan.ranks[static_cast<size_t>(plan.dry.rank)].peak_allocated,
+              plan.dry.peak_allocated_bytes);
+    if (stage > 0) {
+      EXPECT_LT(plan.dry.peak_allocated_bytes, previous);
+    }
+    previous = plan.dry.peak_allocated_bytes;
+    EXPECT_EQ(plan.to_json()["ranks"].size(), plan.ranks.size());
+  }
+  EXPECT_NE(plan_training(args, target, options).format().find("data parallel over 4 ranks"),
+            std::string::npos);
+  args.zero_stage = 3;
+  EXPECT_THROW(plan_training(args, target, options), NotImplementedError);
+}
+
+// With several ranks a split that does not fit as DDP is tried with ZeRO-1, then ZeRO-2, and
+// the table keeps the first stage that fits.
+TEST(ConfigurationSearch, TriesZeroStagesInTurn) {
+  const TrainingArguments base = preset_args("gpt2-tiny", 1, 128);  // one split
+  PlanTarget target = plan_target("auto", "", "1GiB");
+  target.world_size = 2;
+  const SearchSpace space{{"fp32"}, {"adamw_torch"}, {"none"}, {"full"}, {"native"}};
+  TrainingArguments args = base;
+  args.precision = "fp32";
+  std::vector<int64_t> required;
+  for (const int64_t stage : {0, 1, 2}) {
+    args.zero_stage = stage;
+    required.push_back(plan_training(args, target).required_bytes);
+  }
+  // The smallest need; the first stage that meets it is the one the search must keep (ZeRO-1
+  // and ZeRO-2 may reserve alike: the allocator rounds segments to 2 MiB).
+  target.capacity_bytes = *std::min_element(required.begin(), required.end());
+  ASSERT_LT(target.capacity_bytes, required[0]);
+  const int64_t first_fitting =
+      std::find_if(required.begin(), required.end(),
+                   [&](int64_t r) { return r <= target.capacity_bytes; }) - required.begin();
+  const SearchResult result = search_configurations(base, target, space);
+  ASSERT_EQ(result.fitting.size(), 1u) << result.format(5);
+  EXPECT_EQ(result.fitting[0].dry.zero_stage, first_fitting);
+  EXPECT_LE(result.fitting[0].required_bytes, target.capacity_bytes);
+  EXPECT_EQ(result.to_json(5)["configurations"][0]["zero_stage"], first_fitting);
+  target.capacity_bytes = required[0];
+  EXPECT_EQ(search_configurations(base, target, space).fitting.at(0).dry.zero_stage, 0);
+}
+
+// The guides' last row, 70B on 8 x 80 GB: below ZeRO-3 every rank holds the whole model's
+// parameters (128 GiB even in pure bf16), so no full fine-tuning fits at stages 0-2 and the
+// search says ZeRO-3 would be needed; QLoRA fits each rank at stage 0.
+TEST(ConfigurationSearch, Llama70bOnEightGpusNeedsZero3ForFullFineTuning) {
+  TrainingArguments base = preset_args("llama-70b", 1, 4096);
+  base.bf16 = true;
+  base.gradient_checkpointing = true;
+  PlanTarget target = plan_target("auto", "", "80GiB");
+  target.world_size = 8;
+  const SearchSpace space{{"bf16", "pure_bf16"}, {"adamw_torch", "adafactor"}, {"full"},
+                          {"full", "qlora:16"}};
+  const SearchResult result = search_configurations(base, target, space);
+  ASSERT_FALSE(result.fitting.empty());
+  for (const TrainingPlan& p : result.fitting) {
+    EXPECT_TRUE(p.args.load_in_4bit) << describe_configuration(p.args);
+    EXPECT_EQ(p.dry.zero_stage, 0);
+  }
+  ASSERT_EQ(result.notes.size(), 1u);
+  EXPECT_NE(result.notes[0].find("full: nothing fits"), std::string::npos) << result.notes[0];
+  EXPECT_NE(result.notes[0].find("ZeRO-3 (not built yet), could fit it"), std::string::npos)
+      << result.notes[0];
+  EXPECT_NE(result.notes[0].find("ZeRO-2"), std::string::npos) << result.notes[0];
+  EXPECT_NE(result.format(5).find("  zero  "), std::string::npos);
+  EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {}, {}, {3}}), ValueError);
+}
+
 // Every row fits, each row's next micro-batch did not (or is the whole batch), and the rows
 // come best first.
 TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {

@@ -74,13 +74,19 @@ class NcclCommunicator final : public Communicator {
                  "ncclAllReduce");
     });
   }
+  std::unique_ptr<CommWork> reduce_async(const Tensor& tensor, int root, ReduceOp op) override {
+    check_tensor("reduce", "tensor", tensor);
+    check_root("reduce", root);
+    return enqueue({tensor}, [&] {
+      check_nccl(ncclReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                            nccl_type(tensor.dtype()), nccl_op(op), root, comm_, stream_),
+                 "ncclReduce");
+    });
+  }
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     check_tensor("reduce_scatter", "input", input);
     check_tensor("reduce_scatter", "output", output);
-    if (input.numel() != output.numel() * world_size() || input.dtype() != output.dtype()) {
-      throw ValueError(str_cat("reduce_scatter: input must hold world_size (", world_size(),
-                               ") times output's ", output.numel(), " elements, in its dtype"));
-    }
+    check_world_multiple("reduce_scatter", "input", input, "output", output);
     enqueue({input, output}, [&] {
       check_nccl(ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
                                    nccl_type(input.dtype()), nccl_op(op), comm_, stream_),
@@ -90,10 +96,7 @@ class NcclCommunicator final : public Communicator {
   void all_gather(const Tensor& input, const Tensor& output) override {
     check_tensor("all_gather", "input", input, true);
     check_tensor("all_gather", "output", output, true);
-    if (output.numel() != input.numel() * world_size() || input.dtype() != output.dtype()) {
-      throw ValueError(str_cat("all_gather: output must hold world_size (", world_size(),
-                               ") times input's ", input.numel(), " elements, in its dtype"));
-    }
+    check_world_multiple("all_gather", "output", output, "input", input);
     enqueue({input, output}, [&] {
       check_nccl(ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
                                nccl_type(input.dtype()), comm_, stream_),
@@ -102,9 +105,7 @@ class NcclCommunicator final : public Communicator {
   }
   void broadcast(const Tensor& tensor, int root) override {
     check_tensor("broadcast", "tensor", tensor, true);
-    if (root < 0 || root >= world_size()) {
-      throw ValueError(str_cat("broadcast: root ", root, " is outside 0..", world_size() - 1));
-    }
+    check_root("broadcast", root);
     enqueue({tensor}, [&] {
       check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                nccl_type(tensor.dtype()), root, comm_, stream_),
