@@ -94,7 +94,10 @@ class Frame {
       // Hooks around the checkpoint (activation offload) keep the inputs, as torch's region saves
       // them through the hooks in force outside it (transformers' checkpoint offload). Inside
       // another region the inputs are kept as they are, as before.
-      for (const Tensor& t : inputs_) saved_inputs_.emplace_back(t);
+      for (const Tensor& t : inputs_) {
+        saved_inputs_.emplace_back(t);
+        input_requires_grad_.push_back(t.defined() && t.requires_grad());
+      }
       inputs_.clear();
     }
     for (const Tensor& t : inputs_) {
@@ -244,8 +247,17 @@ class Frame {
         if (saved_inputs_.empty()) {
           fn_(inputs_);
         } else {
+          // Detached as saved; requiring grad as the forward's inputs did, so the recompute
+          // records (and saves) what the forward recorded.
           std::vector<Tensor> inputs;
-          for (const SavedTensor& saved : saved_inputs_) inputs.push_back(saved.unpack("checkpoint"));
+          for (size_t i = 0; i < saved_inputs_.size(); ++i) {
+            Tensor input = saved_inputs_[i].unpack("checkpoint");
+            if (input_requires_grad_[i]) {
+              input = input.detach();
+              input.set_requires_grad(true);
+            }
+            inputs.push_back(input);
+          }
           fn_(inputs);
         }
       } catch (const StopRecomputation&) {
@@ -273,6 +285,7 @@ class Frame {
   CheckpointFunction fn_;
   std::vector<Tensor> inputs_;
   std::vector<SavedTensor> saved_inputs_;  // instead of inputs_ under outer hooks
+  std::vector<bool> input_requires_grad_;  // of saved_inputs_
   std::vector<uint32_t> input_versions_;
   CheckpointOptions options_;
   uint64_t seed_ = 0, offset_ = 0;

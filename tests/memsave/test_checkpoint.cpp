@@ -3,6 +3,8 @@
 // retain_graph, and what a region keeps after its forward.
 #include <gtest/gtest.h>
 
+#include <any>
+
 #include <cstring>
 #include <functional>
 #include <string>
@@ -13,6 +15,7 @@
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
+#include "autograd/saved_tensor.h"
 #include "memsave/checkpoint.h"
 #include "ops/cast.h"
 #include "ops/ops.h"
@@ -72,6 +75,34 @@ TEST(Checkpoint, GradientsEqualAPlainRunBitForBit) {
   // The recompute draws the forward's dropout mask and leaves the generator where it was.
   EXPECT_EQ(default_generator().offset(), offset_after_forward);
   EXPECT_EQ(default_generator().seed(), 11u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(grads_of(plain)[i], grads_of(ckpt)[i])) << i;
+}
+
+// Hooks around a region (activation offload) keep its inputs: pack at the checkpoint call, unpack
+// for the recompute, and the gradients are those of a plain run.
+TEST(Checkpoint, HooksAroundTheRegionKeepItsInputs) {
+  const Leaves plain = make_leaves();
+  manual_seed(11);
+  backward(sum(region(plain, plain.x)));
+  const Leaves ckpt = make_leaves();
+  manual_seed(11);
+  int packs = 0, unpacks = 0;
+  Tensor y;
+  {
+    SavedTensorsHooksGuard hooks(
+        [&packs](const Tensor& t) -> std::any {
+          ++packs;
+          return t.clone();  // a copy, as offload's host copy
+        },
+        [&unpacks](const std::any& packed) -> Tensor {
+          ++unpacks;
+          return std::any_cast<const Tensor&>(packed);
+        });
+    y = checkpoint([&](const Tensor& x) { return region(ckpt, x); }, ckpt.x);
+  }
+  EXPECT_EQ(packs, 1);  // the input; the region's own saves are handles
+  backward(sum(y));
+  EXPECT_EQ(unpacks, 1);  // the recompute
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(grads_of(plain)[i], grads_of(ckpt)[i])) << i;
 }
 
