@@ -113,13 +113,21 @@ HEADROOM_HD constexpr float fp8_bits_value(uint8_t bits, bool e5m2) {
   return e5m2 ? f8_e5m2_bits_to_f32(bits) : f8_e4m3fn_bits_to_f32(bits);
 }
 
-// What the metrics count per quantized value: an overflow is a finite scaled value beyond the
-// format's largest (clamped), an underflow a nonzero value that became zero.
-HEADROOM_HD constexpr bool fp8_overflowed(float scaled, float fp8_max) {
-  return fp8_detail::is_finite(scaled) && (scaled > fp8_max || scaled < -fp8_max);
-}
-HEADROOM_HD constexpr bool fp8_underflowed(float x, uint8_t bits) {
-  return x != 0.0f && (bits & 0x7Fu) == 0;
+// One value quantized: its byte, and what the metrics count of it: an overflow is a finite
+// scaled value beyond the format's largest (clamped), an underflow a nonzero value that became
+// zero.
+struct Fp8Value {
+  uint8_t bits;
+  bool overflow;
+  bool underflow;
+};
+
+HEADROOM_HD constexpr Fp8Value fp8_quantize_value(float x, float factor, bool e5m2,
+                                                  float fp8_max) {
+  const float scaled = x * factor;
+  const uint8_t bits = fp8_saturating_bits(scaled, e5m2);
+  return {bits, fp8_detail::is_finite(scaled) && (scaled > fp8_max || scaled < -fp8_max),
+          x != 0.0f && (bits & 0x7Fu) == 0};
 }
 
 }  // namespace headroom
