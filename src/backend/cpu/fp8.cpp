@@ -16,14 +16,17 @@ namespace headroom::cpu {
 namespace {
 
 constexpr int64_t kChunk = 1024;
+// Below this many values one thread is faster than waking the others (as blockwise_quant.cpp).
+constexpr int64_t kParallelValues = int64_t{1} << 16;
 
 // The largest |v| of a run of values, NaN when one is NaN (as TE's amax, which NaN poisons).
 struct AbsMax {
   float value = 0.0f;
   bool nan = false;
   void add(float v) {
-    if (v != v) nan = true;
-    value = std::max(value, v < 0.0f ? -v : v);
+    nan |= v != v;
+    const float a = v < 0.0f ? -v : v;
+    value = a > value ? a : value;  // NaN compares false: nan records it
   }
   void add(const AbsMax& o) {
     nan = nan || o.nan;
@@ -43,20 +46,35 @@ void load(const Tensor& t, int64_t offset, int64_t n, float* dst) {
                  static_cast<size_t>(n));
 }
 
-bool is_e5m2(const Tensor& q) {
+void check_fp8_dtype(const Tensor& q) {
   HEADROOM_CHECK(q.dtype() == DType::f8_e5m2 || q.dtype() == DType::f8_e4m3fn, "fp8: q is ",
                  dtype_name(q.dtype()), " (this is a bug: the op allocates FP8)");
-  return q.dtype() == DType::f8_e5m2;
 }
 
-// q[i] = saturate(v[i] * factor), counting what overflowed and underflowed.
-void quantize_run(const float* v, int64_t n, float factor, bool e5m2, float max, uint8_t* q,
+// The largest finite value of q's FP8 dtype.
+float max_of(const Tensor& q) {
+  check_fp8_dtype(q);
+  return q.dtype() == DType::f8_e5m2 ? kFp8E5M2Max : kFp8E4M3Max;
+}
+
+// q[i] = saturate(v[i] * factor), counting what overflowed and underflowed: fp8_quantize_value's
+// arithmetic, with the cast done by the vectorised convert_from_f32 (the same bits: both follow
+// Note [Narrow float semantics] with Overflow::saturate).
+void quantize_run(const float* v, int64_t n, float factor, DType dtype, float max, uint8_t* q,
                   Counts& counts) {
-  for (int64_t i = 0; i < n; ++i) {
-    const Fp8Value value = fp8_quantize_value(v[i], factor, e5m2, max);
-    counts.overflow += value.overflow;
-    counts.underflow += value.underflow;
-    q[i] = value.bits;
+  float scaled[kChunk];
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const int64_t len = std::min(kChunk, n - c0);
+    int64_t overflow = 0, underflow = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      scaled[i] = v[c0 + i] * factor;
+      const float a = scaled[i] < 0.0f ? -scaled[i] : scaled[i];
+      overflow += a > max && a - a == 0.0f;  // finite and beyond the largest
+    }
+    convert_from_f32(scaled, q + c0, dtype, static_cast<size_t>(len), Overflow::saturate);
+    for (int64_t i = 0; i < len; ++i) underflow += v[c0 + i] != 0.0f && (q[c0 + i] & 0x7Fu) == 0;
+    counts.overflow += overflow;
+    counts.underflow += underflow;
   }
 }
 
@@ -74,7 +92,7 @@ std::pair<AbsMax, Counts> for_chunks(const Tensor& x, Fn fn) {
   const int64_t n = x.numel();
   AbsMax amax;
   Counts counts;
-#pragma omp parallel
+#pragma omp parallel if (n > kParallelValues)
   {
     float buf[kChunk];
     AbsMax local;
@@ -99,8 +117,7 @@ std::pair<AbsMax, Counts> for_chunks(const Tensor& x, Fn fn) {
 void quantize_tensorwise(const Tensor& x, const Tensor& scale, bool scale_from_amax_of_x,
                          const Tensor& q, const Tensor& scale_inv, const Tensor& amax,
                          const Tensor& counts) {
-  const bool e5m2 = is_e5m2(q);
-  const float max = e5m2 ? kFp8E5M2Max : kFp8E4M3Max;
+  const float max = max_of(q);
   auto* scale_p = static_cast<float*>(scale.data_ptr());
   auto* amax_p = static_cast<float*>(amax.data_ptr());
   if (scale_from_amax_of_x) {
@@ -110,7 +127,7 @@ void quantize_tensorwise(const Tensor& x, const Tensor& scale, bool scale_from_a
   const float factor = *scale_p;
   auto* out = static_cast<uint8_t*>(q.data_ptr());
   const auto [seen, total] = for_chunks(x, [&](const float* v, int64_t c0, int64_t len, Counts& c) {
-    quantize_run(v, len, factor, e5m2, max, out + c0, c);
+    quantize_run(v, len, factor, q.dtype(), max, out + c0, c);
   });
   if (!scale_from_amax_of_x) {
     // Delayed scaling records into the slot's amax (a max over the step's quantizations).
@@ -125,14 +142,13 @@ void quantize_tensorwise(const Tensor& x, const Tensor& scale, bool scale_from_a
 
 void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q,
                         const Tensor& scales, const Tensor& counts) {
-  const bool e5m2 = is_e5m2(q);
-  const float max = e5m2 ? kFp8E5M2Max : kFp8E4M3Max;
+  const float max = max_of(q);
   const int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols;
   const int64_t brows = (rows + block.block_rows - 1) / block.block_rows;
   const int64_t bcols = (cols + block.block_cols - 1) / block.block_cols;
   auto* out = static_cast<uint8_t*>(q.data_ptr());
   Counts total;
-#pragma omp parallel
+#pragma omp parallel if (x.numel() > kParallelValues)
   {
     std::vector<float> buf(static_cast<size_t>(block.block_cols));
     Counts c;
@@ -157,7 +173,7 @@ void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q,
       }
       for (int64_t r = r0; r < r1; ++r) {
         load(x, r * cols + c0, width, buf.data());
-        quantize_run(buf.data(), width, factor, e5m2, max, out + r * cols + c0, c);
+        quantize_run(buf.data(), width, factor, q.dtype(), max, out + r * cols + c0, c);
       }
     }
 #pragma omp critical
@@ -170,7 +186,7 @@ void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q,
 }
 
 void dequantize(const Tensor& q, const Tensor& scales, Fp8BlockShape block, const Tensor& out) {
-  const bool e5m2 = is_e5m2(q);
+  check_fp8_dtype(q);
   const int64_t cols = q.size(-1), rows = cols == 0 ? 0 : q.numel() / cols;
   const auto* in = static_cast<const uint8_t*>(q.data_ptr());
   const bool per_tensor = fp8_per_tensor(block);
@@ -183,16 +199,15 @@ void dequantize(const Tensor& q, const Tensor& scales, Fp8BlockShape block, cons
     return block.e8m0 ? e8m0_value(static_cast<const uint8_t*>(scales.data_ptr())[b])
                       : static_cast<const float*>(scales.data_ptr())[b];
   };
-#pragma omp parallel
+#pragma omp parallel if (rows * cols > kParallelValues)
   {
     float buf[kChunk];
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
         const int64_t len = std::min(kChunk, cols - c0);
-        for (int64_t i = 0; i < len; ++i) {
-          buf[i] = fp8_bits_value(in[r * cols + c0 + i], e5m2) * scale_of(r, c0 + i);
-        }
+        convert_to_f32(in + r * cols + c0, q.dtype(), buf, static_cast<size_t>(len));
+        for (int64_t i = 0; i < len; ++i) buf[i] *= scale_of(r, c0 + i);
         convert_from_f32(buf, dst + (r * cols + c0) * esize, out.dtype(), static_cast<size_t>(len));
       }
     }
