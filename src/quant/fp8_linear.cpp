@@ -7,6 +7,7 @@
 #include "backend/reduction_kernels.h"
 #include "core/autocast_mode.h"
 #include "core/error.h"
+#include "core/grad_mode.h"
 #include "core/record_function.h"
 #include "ops/op_support.h"
 
@@ -55,10 +56,11 @@ Fp8LinearState::Fp8LinearState(std::shared_ptr<const Fp8Context> context, Device
   scratch_amax_ = Tensor::zeros({1}, DType::f32, device);
 }
 
-Fp8Tensor Fp8LinearState::quantize(const Tensor& x, Fp8Role role, bool in_recompute) {
+Fp8Tensor Fp8LinearState::quantize(const Tensor& x, Fp8Role role, Fp8Pass pass) {
   const Fp8Recipe& recipe = context_->recipe;
   const DType dtype = recipe.dtype(role);
-  const Tensor counts = in_recompute ? Tensor() : counts_;
+  const bool record = pass == Fp8Pass::train;
+  const Tensor counts = record ? counts_ : Tensor();
   if (recipe.kind == Fp8RecipeKind::mxfp8 || recipe.kind == Fp8RecipeKind::block) {
     return fp8_quantize_blockwise(x, dtype, block_shape(recipe.block(role)), counts);
   }
@@ -69,22 +71,22 @@ Fp8Tensor Fp8LinearState::quantize(const Tensor& x, Fp8Role role, bool in_recomp
     return fp8_quantize_tensorwise(x, dtype, slot(backward ? backward_scale_ : forward_scale_, i),
                                    true, amax_slot(history, i), counts);
   }
-  if (in_recompute && !backward) {
-    return fp8_quantize_tensorwise(x, dtype, slot(forward_scale_used_, i), false, scratch_amax_,
-                                   counts);
-  }
-  return fp8_quantize_tensorwise(x, dtype, slot(backward ? backward_scale_ : forward_scale_, i),
-                                 false, amax_slot(history, i), counts);
+  const Tensor& scale = pass == Fp8Pass::recompute && !backward
+                            ? forward_scale_used_
+                            : (backward ? backward_scale_ : forward_scale_);
+  return fp8_quantize_tensorwise(x, dtype, slot(scale, i), false,
+                                 record ? amax_slot(history, i) : scratch_amax_, counts);
 }
 
-const Fp8Tensor& Fp8LinearState::weight(const Tensor& weight, WeightLayout layout) {
+Fp8Tensor Fp8LinearState::weight(const Tensor& weight, WeightLayout layout, Fp8Pass pass) {
   if (weight_.defined() && weight_step_ == context_->step && weight_data_ == weight.data_ptr()) {
     return weight_;
   }
   // [out, in] for the TN GEMM; a Conv1D weight is transposed once per step, as the 4-bit path.
   const Tensor w = layout == WeightLayout::out_in ? weight : weight.transpose(0, 1).contiguous();
+  if (pass != Fp8Pass::train) return quantize(w, Fp8Role::weight, pass);
   weight_ = Fp8Tensor();  // the previous step's copy goes before the new one is made
-  weight_ = quantize(w, Fp8Role::weight, false);
+  weight_ = quantize(w, Fp8Role::weight, pass);
   weight_step_ = context_->step;
   weight_data_ = weight.data_ptr();
   return weight_;
@@ -215,7 +217,7 @@ std::vector<Tensor> fp8_linear_backward(BackwardContext& ctx, Fp8LinearState& st
   const bool need_x = ctx.needs_input_grad(0), need_w = ctx.needs_input_grad(1);
   Tensor gx, gw, gb;
   if (need_x || need_w) {
-    const Fp8Tensor qg = state.quantize(g, Fp8Role::grad_output, false);
+    const Fp8Tensor qg = state.quantize(g, Fp8Role::grad_output, Fp8Pass::train);
     if (need_x) {
       const Fp8Tensor qw{ctx.saved(static_cast<size_t>(s.w_slot)),
                          ctx.saved(static_cast<size_t>(s.w_scales_slot)), s.w_block};
@@ -227,7 +229,7 @@ std::vector<Tensor> fp8_linear_backward(BackwardContext& ctx, Fp8LinearState& st
       Fp8Tensor qx;
       if (s.original_input) {
         const Tensor x = ctx.saved(static_cast<size_t>(s.x_slot)).reshape({s.rows, s.in});
-        qx = state.quantize(x, Fp8Role::input, true);
+        qx = state.quantize(x, Fp8Role::input, Fp8Pass::recompute);
       } else {
         qx = {ctx.saved(static_cast<size_t>(s.x_slot)),
               ctx.saved(static_cast<size_t>(s.x_scales_slot)), s.x_block};
@@ -275,13 +277,16 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Wei
   const AutocastDeviceState autocast = AutocastMode::get(device.type);
   const DType compute = autocast.enabled ? autocast.dtype : x.dtype();
   const int64_t rows = in == 0 ? x.numel() : x.numel() / in;
-  // Inside backward, a forward is activation checkpointing's recompute.
-  const bool in_recompute = current_graph_task_id() != 0;
+  // Inside backward, a forward is activation checkpointing's recompute; outside autograd, an
+  // evaluation (Note [FP8 linear]).
+  const Fp8Pass pass = current_graph_task_id() != 0 ? Fp8Pass::recompute
+                       : GradMode::is_enabled()     ? Fp8Pass::train
+                                                    : Fp8Pass::evaluate;
 
   auto node = make_function_node("Fp8LinearBackward0", {x, weight, bias});
   const Tensor x2 = x.contiguous().view({rows, in});
-  const Fp8Tensor qx = state.quantize(x2, Fp8Role::input, in_recompute);
-  const Fp8Tensor& qw = state.weight(weight, layout);
+  const Fp8Tensor qx = state.quantize(x2, Fp8Role::input, pass);
+  const Fp8Tensor qw = state.weight(weight, layout, pass);
   Tensor y = Tensor::empty({rows, out}, compute, device);
   const Tensor b = bias.defined() ? as_dtype(bias, compute).contiguous() : Tensor();
   fp8_product("fp8_linear", qx, false, qw, true, y, b);

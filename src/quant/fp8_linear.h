@@ -33,7 +33,18 @@ namespace headroom {
 // updates the forward slots (input, weight) and end_backward the output gradient's, as TE's
 // autocast exit and backward hook do, so a step quantizes with scales from earlier steps. A
 // recompute in backward (activation checkpointing) quantizes with the scale its forward used and
-// records nothing, as TE's recompute restores the forward's FP8 meta.
+// records nothing, as TE's recompute restores the forward's FP8 meta. Outside autograd
+// (evaluation between steps, generation) a layer leaves its training state alone: it records no
+// amax and no counts, and a weight not yet quantized this step is quantized for the call only, so
+// evaluating changes neither the next step's scales nor what it allocates (and a plan that
+// evaluates once at the end predicts a run that evaluates every step).
+
+// Why a quantization runs, which decides its scale and what it records.
+enum class Fp8Pass : uint8_t {
+  train,      // the current scale; records the amax (delayed) and the counts
+  recompute,  // the scale of the forward being recomputed; records nothing
+  evaluate,   // the current scale; records nothing
+};
 
 // What every layer's state shares: the recipe, the options, the optimizer step.
 struct Fp8Context {
@@ -50,11 +61,11 @@ class Fp8LinearState {
   const Fp8Context& context() const { return *context_; }
   Device device() const { return counts_.device(); }
 
-  // x as `role` quantizes it (x contiguous, viewed as [rows, last dimension]). in_recompute:
-  // delayed scaling uses the scale of the forward being recomputed and records nothing.
-  Fp8Tensor quantize(const Tensor& x, Fp8Role role, bool in_recompute);
-  // The weight as [out, in] FP8, quantized on the first use of the current optimizer step.
-  const Fp8Tensor& weight(const Tensor& weight, WeightLayout layout);
+  // x as `role` quantizes it (x contiguous, viewed as [rows, last dimension]) in `pass`.
+  Fp8Tensor quantize(const Tensor& x, Fp8Role role, Fp8Pass pass);
+  // The weight as [out, in] FP8: the copy of the current optimizer step, quantized and kept on
+  // its first use in training; under Fp8Pass::evaluate, before that, a copy for the call only.
+  Fp8Tensor weight(const Tensor& weight, WeightLayout layout, Fp8Pass pass = Fp8Pass::train);
 
   // Delayed scaling's updates (no-ops for the other recipes).
   void end_forward();

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "autograd/engine.h"
+#include "core/grad_mode.h"
 #include "core/generator.h"
 #include "memory/device_memory.h"
 #include "ops/elementwise.h"
@@ -95,6 +96,24 @@ TEST(Fp8Linear, DelayedScalesMoveOnlyAtTheEndOfForwardAndOfBackward) {
   fp8.end_backward();
   EXPECT_EQ(state->backward_scale().to_float_vector()[0], 57344.0f / amax_of(dy));
   EXPECT_EQ(state->forward_scale().to_float_vector(), forward);
+}
+
+TEST(Fp8Linear, EvaluationLeavesTheTrainingStateAlone) {
+  Fp8Training fp8(delayed_recipe());
+  auto state = fp8.new_layer(kCPU);
+  const Tensor w = Tensor::full({16, 16}, 0.5);
+  const Tensor x = Tensor::full({16, 16}, 1e-9);  // underflows: counted only in training
+  {
+    NoGradGuard no_grad;
+    fp8_linear(x, w, Tensor(), WeightLayout::out_in, state);
+  }
+  EXPECT_EQ(state->weight_cache_bytes(), 0);  // the weight was quantized for that call only
+  EXPECT_EQ(fp8.take_counts(), (std::pair<int64_t, int64_t>{0, 0}));
+  fp8.end_forward();  // nothing recorded: the scales stay
+  EXPECT_EQ(state->forward_scale().to_float_vector(), (std::vector<float>{1.0f, 1.0f}));
+  fp8_linear(x, w, Tensor(), WeightLayout::out_in, state);
+  EXPECT_EQ(state->weight_cache_bytes(), 16 * 16 + 4);
+  EXPECT_EQ(fp8.take_counts(), (std::pair<int64_t, int64_t>{0, 256}));
 }
 
 TEST(Fp8Linear, EveryRecipeStaysCloseToTheFp32Linear) {
