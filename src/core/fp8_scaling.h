@@ -20,6 +20,17 @@ namespace fp8_detail {
 HEADROOM_HD constexpr bool is_nan(float x) { return !(x == x); }
 HEADROOM_HD constexpr bool is_inf(float x) { return x == 1.0f / 0.0f || x == -1.0f / 0.0f; }
 HEADROOM_HD constexpr bool is_finite(float x) { return !is_nan(x) && !is_inf(x); }
+// Tests on the bits, so that a subnormal amax counts as nonzero also where the CPU runs with
+// denormals-are-zero (backend/cpu/denormals.h) or a GPU flushes them: TE's update compares in
+// IEEE arithmetic.
+HEADROOM_HD constexpr bool is_zero(float x) { return (detail::f32_bits(x) & 0x7FFFFFFFu) == 0; }
+HEADROOM_HD constexpr bool is_positive(float x) {
+  return !is_nan(x) && (detail::f32_bits(x) >> 31) == 0 && !is_zero(x);
+}
+// a > b for non-negative a, b (amaxes), NaN never greater.
+HEADROOM_HD constexpr bool amax_greater(float a, float b) {
+  return !is_nan(a) && detail::f32_bits(a) > detail::f32_bits(b);
+}
 
 }  // namespace fp8_detail
 
@@ -38,7 +49,8 @@ HEADROOM_HD constexpr bool is_finite(float x) { return !is_nan(x) && !is_inf(x);
 
 // Delayed scaling's new scale from the amax its history yields.
 HEADROOM_HD constexpr float delayed_scale(float amax, float previous_scale, float scaled_max) {
-  float scale = fp8_detail::is_finite(amax) && amax > 0.0f ? scaled_max / amax : previous_scale;
+  float scale =
+      fp8_detail::is_finite(amax) && fp8_detail::is_positive(amax) ? scaled_max / amax : previous_scale;
   if (fp8_detail::is_inf(scale)) scale = kFloat32Max;
   return scale;
 }
@@ -57,10 +69,10 @@ HEADROOM_HD constexpr void delayed_scaling_update(float* history, int64_t length
                                                   float* scale, float* scale_inv) {
   const float last = history[0];
   float amax = 0.0f;
-  if (last != 0.0f) {
+  if (!fp8_detail::is_zero(last)) {
     for (int64_t i = 0; i < length; ++i) {
       const float a = i < length - 1 ? history[i + 1] : last;
-      if (a > amax) amax = a;
+      if (fp8_detail::amax_greater(a, amax)) amax = a;
       history[i] = i > 0 ? a : 0.0f;
     }
   }
@@ -71,7 +83,9 @@ HEADROOM_HD constexpr void delayed_scaling_update(float* history, int64_t length
 
 // Current (and, with pow2, block) scaling's scale of a tensor or block whose amax is `amax`.
 HEADROOM_HD constexpr float scale_from_amax(float amax, float fp8_max, bool pow2) {
-  if (fp8_detail::is_inf(amax) || amax == 0.0f || fp8_detail::is_nan(amax)) return 1.0f;
+  if (fp8_detail::is_inf(amax) || fp8_detail::is_zero(amax) || fp8_detail::is_nan(amax)) {
+    return 1.0f;
+  }
   float scale = fp8_max / amax;
   if (fp8_detail::is_inf(scale)) scale = kFloat32Max;
   if (pow2) scale = detail::f32_from_bits(detail::f32_bits(scale) & 0xFF800000u);

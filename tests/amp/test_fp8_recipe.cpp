@@ -2,6 +2,7 @@
 // scaling's amax history and scale over steps (zero, inf, NaN and tiny amaxes included), current
 // scaling's scale, block scaling's power-of-two scale and MXFP8's E8M0 exponent.
 #include <gtest/gtest.h>
+#include <xmmintrin.h>
 
 #include <cmath>
 #include <vector>
@@ -19,11 +20,25 @@ using fp8_test::read_hex_floats;
 
 uint32_t bits(float x) { return detail::f32_bits(x); }
 
+// TE's formulas are IEEE arithmetic (its CUDA kernels do not flush subnormals); headroom's CPU
+// backend turns on flush-to-zero process-wide (backend/cpu/denormals.h), so these tests switch
+// FTZ and DAZ off while they run. Under them the CPU differs only where TE produces subnormals:
+// scale_inv of a scale above 2^126 (an amax below about 5e-36) is 0 instead.
+class IeeeArithmetic {
+ public:
+  IeeeArithmetic() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~(0x8000u | 0x0040u)); }
+  ~IeeeArithmetic() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+};
+
 DType fp8_dtype(const std::string& name) {
   return name == "e5m2" ? DType::f8_e5m2 : DType::f8_e4m3fn;
 }
 
 TEST(Fp8Recipe, DelayedScalingHistoryAndScaleMatchTransformerEngine) {
+  IeeeArithmetic ieee;
   Fp8Recipe recipe;
   std::vector<float> history;
   float scale = 1.0f, scale_inv = 1.0f;
@@ -60,6 +75,7 @@ TEST(Fp8Recipe, DelayedScalingHistoryAndScaleMatchTransformerEngine) {
 }
 
 TEST(Fp8Recipe, CurrentBlockAndMxfp8ScalesMatchTransformerEngine) {
+  IeeeArithmetic ieee;
   int checked = 0;
   optim_test::for_each_fixture_line(fp8_test::kFp8Golden, [&](const std::string& key,
                                                               std::istringstream& in) {
