@@ -8,14 +8,20 @@
 //       [--context 256] [--batch 4] [--vocab 50304] [--steps 5] [--threads N] [--no-peer]
 //       [--recipes fp32,bf16,fp16,pure_bf16,pure_bf16+kahan]
 //   build/bench/precision --curves [--curve-steps 400] [--text FILE]
+//   build/bench/precision --fp8 [--curve-steps 400] [--text FILE]
 // --curves trains a small byte-level GPT-2 (vocab 256, 4 layers, d 128, context 64, batch 8)
 // on a text (README.md by default) under every recipe and prints the loss curves side by side.
+// A recipe "bf16+fp8:R" is bf16 autocast with the projections in FP8 under Transformer Engine's
+// recipe R (delayed, current, mxfp8, block; HYBRID format, TE's defaults otherwise); --fp8 runs
+// bf16 and the four FP8 recipes and says whether each ends within 3% of bf16's final loss
+// (issue 23's bar).
 // The first 2 steps of each recipe are warm-up. Peak allocated is headroom's allocator statistic
 // (PyTorch's CPU allocator keeps none, so its column is the growth of the resident set).
 #include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -35,6 +41,7 @@
 #include "core/error.h"
 #include "memory/device_memory.h"
 #include "nn/causal_lm.h"
+#include "nn/linear_fp8.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
@@ -61,6 +68,7 @@ struct Options {
   int64_t threads = 0;
   bool peer = true;
   bool curves = false;
+  bool fp8 = false;  // --fp8: the curves of bf16 and of each FP8 recipe
   int64_t curve_steps = 400;
   std::string text;
   std::vector<std::string> recipes = {"fp32", "bf16", "fp16", "pure_bf16", "pure_bf16+kahan"};
@@ -74,13 +82,18 @@ Options parse_options(int argc, char** argv) {
       "precision",
       "[--layers N] [--d-model N] [--heads N] [--context N] [--batch N] [--vocab N] [--steps N] "
       "[--threads N] [--no-peer] [--recipes a,b,...] | --curves [--curve-steps N] [--text FILE] "
-      "[--recipes a,b,...]",
-      argc, argv, {{"--no-peer", &no_peer}, {"--curves", &o.curves}},
+      "[--recipes a,b,...] | --fp8 [--curve-steps N] [--text FILE]",
+      argc, argv, {{"--no-peer", &no_peer}, {"--curves", &o.curves}, {"--fp8", &o.fp8}},
       {{"--recipes", &recipes}, {"--text", &o.text}},
       {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
        {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
        {"--steps", &o.steps}, {"--threads", &o.threads}, {"--curve-steps", &o.curve_steps}});
   o.peer = !no_peer;
+  if (o.fp8) {
+    o.curves = true;
+    o.recipes = {"bf16", "bf16+fp8:delayed", "bf16+fp8:current", "bf16+fp8:mxfp8",
+                 "bf16+fp8:block"};
+  }
   if (!recipes.empty()) {
     o.recipes.clear();
     std::stringstream list(recipes);
@@ -163,14 +176,37 @@ Result run_peer(const Options& o, const std::string& precision) {
   return r;
 }
 
-// Loss per step of the byte-level GPT-2 on `text` under `recipe` (linear decay, warmup 5%,
-// max_grad_norm 1, as a Trainer run would have them).
-std::vector<double> loss_curve(const Options& o, const PrecisionRecipe& recipe,
+// A --recipes name: a precision recipe, optionally "+fp8:<TE recipe>".
+struct CurveRecipe {
+  PrecisionRecipe precision;
+  std::optional<Fp8Recipe> fp8;
+};
+
+CurveRecipe parse_curve_recipe(const std::string& name) {
+  const size_t plus = name.find("+fp8:");
+  CurveRecipe r{parse_precision(name.substr(0, plus)), std::nullopt};
+  if (plus != std::string::npos) {
+    Fp8Recipe fp8;
+    fp8.kind = parse_fp8_recipe_kind(name.substr(plus + 5));
+    r.fp8 = fp8;
+  }
+  return r;
+}
+
+// Loss per step of the byte-level GPT-2 on `text` under `curve` (linear decay, warmup 5%,
+// max_grad_norm 1, as a Trainer run would have them; FP8 scales updated where the Trainer does).
+std::vector<double> loss_curve(const Options& o, const CurveRecipe& curve,
                                const std::string& text) {
+  const PrecisionRecipe& recipe = curve.precision;
   const int64_t batch = 8, context = 64;
   const GPT2Config config = bench::gpt2_config(4, 128, 4, context, 256);
   auto model = make_causal_lm(config, kCPU, kSeed);
   model->to(recipe.param_dtype);
+  std::optional<Fp8Training> fp8;
+  if (curve.fp8) {
+    fp8.emplace(*curve.fp8);
+    enable_fp8_linears(*model, *fp8);
+  }
   AdamW optimizer(model->named_parameters(),
                   {.lr = 2e-3, .weight_decay = 0.0, .state_dtype = recipe.optimizer_state_dtype,
                    .kahan_summation = recipe.kahan_summation,
@@ -196,13 +232,16 @@ std::vector<double> loss_curve(const Options& o, const PrecisionRecipe& recipe,
       loss = model->loss(Tensor::from_ints(ids, {batch, context}),
                          Tensor::from_ints(targets, {batch, context}));
     }
+    if (fp8) fp8->end_forward();
     backward(scaler.scale(loss));
+    if (fp8) fp8->end_backward();
     scaler.unscale_(optimizer);
     clip_grad_norm_(optimizer, 1.0);
     scaler.step(optimizer);
     scaler.update();
     scheduler.step();
     optimizer.zero_grad();
+    if (fp8) fp8->next_step();
     losses.push_back(loss.item());
   }
   return losses;
@@ -223,7 +262,9 @@ int print_curves(const Options& o) {
               "batch 8 x 64 tokens, AdamW lr 2e-3 linear decay, max_grad_norm 1\n",
               path.c_str(), text.size(), static_cast<long long>(o.curve_steps));
   std::vector<std::vector<double>> curves;
-  for (const std::string& name : o.recipes) curves.push_back(loss_curve(o, parse_precision(name), text));
+  for (const std::string& name : o.recipes) {
+    curves.push_back(loss_curve(o, parse_curve_recipe(name), text));
+  }
   std::printf("%6s", "step");
   for (const std::string& name : o.recipes) std::printf(" %16s", name.c_str());
   std::printf("\n");
@@ -249,6 +290,14 @@ int print_curves(const Options& o) {
     std::printf(" %+15.2f%%", 100.0 * (mean(curve, n - tail, n) / reference - 1.0));
   }
   std::printf("\n");
+  if (o.fp8) {
+    std::printf("%6s", "<= 3%");
+    for (const auto& curve : curves) {
+      const double off = std::abs(mean(curve, n - tail, n) / reference - 1.0);
+      std::printf(" %16s", off <= 0.03 ? "yes" : "NO");
+    }
+    std::printf("   (issue 23: each FP8 recipe within 3%% of bf16's final loss)\n");
+  }
   return 0;
 }
 

@@ -140,6 +140,7 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   // Note [Slack report]: what the fix would give, measured (after the snapshot is written, so
   // that it holds the configuration asked for).
   plan_with_expandable_segments(plan, {.steps = o.steps});
+  plan_against_without_fp8(plan, {.steps = o.steps});
   nlohmann::ordered_json json = plan.to_json();
   if (!o.json) std::printf("%s", plan.format().c_str());
   if (target.capacity_bytes > 0 && !o.no_search) {

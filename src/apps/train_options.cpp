@@ -135,6 +135,24 @@ std::vector<TrainOption> make_train_options() {
       {"ddp_bucket_cap_mb", precision,
        "under mpirun: the gradient buckets' size in MiB (the first 1 MiB, or this when smaller)",
        &A::ddp_bucket_cap_mb},
+      {"fp8", precision,
+       "the projection layers (not lm_head) compute in FP8 with Transformer Engine's recipes: "
+       "E4M3 forward, E5M2 gradients (hybrid)",
+       &A::fp8},
+      {"fp8_recipe", precision,
+       "delayed (per-tensor scales from an amax history), current (per-tensor, from each "
+       "tensor), mxfp8 (1x32 blocks, E8M0 scales) or block (1x128, 128x128 weights)",
+       &A::fp8_recipe},
+      {"fp8_format", precision, "hybrid (E4M3 forward, E5M2 gradients) or e4m3", &A::fp8_format},
+      {"fp8_amax_history_len", precision, "delayed scaling's amax history length",
+       &A::fp8_amax_history_len},
+      {"fp8_amax_compute_algo", precision,
+       "delayed scaling's amax from its history: max or most_recent", &A::fp8_amax_compute_algo},
+      {"fp8_margin", precision, "delayed scaling's scale is fp8_max / amax / 2^margin",
+       &A::fp8_margin},
+      {"fp8_save_original_input", precision,
+       "save each FP8 layer's input in high precision for backward instead of its FP8 copy",
+       &A::fp8_save_original_input},
       {"gradient_checkpointing", precision,
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",
@@ -477,6 +495,20 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
     } catch (const ValueError& e) {  // "lora_target_modules: ...": name it as the user wrote it
       std::string message = e.what();
       for (const std::string field : {"lora_target_modules", "lora_modules_to_save"}) {
+        if (message.starts_with(field + ":")) {
+          message = where(field.c_str()) + message.substr(field.size());
+        }
+      }
+      throw ValueError(message);
+    }
+  }
+  if (a.fp8) {
+    try {
+      training_fp8_recipe(a);
+    } catch (const ValueError& e) {  // "fp8_recipe: ...": named as the user wrote it
+      std::string message = e.what();
+      for (const std::string field : {"fp8_recipe", "fp8_format", "fp8_amax_history_len",
+                                      "fp8_amax_compute_algo", "fp8_margin"}) {
         if (message.starts_with(field + ":")) {
           message = where(field.c_str()) + message.substr(field.size());
         }

@@ -16,6 +16,7 @@
 #include "backend/dropout_kernels.h"
 #include "backend/elementwise_kernels.h"
 #include "backend/embedding_kernels.h"
+#include "backend/fp8_kernels.h"
 #include "backend/gemm_kernels.h"
 #include "backend/grad_check_kernels.h"
 #include "backend/kernel_table.h"
@@ -39,7 +40,8 @@ using KernelTables =
     std::tuple<GemmKernels, ActivationKernels, ElementwiseKernels, ReductionKernels, SoftmaxKernels,
                NormKernels, AttentionKernels, EmbeddingKernels, CrossEntropyKernels, RotaryKernels,
                DropoutKernels, AdamWKernels, AdamW8bitKernels, LionKernels, Lion8bitKernels,
-               SgdKernels, AdafactorKernels, LomoKernels, GradCheckKernels, QuantizationKernels>;
+               SgdKernels, AdafactorKernels, LomoKernels, GradCheckKernels, QuantizationKernels,
+               Fp8Kernels>;
 
 struct Backend {
   DeviceType type;

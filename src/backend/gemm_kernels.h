@@ -22,6 +22,17 @@ struct GemmKernels {
   Kernel<void(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
               const Tensor& c, GemmEpilogue epilogue, const Tensor& bias)>
       gemm{"gemm"};
+  // The FP8 GEMM in the one layout cuBLASLt's FP8 kernels take (TN, see REFERENCES.md):
+  // c [m, n] = (a_scale_inv * b_scale_inv) * a [m, k] @ b [n, k]^T (+ bias [n]). a and b are
+  // contiguous f8_e4m3fn / f8_e5m2 (not both e5m2), their scale_inv f32 [1] on the device (read
+  // there, never copied to the host); c contiguous f32, bf16 or f16, bias c's dtype or undefined;
+  // c_amax, when defined (f32 [1]), receives max|c| before c is rounded. On the CPU every FP8
+  // value is widened exactly and the products summed in fp32 (gemm's sgemm), then scaled once.
+  // k is at least 1.
+  Kernel<void(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+              const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias,
+              const Tensor& c_amax)>
+      gemm_fp8{"gemm_fp8"};
 };
 
 // One operand of a gemm entry: `batch` (1, or the product's) row-major rows x cols matrices, rows

@@ -21,7 +21,13 @@ Linear::Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device d
 
 Tensor Linear::forward(const Tensor& x) const {
   if (quant_) return with_adapter(x, linear_4bit(x, *quant_, bias_, compute_dtype_));
+  if (fp8_) return with_adapter(x, fp8_linear(x, weight_, bias_, layout_, fp8_));
   return with_adapter(x, linear(x, weight_, bias_, layout_));
+}
+
+void Linear::set_fp8(std::shared_ptr<Fp8LinearState> state) {
+  if (state && quant_) throw ValueError("Linear: a 4-bit layer cannot compute in FP8");
+  fp8_ = std::move(state);
 }
 
 void AdaptableLinear::set_adapter(std::unique_ptr<LinearAdapter> adapter) {

@@ -7,6 +7,7 @@
 
 #include "nn/module.h"
 #include "ops/linear.h"
+#include "quant/fp8_linear.h"
 #include "quant/quant_4bit.h"
 
 namespace headroom {
@@ -50,7 +51,8 @@ class AdaptableLinear : public Module {
 
 // A linear layer. Its weight is a trainable parameter, or (QLoRA) a frozen 4-bit tensor in
 // bitsandbytes' layout, [out, in] for either layout as transformers stores Conv1D weights, that
-// forward multiplies through linear_4bit; the bias stays a parameter. See nn/linear_4bit.h.
+// forward multiplies through linear_4bit; the bias stays a parameter. See nn/linear_4bit.h. A
+// full-precision layer may compute in FP8 (nn/linear_fp8.h).
 class Linear : public AdaptableLinear {
  public:
   // Weight [out, in] (out_in, nn.Linear) or [in, out] (in_out, GPT-2's Conv1D); uninitialised.
@@ -73,6 +75,12 @@ class Linear : public AdaptableLinear {
   // The 4-bit weight, or null for a full-precision layer.
   const Quant4bitWeight* weight_4bit() const { return quant_.get(); }
 
+  // Makes forward compute through fp8_linear with `state` (TE's te.Linear; see nn/linear_fp8.h),
+  // or in full precision again with null. Not for a 4-bit layer (ValueError).
+  void set_fp8(std::shared_ptr<Fp8LinearState> state);
+  // The layer's FP8 state, or null.
+  Fp8LinearState* fp8() const { return fp8_.get(); }
+
  protected:
   // bitsandbytes' state_dict entries of a 4-bit weight (weight, weight.absmax, ...).
   std::vector<std::pair<std::string, Tensor>> own_buffers() const override;
@@ -83,6 +91,7 @@ class Linear : public AdaptableLinear {
   int64_t in_, out_;
   std::shared_ptr<const Quant4bitWeight> quant_;
   DType compute_dtype_ = DType::f32;
+  std::shared_ptr<Fp8LinearState> fp8_;
 };
 
 class Embedding : public Module {

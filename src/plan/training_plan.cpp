@@ -87,7 +87,8 @@ std::string describe_configuration(const TrainingArguments& a) {
                            a.lora_target_modules.empty() ? "default targets" : a.lora_target_modules,
                            ", ")
                  : std::string();
-  return str_cat(a.model, ", ", lora, precision, ", ", a.optim, ", ", checkpointing, ", ",
+  const std::string fp8 = a.fp8 ? str_cat(" + fp8 ", a.fp8_recipe, " (", a.fp8_format, ")") : "";
+  return str_cat(a.model, ", ", lora, precision, fp8, ", ", a.optim, ", ", checkpointing, ", ",
                  a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ",
                  tokens, a.expandable_segments ? ", expandable segments" : "",
                  a.zero_stage.value_or(0) > 0 ? str_cat(", ZeRO-", *a.zero_stage) : std::string(),
@@ -149,6 +150,18 @@ void plan_with_expandable_segments(TrainingPlan& plan, const DryRunOptions& opti
       DryRunResult::Peaks{expandable.peak_allocated_bytes, expandable.peak_reserved_bytes};
 }
 
+void plan_against_without_fp8(TrainingPlan& plan, const DryRunOptions& options) {
+  if (!plan.args.fp8) return;
+  TrainingArguments args = plan.args;
+  args.fp8 = false;
+  if (training_precision(args).precision == Precision::fp32) {
+    args.precision = "bf16";
+    args.bf16 = args.fp16 = false;
+  }
+  plan.without_fp8 = dry_run_training(args, options);
+  plan.without_fp8_args = args;
+}
+
 nlohmann::ordered_json TrainingPlan::to_json() const {
   nlohmann::ordered_json out = dry.to_json();
   out["target"] = target.description();
@@ -169,6 +182,14 @@ nlohmann::ordered_json TrainingPlan::to_json() const {
                         {"required_bytes", r.required}});
   }
   out["ranks"] = per_rank;
+  if (without_fp8) {
+    out["without_fp8"] = {
+        {"configuration", describe_configuration(without_fp8_args)},
+        {"peak_allocated_bytes", without_fp8->peak_allocated_bytes},
+        {"peak_reserved_bytes", without_fp8->peak_reserved_bytes},
+        {"activations_at_peak",
+         without_fp8->at_peak[static_cast<size_t>(MemoryCategory::activations)]}};
+  }
   return out;
 }
 
@@ -240,6 +261,25 @@ std::string TrainingPlan::format() const {
          format_bytes(std::max<int64_t>(0, dry.peak_reserved_bytes -
                                                with_expandable_segments->reserved))
              .c_str());
+  }
+  if (without_fp8) {
+    // What FP8 changes for this model: its FP8 inputs saved for backward and its weight copies,
+    // scales and histories against the same step without them.
+    text += str_cat("\n  FP8 against ", describe_configuration(without_fp8_args), ":\n");
+    line("  %-26s %14s %14s %14s\n", "", "with FP8", "without", "difference");
+    auto compare = [&](const char* name, int64_t with, int64_t without) {
+      const int64_t d = with - without;
+      const std::string diff =
+          str_cat(d < 0 ? "-" : "+", format_bytes(d < 0 ? -d : d), " (",
+                  without > 0 ? std::lround(100.0 * static_cast<double>(d) / static_cast<double>(without)) : 0,
+                  "%)");
+      line("  %-26s %14s %14s %14s\n", name, format_bytes(with).c_str(),
+           format_bytes(without).c_str(), diff.c_str());
+    };
+    compare("activations at the peak", at(MemoryCategory::activations),
+            without_fp8->at_peak[static_cast<size_t>(MemoryCategory::activations)]);
+    compare("peak allocated", dry.peak_allocated_bytes, without_fp8->peak_allocated_bytes);
+    compare("peak reserved", dry.peak_reserved_bytes, without_fp8->peak_reserved_bytes);
   }
   line("  formula bytes per parameter: weights %.1f, gradients %.1f, optimizer %.2f "
        "(Note [Formula memory])\n",

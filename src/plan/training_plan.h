@@ -62,6 +62,10 @@ struct TrainingPlan {
   // When the slack exceeds 10% with the native allocator: the same configuration dry-run with
   // expandable segments, to show what the fix gives (see plan_with_expandable_segments).
   std::optional<DryRunResult::Peaks> with_expandable_segments;
+  // With --fp8: the same configuration dry-run without FP8 (bf16 autocast when the run's own
+  // recipe is fp32), to show what FP8 saves or costs (see plan_against_without_fp8).
+  std::optional<DryRunResult> without_fp8;
+  TrainingArguments without_fp8_args;
 
   bool fits() const { return target.capacity_bytes == 0 || required_bytes <= target.capacity_bytes; }
   // DryRunResult::to_json() plus "target", "cuda_overhead_bytes", "required_bytes",
@@ -80,6 +84,11 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
 // Fills plan.with_expandable_segments by a second dry run when the plan's slack exceeds 10% of
 // its reserved peak with the native allocator (Note [Slack report]); otherwise does nothing.
 void plan_with_expandable_segments(TrainingPlan& plan, const DryRunOptions& options = {});
+
+// With --fp8, fills plan.without_fp8 by a second dry run of the same configuration without FP8,
+// in bf16 autocast when the run's recipe is fp32 (FP8's usual company), else in its recipe;
+// without --fp8 does nothing.
+void plan_against_without_fp8(TrainingPlan& plan, const DryRunOptions& options = {});
 
 // "gpt2, bf16, adamw_torch, checkpointing selective, 8 x 2 x 1024 tokens": the options that make
 // a configuration, for reports and the search table.

@@ -29,6 +29,7 @@
 #include "memsave/checkpoint_policy.h"
 #include "memsave/param_offload.h"
 #include "nn/linear_4bit.h"
+#include "nn/linear_fp8.h"
 #include "nn/model_presets.h"
 #include "ops/ops.h"
 #include "optim/clip_grad.h"
@@ -279,6 +280,20 @@ std::optional<Quant4bitConfig> training_quant_4bit_config(const TrainingArgument
   return config;
 }
 
+std::optional<Fp8Recipe> training_fp8_recipe(const TrainingArguments& args) {
+  if (!args.fp8) return std::nullopt;
+  Fp8Recipe recipe;
+  recipe.kind = parse_fp8_recipe_kind(args.fp8_recipe);
+  recipe.format = parse_fp8_format(args.fp8_format);
+  recipe.amax_history_len = args.fp8_amax_history_len;
+  recipe.amax_compute_algo = parse_amax_compute_algo(args.fp8_amax_compute_algo);
+  HEADROOM_CHECK_VALUE(args.fp8_margin >= 0 && args.fp8_margin <= 64, "fp8_margin: ",
+                       args.fp8_margin, " is outside [0, 64]");
+  recipe.margin = static_cast<int>(args.fp8_margin);
+  recipe.validate();
+  return recipe;
+}
+
 void request_training_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
 int training_stop_requested() { return g_stop_signal.load(); }
@@ -306,6 +321,7 @@ Trainer::~Trainer() = default;
 void Trainer::build() {
   reducer_.reset();  // its hooks are on the old model's parameters
   scaler_.reset();
+  fp8_.reset();
   scheduler_.reset();
   optimizer_.reset();
   data_.reset();
@@ -345,6 +361,12 @@ void Trainer::build() {
   if (lora_ && recipe_.autocast_dtype) {
     // See Note [A frozen base in the compute dtype].
     store_frozen_projections(*model_, *recipe_.autocast_dtype);
+  }
+  // TE's te.Linear for the projections (not lm_head), after LoRA: the frozen base computes in
+  // FP8, the adapters in the recipe's precision.
+  if (const std::optional<Fp8Recipe> fp8 = training_fp8_recipe(args_)) {
+    fp8_ = std::make_unique<Fp8Training>(*fp8, args_.fp8_save_original_input);
+    enable_fp8_linears(*model_, *fp8_);
   }
   model_->train();
   // HF's activate_neftune: the noise is the input embedding's, in training mode only, so that
@@ -697,8 +719,19 @@ double Trainer::train_step(int64_t& tokens) {
   auto forward = [&](const TokenBatch& batch) {
     StepPhase phase("forward");
     MemoryCategoryScope category(MemoryCategory::activations);
-    Autocast region(device_.type, autocast_dtype, autocast_dtype.has_value());
-    return model_->loss(batch.input_ids, batch.targets);
+    Tensor loss;
+    {
+      Autocast region(device_.type, autocast_dtype, autocast_dtype.has_value());
+      loss = model_->loss(batch.input_ids, batch.targets);
+    }
+    // TE: forward scales move when the (outermost) fp8_autocast region exits.
+    if (fp8_) fp8_->end_forward();
+    return loss;
+  };
+  // TE: backward scales move when backward ends.
+  auto run_backward = [&](const Tensor& loss) {
+    backward(loss);
+    if (fp8_) fp8_->end_backward();
   };
   if (optimizer_->updates_in_backward()) {
     // LOMO-style: each pass reruns forward (the graph is freed by backward) with the same dropout
@@ -713,7 +746,7 @@ double Trainer::train_step(int64_t& tokens) {
       const Tensor loss = forward(batch);
       if (pass == 0) step_loss = host_value(loss);
       StepPhase phase("backward");
-      backward(loss);
+      run_backward(loss);
     }
     StepPhase phase("optimizer.step");
     optimizer_->step();
@@ -730,7 +763,7 @@ double Trainer::train_step(int64_t& tokens) {
     StepPhase phase("backward");
     // DDP's no_sync() for all but the last micro-batch: one all-reduce per optimizer step.
     if (reducer_) reducer_->set_require_sync(micro == accumulation - 1);
-    backward(scaler_->scale(loss));
+    run_backward(scaler_->scale(loss));
   }
   if (reducer_) {
     StepPhase phase("all_reduce gradients");
@@ -780,6 +813,11 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
     StepPhase phase("optimizer.zero_grad");
     optimizer_->zero_grad();
   }
+  if (fp8_) {
+    // TE's is_first_microbatch: the next step quantizes the updated weights once.
+    fp8_->next_step();
+    fp8_counts_ = fp8_->take_counts();
+  }
   ++global_step_;
   return result;
 }
@@ -804,6 +842,11 @@ void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
   entry["step"] = global_step_;
   entry["loss_scale"] = scaler_->get_scale();
   entry["tokens_per_s"] = tokens_per_s;
+  if (fp8_) {
+    // The logged step's values that FP8 clamped to its largest and flushed to zero.
+    entry["fp8_overflow"] = fp8_counts_.first;
+    entry["fp8_underflow"] = fp8_counts_.second;
+  }
   entry["peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(device_));
   entry["peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(device_));
   if (const CachingAllocator* pool = host_pool_in_use()) {

@@ -19,6 +19,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "peft/lora_config.h"
+#include "quant/fp8_linear.h"
 #include "quant/quant_4bit.h"
 #include "train/batch_source.h"
 #include "train/memory_report.h"
@@ -90,6 +91,10 @@ LoraConfig training_lora_config(const TrainingArguments& args);
 std::optional<Quant4bitConfig> training_quant_4bit_config(const TrainingArguments& args,
                                                           const PrecisionRecipe& recipe);
 
+// The FP8 recipe of `args`' fp8_* options, or nullopt without fp8. ValueError naming the option
+// for a bad value.
+std::optional<Fp8Recipe> training_fp8_recipe(const TrainingArguments& args);
+
 // Asks the running Trainer to stop after its current step, save a checkpoint and return
 // 128 + signal_number. Only stores to a lock-free atomic, so signal handlers may call it.
 void request_training_stop(int signal_number);
@@ -152,6 +157,8 @@ class Trainer {
     double grad_norm = NAN;  // before clipping; NaN without clipping or on the meta device
     int64_t tokens = 0;      // predicted tokens in the step
   };
+  // The FP8 training state (fp8 option), or null.
+  Fp8Training* fp8() const { return fp8_.get(); }
   // One optimizer step of train(): gradient_accumulation_steps micro-batches forward and
   // backward, unscale, clip, the optimizer through the scaler, the scheduler, zero_grad. On the
   // meta device (a dry run, plan/) it allocates as a real step does and loss is NaN.
@@ -227,6 +234,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LRScheduler> scheduler_;
   std::unique_ptr<GradScaler> scaler_;
+  std::unique_ptr<Fp8Training> fp8_;  // with fp8: the FP8 layers' scales and weight copies
+  std::pair<int64_t, int64_t> fp8_counts_{0, 0};  // the last step's FP8 overflows, underflows
   std::shared_ptr<Communicator> communicator_;  // data-parallel runs only
   std::unique_ptr<GradientReducer> reducer_;
   int64_t zero_stage_ = 0;

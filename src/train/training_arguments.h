@@ -51,6 +51,15 @@ struct TrainingArguments {
   std::string precision;        // headroom: fp32 | bf16 | fp16 | pure_bf16; overrides bf16/fp16
   bool gradient_checkpointing = false;
   std::string gradient_checkpointing_policy = "full";  // headroom: full | every_N | selective
+  // FP8 (Transformer Engine's recipes, with accelerate's names): the models' projection layers
+  // (not lm_head) compute in FP8 (quant/fp8_linear.h), with or without bf16 autocast.
+  bool fp8 = false;
+  std::string fp8_recipe = "delayed";         // delayed | current | mxfp8 | block
+  std::string fp8_format = "hybrid";          // hybrid | e4m3
+  int64_t fp8_amax_history_len = 1024;        // delayed only
+  std::string fp8_amax_compute_algo = "max";  // delayed only: max | most_recent
+  int64_t fp8_margin = 0;                     // delayed only
+  bool fp8_save_original_input = false;       // TE's save_original_input: keep x, not its FP8
 
   // LoRA (peft/), with TRL's ModelConfig names and defaults: the base is frozen and only the
   // adapters (and modules_to_save) train; output_dir and checkpoints hold PEFT's adapter files.

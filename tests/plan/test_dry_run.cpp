@@ -35,6 +35,8 @@ struct GridCase {
   int64_t workers = 0;
   std::string lora_targets;  // "" = full fine-tuning; else --use_peft with these targets
   bool four_bit = false;     // QLoRA: --load_in_4bit, NF4 with double quantization
+  std::string fp8_recipe;    // "" = no FP8; else --fp8 with this --fp8_recipe
+  bool fp8_save_original_input = false;
 };
 
 TrainingArguments case_arguments(const GridCase& c, const fs::path& root) {
@@ -88,6 +90,12 @@ TrainingArguments case_arguments(const GridCase& c, const fs::path& root) {
     args.load_in_4bit = c.four_bit;
     args.bnb_4bit_quant_type = "nf4";
     args.bnb_4bit_use_double_quant = true;
+  }
+  if (!c.fp8_recipe.empty()) {
+    args.fp8 = true;
+    args.fp8_recipe = c.fp8_recipe;
+    args.fp8_amax_history_len = 16;
+    args.fp8_save_original_input = c.fp8_save_original_input;
   }
   args.logging_steps = 1;
   args.eval_strategy = "steps";
@@ -232,6 +240,27 @@ std::vector<GridCase> grid() {
     c.lora_targets = "all-linear";
     c.four_bit = true;
     c.checkpointing = "every_2";
+  });
+  // FP8 (Note [FP8 linear]): the FP8 inputs saved for backward, the per-step weight copies, the
+  // scales and histories, the dequantized operands of the block recipes.
+  add("gpt2_fp8_delayed", "gpt2", [](GridCase& c) { c.fp8_recipe = "delayed"; });
+  add("llama_bf16_fp8_current_accumulation_2", "llama", [](GridCase& c) {
+    c.precision = "bf16";
+    c.fp8_recipe = "current";
+    c.accumulation = 2;
+  });
+  add("gpt2_bf16_fp8_mxfp8_selective", "gpt2", [](GridCase& c) {
+    c.precision = "bf16";
+    c.fp8_recipe = "mxfp8";
+    c.checkpointing = "selective";
+  });
+  add("llama_fp8_block_full", "llama", [](GridCase& c) {
+    c.fp8_recipe = "block";
+    c.checkpointing = "full";
+  });
+  add("gpt2_fp8_delayed_original_input", "gpt2", [](GridCase& c) {
+    c.fp8_recipe = "delayed";
+    c.fp8_save_original_input = true;
   });
   add("llama_large_pool_fp32_accumulation_4", "llama", [](GridCase& c) {
     c.width = 256;

@@ -480,6 +480,34 @@ TEST(TrainingPlan, LoraUnderAutocastLoadsTheFrozenProjectionsInBf16) {
   EXPECT_LT(lora.parameter_bytes, full.parameter_bytes * 3 / 4);
 }
 
+// --fp8: the plan dry-runs the same configuration without FP8 beside it (bf16 when the run's own
+// recipe is fp32). Under bf16 autocast FP8 keeps the projections' inputs in one byte instead of
+// two, so its activations at the peak are smaller.
+TEST(TrainingPlan, Fp8IsShownAgainstBf16) {
+  TrainingArguments args = preset_args("gpt2-tiny", 8, 128);
+  args.fp8 = true;
+  args.fp8_recipe = "current";
+  TrainingPlan fp32_master = plan_training(args, plan_target("cpu", "", ""));
+  plan_against_without_fp8(fp32_master);
+  ASSERT_TRUE(fp32_master.without_fp8.has_value());
+  EXPECT_EQ(fp32_master.without_fp8_args.precision, "bf16");
+  args.bf16 = true;
+  TrainingPlan plan = plan_training(args, plan_target("cpu", "", ""));
+  plan_against_without_fp8(plan);
+  ASSERT_TRUE(plan.without_fp8.has_value());
+  EXPECT_TRUE(plan.without_fp8_args.bf16);
+  EXPECT_FALSE(plan.without_fp8_args.fp8);
+  const auto activations = static_cast<size_t>(MemoryCategory::activations);
+  EXPECT_LT(plan.dry.at_peak[activations], plan.without_fp8->at_peak[activations]);
+  EXPECT_NE(plan.format().find("FP8 against gpt2-tiny, bf16"), std::string::npos) << plan.format();
+  EXPECT_EQ(plan.to_json()["without_fp8"]["peak_allocated_bytes"].get<int64_t>(),
+            plan.without_fp8->peak_allocated_bytes);
+  args.fp8 = false;
+  TrainingPlan plain = plan_training(args, plan_target("cpu", "", ""));
+  plan_against_without_fp8(plain);
+  EXPECT_FALSE(plain.without_fp8.has_value());
+}
+
 // Note [Inference memory]: weights in the recipe's dtype and HF's KV cache layout.
 TEST(InferencePlan, WeightsKvCacheAndPrefill) {
   TrainingArguments args = preset_args("llama-tiny", 3, 200);

@@ -24,6 +24,7 @@ const bool kRegistered = [] {
   fill_dropout_kernels(std::get<DropoutKernels>(backend.kernels));
   fill_elementwise_kernels(std::get<ElementwiseKernels>(backend.kernels));
   fill_embedding_kernels(std::get<EmbeddingKernels>(backend.kernels));
+  fill_fp8_kernels(std::get<Fp8Kernels>(backend.kernels));
   fill_gemm_kernels(std::get<GemmKernels>(backend.kernels));
   fill_grad_check_kernels(std::get<GradCheckKernels>(backend.kernels));
   fill_lion_kernels(std::get<LionKernels>(backend.kernels));

@@ -18,6 +18,7 @@ void fill_cross_entropy_kernels(CrossEntropyKernels& kernels);  // cross_entropy
 void fill_dropout_kernels(DropoutKernels& kernels);        // dropout.cpp
 void fill_elementwise_kernels(ElementwiseKernels& kernels);  // elementwise.cpp
 void fill_embedding_kernels(EmbeddingKernels& kernels);    // embedding.cpp
+void fill_fp8_kernels(Fp8Kernels& kernels);                // fp8.cpp
 void fill_gemm_kernels(GemmKernels& kernels);              // gemm.cpp
 void fill_grad_check_kernels(GradCheckKernels& kernels);   // grad_checks.cpp
 void fill_lion_kernels(LionKernels& kernels);              // lion.cpp

@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -307,7 +309,7 @@ void run_plan(const MatmulPlan& plan, const void* a, const void* b, void* c, con
   stream.wait();
 }
 
-// A stored rows x cols bf16 / f16 matrix with leading dimension ld, as a dense fp32 one.
+// A stored rows x cols bf16 / f16 / FP8 matrix with leading dimension ld, as a dense fp32 one.
 std::vector<float> widen_matrix(const void* p, DType dtype, int64_t rows, int64_t cols,
                                 int64_t ld) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
@@ -564,8 +566,45 @@ void gemm_entry(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, fl
   run_gemm_half(key, a.data_ptr(), b.data_ptr(), c.data_ptr(), bias_f32);
 }
 
+// The FP8 GEMM (TN): both operands widened exactly (an FP8 value is a bf16 and an f32 value), the
+// product summed in fp32 by sgemm with alpha = a_scale_inv * b_scale_inv, the bias added in fp32,
+// c rounded once.
+void gemm_fp8_entry(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                    const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias,
+                    const Tensor& c_amax) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (m == 0 || n == 0) return;
+  if (k == 0) throw ValueError("gemm_fp8: k is 0; fill c instead");
+  const std::vector<float> af = widen_matrix(a.data_ptr(), a.dtype(), m, k, k);
+  const std::vector<float> bf = widen_matrix(b.data_ptr(), b.dtype(), n, k, k);
+  const float alpha = *a_scale_inv.data<float>() * *b_scale_inv.data<float>();
+  const bool f32 = c.dtype() == DType::f32;
+  std::vector<float> wide;
+  if (!f32) wide.resize(static_cast<size_t>(m * n));
+  float* out = f32 ? c.data<float>() : wide.data();
+  gemm(false, true, m, n, k, alpha, af.data(), k, bf.data(), k, 0.0f, out, n);
+  if (const float* bias_f32 = bias_as_f32(bias)) {
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < n; ++j) out[r * n + j] += bias_f32[j];
+    }
+  }
+  if (c_amax.defined()) {
+    float amax = 0.0f;
+    bool nan = false;
+    for (int64_t i = 0; i < m * n; ++i) {
+      nan = nan || out[i] != out[i];
+      amax = std::max(amax, std::fabs(out[i]));
+    }
+    *c_amax.data<float>() = nan ? std::numeric_limits<float>::quiet_NaN() : amax;
+  }
+  if (!f32) convert_from_f32(out, c.data_ptr(), c.dtype(), static_cast<size_t>(m * n));
+}
+
 }  // namespace
 
-void fill_gemm_kernels(GemmKernels& kernels) { kernels.gemm = gemm_entry; }
+void fill_gemm_kernels(GemmKernels& kernels) {
+  kernels.gemm = gemm_entry;
+  kernels.gemm_fp8 = gemm_fp8_entry;
+}
 
 }  // namespace headroom::cpu

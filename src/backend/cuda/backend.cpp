@@ -30,6 +30,7 @@ const bool kRegistered = [] {
   fill_adafactor_kernels(std::get<AdafactorKernels>(k));
   fill_lomo_kernels(std::get<LomoKernels>(k));
   fill_quantization_kernels(std::get<QuantizationKernels>(k));
+  fill_fp8_kernels(std::get<Fp8Kernels>(k));
   register_backend(backend);
   return true;
 }();

@@ -34,5 +34,6 @@ void fill_sgd_kernels(SgdKernels& kernels);                     // sgd.cu
 void fill_adafactor_kernels(AdafactorKernels& kernels);         // adafactor.cu
 void fill_lomo_kernels(LomoKernels& kernels);                   // lomo.cu
 void fill_quantization_kernels(QuantizationKernels& kernels);   // quantization.cu
+void fill_fp8_kernels(Fp8Kernels& kernels);                     // fp8.cu
 
 }  // namespace headroom::cuda

@@ -136,6 +136,8 @@ cudaDataType_t cuda_type(DType dtype) {
     case DType::f32: return CUDA_R_32F;
     case DType::bf16: return CUDA_R_16BF;
     case DType::f16: return CUDA_R_16F;
+    case DType::f8_e4m3fn: return CUDA_R_8F_E4M3;
+    case DType::f8_e5m2: return CUDA_R_8F_E5M2;
     default: check_kernel_dtype("gemm", "operand", dtype);
   }
   return CUDA_R_32F;  // not reached: check_kernel_dtype threw
@@ -160,6 +162,7 @@ struct ProblemKey {
   DType ab_dtype, c_dtype, bias_dtype;
   GemmEpilogue epilogue;
   uint32_t align_a, align_b, align_c, align_bias;
+  bool amax_d = false;  // the FP8 GEMM's D amax output
   auto operator<=>(const ProblemKey&) const = default;
 };
 
@@ -205,6 +208,46 @@ void check_fits_int32(const char* what, int64_t value) {
     throw NotImplementedError(str_cat("gemm: ", what, " = ", value,
                                       " exceeds cuBLASLt's 32-bit sizes; split the product"));
   }
+}
+
+// cuBLASLt's first heuristic choice for the problem, cached by key (the alignments the
+// preferences promise are the key's; cuBLASLt's A is our b). NotImplementedError with
+// describe()'s words when it has none.
+template <typename Describe>
+cublasLtMatmulHeuristicResult_t chosen_algorithm(cublasLtHandle_t handle, const MatmulDesc& desc,
+                                                 const LayoutDesc& layout_a,
+                                                 const LayoutDesc& layout_b,
+                                                 const LayoutDesc& layout_c, const ProblemKey& key,
+                                                 Describe describe) {
+  return algorithm_cache().get(key, [&] {
+    PreferenceDesc preference;
+    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_preference_create(&preference.raw));
+    set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kGemmWorkspaceBytes});
+    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
+    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_algo_get_heuristic(handle, desc.raw, layout_a.raw,
+                                                         layout_b.raw, layout_c.raw, layout_c.raw,
+                                                         preference.raw, 1, &result, &found));
+    if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) throw NotImplementedError(describe());
+    return result;
+  });
+}
+
+// Runs the product: c is both cuBLASLt's C (read with beta) and D (written), in place. Row-major
+// to column-major, cuBLASLt's A is b (layout_a describes b) and its B is a (layout_b).
+void run_matmul(cublasLtHandle_t handle, const MatmulDesc& desc, float alpha, float beta,
+                const Tensor& a, const Tensor& b, const Tensor& c, const LayoutDesc& layout_a,
+                const LayoutDesc& layout_b, const LayoutDesc& layout_c,
+                const cublasLtMatmulHeuristicResult_t& chosen, int device, cudaStream_t stream) {
+  void* workspace = workspace_for(device, stream);
+  HEADROOM_CUBLAS_CHECK(cublaslt().matmul(handle, desc.raw, &alpha, b.data_ptr(), layout_a.raw,
+                                       a.data_ptr(), layout_b.raw, &beta, c.data_ptr(),
+                                       layout_c.raw, c.data_ptr(), layout_c.raw, &chosen.algo,
+                                       workspace, kGemmWorkspaceBytes, stream));
 }
 
 void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
@@ -262,40 +305,79 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
                        alignment_of(a.data_ptr()), alignment_of(b.data_ptr()),
                        alignment_of(c.data_ptr()),
                        has_bias ? alignment_of(bias.data_ptr()) : uint32_t{0}};
-  const cublasLtMatmulHeuristicResult_t chosen = algorithm_cache().get(key, [&] {
-    PreferenceDesc preference;
-    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_preference_create(&preference.raw));
-    set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kGemmWorkspaceBytes});
-    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
-    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
-    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
-    set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_algo_get_heuristic(handle, desc.raw, layout_a.raw,
-                                                         layout_b.raw, layout_c.raw, layout_c.raw,
-                                                         preference.raw, 1, &result, &found));
-    if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-      throw NotImplementedError(str_cat(
-          "gemm: cuBLASLt has no algorithm for ", dtype_name(a.dtype()), " operands, ",
-          dtype_name(c.dtype()), " c", has_bias ? str_cat(", ", dtype_name(bias.dtype()), " bias") : "",
-          ", m ", m, " n ", n, " k ", k, " batch ", batch));
-    }
-    return result;
-  });
+  const cublasLtMatmulHeuristicResult_t chosen =
+      chosen_algorithm(handle, desc, layout_a, layout_b, layout_c, key, [&] {
+        return str_cat("gemm: cuBLASLt has no algorithm for ", dtype_name(a.dtype()),
+                       " operands, ", dtype_name(c.dtype()), " c",
+                       has_bias ? str_cat(", ", dtype_name(bias.dtype()), " bias") : "", ", m ",
+                       m, " n ", n, " k ", k, " batch ", batch);
+      });
+  run_matmul(handle, desc, alpha, beta, a, b, c, layout_a, layout_b, layout_c, chosen, device,
+             stream);
+}
 
-  // ---- run: c is both cuBLASLt's C (read with beta) and D (written), in place.
-  void* workspace = workspace_for(device, stream);
-  HEADROOM_CUBLAS_CHECK(cublaslt().matmul(handle, desc.raw, &alpha, b.data_ptr(), layout_a.raw,
-                                       a.data_ptr(), layout_b.raw, &beta, c.data_ptr(),
-                                       layout_c.raw, c.data_ptr(), layout_c.raw, &chosen.algo,
-                                       workspace, kGemmWorkspaceBytes, stream));
+// The FP8 GEMM (backend/gemm_kernels.h): c [m, n] = sa * sb * a [m, k] @ b [n, k]^T. Column-major,
+// that is cuBLASLt's D [n, m] = op_T(b) @ op_N(a): A is b transposed and B is a, the TN layout
+// its FP8 kernels require, with the scale_inv tensors as A / B scale pointers and c's amax as the
+// D amax pointer. The heuristic's choice is cached like gemm's.
+void gemm_fp8(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+              const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias,
+              const Tensor& c_amax) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (m == 0 || n == 0) return;
+  if (k == 0) throw ValueError("gemm_fp8: k is 0; fill c instead");
+  if (k % 16 != 0 || n % 16 != 0) {
+    throw NotImplementedError(str_cat("gemm_fp8: cuBLASLt's FP8 GEMM needs k and n multiples of "
+                                      "16, got m ", m, " n ", n, " k ", k));
+  }
+  check_fits_int32("m", m);
+  check_fits_int32("n", n);
+  check_fits_int32("k", k);
+  const int device = c.device().index;
+  DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream();
+  cublasLtHandle_t handle = handle_for(device);
+  MatmulDesc desc;
+  HEADROOM_CUBLAS_CHECK(cublaslt().matmul_desc_create(&desc.raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(CUBLAS_OP_T));
+  set(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N));
+  set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(b_scale_inv.data_ptr()));
+  set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(a_scale_inv.data_ptr()));
+  if (c_amax.defined()) {
+    set(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, static_cast<void*>(c_amax.data_ptr()));
+  }
+  const bool has_bias = bias.defined();
+  if (has_bias) {
+    set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS));
+    set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.data_ptr()));
+    set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(cuda_type(bias.dtype())));
+  }
+  LayoutDesc layout_a, layout_b, layout_c;
+  make_layout(layout_a, b.dtype(), k, n, k, 1, 0);
+  make_layout(layout_b, a.dtype(), k, m, k, 1, 0);
+  make_layout(layout_c, c.dtype(), n, m, n, 1, 0);
+  // The FP8 problems share gemm's cache: their operand dtypes keep the keys apart.
+  const ProblemKey key{device, false, true, m, n, k, 1, k, k, n, 0, 0, 0, a.dtype(), c.dtype(),
+                       has_bias ? bias.dtype() : b.dtype(),
+                       has_bias ? GemmEpilogue::bias : GemmEpilogue::none,
+                       alignment_of(a.data_ptr()), alignment_of(b.data_ptr()),
+                       alignment_of(c.data_ptr()),
+                       has_bias ? alignment_of(bias.data_ptr()) : 0u, c_amax.defined()};
+  const cublasLtMatmulHeuristicResult_t chosen =
+      chosen_algorithm(handle, desc, layout_a, layout_b, layout_c, key, [&] {
+        return str_cat("gemm_fp8: cuBLASLt has no FP8 algorithm for ", dtype_name(a.dtype()),
+                       " x ", dtype_name(b.dtype()), " into ", dtype_name(c.dtype()), ", m ", m,
+                       " n ", n, " k ", k, " (FP8 GEMMs need compute capability 8.9 or newer)");
+      });
+  run_matmul(handle, desc, 1.0f, 0.0f, a, b, c, layout_a, layout_b, layout_c, chosen, device,
+             stream);
 }
 
 }  // namespace
 
 void fill_gemm_kernels(GemmKernels& kernels) {
   kernels.gemm = gemm;
+  kernels.gemm_fp8 = gemm_fp8;
 }
 
 }  // namespace headroom::cuda
