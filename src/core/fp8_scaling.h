@@ -18,7 +18,10 @@ inline constexpr float kFloat32Max = 3.40282346638528859812e+38f;
 namespace fp8_detail {
 
 HEADROOM_HD constexpr bool is_nan(float x) { return !(x == x); }
-HEADROOM_HD constexpr bool is_inf(float x) { return x == 1.0f / 0.0f || x == -1.0f / 0.0f; }
+// On the bits: 1.0f / 0.0f is no constant expression for clang.
+HEADROOM_HD constexpr bool is_inf(float x) {
+  return (detail::f32_bits(x) & 0x7FFFFFFFu) == 0x7F800000u;
+}
 HEADROOM_HD constexpr bool is_finite(float x) { return !is_nan(x) && !is_inf(x); }
 // Tests on the bits, so that a subnormal amax counts as nonzero also where the CPU runs with
 // denormals-are-zero (backend/cpu/denormals.h) or a GPU flushes them: TE's update compares in
