@@ -9,19 +9,14 @@
 #include "dist/communicator.h"
 #include "dist/gradient_reducer.h"
 #include "dist/launch_environment.h"
+#include "mpi/mpi_world.h"
 #include "ops/ops.h"
 
 namespace headroom {
 namespace {
 
-// Without mpirun there is one process and no other rank to exchange with; ctest -L mpi runs these
-// tests under `mpirun -np 2`, where they do run.
-constexpr const char* kNeedsTwoRanks = "one process: run under mpirun -np 2 (ctest -L mpi)";
-
-std::shared_ptr<Communicator> world() {
-  static std::shared_ptr<Communicator> communicator = make_communicator(launch_environment(), kCPU);
-  return communicator;
-}
+using test_mpi::kNeedsTwoRanks;
+using test_mpi::world;
 
 class Collectives : public ::testing::TestWithParam<DType> {
  protected:

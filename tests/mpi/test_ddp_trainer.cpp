@@ -16,6 +16,7 @@
 #include "dist/launch_environment.h"
 #include "memory/device_memory.h"
 #include "memory/memory_category.h"
+#include "mpi/mpi_world.h"
 #include "plan/dry_run.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
@@ -25,14 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Without mpirun there is one process and no other rank to exchange with; ctest -L mpi runs these
-// tests under `mpirun -np 2`, where they do run.
-constexpr const char* kNeedsTwoRanks = "one process: run under mpirun -np 2 (ctest -L mpi)";
-
-std::shared_ptr<Communicator> world() {
-  static std::shared_ptr<Communicator> communicator = make_communicator(launch_environment(), kCPU);
-  return communicator;
-}
+using test_mpi::kNeedsTwoRanks;
+using test_mpi::world;
 
 // A directory every rank names alike (rank 0's pid in it), made by rank 0 with the tiny run's
 // model and data, removed by rank 0 at the end.
