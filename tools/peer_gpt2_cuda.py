@@ -61,6 +61,10 @@ def main():
         log("peer: torch %s sees no CUDA device" % torch.__version__)
         sys.exit(3)
     device = torch.device("cuda", 0)
+    # The allocator's statistics exist only once CUDA is initialized: reset_peak_memory_stats on
+    # a fresh process raises "Invalid device argument".
+    torch.cuda.init()
+    torch.empty(1, device=device)
 
     class Block(nn.Module):
         def __init__(self, d, heads):

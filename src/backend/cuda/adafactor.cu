@@ -198,7 +198,7 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& exp
   DeviceGuard guard(param.device().index);
   const cudaStream_t stream = current_stream();
   auto* s = static_cast<double*>(scalars.data_ptr());
-  float* m = exp_avg.defined() ? exp_avg.data<float>() : nullptr;
+  float* m = exp_avg.defined() ? device_data<float>(exp_avg) : nullptr;
   const bool factored = row.defined();
   const int partial_grid = static_cast<int>(kPartials);
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, {
@@ -208,25 +208,25 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& exp
       const G* g = static_cast<const G*>(grad.data_ptr());
       if (factored) {
         adafactor_rows_kernel<G><<<blocks_for(batch * rows * 32), kThreads, 0, stream>>>(
-            g, row.data<float>(), batch * rows, cols, c);
+            g, device_data<float>(row), batch * rows, cols, c);
         adafactor_cols_kernel<G><<<blocks_for(batch * cols), kThreads, 0, stream>>>(
-            g, col.data<float>(), col_factor.data<float>(), batch, rows, cols, c);
+            g, device_data<float>(col), device_data<float>(col_factor), batch, rows, cols, c);
         adafactor_row_mean_kernel<<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(
-            row.data<float>(), rows, s);
+            device_data<float>(row), rows, s);
         adafactor_factored_sumsq_kernel<G><<<partial_grid, kThreads, 0, stream>>>(
-            g, row.data<float>(), col_factor.data<float>(), batch, rows, cols, s);
+            g, device_data<float>(row), device_data<float>(col_factor), batch, rows, cols, s);
       } else {
         adafactor_vector_kernel<G><<<partial_grid, kThreads, 0, stream>>>(
-            g, exp_avg_sq.data<float>(), n, c, s);
+            g, device_data<float>(exp_avg_sq), n, c, s);
       }
       adafactor_finish_kernel<<<1, 1, 0, stream>>>(s, n, c);
       if (factored) {
         adafactor_factored_apply_kernel<P, G><<<blocks_for(batch * rows, 1), kThreads, 0, stream>>>(
-            static_cast<P*>(param.data_ptr()), g, m, row.data<float>(), col_factor.data<float>(),
+            static_cast<P*>(param.data_ptr()), g, m, device_data<float>(row), device_data<float>(col_factor),
             batch, rows, cols, s, c);
       } else {
         adafactor_vector_apply_kernel<P, G><<<blocks_for(n), kThreads, 0, stream>>>(
-            static_cast<P*>(param.data_ptr()), g, m, exp_avg_sq.data<float>(), n, s, c);
+            static_cast<P*>(param.data_ptr()), g, m, device_data<float>(exp_avg_sq), n, s, c);
       }
     });
   });

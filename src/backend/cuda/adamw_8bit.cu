@@ -52,7 +52,7 @@ void bnb_adam32_update(const Tensor& param, const Tensor& grad, const Tensor& st
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       bnb_adam32_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          state1.data<float>(), state2.data<float>(), n, c)));
+          device_data<float>(state1), device_data<float>(state2), n, c)));
   check_launch();
 }
 
@@ -131,8 +131,8 @@ void bnb_adam8bit_update(const Tensor& param, const Tensor& grad, const Tensor& 
       bnb_adam8bit_kernel<P, G><<<static_cast<unsigned>(blocks), kQuantBlock, 0,
                                   current_stream()>>>(
           static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          state1.data<uint8_t>(), state2.data<uint8_t>(), absmax1.data<float>(),
-          absmax2.data<float>(), n, c, dynamic_maps())));
+          device_data<uint8_t>(state1), device_data<uint8_t>(state2), device_data<float>(absmax1),
+          device_data<float>(absmax2), n, c, dynamic_maps())));
   check_launch();
 }
 

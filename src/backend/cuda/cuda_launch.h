@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/dtype_dispatch.h"
 #include "core/tensor.h"
 
 namespace headroom::cuda {
@@ -27,6 +29,18 @@ inline int blocks_for(int64_t n, int threads = kThreads) {
 }
 
 inline void check_launch() { HEADROOM_CUDA_CHECK(cudaGetLastError()); }
+
+// A device tensor's elements as T*, the dtype checked. Tensor::data<T>() is the host accessor and
+// refuses any tensor not on the CPU.
+template <typename T>
+T* device_data(const Tensor& t) {
+  constexpr DType requested = dtype_of<std::remove_cv_t<T>>::value;
+  if (t.dtype() != requested) {
+    throw Error(str_cat("device_data: the tensor holds ", dtype_name(t.dtype()), ", not ",
+                        dtype_name(requested)));
+  }
+  return static_cast<T*>(t.data_ptr());
+}
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }

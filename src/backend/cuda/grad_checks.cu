@@ -107,7 +107,7 @@ void norm_combine(const Tensor& partials, int64_t count, double p, double max_no
   DeviceGuard guard(result.device().index);
   norm_combine_kernel<<<1, kThreads, 0, current_stream()>>>(
       static_cast<const double*>(partials.data_ptr()), count, kind, p,
-      static_cast<float>(max_norm), rule, result.data<float>());
+      static_cast<float>(max_norm), rule, device_data<float>(result));
   check_launch();
 }
 
@@ -127,7 +127,7 @@ void scale_by_device_factor(const Tensor& grad, const Tensor& factor) {
   DeviceGuard guard(grad.device().index);
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), T,
       scale_by_factor_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<T*>(grad.data_ptr()), n, factor.data<float>()));
+          static_cast<T*>(grad.data_ptr()), n, device_data<float>(factor)));
   check_launch();
 }
 
@@ -172,7 +172,7 @@ void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& found_
   DeviceGuard guard(grad.device().index);
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), T,
       unscale_and_check_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<T*>(grad.data_ptr()), n, inv_scale, found_inf.data<float>()));
+          static_cast<T*>(grad.data_ptr()), n, inv_scale, device_data<float>(found_inf)));
   check_launch();
 }
 

@@ -35,7 +35,7 @@ void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       lion_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          exp_avg.data<float>(), n, c)));
+          device_data<float>(exp_avg), n, c)));
   check_launch();
 }
 

@@ -50,7 +50,7 @@ void bnb_lion32_update(const Tensor& param, const Tensor& grad, const Tensor& st
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       bnb_lion32_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          state1.data<float>(), n, c)));
+          device_data<float>(state1), n, c)));
   check_launch();
 }
 
@@ -102,7 +102,7 @@ void bnb_lion8bit_update(const Tensor& param, const Tensor& grad, const Tensor& 
       bnb_lion8bit_kernel<P, G><<<static_cast<unsigned>(blocks), kQuantBlock, 0,
                                   current_stream()>>>(
           static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          state1.data<uint8_t>(), absmax1.data<float>(), n, c, dynamic_maps())));
+          device_data<uint8_t>(state1), device_data<float>(absmax1), n, c, dynamic_maps())));
   check_launch();
 }
 

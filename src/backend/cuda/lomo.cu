@@ -37,7 +37,7 @@ void lomo_update(const Tensor& param, const Tensor& grad, const Tensor& clip_fac
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
-  const float* factor = clip_factor.defined() ? clip_factor.data<float>() : nullptr;
+  const float* factor = clip_factor.defined() ? device_data<float>(clip_factor) : nullptr;
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       lomo_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()), factor, n,

@@ -36,7 +36,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
-  float* buffer = momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr;
+  float* buffer = momentum_buffer.defined() ? device_data<float>(momentum_buffer) : nullptr;
   HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
       sgd_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
           static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()), buffer,
