@@ -25,13 +25,14 @@ struct GemmKernels {
   // The FP8 GEMM in the one layout cuBLASLt's FP8 kernels take (TN, see REFERENCES.md):
   // c [m, n] = (a_scale_inv * b_scale_inv) * a [m, k] @ b [n, k]^T (+ bias [n]). a and b are
   // contiguous f8_e4m3fn / f8_e5m2 (not both e5m2), their scale_inv f32 [1] on the device (read
-  // there, never copied to the host); c contiguous f32, bf16 or f16, bias c's dtype or undefined;
-  // c_amax, when defined (f32 [1]), receives max|c| before c is rounded. On the CPU every FP8
-  // value is widened exactly and the products summed in fp32 (gemm's sgemm), then scaled once.
-  // k is at least 1.
+  // there, never copied to the host); c contiguous f32, bf16 or f16; bias bf16 / f16 of c's
+  // dtype, or undefined (cuBLASLt's FP8 kernels take no f32 bias, and compute D's amax only for an
+  // FP8 D, which headroom never writes: an f32 c gets its bias added afterwards by the caller).
+  // On the CPU every FP8 value is widened exactly and the products summed in fp32 (gemm's
+  // sgemm), then scaled once; Hopper's FP8 tensor cores accumulate in fewer bits (Note [CUDA op
+  // tolerances]). k is at least 1.
   Kernel<void(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-              const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias,
-              const Tensor& c_amax)>
+              const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias)>
       gemm_fp8{"gemm_fp8"};
 };
 

@@ -137,7 +137,8 @@ namespace {
 bool view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& new_shape,
                   Strides* new_strides) {
   *new_strides = new_shape;
-  if (old_shape.numel() == 0) {
+  // No elements, or one element of a 0-d tensor: any layout of the new shape views it.
+  if (old_shape.numel() == 0 || old_shape.ndim() == 0) {
     *new_strides = contiguous_strides(new_shape);
     return true;
   }

@@ -11,13 +11,15 @@
 namespace headroom {
 
 // Note [CUDA overhead per GPU family]
-// What a CUDA process holds outside the caching allocator, which no dry run sees: the CUDA
-// context (the driver's per-process state, module images loaded lazily since CUDA 11.7 /
-// 12.2: 300-700 MB in practice) and the cuBLAS / cuBLASLt workspaces (PyTorch's defaults:
-// 32 MiB on Hopper, ":4096:2:16:8" = 8.125 MiB on earlier GPUs). Per family we take the upper
-// part of the observed context range, so a plan errs towards fitting less. These are named
-// constants, not measurements of this build: headroom's CUDA backend replaces them with
-// cudaMemGetInfo readings once it runs on the GPU.
+// What a CUDA process holds that no dry run sees: the CUDA context (the driver's per-process
+// state, module images loaded lazily since CUDA 11.7 / 12.2: 300-700 MB in practice) and
+// headroom's cuBLASLt workspace (32 MiB per GEMM stream, allocated by the caching allocator at
+// the first GEMM: Note [cuBLASLt workspace]). Hopper's context is measured: on an H200 (CUDA
+// 13.0, driver 580.159, 2026-11-28; scripts/gpu_memory_grid, bench/results/
+// 2026-11-28-gpu-check.md) every row of the plan grid used 531-533 MiB beyond its peak reserved,
+// and reserved 2 MiB beyond the dry run's reserve plus the workspace (a small-pool segment the
+// dry run does not open): 544 MiB covers both. The other families' contexts are the upper part
+// of the range reported for them, so a plan errs towards fitting less, until measured.
 struct GpuFamily {
   const char* name;               // "hopper", "ampere", ...
   int64_t context_bytes;          // the CUDA context

@@ -186,8 +186,12 @@ void fp8_product(const char* op, const Fp8Tensor& a, bool trans_a, const Fp8Tens
   if (fp8_per_tensor(a.block) && fp8_per_tensor(b.block) && fits_fp8_gemm(n, k)) {
     const Fp8Tensor a_tn = trans_a ? fp8_transpose(a) : a;
     const Fp8Tensor b_tn = trans_b ? b : fp8_transpose(b);
+    // cuBLASLt's FP8 kernels take no f32 bias: an f32 c gets it added in fp32 afterwards, as the
+    // epilogue would (the CPU's sum, then + bias, rounds the same).
+    const bool bias_after = bias.defined() && c.dtype() == DType::f32;
     need_kernel(op, device, &GemmKernels::gemm_fp8)(a_tn.data, a_tn.scales, b_tn.data,
-                                                    b_tn.scales, c, bias, Tensor());
+                                                    b_tn.scales, c, bias_after ? Tensor() : bias);
+    if (bias_after) c.add_(bias);
     return;
   }
   const DType compute = c.dtype();

@@ -77,6 +77,18 @@ TEST(Tensor, ViewNeedsCompatibleStridesReshapeCopies) {
   EXPECT_EQ(t.flatten().shape(), Shape({24}));
 }
 
+// As torch.tensor(2.).view(1, 1): a 0-d tensor views as any shape of one element (the backward
+// of sum(x, 0) over a 1-D x views its 0-d gradient so).
+TEST(Tensor, ViewOfAZeroDimTensor) {
+  const Tensor s = Tensor::from_floats({2.0f}, {});
+  const Tensor v = s.view({1, 1});
+  EXPECT_EQ(v.shape(), Shape({1, 1}));
+  EXPECT_EQ(v.storage(), s.storage());
+  EXPECT_EQ(v.to_float_vector(), std::vector<float>({2.0f}));
+  EXPECT_EQ(v.view({}).shape(), Shape({}));
+  EXPECT_THROW(s.view({2}), ValueError);
+}
+
 TEST(Tensor, CopyBroadcastsAndConverts) {
   Tensor dst = Tensor::zeros({2, 3}, DType::bf16);
   dst.copy_(Tensor::from_floats({1.5f, -2.0f, 3.25f}, {3}));

@@ -97,7 +97,9 @@ TEST(CudaFp8, DelayedScalingUpdateMatchesTheCpu) {
 TEST(CudaFp8, CublasLtGemmMatchesTheCpuWithinSummationOrder) {
   REQUIRE_GPU();
   // The same FP8 operands and scales: the products are exact in fp32, so the GPU and the CPU
-  // differ only in the order of fp32 sums (k of them) and the final bf16 rounding.
+  // differ in the order and the precision of their sums (Hopper's FP8 tensor cores accumulate in
+  // about 14 bits: 2^-11 of the largest magnitude, Note [CUDA op tolerances]) and in the final
+  // bf16 rounding (2^-7 relative).
   const int64_t m = 64, n = 48, k = 96;
   Generator g(3);
   const Tensor a = Tensor::randn({m, k}, DType::f32, kCPU, &g).to(DType::f8_e4m3fn, Overflow::saturate);
@@ -105,14 +107,10 @@ TEST(CudaFp8, CublasLtGemmMatchesTheCpuWithinSummationOrder) {
   const Tensor sa = Tensor::full({1}, 0.25), sb = Tensor::full({1}, 3.0);
   const Tensor bias = Tensor::randn({n}, DType::f32, kCPU, &g).to(DType::bf16);
   const Tensor cc = Tensor::empty({m, n}, DType::bf16), cg = Tensor::empty({m, n}, DType::bf16, kGpu);
-  const Tensor amax_c = Tensor::zeros({1}), amax_g = Tensor::zeros({1}, DType::f32, kGpu);
-  need_kernel("test", kCPU, &GemmKernels::gemm_fp8)(a, sa, b, sb, cc, bias, amax_c);
+  need_kernel("test", kCPU, &GemmKernels::gemm_fp8)(a, sa, b, sb, cc, bias);
   need_kernel("test", kGpu, &GemmKernels::gemm_fp8)(a.to(kGpu), sa.to(kGpu), b.to(kGpu),
-                                                    sb.to(kGpu), cg, bias.to(kGpu), amax_g);
-  expect_close(cg, cc, {0x1p-7, 1e-4}, "gemm_fp8");
-  // cuBLASLt takes the amax of its fp32 results before they are rounded to bf16, summed in its own
-  // order; 1e-2 relative covers that rounding (2^-8) and the order, as the output check above.
-  EXPECT_NEAR(amax_g.to(kCPU).item(), amax_c.item(), amax_c.item() * 1e-2);
+                                                    sb.to(kGpu), cg, bias.to(kGpu));
+  expect_close(cg, cc, {0x1p-7, 0x1p-11}, "gemm_fp8");
 }
 
 }  // namespace

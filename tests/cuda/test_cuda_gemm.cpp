@@ -81,9 +81,11 @@ struct Pair {
 
 Pair pair_of(const Tensor& values, DType dtype) {
   Pair p;
-  p.cpu = values.to(DType::f32);
+  // Copies, not views: to(f32) of an f32 tensor is the tensor itself, and once it requires grad
+  // its to(kGpu) would be a differentiable copy (no leaf) whose gradient flows to the CPU leaf.
+  p.cpu = values.to(DType::f32).clone();
   p.cpu.set_requires_grad(true);
-  p.gpu = values.to(dtype).to(kGpu);
+  p.gpu = values.detach().to(dtype).to(kGpu);
   p.gpu.set_requires_grad(true);
   return p;
 }

@@ -95,7 +95,11 @@ struct RunResult {
 
 std::vector<Tensor> parameters_on_cpu(Trainer& trainer) {
   std::vector<Tensor> out;
-  for (const Tensor& p : trainer.model().parameters()) out.push_back(p.to(kCPU).to(DType::f32));
+  // clone(): on the CPU, to(kCPU) and to(f32) of an f32 parameter return the parameter itself,
+  // which the optimizer then steps in place.
+  for (const Tensor& p : trainer.model().parameters()) {
+    out.push_back(p.to(kCPU).to(DType::f32).clone());
+  }
   return out;
 }
 

@@ -41,7 +41,10 @@ TEST(GpuSpecs, NamesMatchLooselyAndUnknownOnesListTheKnown) {
   EXPECT_EQ(find_gpu_spec("A100").name, "A100-80GB");
   EXPECT_EQ(find_gpu_spec("a100-40gb").name, "A100-40GB");
   EXPECT_FALSE(find_gpu_spec("T4").has_bf16);
-  EXPECT_EQ(find_gpu_spec("H200").family.overhead_bytes(), (512 + 32) * (int64_t{1} << 20));
+  // The context measured on an H200 plus the cuBLASLt workspace (Note [CUDA overhead per GPU
+  // family]); every family's workspace is headroom's 32 MiB.
+  EXPECT_EQ(find_gpu_spec("H200").family.overhead_bytes(), (544 + 32) * (int64_t{1} << 20));
+  EXPECT_EQ(find_gpu_spec("A100").family.workspace_bytes, 32 * (int64_t{1} << 20));
   try {
     find_gpu_spec("GTX480");
     FAIL() << "no error";

@@ -570,9 +570,12 @@ void gemm_entry(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, fl
 // product summed in fp32 by sgemm with alpha = a_scale_inv * b_scale_inv, the bias added in fp32,
 // c rounded once.
 void gemm_fp8_entry(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                    const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias,
-                    const Tensor& c_amax) {
+                    const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (bias.defined() && (bias.dtype() != c.dtype() || bias.dtype() == DType::f32)) {
+    throw ValueError(str_cat("gemm_fp8: bias is ", dtype_name(bias.dtype()), " for a ",
+                             dtype_name(c.dtype()), " c; it must be c's dtype, bf16 or f16"));
+  }
   if (m == 0 || n == 0) return;
   if (k == 0) throw ValueError("gemm_fp8: k is 0; fill c instead");
   const std::vector<float> af = widen_matrix(a.data_ptr(), a.dtype(), m, k, k);
@@ -587,15 +590,6 @@ void gemm_fp8_entry(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t j = 0; j < n; ++j) out[r * n + j] += bias_f32[j];
     }
-  }
-  if (c_amax.defined()) {
-    float amax = 0.0f;
-    bool nan = false;
-    for (int64_t i = 0; i < m * n; ++i) {
-      nan = nan || out[i] != out[i];
-      amax = std::max(amax, std::fabs(out[i]));
-    }
-    *c_amax.data<float>() = nan ? std::numeric_limits<float>::quiet_NaN() : amax;
   }
   if (!f32) convert_from_f32(out, c.data_ptr(), c.dtype(), static_cast<size_t>(m * n));
 }

@@ -162,7 +162,6 @@ struct ProblemKey {
   DType ab_dtype, c_dtype, bias_dtype;
   GemmEpilogue epilogue;
   uint32_t align_a, align_b, align_c, align_bias;
-  bool amax_d = false;  // the FP8 GEMM's D amax output
   auto operator<=>(const ProblemKey&) const = default;
 };
 
@@ -318,12 +317,17 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
 
 // The FP8 GEMM (backend/gemm_kernels.h): c [m, n] = sa * sb * a [m, k] @ b [n, k]^T. Column-major,
 // that is cuBLASLt's D [n, m] = op_T(b) @ op_N(a): A is b transposed and B is a, the TN layout
-// its FP8 kernels require, with the scale_inv tensors as A / B scale pointers and c's amax as the
-// D amax pointer. The heuristic's choice is cached like gemm's.
+// its FP8 kernels require, with the scale_inv tensors as A / B scale pointers. cuBLASLt takes a
+// bias of D's dtype for a bf16 / f16 D and none of f32 ("the requested functionality is not
+// supported"), and a D amax pointer only for an FP8 D (CUBLAS_STATUS_INVALID_VALUE for bf16: seen
+// on an H200). The heuristic's choice is cached like gemm's.
 void gemm_fp8(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-              const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias,
-              const Tensor& c_amax) {
+              const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (bias.defined() && (bias.dtype() != c.dtype() || bias.dtype() == DType::f32)) {
+    throw ValueError(str_cat("gemm_fp8: bias is ", dtype_name(bias.dtype()), " for a ",
+                             dtype_name(c.dtype()), " c; it must be c's dtype, bf16 or f16"));
+  }
   if (m == 0 || n == 0) return;
   if (k == 0) throw ValueError("gemm_fp8: k is 0; fill c instead");
   if (k % 16 != 0 || n % 16 != 0) {
@@ -343,9 +347,6 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
   set(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N));
   set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(b_scale_inv.data_ptr()));
   set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(a_scale_inv.data_ptr()));
-  if (c_amax.defined()) {
-    set(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, static_cast<void*>(c_amax.data_ptr()));
-  }
   const bool has_bias = bias.defined();
   if (has_bias) {
     set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS));
@@ -362,7 +363,7 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                        has_bias ? GemmEpilogue::bias : GemmEpilogue::none,
                        alignment_of(a.data_ptr()), alignment_of(b.data_ptr()),
                        alignment_of(c.data_ptr()),
-                       has_bias ? alignment_of(bias.data_ptr()) : 0u, c_amax.defined()};
+                       has_bias ? alignment_of(bias.data_ptr()) : 0u};
   const cublasLtMatmulHeuristicResult_t chosen =
       chosen_algorithm(handle, desc, layout_a, layout_b, layout_c, key, [&] {
         return str_cat("gemm_fp8: cuBLASLt has no FP8 algorithm for ", dtype_name(a.dtype()),
