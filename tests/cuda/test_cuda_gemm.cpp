@@ -24,6 +24,7 @@
 #include "memory/device_memory.h"
 #include "ops/activation.h"
 #include "ops/linear.h"
+#include "ops/view_ops.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -311,7 +312,8 @@ void check_matmul(DType dtype, const Tensor& a_values, const Tensor& b_values,
 TEST(CudaGemm, MatmulMatchesTheCpu) {
   REQUIRE_GPU();
   const auto as_is = [](const Tensor& t) { return t; };
-  const auto transposed = [](const Tensor& t) { return t.transpose(-1, -2); };
+  // The op, not Tensor::transpose (a raw view that autograd does not see).
+  const auto transposed = [](const Tensor& t) { return transpose(t, -1, -2); };
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     const std::string name = dtype_name(dtype);
     check_matmul(dtype, random({7, 5}, dtype, 1), random({5, 3}, dtype, 2), as_is, name + " 2-D");

@@ -118,17 +118,21 @@ Run run_on(Device device, const Op& op, const std::vector<Tensor>& inputs, const
 void check_op(const std::string& what, const Op& op, const std::vector<Tensor>& inputs,
               Tolerance tol, bool exact = false, uint64_t seed = 1) {
   SCOPED_TRACE(what);
-  Tensor out_shape_probe;
+  Shape out_shape;
+  DType out_dtype = DType::f32;
   Run meta;
   {
-    // The output's shape and dtype first, for the output gradient.
+    // The output's shape and dtype first, for the output gradient; the probe is freed before the
+    // meta run, whose pool it would otherwise split (a live block survives empty_cache).
     std::vector<Tensor> probes;
     for (const Tensor& t : inputs) probes.push_back(Tensor::empty(t.shape(), t.dtype(), kMeta));
-    out_shape_probe = op(probes);
+    const Tensor probe = op(probes);
+    out_shape = probe.shape();
+    out_dtype = probe.dtype();
   }
   Generator generator(seed);
-  const Tensor grad_out = Tensor::randn(out_shape_probe.shape(), DType::f32, kCPU, &generator)
-                              .to(out_shape_probe.dtype());
+  const Tensor grad_out =
+      Tensor::randn(out_shape, DType::f32, kCPU, &generator).to(out_dtype);
   {
     meta = run_on(kMeta, op, inputs, grad_out);
   }

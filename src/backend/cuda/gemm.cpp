@@ -226,6 +226,13 @@ cublasLtMatmulHeuristicResult_t chosen_algorithm(cublasLtHandle_t handle, const 
     set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
     set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
     set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    // Split-K partial sums stay in fp32 (the compute type), as the CPU sums: the in-place and
+    // output-type schemes keep them in c's dtype, so a bf16 c would be rounded before the last
+    // partials and the bias are added. On an H200 a bf16 linear [8, 8] @ [8, 12] + bias gave
+    // results on a grid of 2^-8 where one rounding of the fp32 sum is 16x finer (the likely
+    // cause; not yet measured again with this mask).
+    set(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+        static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     HEADROOM_CUBLAS_CHECK(cublaslt().matmul_algo_get_heuristic(handle, desc.raw, layout_a.raw,
