@@ -36,11 +36,13 @@ bool read_offload(const json& section, const std::string& path, const std::strin
       ignored.push_back(str_cat(where, ".", key));
     }
   }
-  const std::string device = section.value("device", std::string("none"));
+  // Checked before it is read: value() of a number throws nlohmann's type_error, which names
+  // neither the file nor the key.
   if (section.contains("device") && !section["device"].is_string()) {
     throw ValueError(str_cat(path, ": ", where, ".device is ", describe_json(section["device"]),
                              ", not a string"));
   }
+  const std::string device = section.value("device", std::string("none"));
   if (device == "nvme") {
     throw NotImplementedError(str_cat(path, ": ", where, ".device nvme: headroom offloads to "
                                       "host memory only (device cpu)"));

@@ -250,6 +250,17 @@ TEST(DeepSpeedConfig, ReadsOffloadAndNamesWhatItIgnores) {
   EXPECT_THROW(read_deepspeed_config(path), NotImplementedError);
   std::ofstream(path) << R"({"zero_optimization": {"offload_optimizer": {"device": "disk"}}})";
   EXPECT_THROW(read_deepspeed_config(path), ValueError);
+  // A device that is no string is a ValueError naming the file and the key, not nlohmann's
+  // type_error (exit 1, no file name).
+  std::ofstream(path) << R"({"zero_optimization": {"offload_optimizer": {"device": 5}}})";
+  try {
+    read_deepspeed_config(path);
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("offload_optimizer.device"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
