@@ -1,13 +1,15 @@
 // The state files of a checkpoint, each applied as a resume applies it (inside
 // with_checkpoint_file, which names the file in any exception). The first byte picks the file,
 // the rest is its JSON:
-//   0 optimizer.safetensors' metadata (the second byte picks the optimizer; its state tensors are
-//     those of a real step), loaded by Optimizer::load_state_dict
+//   0 optimizer.safetensors' metadata (the optimizer its "optimizer" field names, else the one the
+//     second byte picks; its state tensors are those of a real step), loaded by
+//     Optimizer::load_state_dict
 //   1 scheduler.json, loaded by LRScheduler::load_state_dict
 //   2 scaler.json, loaded by GradScaler::load_state_dict
 //   3 rng_state.json and 4 trainer_state.json, read by read_checkpoint from a checkpoint whose
 //     other files are valid (rng_state's "data" then by DataLoaderState::from_json).
 // HEADROOM_FUZZ_WRITE_SEEDS=DIR writes one valid input per file and optimizer into DIR and exits.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -121,11 +123,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 5) {
     case 0: {
-      const size_t which = data[1] % t.optimizers.size();
       const std::string_view meta = text.substr(1);
       fuzz::expect_typed_errors([&] {
+        const nlohmann::json parsed = parse_json(meta, "optimizer metadata");
+        // The optimizer the metadata names when it names one headroom builds (so that seeds
+        // keep their optimizer when the list grows), else the one the second byte picks.
+        size_t which = data[1] % t.optimizers.size();
+        if (parsed.is_object() && parsed.contains("optimizer") && parsed["optimizer"].is_string()) {
+          const auto named = std::find(t.optimizers.begin(), t.optimizers.end(),
+                                       parsed["optimizer"].get<std::string>());
+          if (named != t.optimizers.end()) which = static_cast<size_t>(named - t.optimizers.begin());
+        }
         std::unique_ptr<Optimizer> optimizer = make(t, which);
-        OptimizerStateDict state{parse_json(meta, "optimizer metadata"), t.states[which].tensors};
+        OptimizerStateDict state{parsed, t.states[which].tensors};
         with_checkpoint_file(kOptimizerFile, [&] { optimizer->load_state_dict(state); });
       });
       break;
