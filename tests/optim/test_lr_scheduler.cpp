@@ -257,7 +257,8 @@ TEST(LRScheduler, LoadStateDictNamesWhatIsWrongAndChangesNothing) {
       {negative_lr, "'_last_lr' holds -1.0"},
       {nlohmann::json::array(), "expected a JSON object, not array"},
   };
-  for (const auto& [state, piece] : cases) {
+  for (const auto& [state_binding, piece] : cases) {
+    const nlohmann::json& state = state_binding;  // clang 14 captures no structured binding
     expect_error<ValueError>([&] { scheduler.load_state_dict(state); }, {piece});
     EXPECT_EQ(scheduler.state_dict(), before);
     EXPECT_EQ(groups.optimizer().group_lr(1), before["_last_lr"][1].get<double>());
