@@ -132,7 +132,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (parsed.is_object() && parsed.contains("optimizer") && parsed["optimizer"].is_string()) {
           const auto named = std::find(t.optimizers.begin(), t.optimizers.end(),
                                        parsed["optimizer"].get<std::string>());
-          if (named != t.optimizers.end()) which = static_cast<size_t>(named - t.optimizers.begin());
+          if (named != t.optimizers.end()) {
+            which = static_cast<size_t>(named - t.optimizers.begin());
+          }
         }
         std::unique_ptr<Optimizer> optimizer = make(t, which);
         OptimizerStateDict state{parsed, t.states[which].tensors};

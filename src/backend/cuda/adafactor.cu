@@ -222,8 +222,8 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& exp
       adafactor_finish_kernel<<<1, 1, 0, stream>>>(s, n, c);
       if (factored) {
         adafactor_factored_apply_kernel<P, G><<<blocks_for(batch * rows, 1), kThreads, 0, stream>>>(
-            static_cast<P*>(param.data_ptr()), g, m, device_data<float>(row), device_data<float>(col_factor),
-            batch, rows, cols, s, c);
+            static_cast<P*>(param.data_ptr()), g, m, device_data<float>(row),
+            device_data<float>(col_factor), batch, rows, cols, s, c);
       } else {
         adafactor_vector_apply_kernel<P, G><<<blocks_for(n), kThreads, 0, stream>>>(
             static_cast<P*>(param.data_ptr()), g, m, device_data<float>(exp_avg_sq), n, s, c);
