@@ -93,4 +93,11 @@ GemmProblem gemm_problem(bool trans_a, bool trans_b, const Tensor& a, const Tens
   return p;
 }
 
+void check_gemm_fp8_bias(const Tensor& c, const Tensor& bias) {
+  if (bias.defined() && (bias.dtype() != c.dtype() || bias.dtype() == DType::f32)) {
+    throw ValueError(str_cat("gemm_fp8: bias is ", dtype_name(bias.dtype()), " for a ",
+                             dtype_name(c.dtype()), " c; it must be c's dtype, bf16 or f16"));
+  }
+}
+
 }  // namespace headroom

@@ -57,4 +57,8 @@ struct GemmProblem {
 GemmProblem gemm_problem(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
                          const Tensor& c, GemmEpilogue epilogue, const Tensor& bias);
 
+// What every backend's gemm_fp8 entry requires of its bias: undefined, or bf16 / f16 of c's
+// dtype (cuBLASLt's FP8 kernels take no f32 bias); ValueError otherwise.
+void check_gemm_fp8_bias(const Tensor& c, const Tensor& bias);
+
 }  // namespace headroom

@@ -44,12 +44,14 @@ inline void synchronize_gpu() {
   if (kernels && kernels->synchronize) kernels->synchronize(kGpu.index);
 }
 
-// |actual - expected| <= rtol * |expected| + atol_fraction * max |expected| for every element:
-// rtol bounds the error of each value, atol_fraction that of values that cancel to near zero,
-// relative to the tensor's scale.
+// |actual - expected| <= rtol * |expected| + atol_fraction * max |expected| + atol for every
+// element: rtol bounds the error of each value, atol_fraction that of values that cancel to near
+// zero, relative to the tensor's scale, and atol that of a tensor that is rounding noise
+// throughout (its scale is the noise's).
 struct Tolerance {
   double rtol = 1e-5;
   double atol_fraction = 1e-6;
+  double atol = 0.0;
 };
 
 // Compares `actual` (any device and dtype) with `expected`: shapes equal, values within `tol`;
@@ -63,7 +65,8 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, Tolerance
   for (float v : b) largest = std::max(largest, static_cast<double>(std::abs(v)));
   size_t mismatches = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    const double bound = tol.rtol * std::abs(b[i]) + tol.atol_fraction * largest + 1e-30;
+    const double bound =
+        tol.rtol * std::abs(b[i]) + tol.atol_fraction * largest + tol.atol + 1e-30;
     const bool same_special = (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i];
     if (!same_special && !(std::abs(static_cast<double>(a[i]) - b[i]) <= bound) &&
         ++mismatches <= 5) {

@@ -33,28 +33,14 @@ double tolerance_of(DType dtype) {
   }
 }
 
-// |actual - expected| <= rtol * (|expected| + max |expected|) + floor, element by element; NaN
-// matches NaN (a loss whose every target is ignored is NaN on both, as in PyTorch).
+// |actual - expected| <= rtol * (|expected| + max |expected|) + floor, element by element, by
+// cuda_test_support.h's comparison (NaN matches NaN: a loss whose every target is ignored is NaN
+// on both, as in PyTorch).
 void expect_close(const Tensor& actual, const Tensor& expected, double rtol,
                   const std::string& what, double floor = 0.0) {
   ASSERT_TRUE(actual.defined()) << what;
   ASSERT_TRUE(expected.defined()) << what;
-  ASSERT_EQ(actual.shape(), expected.shape()) << what;
-  const std::vector<float> a = actual.to(kCPU).to(DType::f32).to_float_vector();
-  const std::vector<float> e = expected.to(kCPU).to(DType::f32).to_float_vector();
-  double largest = 0.0;
-  for (float v : e) largest = std::max(largest, static_cast<double>(std::abs(v)));
-  size_t mismatches = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double bound = rtol * (std::abs(e[i]) + largest) + floor;
-    const bool both_nan = std::isnan(a[i]) && std::isnan(e[i]);
-    if (!both_nan && !(std::abs(static_cast<double>(a[i]) - e[i]) <= bound) &&
-        ++mismatches <= 5) {
-      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << " on the GPU, " << e[i]
-                    << " on the CPU (bound " << bound << ")";
-    }
-  }
-  EXPECT_EQ(mismatches, 0u) << what << ": " << mismatches << " of " << a.size() << " differ";
+  headroom::expect_close(actual, expected, Tolerance{rtol, rtol, floor}, what);
 }
 
 // Normal values * scale + shift, rounded to dtype (on the CPU).

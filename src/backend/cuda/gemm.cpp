@@ -331,10 +331,7 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
 void gemm_fp8(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
               const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
-  if (bias.defined() && (bias.dtype() != c.dtype() || bias.dtype() == DType::f32)) {
-    throw ValueError(str_cat("gemm_fp8: bias is ", dtype_name(bias.dtype()), " for a ",
-                             dtype_name(c.dtype()), " c; it must be c's dtype, bf16 or f16"));
-  }
+  check_gemm_fp8_bias(c, bias);
   if (m == 0 || n == 0) return;
   if (k == 0) throw ValueError("gemm_fp8: k is 0; fill c instead");
   if (k % 16 != 0 || n % 16 != 0) {
