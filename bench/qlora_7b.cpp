@@ -89,8 +89,9 @@ int run(const Options& o) {
   const auto plan_start = Clock::now();
   const DryRunResult plan = dry_run_training(
       args, {.steps = static_cast<int>(o.steps), .include_eval = false});
+  const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
   std::printf("plan (dry run on meta, %.2f s): %s, %.2f B parameters, %lld B of weights\n",
-              std::chrono::duration<double>(Clock::now() - plan_start).count(), plan.recipe.c_str(), static_cast<double>(plan.num_parameters) / 1e9,
+              plan_seconds, plan.recipe.c_str(), static_cast<double>(plan.num_parameters) / 1e9,
               static_cast<long long>(plan.parameter_bytes));
 
   empty_cache(kCPU);
