@@ -19,36 +19,13 @@
 #include "memory/device_memory.h"
 #include "memory/host_caching_allocator.h"
 #include "cuda/cuda_test_support.h"
+#include "cuda/stream_blocker.h"
 #include "train/data_loader_batch_source.h"
 
 namespace headroom {
 namespace {
 
 constexpr int64_t k12MiBFloats = 3 << 20;  // a large-pool request with an unsplit segment
-
-// Holds `stream` at this point of its queue until release(): work queued after it stays pending.
-class StreamBlocker {
- public:
-  explicit StreamBlocker(StreamId stream) : stream_(reinterpret_cast<cudaStream_t>(stream)) {
-    const cudaError_t status = cudaLaunchHostFunc(
-        stream_,
-        [](void* flag) {
-          while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
-        },
-        &released_);
-    EXPECT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
-  }
-  // The host function reads the flag until it returns: wait for it before the flag goes.
-  ~StreamBlocker() {
-    release();
-    cudaStreamSynchronize(stream_);
-  }
-  void release() { released_ = true; }
-
- private:
-  cudaStream_t stream_;
-  std::atomic<bool> released_{false};
-};
 
 void synchronize(StreamId stream) {
   ASSERT_EQ(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), cudaSuccess);
