@@ -42,10 +42,19 @@ bool is_quant_4bit_saved(const SafetensorsCheckpoint& checkpoint, const std::str
 // model is built on a scratch meta device (meta:1: no memory, and no plan counts it), then
 // Module::materialize_parameters makes each
 // parameter in named_parameters order, on the target device in options.dtype, read from the
-// files with the conversion inside copy_into, or drawn by the model's init_parameter in fp32
-// (the generator advanced as the constructor does) and rounded. A layer that turns 4-bit reads
-// its weight (or bitsandbytes' saved state), quantizes it and drops it before the next tensor,
-// so the peak is the model in its final form plus one layer's weight.
+// files with the conversion inside copy_into, or drawn by the model's init_parameter straight
+// into that dtype (the generator advanced as the constructor does; the bits those of an fp32 draw
+// rounded, Note [Drawing in the target dtype]). A layer that turns 4-bit reads its weight (or
+// bitsandbytes' saved state), quantizes it and drops it before the next tensor, so the peak is
+// the model in its final form plus one layer's weight in options.dtype.
+//
+// Note [Drawing in the target dtype]
+// Tensor::normal_ and uniform_ compute each sample in fp32 from the Philox stream (element i
+// from counter offset + i, the same numbers reserved whatever the dtype) and round it once into
+// the tensor's dtype, on the CPU (draw_kernel's convert_from_f32) as on CUDA (store_from_f32),
+// with the rounding of copy_ from f32. So a bf16 or f16 parameter drawn directly equals the fp32
+// draw cast afterwards, bit for bit (tests/nn/test_models.cpp checks it), and the largest
+// fp32 tensor of the init (a 128256 x 4096 embedding is 2 GiB) never exists.
 namespace {
 
 void check_load_dtype(const std::string& source, DType dtype) {
@@ -128,13 +137,12 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
       }
       checkpoint->copy_into(file_name, t);
       used.insert(file_name);
-    } else if (t.dtype() == DType::f32 || !floating) {
-      model->init_parameter(name, t, generator);
     } else {
-      // Drawn in fp32 as the constructor draws it, then rounded once.
-      const Tensor f32 = Tensor::empty(meta.shape(), DType::f32, device);
-      model->init_parameter(name, f32, generator);
-      t.copy_(f32);
+      // HF's init draws in fp32 and the model is then cast; every device's draw kernel computes
+      // the fp32 sample and rounds it into the destination's dtype, so drawing straight into t
+      // gives the same bits without an fp32 copy of the tensor (Note [Drawing in the target
+      // dtype]).
+      model->init_parameter(name, t, generator);
     }
     if (target == targets.end()) return t;
     // The layer's weight in options.dtype, quantized at once; only its 4-bit form stays.

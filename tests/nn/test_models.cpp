@@ -2,8 +2,10 @@
 // logits, loss and every parameter gradient; HF names, initialisation, and weight files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -17,9 +19,11 @@
 #include "io/hf_config.h"
 #include "io/pretrained.h"
 #include "io/safetensors.h"
+#include "memory/device_memory.h"
 #include "nn/gpt2.h"
 #include "nn/expect_close.h"
 #include "nn/llama.h"
+#include "nn/model_presets.h"
 #include "ops/ops.h"
 
 namespace headroom {
@@ -424,6 +428,45 @@ TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
   original.emplace_back("h.0.attn.bias", Tensor::ones({1, 1, 32, 32}));
   rewrite(original);
   EXPECT_EQ(load_error(dir), "no error");
+}
+
+
+// Note [Drawing in the target dtype]: a model made in bf16 or f16 by HF's init (each parameter
+// drawn straight into that dtype, no fp32 copy) equals the fp32 model cast afterwards, bit for
+// bit, and allocates nothing but its weights while it is made.
+TEST(Models, InitInTheTargetDtypeEqualsTheFp32InitCast) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    const HfConfig config = *find_model_preset(preset);
+    const std::unique_ptr<CausalLM> reference = make_causal_lm(config, kCPU, 1234);
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(preset) + " " + dtype_name(dtype));
+      empty_cache(kCPU);
+      reset_peak_memory_stats(kCPU);
+      const int64_t before = static_cast<int64_t>(memory_allocated(kCPU));
+      LoadOptions options;
+      options.dtype = dtype;
+      const std::unique_ptr<CausalLM> model = make_causal_lm_as(config, kCPU, 1234, options);
+      const int64_t made = static_cast<int64_t>(memory_allocated(kCPU)) - before;
+      const int64_t peak = static_cast<int64_t>(max_memory_allocated(kCPU)) - before;
+      int64_t largest = 0;
+      const auto expected = reference->named_parameters();
+      const auto actual = model->named_parameters();
+      ASSERT_EQ(actual.size(), expected.size());
+      for (size_t i = 0; i < actual.size(); ++i) {
+        ASSERT_EQ(actual[i].first, expected[i].first);
+        const Tensor& a = actual[i].second;
+        const Tensor cast = expected[i].second.to(dtype);
+        ASSERT_EQ(a.dtype(), dtype) << actual[i].first;
+        ASSERT_EQ(a.nbytes(), cast.nbytes()) << actual[i].first;
+        EXPECT_EQ(std::memcmp(a.data_ptr(), cast.data_ptr(), a.nbytes()), 0) << actual[i].first;
+        largest = std::max<int64_t>(largest, static_cast<int64_t>(a.nbytes()));
+      }
+      // The peak while the model was made is its weights: no fp32 tensor ever beside them (one
+      // would add twice its parameter's bytes).
+      EXPECT_EQ(peak, made);
+      EXPECT_GT(largest, 0);
+    }
+  }
 }
 
 }  // namespace
