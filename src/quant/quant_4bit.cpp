@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/blockwise_quant.h"
+#include "core/dtype_convert.h"
 #include "core/error.h"
 
 namespace headroom {
@@ -181,7 +182,13 @@ Quant4bitWeight quantize_4bit(const Tensor& weight, const Quant4bitConfig& confi
     }
     return q;
   }
-  const std::vector<float> values = weight.to_float_vector();
+  // Widened into a host vector, outside every device allocator: the dry run on meta allocates
+  // nothing here, so neither may a real run on the CPU, whose host is its device (an fp32 copy
+  // through the allocator was a temporary the plan did not have). A GPU's weight comes to the
+  // host first, in the host's allocator.
+  const Tensor source = (weight.device().is_cpu() ? weight : weight.to(kCPU)).contiguous();
+  std::vector<float> values(static_cast<size_t>(n));
+  convert_to_f32(source.data_ptr(), d, values.data(), static_cast<size_t>(n));
   std::vector<uint8_t> packed(static_cast<size_t>(bytes));
   std::vector<float> absmax(static_cast<size_t>(blocks));
   cpu::quantize_4bit(config.quant_type, values.data(), n, config.blocksize, packed.data(),
