@@ -4,7 +4,7 @@
 // logs them, and the plan's), the load's peaks, the process's peak resident set and the times.
 // The run is the Trainer that `headroom train` runs; it exits 1 when a peak differs from the plan.
 //
-// Run (Release build; about 7 minutes and 5 GiB of memory on 2 cores for llama-7b):
+// Run (Release build; about 5 minutes and 4 GiB of memory on 2 cores for llama-7b):
 //   ninja -C build qlora_7b && build/bench/qlora_7b [--model llama-7b] [--context 256]
 //       [--r 16] [--targets q_proj,v_proj] [--quant nf4] [--steps 1] [--threads N]
 // pure_bf16, full checkpointing, batch 1, AdamW, NF4 with double quantization; the batches are
