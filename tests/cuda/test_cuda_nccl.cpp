@@ -76,6 +76,9 @@ TEST(CudaNccl, RunsAfterTheCallersQueuedWork) {
   const auto comm = one_rank_nccl();
   const Tensor input = Tensor::zeros({1 << 20}, DType::f32, kGpu);
   const Tensor output = Tensor::zeros({1 << 20}, DType::f32, kGpu);
+  // NCCL sets up its buffers on the first collective; that happens here, not while the stream
+  // is held (a device-wide synchronisation then would wait for the blocker forever).
+  comm->all_reduce(output, ReduceOp::sum);
   synchronize_gpu();
   std::unique_ptr<CommWork> work;
   {
