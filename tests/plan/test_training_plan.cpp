@@ -445,8 +445,12 @@ TEST(ConfigurationSearch, FindsEightBitStatesOfBf16WeightsForLlama7B) {
   for (const TrainingPlan& p : found.fitting) {
     allocated[p.args.optim] = p.dry.peak_allocated_bytes;
     // 8-bit states fit on the device; AdamW's 16-bit ones only offloaded to the host.
-    if (p.args.optim.ends_with("_8bit")) EXPECT_FALSE(p.args.offload_optimizer) << p.args.optim;
-    if (p.args.optim == "adamw_torch") EXPECT_TRUE(p.args.offload_optimizer);
+    if (p.args.optim.ends_with("_8bit")) {
+      EXPECT_FALSE(p.args.offload_optimizer) << p.args.optim;
+    }
+    if (p.args.optim == "adamw_torch") {
+      EXPECT_TRUE(p.args.offload_optimizer);
+    }
   }
   ASSERT_TRUE(allocated.contains("adamw_8bit")) << found.format(20);
   ASSERT_TRUE(allocated.contains("lion_8bit")) << found.format(20);
