@@ -185,7 +185,8 @@ Quant4bitWeight quantize_4bit(const Tensor& weight, const Quant4bitConfig& confi
   // Widened into a host vector, outside every device allocator: the dry run on meta allocates
   // nothing here, so neither may a real run on the CPU, whose host is its device (an fp32 copy
   // through the allocator was a temporary the plan did not have). A GPU's weight comes to the
-  // host first, in the host's allocator.
+  // host first, in the host's allocator; a strided CPU weight is copied contiguous first (the
+  // loader passes contiguous ones).
   const Tensor source = (weight.device().is_cpu() ? weight : weight.to(kCPU)).contiguous();
   std::vector<float> values(static_cast<size_t>(n));
   convert_to_f32(source.data_ptr(), d, values.data(), static_cast<size_t>(n));
