@@ -18,7 +18,7 @@ struct GenerationOptions {
   int64_t top_k = 40;        // sample among the k most likely tokens; 0: all of them
   uint64_t seed = 42;        // of the Philox stream the samples draw from
   std::optional<DType> autocast_dtype = std::nullopt;  // run the forward passes under autocast
-  std::function<bool()> stop;  // asked before each new token: true ends the generation there
+  std::function<bool()> stop = nullptr;  // asked before each new token: true ends it there
 };
 
 // `prompt` (non-empty) followed by up to max_new_tokens generated ids. The model sees at most its

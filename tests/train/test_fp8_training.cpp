@@ -86,7 +86,9 @@ TEST(Fp8Training, ComposesWithBf16CheckpointingAccumulationAndLora) {
     const auto losses = losses_of(trainer);
     ASSERT_EQ(losses.size(), 6u);
     for (const auto& [step, loss] : losses) EXPECT_TRUE(std::isfinite(loss)) << step;
-    if (!s.lora) EXPECT_LT(losses.rbegin()->second, losses.begin()->second);
+    if (!s.lora) {
+      EXPECT_LT(losses.rbegin()->second, losses.begin()->second);
+    }
   }
 }
 
