@@ -430,7 +430,6 @@ TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
   EXPECT_EQ(load_error(dir), "no error");
 }
 
-
 // Note [Drawing in the target dtype]: a model made in bf16 or f16 by HF's init (each parameter
 // drawn straight into that dtype, no fp32 copy) equals the fp32 model cast afterwards, bit for
 // bit, and allocates nothing but its weights while it is made.
