@@ -93,8 +93,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
                    "--expandable_segments)")
       ->group(group);
   plan->add_option("--search-zero-stages,--search_zero_stages", o.search_zero_stages,
-                   "with --world_size: ZeRO stages, in the order tried, comma-separated: 0, 1, 2 "
-                   "(the next only for a configuration that does not fit; default: 0,1,2, or "
+                   "with --world_size: ZeRO stages, in the order tried, comma-separated: 0, 1, 2, "
+                   "3 (the next only for a configuration that does not fit; default: 0,1,2,3, or "
                    "--zero_stage's alone)")
       ->group(group);
   plan->add_option("--max-results,--max_results", o.max_results, "rows of the search table")

@@ -107,8 +107,9 @@ std::vector<TrainOption> make_train_options() {
        "HEADROOM_ALLOC_CONF=expandable_segments:True)",
        &A::expandable_segments},
       {"zero_stage", precision,
-       "under mpirun: 0 (DDP, default), 1 (ZeRO-1: optimizer states sharded over the ranks) or 2 "
-       "(ZeRO-2: gradients reduced to their owner rank too)",
+       "under mpirun: 0 (DDP, default), 1 (ZeRO-1: optimizer states sharded over the ranks), 2 "
+       "(ZeRO-2: gradients reduced to their owner rank too) or 3 (ZeRO-3: the blocks' "
+       "parameters sharded too, gathered for each use)",
        &A::zero_stage},
       {"deepspeed", precision,
        "a DeepSpeed JSON config: its zero_optimization.stage is the ZeRO stage, its "

@@ -16,4 +16,13 @@ Storage::~Storage() {
   if (data_) allocator_->deallocate(data_);
 }
 
+void Storage::release() {
+  if (data_) allocator_->deallocate(data_);
+  data_ = nullptr;
+}
+
+void Storage::materialize() {
+  if (!data_ && nbytes_ > 0) data_ = allocator_->allocate(nbytes_);
+}
+
 }  // namespace headroom

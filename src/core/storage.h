@@ -26,6 +26,15 @@ class Storage {
   Device device() const { return device_; }
   Allocator* allocator() const { return allocator_; }
 
+  // ZeRO-3 frees a parameter's memory between its uses and brings it back in place, as FSDP
+  // resizes a flat parameter's storage to 0 and back: every tensor on this storage sees the new
+  // memory (its contents undefined until written). The version is left alone: a refill is not
+  // a change autograd must catch. release() on a released storage does nothing, as does
+  // materialize() on a materialized one.
+  void release();
+  void materialize();
+  bool materialized() const { return data_ != nullptr || nbytes_ == 0; }
+
   // Bumped by every in-place write through a tensor, so autograd can tell that a tensor it
   // saved for backward was changed after it was saved (see autograd/saved_tensor.h).
   uint32_t version() const { return version_; }

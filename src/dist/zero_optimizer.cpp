@@ -51,9 +51,18 @@ void ZeroRedundancyOptimizer::step() {
   local_->step();
   NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (!sharded_.empty() && sharded_[i]) continue;
     const Tensor& p = params_[i].second;
     communicator_->broadcast(p.detach(), owners_[i]);
   }
+}
+
+void ZeroRedundancyOptimizer::set_sharded(std::vector<bool> sharded) {
+  if (sharded.size() != params_.size()) {
+    throw ValueError(str_cat("set_sharded: ", sharded.size(), " flags for ", params_.size(),
+                             " parameters"));
+  }
+  sharded_ = std::move(sharded);
 }
 
 void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {

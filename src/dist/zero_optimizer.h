@@ -41,6 +41,10 @@ class ZeroRedundancyOptimizer final : public Optimizer {
   OptimizerStateDict state_dict() const override { return local_->state_dict(); }
   void load_state_dict(const OptimizerStateDict& state) override;
 
+  // ZeRO-3: the parameters marked (one flag per parameter, in the order given) live on their
+  // owner alone (Note [ZeRO-3 parameter sharding]); step() broadcasts only the others.
+  void set_sharded(std::vector<bool> sharded);
+
   // Every parameter, in the order given, and its owner rank.
   const std::vector<NamedTensor>& all_params() const { return params_; }
   const std::vector<int>& owners() const { return owners_; }
@@ -49,6 +53,7 @@ class ZeroRedundancyOptimizer final : public Optimizer {
   std::shared_ptr<Communicator> communicator_;
   std::vector<NamedTensor> params_;
   std::vector<int> owners_;
+  std::vector<bool> sharded_;
   std::unique_ptr<Optimizer> local_;
 };
 

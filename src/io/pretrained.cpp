@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/storage.h"
 #include "core/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/json_file.h"
@@ -114,10 +115,32 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
     used.insert(name);
     return checkpoint->load(name);
   };
+  std::function<bool(const std::string&)> keep;
+  if (options.keep_parameter) {
+    if (quant) throw ValueError("load: a sharded load (ZeRO-3) cannot quantize to 4-bit");
+    keep = options.keep_parameter(*model);
+  }
   Generator generator(seed);
   model->materialize_parameters([&](const std::string& name, const Tensor& meta) -> Tensor {
     const auto target = targets.find(name);
     const std::string file_name = stored(name);
+    if (keep && !keep(name)) {
+      // Another rank's share: the generator passes it by a draw on the scratch meta device.
+      const DType dtype = is_floating(meta.dtype()) ? options.dtype : meta.dtype();
+      if (checkpoint) {
+        if (!checkpoint->contains(file_name)) {
+          throw ValueError(str_cat(checkpoint->path(), ": tensor '", file_name,
+                                   "' is missing (the model needs it with shape ", meta.shape(),
+                                   ")"));
+        }
+        used.insert(file_name);
+      } else {
+        model->init_parameter(name, Tensor::empty(meta.shape(), dtype, meta.device()), generator);
+      }
+      Tensor t = Tensor::empty(meta.shape(), dtype, device);
+      t.storage()->release();
+      return t;
+    }
     if (target != targets.end() && checkpoint && prequantized &&
         is_quant_4bit_saved(*checkpoint, file_name)) {
       const std::string prefix = file_name.substr(0, file_name.size() - 6);  // "....weight"

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,12 @@ struct LoadOptions {
   // so a frozen fp32 copy of them never exists.
   std::optional<DType> frozen_linear_dtype;
   std::vector<std::string> keep_modules;  // modules trained in full (modules_to_save)
+  // ZeRO-3's sharded load (DeepSpeed's zero.Init): given the model still on the meta device
+  // (every parameter's name and shape known), returns which parameters this rank keeps. One it
+  // does not keep gets its tensor with the memory released at once (Storage::release): it is
+  // neither read from the files nor drawn, though the init's generator advances past it as
+  // before, so the kept ones are those of a whole load. Not with load_in_4bit.
+  std::function<std::function<bool(const std::string& name)>(const CausalLM& meta)> keep_parameter;
 };
 
 // Builds the model config.json describes; loads its weights when the directory has any, else

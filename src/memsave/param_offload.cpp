@@ -1,40 +1,30 @@
 // The blocks' weights in the host pool, copied in around each block (Note [Parameter offload]).
 #include "memsave/param_offload.h"
 
-#include <any>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "autograd/function_node.h"
-#include "autograd/saved_tensor.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "core/storage.h"
 #include "memory/host_pool.h"
 #include "memory/memory_category.h"
+#include "memsave/saved_parameter_hooks.h"
 
 namespace headroom {
 namespace {
 
 class ParameterOffloader;
 
-// The packed value of a saved device copy: which block and which of its parameters.
-struct WeightHandle {
+// A saved device copy: which block and which of its parameters.
+struct WeightHandle final : SavedParameter {
   WeightHandle(std::shared_ptr<ParameterOffloader> o, int64_t l, size_t i);
-  ~WeightHandle();
-  WeightHandle(const WeightHandle&) = delete;
-  WeightHandle& operator=(const WeightHandle&) = delete;
+  ~WeightHandle() override;
+  Tensor unpack() override;
   std::shared_ptr<ParameterOffloader> offloader;
   int64_t layer;
   size_t index;
-};
-
-// What hooks around the block's packed (activation offload, a checkpoint), kept with them.
-struct OuterPacked {
-  std::shared_ptr<const SavedTensorHooks> hooks;
-  std::any packed;
 };
 
 class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloader> {
@@ -68,8 +58,6 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
     std::vector<Tensor> copies;
     copies.reserve(block.host.size());
     for (const Tensor& host : block.host) copies.push_back(copy_in(host));
-    std::unordered_map<const Storage*, size_t> index;  // by Storage: meta pools share addresses
-    for (size_t i = 0; i < copies.size(); ++i) index[copies[i].storage().get()] = i;
     struct Restore {
       Block& block;
       ~Restore() {
@@ -77,26 +65,11 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
       }
     } restore{block};
     for (size_t i = 0; i < copies.size(); ++i) *block.slots[i] = copies[i];
-    const std::shared_ptr<const SavedTensorHooks> outer = current_saved_tensor_hooks();
     std::shared_ptr<ParameterOffloader> self = shared_from_this();
-    SavedTensorsHooksGuard hooks(
-        [self, layer, outer, index = std::move(index)](const Tensor& t) -> std::any {
-          if (auto it = index.find(t.storage().get()); it != index.end()) {
-            self->blocks_[static_cast<size_t>(layer)].handles += 1;
-            return std::make_shared<WeightHandle>(self, layer, it->second);
-          }
-          if (outer) return OuterPacked{outer, outer->pack(t)};
-          return t;
-        },
-        [](const std::any& packed) -> Tensor {
-          if (const auto* handle = std::any_cast<std::shared_ptr<WeightHandle>>(&packed)) {
-            return (*handle)->offloader->device_weight((*handle)->layer, (*handle)->index);
-          }
-          if (const auto* outer = std::any_cast<OuterPacked>(&packed)) {
-            return outer->hooks->unpack(outer->packed);
-          }
-          return std::any_cast<const Tensor&>(packed);
-        });
+    SavedParameterHooks hooks(copies, [self, layer](size_t index) {
+      self->blocks_[static_cast<size_t>(layer)].handles += 1;
+      return std::make_shared<WeightHandle>(self, layer, index);
+    });
     return forward(x);
   }
 
@@ -172,6 +145,8 @@ WeightHandle::WeightHandle(std::shared_ptr<ParameterOffloader> o, int64_t l, siz
     : offloader(std::move(o)), layer(l), index(i) {}
 
 WeightHandle::~WeightHandle() { offloader->release_handle(layer); }
+
+Tensor WeightHandle::unpack() { return offloader->device_weight(layer, index); }
 
 }  // namespace
 

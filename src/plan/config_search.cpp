@@ -46,7 +46,7 @@ std::vector<std::string> default_allocators(const TrainingArguments& base) {
 std::vector<int64_t> default_zero_stages(const TrainingArguments& base, const PlanTarget& target) {
   if (target.world_size <= 1) return {};
   if (base.zero_stage || !base.deepspeed.empty()) return {training_zero_stage(base)};
-  return {0, 1, 2};
+  return {0, 1, 2, 3};
 }
 
 std::vector<int64_t> divisors(int64_t n) {
@@ -60,19 +60,21 @@ std::vector<int64_t> divisors(int64_t n) {
 
 // See Note [Configurations that need ZeRO-3].
 std::string zero3_note(const std::string& adapter, const TrainingPlan& closest,
-                       const PlanTarget& target) {
+                       const PlanTarget& target, const std::vector<int64_t>& stages) {
   const int64_t parameters =
       closest.dry.at_peak[static_cast<size_t>(MemoryCategory::parameters)];
+  std::string tried;
+  for (const int64_t stage : stages) tried += str_cat(tried.empty() ? "" : ", ", stage);
   const std::string head = str_cat(adapter, ": nothing fits on ", target.description(),
-                                   " at ZeRO stages 0-2; the closest, ",
+                                   " at ZeRO stages ", tried, "; the closest, ",
                                    describe_configuration(closest.args), ", needs ",
                                    format_bytes(closest.required_bytes), " per rank");
+  if (std::find(stages.begin(), stages.end(), 3) != stages.end()) return head;
   if (parameters + target.overhead_bytes >= target.capacity_bytes) {
     return str_cat(head, ", of which the parameters every rank holds whole below stage 3 are ",
-                   format_bytes(parameters), ": only sharding them, ZeRO-3 (not built yet), "
-                   "could fit it");
+                   format_bytes(parameters), ": only sharding them, ZeRO-3, could fit it");
   }
-  return str_cat(head, "; ZeRO-3 (parameters sharded, not built yet) is the stage left to try");
+  return str_cat(head, "; ZeRO-3 (parameters sharded) is the stage left to try");
 }
 
 }  // namespace
@@ -140,9 +142,8 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   std::vector<std::optional<int64_t>> stage_choices;
   for (const int64_t stage :
        space.zero_stages.empty() ? default_zero_stages(base, target) : space.zero_stages) {
-    if (stage < 0 || stage > 2) {
-      throw ValueError(str_cat("search zero stages: ", stage, " is not 0, 1 or 2 (ZeRO-3 is not "
-                               "built yet)"));
+    if (stage < 0 || stage > 3) {
+      throw ValueError(str_cat("search zero stages: ", stage, " is not 0, 1, 2 or 3"));
     }
     stage_choices.emplace_back(stage);
   }
@@ -247,7 +248,9 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
       }
     }
     if (target.world_size > 1 && result.fitting.size() == fitting_before && closest_of_adapter) {
-      result.notes.push_back(zero3_note(adapter, *closest_of_adapter, target));
+      std::vector<int64_t> tried;
+      for (const auto& stage : stage_choices) tried.push_back(stage.value_or(0));
+      result.notes.push_back(zero3_note(adapter, *closest_of_adapter, target, tried));
     }
   }
   std::stable_sort(result.fitting.begin(), result.fitting.end(), faster);

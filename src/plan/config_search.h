@@ -35,8 +35,8 @@ struct SearchSpace {
   std::vector<std::string> allocators = {};
   // ZeRO stages for a target of several ranks (PlanTarget::world_size), in the order tried, the
   // next only for a configuration the one before does not fit (DDP communicates least; ZeRO-1
-  // adds the parameters' broadcast). Empty: 0, 1, 2 (the base arguments' zero_stage alone when
-  // they set one); one process: none. ZeRO-3 is not built (Note [Configurations that need ZeRO-3]).
+  // adds the parameters' broadcast, ZeRO-3 a gather per block). Empty: 0, 1, 2, 3 (the base
+  // arguments' zero_stage alone when they set one); one process: none.
   std::vector<int64_t> zero_stages = {};
 };
 
@@ -60,16 +60,16 @@ void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 // (not LOMO) that fits with neither is dry-run again with optimizer offload, then with
 // optimizer and activation offload (Note [Optimizer offload], Note [Activation offload]); the
 // table gives the host RAM it needs and the step estimate charges the host traffic. With several
-// ranks each split is tried at ZeRO stage 0, then 1, then 2, each with the allocators in turn,
+// ranks each split is tried at ZeRO stage 0, then 1, 2 and 3, each with the allocators in turn,
 // and the first that fits is kept (SearchSpace::zero_stages); a ZeRO plan is its heaviest rank's
 // (Note [Planning data-parallel ranks]). Offload does not train data-parallel yet, so it is
 // searched for one process only.
 
 // Note [Configurations that need ZeRO-3]
 // Stages 0 to 2 leave every rank holding all the parameters. When no configuration of an adapter
-// choice fits, the search says so per adapter; when even the closest one's parameters at its peak
-// (the dry run's figure) fill the GPU, no stage below 3 can fit it, and it says that ZeRO-3
-// (parameters sharded, not built yet) would be needed, rather than plan a stage that does not run.
+// choice fits at the stages tried, the search says so per adapter, with the closest; when stage 3
+// was not among them (--search-zero-stages) and even the closest one's parameters at its peak
+// (the dry run's figure) fill the GPU, it says that only ZeRO-3 could fit it.
 struct SearchResult {
   int64_t effective_batch = 0;
   // One per precision x optimizer x policy that fits at some split (its fastest split), best

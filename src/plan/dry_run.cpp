@@ -194,7 +194,8 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
       // The packed weights and their block statistics, as bitsandbytes lays them out.
       result.formula.parameters += bytes_4bit;
       result.zero_stage = options.world_size > 1 ? training_zero_stage(args) : 0;
-      // ZeRO per rank: stage 1 shards the optimizer states over the ranks, stage 2 the gradients.
+      // ZeRO per rank: stage 1 shards the optimizer states over the ranks, stage 2 the gradients,
+      // stage 3 the weights (the blocks'; the formula counts them all as the paper's).
       FormulaMemory& f = result.formula;
       if (result.zero_stage >= 1) {
         f.optimizer_states /= options.world_size;
@@ -203,6 +204,10 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
       if (result.zero_stage >= 2) {
         f.gradients /= options.world_size;
         f.gradient_bytes_per_parameter /= options.world_size;
+      }
+      if (result.zero_stage >= 3) {
+        f.parameters /= options.world_size;
+        f.weight_bytes_per_parameter /= options.world_size;
       }
     }
     return b;

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <optional>
 #include <system_error>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "amp/autocast.h"
 #include "autograd/engine.h"
@@ -48,6 +50,7 @@
 #include "dist/gradient_reducer.h"
 #include "dist/mpi_communicator.h"
 #include "dist/zero_optimizer.h"
+#include "dist/zero_parameters.h"
 #include "train/zero_checkpoint.h"
 #include "io/json_file.h"
 #include "train/data_loader_batch_source.h"
@@ -186,10 +189,6 @@ int64_t training_zero_stage(const TrainingArguments& args) {
     stage = from_file;
   }
   const int64_t value = stage.value_or(0);
-  if (value == 3) {
-    throw NotImplementedError(str_cat("zero_stage: 3 (ZeRO-3, parameters sharded) is not "
-                                      "implemented yet; 0 (DDP), 1 and 2 are"));
-  }
   if (value < 0 || value > 3) throw ValueError(str_cat("zero_stage: ", value, " is not 0..3"));
   return value;
 }
@@ -320,6 +319,7 @@ Trainer::~Trainer() = default;
 
 void Trainer::build() {
   reducer_.reset();  // its hooks are on the old model's parameters
+  zero_parameters_.reset();
   scaler_.reset();
   fp8_.reset();
   scheduler_.reset();
@@ -338,6 +338,33 @@ void Trainer::build() {
   if (frozen_in_compute) {
     load.frozen_linear_dtype = *recipe_.autocast_dtype;
     load.keep_modules = split_module_names(args_.lora_modules_to_save);
+  }
+  const int64_t zero_stage = communicator_ ? training_zero_stage(args_) : 0;
+  if (zero_stage >= 3 && training_fp8_recipe(args_)) {
+    throw NotImplementedError("fp8 with zero_stage 3: the FP8 layers' weight copies are not "
+                              "sharded yet; use zero_stage 2 or bf16");
+  }
+  if (zero_stage >= 3 && !args_.use_peft && !load.load_in_4bit) {
+    // ZeRO-3's sharded load: each rank makes the block parameters it will own and the rest of
+    // the model, never the whole (Note [ZeRO-3 parameter sharding]). The owners are the
+    // optimizer's partition of every parameter, which shard_parameters checks.
+    const int rank = communicator_->rank(), world = communicator_->world_size();
+    load.keep_parameter = [rank, world](const CausalLM& meta) {
+      std::vector<std::string> names;
+      std::vector<Tensor> tensors;
+      for (const auto& [name, p] : meta.named_parameters()) {
+        names.push_back(name);
+        tensors.push_back(p);
+      }
+      const std::vector<int> owners = partition_parameters(tensors, world);
+      std::unordered_set<std::string> others;
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (owners[i] != rank && is_block_parameter(meta, names[i])) others.insert(names[i]);
+      }
+      return [others = std::move(others)](const std::string& name) {
+        return others.count(name) == 0;
+      };
+    };
   }
   ModelAndTokenizer loaded =
       load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed), load);
@@ -428,7 +455,8 @@ void Trainer::build() {
     auto zero = std::make_unique<ZeroRedundancyOptimizer>(
         communicator_, trainable,
         [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); });
-    // ZeRO-2: each gradient is reduced to its owner alone (Note [ZeRO-2 gradient reduction]).
+    // ZeRO-2 and 3: each gradient is reduced to its owner alone (Note [ZeRO-2 gradient
+    // reduction]).
     if (zero_stage_ >= 2) gradient_owners = zero->owners();
     optimizer_ = std::move(zero);
   } else if (offload_.optimizer) {
@@ -455,12 +483,19 @@ void Trainer::build() {
     }
     // DDP's start: every rank trains rank 0's model (the same seed makes the same one; this
     // makes sure of it), frozen weights included.
-    broadcast_parameters(*communicator_, model_->parameters());
+    // Under ZeRO-3 a block parameter is its owner's alone (Note [ZeRO-3 parameter sharding]).
+    std::vector<Tensor> whole;
+    for (const auto& [name, p] : model_->named_parameters()) {
+      if (zero_stage_ < 3 || !is_block_parameter(*model_, name)) whole.push_back(p);
+    }
+    broadcast_parameters(*communicator_, whole);
     GradientBucketOptions buckets;
     buckets.bucket_cap_bytes = static_cast<int64_t>(args_.ddp_bucket_cap_mb * (1 << 20));
     buckets.first_bucket_cap_bytes = std::min(buckets.first_bucket_cap_bytes, buckets.bucket_cap_bytes);
+    std::vector<int> owners = gradient_owners;
     reducer_ = std::make_unique<GradientReducer>(communicator_, trainable, buckets,
                                                  std::move(gradient_owners));
+    if (zero_stage_ >= 3) shard_parameters(trainable, owners);
   }
   if (optimizer_->updates_in_backward()) {
     if (args_.gradient_accumulation_steps > 1) {
@@ -534,7 +569,9 @@ nlohmann::ordered_json Trainer::trainer_state() const {
 }
 
 std::string Trainer::save_checkpoint() {
-  // See Note [ZeRO checkpoints]: each rank's optimizer shard goes into rank 0's directory.
+  // See Note [ZeRO checkpoints]: each rank's optimizer shard goes into rank 0's directory. Under
+  // ZeRO-3 rank 0 writes the whole model: every rank gathers it for the write.
+  GatheredParameters whole(zero_parameters_.get());
   const bool sharded = sharded_optimizer();
   auto write_optimizer = [&](const std::string& dir) {
     const OptimizerStateDict state = optimizer_->state_dict();
@@ -635,6 +672,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
                                                    lora_.has_value(), optimizer_file);
   const fs::path root(dir);
   with_checkpoint_file(saved.weights->path(), [&] {
+    GatheredParameters whole(zero_parameters_.get());  // ZeRO-3: the owners keep what is read
     if (lora_) {
       load_lora_weights(*model_, *saved.weights);
     } else {
@@ -670,6 +708,29 @@ void Trainer::load_checkpoint(const std::string& dir) {
     }
   });
   last_saved_step_ = global_step_;
+}
+
+void Trainer::shard_parameters(const std::vector<std::pair<std::string, Tensor>>& trainable,
+                               const std::vector<int>& owners) {
+  // Note [ZeRO-3 parameter sharding]: a trainable block parameter lives on the rank whose
+  // optimizer updates it; a frozen one (LoRA's base) is shared out by the same rule on its own.
+  std::unordered_map<std::string, int> by_name;
+  for (size_t i = 0; i < trainable.size(); ++i) by_name[trainable[i].first] = owners.at(i);
+  std::vector<std::string> frozen_names;
+  std::vector<Tensor> frozen;
+  for (auto& [name, p] : model_->named_parameters()) {
+    if (p.requires_grad()) continue;
+    frozen_names.push_back(name);
+    frozen.push_back(p);
+  }
+  const std::vector<int> frozen_owners =
+      partition_parameters(frozen, communicator_->world_size());
+  for (size_t i = 0; i < frozen.size(); ++i) by_name[frozen_names[i]] = frozen_owners[i];
+  zero_parameters_ = ZeroParameterSharding::enable(*model_, communicator_, by_name);
+  // The blocks' trainable parameters stay with their owners; the rest is broadcast after a step.
+  std::vector<bool> sharded;
+  for (const auto& [name, p] : trainable) sharded.push_back(is_block_parameter(*model_, name));
+  dynamic_cast<ZeroRedundancyOptimizer&>(*optimizer_).set_sharded(std::move(sharded));
 }
 
 void Trainer::resume() {
@@ -889,6 +950,13 @@ EvalResult Trainer::evaluate() {
   EvalResult local = evaluate_batches(
       *model_, mine, [&](int64_t i) { return data_->eval_batch(i * world + rank, batch); },
       device_, recipe_.autocast_dtype);
+  if (zero_parameters_) {
+    // ZeRO-3 gathers each block with collectives, so every rank runs as many forwards: a rank
+    // with a batch fewer scores batch 0 once more and drops it (FSDP hangs on uneven inputs).
+    const int64_t most = (total_batches + world - 1) / world;
+    evaluate_batches(*model_, most - mine, [&](int64_t) { return data_->eval_batch(0, batch); },
+                     device_, recipe_.autocast_dtype);
+  }
   const double loss_sum = local.tokens > 0 ? local.loss * static_cast<double>(local.tokens) : 0.0;
   EvalResult result;
   result.tokens = static_cast<int64_t>(
@@ -1062,27 +1130,29 @@ void Trainer::save_model_files(const std::string& dir) const {
 
 void Trainer::finish_run(bool stopped) {
   const fs::path out(args_.output_dir);
+  // The report is of training; under ZeRO-3 the whole model is gathered after it, for rank 0
+  // to save and sample from it.
+  memory_ = MemoryBreakdown::of_device(device_);
   if (!is_main_process()) {
     // Rank 0 writes the results; the others' memory is theirs (each rank's peak, as each GPU's).
-    memory_ = MemoryBreakdown::of_device(device_);
+    GatheredParameters whole(zero_parameters_.get());
     g_stop_signal.store(0);
     communicator_->barrier();
     return;
   }
-  if (!stopped) {
-    // As run_clm's trainer.save_model(): the trained model, its tokenizer (so that `headroom
-    // eval --model output_dir` tokenizes as training did) and the state in output_dir itself.
-    save_model_files(args_.output_dir);
-    write_file_atomically((out / kTrainerStateFile).string(), dump_json(trainer_state()));
-  }
-
-  memory_ = MemoryBreakdown::of_device(device_);
   std::printf("%s%s", memory_summary(device_).c_str(), memory_.format().c_str());
   nlohmann::ordered_json memory_json = memory_report_json(memory_, device_);
   if (const CachingAllocator* pool = host_pool_in_use()) {
     // Offload's host pool beside the device (Note [The host pool]).
     std::printf("%s", host_pool_summary(*pool, /*abbreviated=*/true).c_str());
     memory_json["host_pool_stats"] = host_pool_stats(*pool);
+  }
+  GatheredParameters whole(zero_parameters_.get());
+  if (!stopped) {
+    // As run_clm's trainer.save_model(): the trained model, its tokenizer (so that `headroom
+    // eval --model output_dir` tokenizes as training did) and the state in output_dir itself.
+    save_model_files(args_.output_dir);
+    write_file_atomically((out / kTrainerStateFile).string(), dump_json(trainer_state()));
   }
   write_file_atomically((out / "memory.json").string(), dump_json(memory_json));
 

@@ -30,6 +30,7 @@ namespace headroom {
 
 class ProgressBar;  // train/progress.h
 class GradientReducer;  // dist/gradient_reducer.h
+class ZeroParameterSharding;  // dist/zero_parameters.h
 class OffloadedOptimizer;  // optim/optimizer_offload.h
 class CachingAllocator;    // memory/caching_allocator.h
 
@@ -169,7 +170,7 @@ class Trainer {
   const TrainingArguments& args() const { return args_; }
   // Rank 0 of a data-parallel run, or a single process: the one that logs and writes files.
   bool is_main_process() const { return !communicator_ || communicator_->rank() == 0; }
-  // ZeRO-1/2 over several ranks: each rank's optimizer holds its share (Note [ZeRO checkpoints]).
+  // ZeRO-1/2/3 over several ranks: each rank's optimizer holds its share (Note [ZeRO checkpoints]).
   bool sharded_optimizer() const { return communicator_ && zero_stage_ >= 1; }
   // Seconds this run's ranks waited for gradient all-reduces after backward (0 on one process).
   double communication_wait_seconds() const;
@@ -183,7 +184,11 @@ class Trainer {
   // host_peak_reserved_bytes (the host's allocator)}, eval entries {eval_loss, eval_perplexity,
   // eval_tokens, eval_runtime, epoch, step}, and a final {train_runtime, ...} summary.
   const nlohmann::ordered_json& log_history() const { return log_history_; }
+  // Under ZeRO-3 the block parameters other ranks own have no memory between uses: read the
+  // whole model inside a GatheredParameters (dist/zero_parameters.h) over zero_parameters().
   CausalLM& model() { return *model_; }
+  // ZeRO-3's sharding of the blocks over the ranks, or null.
+  ZeroParameterSharding* zero_parameters() const { return zero_parameters_.get(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   BatchSource& data() { return *data_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -200,6 +205,9 @@ class Trainer {
   // tokenizer's.
   void save_model_files(const std::string& dir) const;
   void build();
+  // ZeRO-3: shards the blocks over the ranks, each trainable parameter by its optimizer owner.
+  void shard_parameters(const std::vector<std::pair<std::string, Tensor>>& trainable,
+                        const std::vector<int>& owners);
   void resume();
   void load_checkpoint(const std::string& dir);
   double train_step(int64_t& tokens);
@@ -239,6 +247,7 @@ class Trainer {
   std::shared_ptr<Communicator> communicator_;  // data-parallel runs only
   std::unique_ptr<GradientReducer> reducer_;
   int64_t zero_stage_ = 0;
+  std::shared_ptr<ZeroParameterSharding> zero_parameters_;  // ZeRO-3 only
   OffloadSettings offload_;
   OffloadedOptimizer* offloaded_optimizer_ = nullptr;  // optimizer_ itself when it offloads
 

@@ -128,8 +128,9 @@ struct TrainingArguments {
   bool expandable_segments = false;
 
   // Data parallel (under mpirun), with DeepSpeed's names. zero_stage 0: DDP; 1: ZeRO-1, optimizer
-  // states sharded over the ranks; 2: ZeRO-2, gradients too. `deepspeed`: a DeepSpeed JSON config, of which
-  // zero_optimization.stage is read (it must agree with an explicit zero_stage).
+  // states sharded over the ranks; 2: ZeRO-2, gradients too; 3: ZeRO-3, the blocks' parameters
+  // too. `deepspeed`: a DeepSpeed JSON config, of which zero_optimization.stage is read (it must
+  // agree with an explicit zero_stage).
   std::optional<int64_t> zero_stage;
   std::string deepspeed;
   // DDP's bucket_cap_mb (HF ddp_bucket_cap_mb): the gradient buckets' size in MiB (the first

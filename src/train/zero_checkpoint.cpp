@@ -49,7 +49,7 @@ std::string zero_checkpoint_optimizer_file(const std::string& dir, int rank, int
   if (!sharded) {
     throw ValueError(str_cat(path, ": the checkpoint holds the optimizer states sharded over ",
                              saved, " ranks (ZeRO); resume it with mpirun -np ", saved,
-                             " and zero_stage 1 or 2"));
+                             " and zero_stage 1, 2 or 3"));
   }
   if (saved != world_size) {
     throw ValueError(str_cat(path, ": the checkpoint was written by ", saved, " ranks, this run "

@@ -9,15 +9,15 @@ namespace headroom {
 
 // Note [ZeRO checkpoints]
 // Under ZeRO-1/2 every rank holds the whole model but only its share's optimizer states. A
-// checkpoint is the usual directory (rank 0's model.safetensors, consolidated as HF reads it,
-// since below ZeRO-3 every rank holds all the parameters; scheduler, scaler, RNG and trainer
+// checkpoint is the usual directory (rank 0's model.safetensors, consolidated as HF reads it:
+// under ZeRO-3 every rank gathers the blocks for the write; scheduler, scaler, RNG and trainer
 // state, the same on every rank) with the optimizer state as optimizer-rank-R-of-N.safetensors
 // per rank, plus zero_checkpoint.json. Rank 0 fills commit_checkpoint's temporary directory and
 // tells the others its name (its pid, reduced over the ranks); each rank writes its shard there
 // (write_file_atomically: a temporary file, fsync, rename), the ranks meet at a barrier, and
 // rank 0 writes the manifest and the checksums (which cover the shards) and commits the
 // directory (fsync, rename). A resume needs the same world size, as the shares depend on it;
-// ZeRO-1 and ZeRO-2 share alike, so each resumes the other's checkpoints.
+// ZeRO-1, 2 and 3 share alike, so each resumes the others' checkpoints.
 inline constexpr const char* kZeroManifestFile = "zero_checkpoint.json";
 
 // "optimizer-rank-R-of-N.safetensors".

@@ -219,7 +219,7 @@ TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
   target.world_size = 4;
   const DryRunOptions options{.include_eval = false};
   int64_t previous = 0;
-  for (const int64_t stage : {0, 1, 2}) {
+  for (const int64_t stage : {0, 1, 2, 3}) {
     SCOPED_TRACE(stage);
     args.zero_stage = stage;
     const TrainingPlan plan = plan_training(args, target, options);
@@ -241,8 +241,8 @@ TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
   }
   EXPECT_NE(plan_training(args, target, options).format().find("data parallel over 4 ranks"),
             std::string::npos);
-  args.zero_stage = 3;
-  EXPECT_THROW(plan_training(args, target, options), NotImplementedError);
+  args.zero_stage = 4;
+  EXPECT_THROW(plan_training(args, target, options), ValueError);
 }
 
 // With several ranks a split that does not fit as DDP is tried with ZeRO-1, then ZeRO-2, and
@@ -276,29 +276,45 @@ TEST(ConfigurationSearch, TriesZeroStagesInTurn) {
 }
 
 // The guides' last row, 70B on 8 x 80 GB: below ZeRO-3 every rank holds the whole model's
-// parameters (128 GiB even in pure bf16), so no full fine-tuning fits at stages 0-2 and the
-// search says ZeRO-3 would be needed; QLoRA fits each rank at stage 0.
-TEST(ConfigurationSearch, Llama70bOnEightGpusNeedsZero3ForFullFineTuning) {
+// parameters (128 GiB even in pure bf16), so full fine-tuning fits only at stage 3, which shards
+// them (and loads each rank's share only); QLoRA fits each rank at stage 0. Limited to stages
+// 0-2, the search says that only ZeRO-3 could fit full fine-tuning.
+TEST(ConfigurationSearch, Llama70bOnEightGpusFitsFullFineTuningWithZero3) {
   TrainingArguments base = preset_args("llama-70b", 1, 4096);
   base.bf16 = true;
   base.gradient_checkpointing = true;
   PlanTarget target = plan_target("auto", "", "80GiB");
   target.world_size = 8;
-  const SearchSpace space{{"bf16", "pure_bf16"}, {"adamw_torch", "adafactor"}, {"full"},
-                          {"full", "qlora:16"}};
+  SearchSpace space{{"bf16", "pure_bf16"}, {"adamw_torch", "adafactor"}, {"full"},
+                    {"full", "qlora:16"}};
   const SearchResult result = search_configurations(base, target, space);
-  ASSERT_FALSE(result.fitting.empty());
+  std::printf("%s", result.format(10).c_str());
+  bool full = false, qlora = false;
   for (const TrainingPlan& p : result.fitting) {
-    EXPECT_TRUE(p.args.load_in_4bit) << describe_configuration(p.args);
-    EXPECT_EQ(p.dry.zero_stage, 0);
+    EXPECT_LE(p.required_bytes, target.capacity_bytes);
+    if (p.args.load_in_4bit) {
+      qlora = true;
+      EXPECT_EQ(p.dry.zero_stage, 0) << describe_configuration(p.args);
+    } else {
+      full = true;
+      EXPECT_EQ(p.dry.zero_stage, 3) << describe_configuration(p.args);
+      EXPECT_LT(p.dry.load_peak_allocated_bytes, target.capacity_bytes);
+    }
   }
-  ASSERT_EQ(result.notes.size(), 1u);
-  EXPECT_NE(result.notes[0].find("full: nothing fits"), std::string::npos) << result.notes[0];
-  EXPECT_NE(result.notes[0].find("ZeRO-3 (not built yet), could fit it"), std::string::npos)
-      << result.notes[0];
-  EXPECT_NE(result.notes[0].find("ZeRO-2"), std::string::npos) << result.notes[0];
+  EXPECT_TRUE(full) << result.format(10);
+  EXPECT_TRUE(qlora) << result.format(10);
+  EXPECT_TRUE(result.notes.empty());
   EXPECT_NE(result.format(5).find("  zero  "), std::string::npos);
-  EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {}, {}, {3}}), ValueError);
+
+  space.adapters = {"full"};
+  space.zero_stages = {0, 1, 2};
+  const SearchResult below_3 = search_configurations(base, target, space);
+  EXPECT_TRUE(below_3.fitting.empty()) << below_3.format(5);
+  ASSERT_EQ(below_3.notes.size(), 1u);
+  EXPECT_NE(below_3.notes[0].find("full: nothing fits"), std::string::npos) << below_3.notes[0];
+  EXPECT_NE(below_3.notes[0].find("only sharding them, ZeRO-3, could fit it"), std::string::npos)
+      << below_3.notes[0];
+  EXPECT_THROW(search_configurations(base, target, {{}, {}, {}, {}, {}, {4}}), ValueError);
 }
 
 // Every row fits, each row's next micro-batch did not (or is the whole batch), and the rows

@@ -31,11 +31,13 @@ class TempDir {
 
 // Writes model/config.json and data.txt under `root` and returns arguments for a short run:
 // context 16, batch 4, lr 3e-3, 4 steps with 2 of warmup, logging every step, a checkpoint
-// every 2, no sample. `dropout` exercises the generator state that checkpoints carry.
+// every 2, no sample. `dropout` exercises the generator state that checkpoints carry; n_layer
+// (2) deepens the model where blocks are what a test counts.
 inline TrainingArguments tiny_training_args(const std::filesystem::path& root,
-                                            double dropout = 0.1) {
+                                            double dropout = 0.1, int64_t n_layer = 2) {
   GPT2Config config = tiny_text_gpt2();
   config.n_positions = 16;
+  config.n_layer = n_layer;
   config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = dropout;
   config.bos_token_id = std::nullopt;
   config.eos_token_id = {};

@@ -1,0 +1,190 @@
+// ZeRO-3's sharded block parameters, gathered around each use (Note [ZeRO-3 parameter sharding]).
+#include "dist/zero_parameters.h"
+
+#include <unordered_set>
+#include <utility>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "core/storage.h"
+#include "memory/memory_category.h"
+#include "memsave/saved_parameter_hooks.h"
+
+namespace headroom {
+namespace {
+
+// A saved block parameter: which block and which of its parameters.
+struct ParameterHandle final : SavedParameter {
+  ParameterHandle(std::shared_ptr<ZeroParameterSharding> s, int64_t l, size_t i)
+      : sharding(std::move(s)), layer(l), index(i) {}
+  ~ParameterHandle() override { sharding->release_handle(layer); }
+  Tensor unpack() override { return sharding->parameter_for_backward(layer, index); }
+  std::shared_ptr<ZeroParameterSharding> sharding;
+  int64_t layer;
+  size_t index;
+};
+
+}  // namespace
+
+ZeroParameterSharding::ZeroParameterSharding(std::shared_ptr<Communicator> communicator,
+                                             std::vector<Block> blocks)
+    : communicator_(std::move(communicator)), blocks_(std::move(blocks)) {}
+
+std::shared_ptr<ZeroParameterSharding> ZeroParameterSharding::enable(
+    CausalLM& model, std::shared_ptr<Communicator> communicator,
+    const std::unordered_map<std::string, int>& owners) {
+  const auto named = model.named_parameters();
+  std::vector<Block> blocks(static_cast<size_t>(model.num_blocks()));
+  std::unordered_set<const Storage*> storages;
+  for (int64_t layer = 0; layer < model.num_blocks(); ++layer) {
+    const std::string prefix = model.block_prefix(layer);
+    Block& block = blocks[static_cast<size_t>(layer)];
+    for (const auto& [name, p] : named) {
+      if (name.rfind(prefix, 0) != 0) continue;
+      const auto it = owners.find(name);
+      if (it == owners.end()) {
+        throw ValueError(str_cat("zero_stage 3: block parameter ", name, " has no owner rank"));
+      }
+      if (it->second < 0 || it->second >= communicator->world_size()) {
+        throw ValueError(str_cat("zero_stage 3: owner ", it->second, " of ", name,
+                                 " is not a rank of ", communicator->world_size()));
+      }
+      // Released storage would take any other parameter on it along.
+      if (p.storage_offset() != 0 || p.nbytes() != p.storage()->nbytes() ||
+          !storages.insert(p.storage().get()).second) {
+        throw ValueError(str_cat("zero_stage 3: block parameter ", name,
+                                 " shares its storage with another tensor; it cannot be sharded"));
+      }
+      if (it->second == communicator->rank() && !p.storage()->materialized()) {
+        throw ValueError(str_cat("zero_stage 3: block parameter ", name, " is rank ",
+                                 it->second, "'s but was not loaded there"));
+      }
+      block.params.push_back(p);
+      block.owners.push_back(it->second);
+    }
+  }
+  std::shared_ptr<ZeroParameterSharding> sharding(
+      new ZeroParameterSharding(std::move(communicator), std::move(blocks)));
+  sharding->release_all();
+  BlockRunners runners = model.block_runners();
+  const BlockRunner inner = runners.block;
+  runners.block = [sharding, inner](int64_t layer, const LayerForward& forward, const Tensor& x) {
+    // The forward every runner around calls, now and in a recompute, gathers the block first.
+    LayerForward gathered = [sharding, layer, forward](const Tensor& in) {
+      return sharding->run(layer, forward, in);
+    };
+    return inner ? inner(layer, gathered, x) : gathered(x);
+  };
+  model.set_block_runners(std::move(runners));
+  return sharding;
+}
+
+void ZeroParameterSharding::gather(Block& block) {
+  if (block.gathered) return;
+  NoGradGuard no_grad;
+  MemoryCategoryScope category(MemoryCategory::parameters);
+  const int rank = communicator_->rank();
+  for (size_t i = 0; i < block.params.size(); ++i) {
+    if (block.owners[i] != rank) block.params[i].storage()->materialize();
+  }
+  for (size_t i = 0; i < block.params.size(); ++i) {
+    communicator_->broadcast(block.params[i].detach(), block.owners[i]);
+  }
+  block.gathered = true;
+}
+
+void ZeroParameterSharding::release(Block& block) {
+  const int rank = communicator_->rank();
+  for (size_t i = 0; i < block.params.size(); ++i) {
+    if (block.owners[i] != rank) block.params[i].storage()->release();
+  }
+  block.gathered = false;
+}
+
+void ZeroParameterSharding::gather_all() {
+  for (Block& block : blocks_) gather(block);
+}
+
+void ZeroParameterSharding::release_all() {
+  for (Block& block : blocks_) {
+    if (block.handles == 0 && block.running == 0) release(block);
+  }
+}
+
+int64_t ZeroParameterSharding::owned_bytes() const {
+  int64_t bytes = 0;
+  for (const Block& block : blocks_) {
+    for (size_t i = 0; i < block.params.size(); ++i) {
+      if (block.owners[i] == communicator_->rank()) bytes += block.params[i].nbytes();
+    }
+  }
+  return bytes;
+}
+
+int64_t ZeroParameterSharding::sharded_bytes() const {
+  int64_t bytes = 0;
+  for (const Block& block : blocks_) {
+    for (const Tensor& p : block.params) bytes += p.nbytes();
+  }
+  return bytes - owned_bytes();
+}
+
+Tensor ZeroParameterSharding::run(int64_t layer, const LayerForward& forward, const Tensor& x) {
+  Block& block = blocks_.at(static_cast<size_t>(layer));
+  // Released when this call returns if this call gathered it; a block gathered by backward (or
+  // gather_all) stays until its handles go (or release_all).
+  const bool gathered_here = !block.gathered;
+  gather(block);
+  ++block.running;
+  struct Done {
+    ZeroParameterSharding& sharding;
+    Block& block;
+    bool release;
+    ~Done() {
+      --block.running;
+      if (release && block.running == 0) sharding.release(block);
+    }
+  } done{*this, block, gathered_here};
+  std::shared_ptr<ZeroParameterSharding> self = shared_from_this();
+  SavedParameterHooks hooks(block.params, [self, layer](size_t index) {
+    self->blocks_[static_cast<size_t>(layer)].handles += 1;
+    return std::make_shared<ParameterHandle>(self, layer, index);
+  });
+  return forward(x);
+}
+
+Tensor ZeroParameterSharding::parameter_for_backward(int64_t layer, size_t index) {
+  Block& block = blocks_.at(static_cast<size_t>(layer));
+  if (!block.gathered) {
+    gather(block);
+    // Backward goes from the last block to the first: the one before is next.
+    if (layer > 0) {
+      Block& before = blocks_[static_cast<size_t>(layer - 1)];
+      if (!before.gathered && before.handles > 0) gather(before);
+    }
+  }
+  // A view of the parameter: the caller gets the data, not the leaf's autograd state.
+  return block.params.at(index).detach();
+}
+
+void ZeroParameterSharding::release_handle(int64_t layer) {
+  Block& block = blocks_.at(static_cast<size_t>(layer));
+  if (--block.handles == 0 && block.running == 0 && block.gathered) release(block);
+}
+
+bool is_block_parameter(const CausalLM& model, const std::string& name) {
+  for (int64_t layer = 0; layer < model.num_blocks(); ++layer) {
+    if (name.rfind(model.block_prefix(layer), 0) == 0) return true;
+  }
+  return false;
+}
+
+GatheredParameters::GatheredParameters(ZeroParameterSharding* sharding) : sharding_(sharding) {
+  if (sharding_) sharding_->gather_all();
+}
+
+GatheredParameters::~GatheredParameters() {
+  if (sharding_) sharding_->release_all();
+}
+
+}  // namespace headroom
