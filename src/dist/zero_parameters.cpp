@@ -4,9 +4,11 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/autocast_mode.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/storage.h"
+#include "memory/host_pool.h"
 #include "memory/memory_category.h"
 #include "memsave/saved_parameter_hooks.h"
 
@@ -33,14 +35,15 @@ ZeroParameterSharding::ZeroParameterSharding(std::shared_ptr<Communicator> commu
 std::shared_ptr<ZeroParameterSharding> ZeroParameterSharding::enable(
     CausalLM& model, std::shared_ptr<Communicator> communicator,
     const std::unordered_map<std::string, int>& owners) {
-  const auto named = model.named_parameters();
+  const auto named = model.named_parameter_slots();
   std::vector<Block> blocks(static_cast<size_t>(model.num_blocks()));
   std::unordered_set<const Storage*> storages;
   for (int64_t layer = 0; layer < model.num_blocks(); ++layer) {
     const std::string prefix = model.block_prefix(layer);
     Block& block = blocks[static_cast<size_t>(layer)];
-    for (const auto& [name, p] : named) {
+    for (const auto& [name, slot] : named) {
       if (name.rfind(prefix, 0) != 0) continue;
+      const Tensor& p = *slot;
       const auto it = owners.find(name);
       if (it == owners.end()) {
         throw ValueError(str_cat("zero_stage 3: block parameter ", name, " has no owner rank"));
@@ -60,6 +63,7 @@ std::shared_ptr<ZeroParameterSharding> ZeroParameterSharding::enable(
                                  it->second, "'s but was not loaded there"));
       }
       block.params.push_back(p);
+      block.slots.push_back(slot);
       block.owners.push_back(it->second);
     }
   }
@@ -111,6 +115,36 @@ void ZeroParameterSharding::release_all() {
   }
 }
 
+void ZeroParameterSharding::copy_to_host_slots(int root) {
+  const bool here = communicator_->rank() == root;
+  const Device device = communicator_->device();
+  CachingAllocator& pool = host_pool(device);
+  for (Block& block : blocks_) {
+    const bool gathered_here = !block.gathered;
+    gather(block);
+    if (here) {
+      NoGradGuard no_grad;
+      HostPoolScope scope(device, pool);
+      MemoryCategoryScope category(MemoryCategory::parameters);
+      for (size_t i = 0; i < block.params.size(); ++i) {
+        Tensor copy = Tensor::empty(block.params[i].shape(), block.params[i].dtype(),
+                                    host_pool_device(device));
+        copy.copy_(block.params[i]);
+        *block.slots[i] = copy;
+      }
+    }
+    if (gathered_here) release(block);
+  }
+}
+
+void ZeroParameterSharding::restore_slots() {
+  for (Block& block : blocks_) {
+    for (size_t i = 0; i < block.params.size(); ++i) *block.slots[i] = block.params[i];
+  }
+  // The copies are gone: the pool's cache would keep the model's size of host memory.
+  host_pool(communicator_->device()).empty_cache();
+}
+
 int64_t ZeroParameterSharding::owned_bytes() const {
   int64_t bytes = 0;
   for (const Block& block : blocks_) {
@@ -136,15 +170,25 @@ Tensor ZeroParameterSharding::run(int64_t layer, const LayerForward& forward, co
   const bool gathered_here = !block.gathered;
   gather(block);
   ++block.running;
+  // Autocast's cache would keep the 16-bit cast of every gathered weight until the forward
+  // ends, the whole model's by the last block: each weight is cast for its one use instead.
+  const DeviceType type = communicator_->device().type;
+  const AutocastDeviceState autocast = AutocastMode::get(type);
+  AutocastDeviceState uncached = autocast;
+  uncached.cache_enabled = false;
+  AutocastMode::set(type, uncached);
   struct Done {
     ZeroParameterSharding& sharding;
     Block& block;
     bool release;
+    DeviceType type;
+    AutocastDeviceState autocast;
     ~Done() {
+      AutocastMode::set(type, autocast);
       --block.running;
       if (release && block.running == 0) sharding.release(block);
     }
-  } done{*this, block, gathered_here};
+  } done{*this, block, gathered_here, type, autocast};
   std::shared_ptr<ZeroParameterSharding> self = shared_from_this();
   SavedParameterHooks hooks(block.params, [self, layer](size_t index) {
     self->blocks_[static_cast<size_t>(layer)].handles += 1;
@@ -185,6 +229,15 @@ GatheredParameters::GatheredParameters(ZeroParameterSharding* sharding) : shardi
 
 GatheredParameters::~GatheredParameters() {
   if (sharding_) sharding_->release_all();
+}
+
+HostGatheredParameters::HostGatheredParameters(ZeroParameterSharding* sharding, int root)
+    : sharding_(sharding) {
+  if (sharding_) sharding_->copy_to_host_slots(root);
+}
+
+HostGatheredParameters::~HostGatheredParameters() {
+  if (sharding_) sharding_->restore_slots();
 }
 
 }  // namespace headroom

@@ -28,9 +28,11 @@ namespace headroom {
 // leaf as in ZeRO-2 and are reduced to their owners (Note [ZeRO-2 gradient reduction]); the
 // owners update their parameters, and nothing is broadcast after the step. Embeddings, the final
 // norm and the LM head are not sharded: they run outside the blocks, and stay whole on every
-// rank, their updates broadcast by their owners as under ZeRO-1/2. Under autocast a projection
-// saves the 16-bit cast of its weight until backward (with checkpointing only the block's
-// recompute does): sharding frees the fp32 weights, not those casts.
+// rank, their updates broadcast by their owners as under ZeRO-1/2. Under autocast the blocks
+// run with autocast's cast cache off, which would otherwise keep a 16-bit copy of every weight
+// until the forward ends; a projection still saves the 16-bit cast of its weight until backward
+// (with checkpointing only the block's recompute does): sharding frees the fp32 weights, not
+// those casts.
 class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterSharding> {
  public:
   // Shards the blocks of `model` over the communicator's ranks: `owners` names each block
@@ -44,10 +46,16 @@ class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterS
       CausalLM& model, std::shared_ptr<Communicator> communicator,
       const std::unordered_map<std::string, int>& owners);
 
-  // Every block gathered (for saving, loading or generating with the whole model), and released
-  // again. Collectives: every rank calls them together.
+  // Every block gathered (to read the whole model on every rank), and released again.
+  // Collectives: every rank calls them together.
   void gather_all();
   void release_all();
+  // Each block in turn gathered, its parameters copied on rank `root` into host tensors (the host
+  // pool, Note [The host pool]) put into the model's slots, and released: the whole model for
+  // writing on `root`, while no rank's device holds more than one gathered block. A collective.
+  // restore_slots() puts the parameters back.
+  void copy_to_host_slots(int root);
+  void restore_slots();
 
   // Bytes of block parameters this rank holds while no block is gathered.
   int64_t owned_bytes() const;
@@ -61,6 +69,7 @@ class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterS
  private:
   struct Block {
     std::vector<Tensor> params;
+    std::vector<Tensor*> slots;  // the model's, holding params but under copy_to_host_slots
     std::vector<int> owners;
     bool gathered = true;  // as made: whole until enable() releases the others' shares
     int64_t handles = 0;   // live saved-parameter handles of the block
@@ -85,6 +94,20 @@ class GatheredParameters {
   ~GatheredParameters();
   GatheredParameters(const GatheredParameters&) = delete;
   GatheredParameters& operator=(const GatheredParameters&) = delete;
+
+ private:
+  ZeroParameterSharding* sharding_;
+};
+
+// The whole model in rank `root`'s host memory while it lives, for writing it there
+// (copy_to_host_slots, then restore_slots; FSDP's full state dict with rank0_only and
+// offload_to_cpu); nothing without sharding.
+class HostGatheredParameters {
+ public:
+  HostGatheredParameters(ZeroParameterSharding* sharding, int root);
+  ~HostGatheredParameters();
+  HostGatheredParameters(const HostGatheredParameters&) = delete;
+  HostGatheredParameters& operator=(const HostGatheredParameters&) = delete;
 
  private:
   ZeroParameterSharding* sharding_;

@@ -288,8 +288,10 @@ void load_weights(CausalLM& model, const SafetensorsCheckpoint& checkpoint) {
                                "' is missing (the model needs it with shape ", param.shape(),
                                ")"));
     }
-    checkpoint.copy_into(stored, param);
     used.insert(stored);
+    // Another rank's ZeRO-3 share (its memory released here): its owner reads it.
+    if (!param.storage()->materialized()) continue;
+    checkpoint.copy_into(stored, param);
   }
   for (const std::string& name : checkpoint.names()) {
     if (used.count(name) || tied.count(name)) continue;

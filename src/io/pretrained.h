@@ -61,7 +61,8 @@ std::optional<Quant4bitConfig> read_quantization_config(const std::string& confi
 // from the files or a tensor the model does not have is a ValueError naming file and tensor.
 // Accepted as HF accepts them: GPT-2 files without the "transformer." prefix (the original
 // openai-community/gpt2 upload), its causal-mask buffers (h.N.attn.bias / masked_bias), and a
-// stored copy of a tied lm_head.weight.
+// stored copy of a tied lm_head.weight. A parameter whose memory is released (another rank's
+// ZeRO-3 share, Storage::release) is checked but not read.
 void load_weights(CausalLM& model, const SafetensorsCheckpoint& checkpoint);
 
 // Writes config.json and the weights (sharded above max_shard_bytes, HF's default 5 GB), each

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
+#include "core/storage.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "nn/layers.h"
@@ -226,8 +227,10 @@ void load_lora_weights(CausalLM& model, const SafetensorsCheckpoint& file) {
       throw ValueError(str_cat(file.path(), ": tensor '", key,
                                "' is missing (the model needs it with shape ", p.shape(), ")"));
     }
-    file.copy_into(key, p);
     used.insert(key);
+    // Another rank's ZeRO-3 share (its memory released here): its owner reads it.
+    if (!p.storage()->materialized()) continue;
+    file.copy_into(key, p);
   }
   for (const std::string& key : file.names()) {
     if (!used.count(key)) {

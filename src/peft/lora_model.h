@@ -65,7 +65,8 @@ void save_lora_adapter(const CausalLM& model, const LoraConfig& config, const st
 LoraConfig load_lora_adapter(CausalLM& model, const std::string& dir);
 
 // Copies an adapter's tensors (keys base_model.model.<name>) into `model`'s trainable parameters,
-// which must match them one to one (a Trainer checkpoint's resume uses it too).
+// which must match them one to one (a Trainer checkpoint's resume uses it too). A parameter
+// whose memory is released (another rank's ZeRO-3 share) is checked but not read.
 void load_lora_weights(CausalLM& model, const SafetensorsCheckpoint& weights);
 
 // merge_and_unload: W += (B @ A)·scaling (transposed for GPT-2's [in, out] weights) in every

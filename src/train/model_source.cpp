@@ -15,8 +15,8 @@ ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device devi
                                            uint64_t seed, const LoadOptions& options) {
   ModelAndTokenizer result;
   if (std::optional<HfConfig> preset = find_model_preset(model)) {
-    const bool plain =
-        options.dtype == DType::f32 && !options.load_in_4bit && !options.frozen_linear_dtype;
+    const bool plain = options.dtype == DType::f32 && !options.load_in_4bit &&
+                       !options.frozen_linear_dtype && !options.keep_parameter;
     result.model = plain ? make_causal_lm(*preset, device, seed)
                          : make_causal_lm_as(*preset, device, seed, options);
     result.tokenizer = std::make_unique<ByteTokenizer>();

@@ -570,8 +570,8 @@ nlohmann::ordered_json Trainer::trainer_state() const {
 
 std::string Trainer::save_checkpoint() {
   // See Note [ZeRO checkpoints]: each rank's optimizer shard goes into rank 0's directory. Under
-  // ZeRO-3 rank 0 writes the whole model: every rank gathers it for the write.
-  GatheredParameters whole(zero_parameters_.get());
+  // ZeRO-3 rank 0 writes the whole model from host copies, gathered a block at a time.
+  HostGatheredParameters whole(zero_parameters_.get(), 0);
   const bool sharded = sharded_optimizer();
   auto write_optimizer = [&](const std::string& dir) {
     const OptimizerStateDict state = optimizer_->state_dict();
@@ -672,7 +672,6 @@ void Trainer::load_checkpoint(const std::string& dir) {
                                                    lora_.has_value(), optimizer_file);
   const fs::path root(dir);
   with_checkpoint_file(saved.weights->path(), [&] {
-    GatheredParameters whole(zero_parameters_.get());  // ZeRO-3: the owners keep what is read
     if (lora_) {
       load_lora_weights(*model_, *saved.weights);
     } else {
@@ -1130,12 +1129,12 @@ void Trainer::save_model_files(const std::string& dir) const {
 
 void Trainer::finish_run(bool stopped) {
   const fs::path out(args_.output_dir);
-  // The report is of training; under ZeRO-3 the whole model is gathered after it, for rank 0
-  // to save and sample from it.
+  // The report is of training; under ZeRO-3 the whole model is gathered after it into rank 0's
+  // host memory, for it to write.
   memory_ = MemoryBreakdown::of_device(device_);
   if (!is_main_process()) {
     // Rank 0 writes the results; the others' memory is theirs (each rank's peak, as each GPU's).
-    GatheredParameters whole(zero_parameters_.get());
+    HostGatheredParameters whole(zero_parameters_.get(), 0);
     g_stop_signal.store(0);
     communicator_->barrier();
     return;
@@ -1147,7 +1146,7 @@ void Trainer::finish_run(bool stopped) {
     std::printf("%s", host_pool_summary(*pool, /*abbreviated=*/true).c_str());
     memory_json["host_pool_stats"] = host_pool_stats(*pool);
   }
-  GatheredParameters whole(zero_parameters_.get());
+  HostGatheredParameters whole(zero_parameters_.get(), 0);
   if (!stopped) {
     // As run_clm's trainer.save_model(): the trained model, its tokenizer (so that `headroom
     // eval --model output_dir` tokenizes as training did) and the state in output_dir itself.
@@ -1159,7 +1158,13 @@ void Trainer::finish_run(bool stopped) {
   // The optional steps: a failure is a warning, and a stop signal skips what is left; the run's
   // results are saved above and its exit status stays.
   if (!stopped && args_.sample_max_new_tokens > 0) {
-    optional_end_step("the sample", [&] { print_sample(); });
+    if (zero_parameters_) {
+      // Generating would gather every block on every rank in step with rank 0.
+      std::printf("The sample is skipped under zero_stage 3: the blocks are sharded over the "
+                  "ranks\n");
+    } else {
+      optional_end_step("the sample", [&] { print_sample(); });
+    }
   }
   g_stop_signal.store(0);
   std::fflush(stdout);

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "memory/device_memory.h"
+#include "memory/memory_category.h"
 #include "nn/model_presets.h"
 #include "ops/ops.h"
 #include "ops/op_support.h"
@@ -218,7 +219,7 @@ TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
   PlanTarget target = plan_target("cpu", "", "");
   target.world_size = 4;
   const DryRunOptions options{.include_eval = false};
-  int64_t previous = 0;
+  int64_t previous = 0, load_peak_below_3 = 0;
   for (const int64_t stage : {0, 1, 2, 3}) {
     SCOPED_TRACE(stage);
     args.zero_stage = stage;
@@ -237,12 +238,36 @@ TEST(TrainingPlan, DataParallelPlansEachZeroRankAndKeepsTheHeaviest) {
       EXPECT_LT(plan.dry.peak_allocated_bytes, previous);
     }
     previous = plan.dry.peak_allocated_bytes;
+    // ZeRO-3 loads each rank's share of the blocks only (LoadOptions::keep_parameter).
+    if (stage == 3) {
+      EXPECT_LT(plan.dry.load_peak_allocated_bytes, load_peak_below_3);
+    }
+    load_peak_below_3 = plan.dry.load_peak_allocated_bytes;
     EXPECT_EQ(plan.to_json()["ranks"].size(), plan.ranks.size());
   }
   EXPECT_NE(plan_training(args, target, options).format().find("data parallel over 4 ranks"),
             std::string::npos);
   args.zero_stage = 4;
   EXPECT_THROW(plan_training(args, target, options), ValueError);
+}
+
+// Llama-7B in bf16 autocast on 8 ranks: under ZeRO-3 the blocks run without autocast's cast
+// cache, which would hold a bf16 copy of every weight (12.5 GiB) until the forward ends, so the
+// activations at the peak stay a fraction of that, and the rank needs less than half of ZeRO-2's.
+TEST(TrainingPlan, Zero3UnderAutocastKeepsNoCastOfTheWholeModel) {
+  TrainingArguments args = preset_args("llama-7b", 1, 2048);
+  args.bf16 = true;
+  args.gradient_checkpointing = true;
+  PlanTarget target = plan_target("auto", "", "80GiB");
+  target.world_size = 8;
+  const DryRunOptions options{.include_eval = false};
+  args.zero_stage = 3;
+  const TrainingPlan zero3 = plan_training(args, target, options);
+  EXPECT_LT(zero3.dry.at_peak[static_cast<size_t>(MemoryCategory::activations)], 1LL << 30);
+  EXPECT_LT(zero3.dry.load_peak_allocated_bytes, 8LL << 30);  // the fp32 model is 25.1 GiB
+  args.zero_stage = 2;
+  const TrainingPlan zero2 = plan_training(args, target, options);
+  EXPECT_LT(zero3.required_bytes, zero2.required_bytes / 2);
 }
 
 // With several ranks a split that does not fit as DDP is tried with ZeRO-1, then ZeRO-2, and
