@@ -1,8 +1,8 @@
 // Data parallel on this machine's CPU: the same `headroom train` run (same model, global batch,
 // data and steps) as 1 process with 2 threads and as 2 ranks with 1 thread each under mpirun
-// (DDP, ZeRO-1, ZeRO-2), side by side: tokens/s, step time, the time rank 0 waited for the
-// gradient all-reduces after backward (the communication backward did not hide), per step, and
-// each run's first and last loss. The batches are the same; with dropout (the gpt2 preset has
+// (DDP, ZeRO-1, ZeRO-2, ZeRO-3), side by side: tokens/s, step time, the time rank 0 waited for
+// the gradient all-reduces after backward (the communication backward did not hide), per step,
+// rank 0's peak allocated, and each run's first and last loss. The batches are the same; with dropout (the gpt2 preset has
 // HF's 0.1) each rank draws the masks of its own half of the batch, so the 2-rank losses differ
 // from the single process's from step 1 on, and agree with each other.
 //
@@ -57,6 +57,7 @@ struct RunResult {
   double tokens_per_s = 0.0;   // median over the timed steps
   double wait_per_step = 0.0;  // seconds
   double first_loss = 0.0, last_loss = 0.0;
+  int64_t peak_allocated = 0;  // rank 0's, over the run's steps
 };
 
 RunResult run(const std::string& command, const fs::path& output_dir) {
@@ -73,6 +74,7 @@ RunResult run(const std::string& command, const fs::path& output_dir) {
       if (++steps > 2) rates.push_back(entry["tokens_per_s"].get<double>());
       if (steps == 1) r.first_loss = entry["loss"].get<double>();
       r.last_loss = entry["loss"].get<double>();
+      r.peak_allocated = entry["peak_allocated_bytes"].get<int64_t>();
     }
   }
   // The run's summary (trainer_state.json's last log entry; metrics.jsonl has none).
@@ -126,7 +128,7 @@ int main_(int argc, char** argv) {
   rows.push_back({"1 process x 2 threads",
                   run("OMP_NUM_THREADS=2 " + train_args(o.global_batch, work / "single"),
                       work / "single")});
-  for (int stage = 0; stage <= 2; ++stage) {
+  for (int stage = 0; stage <= 3; ++stage) {
     const fs::path out = work / ("zero" + std::to_string(stage));
     const std::string name = stage == 0 ? "DDP" : "ZeRO-" + std::to_string(stage);
     rows.push_back({"2 ranks x 1 thread, " + name,
@@ -139,8 +141,8 @@ int main_(int argc, char** argv) {
               o.model.c_str(), static_cast<long long>(o.global_batch),
               static_cast<long long>(o.context), static_cast<long long>(o.steps),
               static_cast<long long>(o.steps));
-  std::printf("  %-30s %10s %9s %21s %12s %12s\n", "", "tokens/s", "step ms",
-              "all-reduce wait/step", "loss step 1", "last loss");
+  std::printf("  %-30s %10s %9s %21s %10s %12s %12s\n", "", "tokens/s", "step ms",
+              "all-reduce wait/step", "peak MiB", "loss step 1", "last loss");
   int status = 0;
   for (const Row& row : rows) {
     const RunResult& r = row.result;
@@ -149,9 +151,10 @@ int main_(int argc, char** argv) {
       status = 1;
       continue;
     }
-    std::printf("  %-30s %10.1f %9.1f %18.1f ms %12.7f %12.7f\n", row.name.c_str(),
+    std::printf("  %-30s %10.1f %9.1f %18.1f ms %10.1f %12.7f %12.7f\n", row.name.c_str(),
                 r.tokens_per_s, 1000.0 * static_cast<double>(tokens_per_step) / r.tokens_per_s,
-                1000.0 * r.wait_per_step, r.first_loss, r.last_loss);
+                1000.0 * r.wait_per_step, static_cast<double>(r.peak_allocated) / (1 << 20),
+                r.first_loss, r.last_loss);
   }
   fs::remove_all(work);
   return status;

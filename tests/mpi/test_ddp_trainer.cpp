@@ -215,6 +215,14 @@ TEST(DataParallelTrainer, Zero3WithCheckpointingMatchesOneProcess) {
 TEST(DataParallelTrainer, Zero3Bf16WithClippingMatchesOneProcess) {
   expect_ddp_matches_one_process("bf16", 1, 1e-6, "adamw_torch", 3, 1.0, 3e-6);
 }
+// pure bf16, and fp16 with loss scaling: the tolerances of ZeRO-2's tests, whose reasons hold
+// (the gathered weights are the owners' bits).
+TEST(DataParallelTrainer, Zero3PureBf16MatchesOneProcessWithinBf16Rounding) {
+  expect_ddp_matches_one_process("pure_bf16", 1, 1e-2, "adamw_torch", 3, 0.0, 0x1p-5);
+}
+TEST(DataParallelTrainer, Zero3Fp16MatchesOneProcess) {
+  expect_ddp_matches_one_process("fp16", 1, 1e-6, "adamw_torch", 3, 0.0, 1e-4);
+}
 // Accumulation: gradients accumulate in full on every rank (no_sync), the last micro-batch's
 // backward reduces them to their owners (SGD: see Fp32WithAccumulationMatchesOneProcess).
 TEST(DataParallelTrainer, Zero3WithAccumulationMatchesOneProcess) {
