@@ -4,6 +4,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "autograd/engine.h"
 #include "core/autocast_mode.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -103,6 +104,7 @@ void ZeroParameterSharding::release(Block& block) {
     if (block.owners[i] != rank) block.params[i].storage()->release();
   }
   block.gathered = false;
+  block.prefetched = false;
 }
 
 void ZeroParameterSharding::gather_all() {
@@ -165,10 +167,21 @@ int64_t ZeroParameterSharding::sharded_bytes() const {
 
 Tensor ZeroParameterSharding::run(int64_t layer, const LayerForward& forward, const Tensor& x) {
   Block& block = blocks_.at(static_cast<size_t>(layer));
-  // Released when this call returns if this call gathered it; a block gathered by backward (or
-  // gather_all) stays until its handles go (or release_all).
-  const bool gathered_here = !block.gathered;
+  // Released when this call returns if this call (or the block before's, prefetching) gathered
+  // it; a block gathered by backward (or gather_all) stays until its handles go (or release_all).
+  const bool gathered_here = !block.gathered || block.prefetched;
+  block.prefetched = false;
   gather(block);
+  // A forward runs the blocks in order: the next one is gathered now (DeepSpeed's prefetch; with
+  // NCCL its broadcasts overlap this block's compute). Backward's order is the other way, and
+  // its unpacks prefetch (parameter_for_backward).
+  if (current_graph_task_id() == 0 && static_cast<size_t>(layer) + 1 < blocks_.size()) {
+    Block& next = blocks_[static_cast<size_t>(layer) + 1];
+    if (!next.gathered) {
+      gather(next);
+      next.prefetched = true;
+    }
+  }
   ++block.running;
   // Autocast's cache would keep the 16-bit cast of every gathered weight until the forward
   // ends, the whole model's by the last block: each weight is cast for its one use instead.

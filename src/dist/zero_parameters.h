@@ -20,7 +20,8 @@ namespace headroom {
 // released (Storage::release, FSDP's resize of the flat parameter to 0). The model's block runner
 // (Note [Block runners]) gathers the block before each call — the forward, and a checkpoint's
 // recompute in backward — by materializing the storages and broadcasting each parameter from its
-// owner, and releases them when the call returns. While the block runs, saved-tensor hooks
+// owner, and releases them when the call returns; a forward gathers the next block too (the
+// prefetch), which its own call then releases. While the block runs, saved-tensor hooks
 // innermost of all replace a saved parameter by a handle; backward's first unpack of a block's
 // handle gathers the block again (and the block before it, whose backward comes next: FSDP's
 // BACKWARD_PRE prefetch), and when its last handle is released the block is freed. Every rank
@@ -72,6 +73,7 @@ class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterS
     std::vector<Tensor*> slots;  // the model's, holding params but under copy_to_host_slots
     std::vector<int> owners;
     bool gathered = true;  // as made: whole until enable() releases the others' shares
+    bool prefetched = false;  // gathered by the forward of the block before, for its own
     int64_t handles = 0;   // live saved-parameter handles of the block
     int running = 0;       // calls of run() in progress
   };
