@@ -54,8 +54,9 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
   // `output` (world_size times input.numel() elements) becomes every rank's `input`, in rank order.
   virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
-  // Every rank's `tensor` becomes rank `root`'s.
-  virtual void broadcast(const Tensor& tensor, int root) = 0;
+  // Every rank's `tensor` becomes rank `root`'s (after wait(); ZeRO-3 prefetches with it).
+  virtual std::unique_ptr<CommWork> broadcast_async(const Tensor& tensor, int root) = 0;
+  void broadcast(const Tensor& tensor, int root) { broadcast_async(tensor, root)->wait(); }
   virtual void barrier() = 0;
 
   // A host double reduced over the ranks (a loss sum, a flag), over MPI in both backends (NCCL's

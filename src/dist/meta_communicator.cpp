@@ -51,9 +51,10 @@ void MetaCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   check_world_multiple("all_gather", "output", output, "input", input);
 }
 
-void MetaCommunicator::broadcast(const Tensor& tensor, int root) {
+std::unique_ptr<CommWork> MetaCommunicator::broadcast_async(const Tensor& tensor, int root) {
   check_tensor("broadcast", "tensor", tensor, true);
   check_root("broadcast", root);
+  return std::make_unique<DoneWork>();
 }
 
 double MetaCommunicator::all_reduce_scalar(double value, ReduceOp op) {

@@ -28,7 +28,7 @@ class MetaCommunicator final : public Communicator {
   std::unique_ptr<CommWork> reduce_async(const Tensor& tensor, int root, ReduceOp op) override;
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
-  void broadcast(const Tensor& tensor, int root) override;
+  std::unique_ptr<CommWork> broadcast_async(const Tensor& tensor, int root) override;
   void barrier() override {}
   double all_reduce_scalar(double value, ReduceOp op) override;
 };

@@ -125,6 +125,35 @@ class MpiReduction final : public CommWork {
   bool done_ = false;
 };
 
+// A nonblocking broadcast in place (MPI_Ibcast): the tensor's memory is MPI's until wait().
+class MpiBroadcast final : public CommWork {
+ public:
+  MpiBroadcast(MPI_Comm comm, const Tensor& tensor, int root) : tensor_(tensor) {
+    check_mpi(MPI_Ibcast(tensor.data_ptr(), count_of("broadcast", tensor),
+                         copy_type(tensor.dtype()), root, comm, &request_),
+              "MPI_Ibcast");
+  }
+  ~MpiBroadcast() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  bool test() override {
+    int flag = 1;
+    if (request_ != MPI_REQUEST_NULL) {
+      check_mpi(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    }
+    return flag != 0;
+  }
+  void wait() override {
+    if (request_ != MPI_REQUEST_NULL) {
+      check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+    }
+  }
+
+ private:
+  Tensor tensor_;  // kept alive while MPI writes into it
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
 }  // namespace
 
 struct MpiCommunicator::Handle {
@@ -222,13 +251,11 @@ void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
             "MPI_Allgather");
 }
 
-void MpiCommunicator::broadcast(const Tensor& tensor, int root) {
+std::unique_ptr<CommWork> MpiCommunicator::broadcast_async(const Tensor& tensor, int root) {
   check_tensor("broadcast", "tensor", tensor, true);
   check_root("broadcast", root);
   tensor.storage()->bump_version();
-  check_mpi(MPI_Bcast(tensor.data_ptr(), count_of("broadcast", tensor), copy_type(tensor.dtype()),
-                      root, handle_->comm),
-            "MPI_Bcast");
+  return std::make_unique<MpiBroadcast>(handle_->comm, tensor, root);
 }
 
 void MpiCommunicator::broadcast_bytes(void* data, size_t size, int root) {

@@ -84,21 +84,30 @@ std::shared_ptr<ZeroParameterSharding> ZeroParameterSharding::enable(
   return sharding;
 }
 
-void ZeroParameterSharding::gather(Block& block) {
-  if (block.gathered) return;
-  NoGradGuard no_grad;
-  MemoryCategoryScope category(MemoryCategory::parameters);
-  const int rank = communicator_->rank();
-  for (size_t i = 0; i < block.params.size(); ++i) {
-    if (block.owners[i] != rank) block.params[i].storage()->materialize();
+void ZeroParameterSharding::gather(Block& block, bool wait) {
+  if (!block.gathered) {
+    NoGradGuard no_grad;
+    MemoryCategoryScope category(MemoryCategory::parameters);
+    const int rank = communicator_->rank();
+    for (size_t i = 0; i < block.params.size(); ++i) {
+      if (block.owners[i] != rank) block.params[i].storage()->materialize();
+    }
+    for (size_t i = 0; i < block.params.size(); ++i) {
+      block.pending.push_back(
+          communicator_->broadcast_async(block.params[i].detach(), block.owners[i]));
+    }
+    block.gathered = true;
   }
-  for (size_t i = 0; i < block.params.size(); ++i) {
-    communicator_->broadcast(block.params[i].detach(), block.owners[i]);
+  if (wait) {
+    for (const auto& work : block.pending) work->wait();
+    block.pending.clear();
   }
-  block.gathered = true;
 }
 
 void ZeroParameterSharding::release(Block& block) {
+  // A broadcast in flight still writes into the memory.
+  for (const auto& work : block.pending) work->wait();
+  block.pending.clear();
   const int rank = communicator_->rank();
   for (size_t i = 0; i < block.params.size(); ++i) {
     if (block.owners[i] != rank) block.params[i].storage()->release();
@@ -172,13 +181,13 @@ Tensor ZeroParameterSharding::run(int64_t layer, const LayerForward& forward, co
   const bool gathered_here = !block.gathered || block.prefetched;
   block.prefetched = false;
   gather(block);
-  // A forward runs the blocks in order: the next one is gathered now (DeepSpeed's prefetch; with
-  // NCCL its broadcasts overlap this block's compute). Backward's order is the other way, and
-  // its unpacks prefetch (parameter_for_backward).
+  // A forward runs the blocks in order: the next one's broadcasts start now and are waited for
+  // when it runs (DeepSpeed's prefetch), so that they overlap this block's compute. Backward's
+  // order is the other way, and its unpacks prefetch (parameter_for_backward).
   if (current_graph_task_id() == 0 && static_cast<size_t>(layer) + 1 < blocks_.size()) {
     Block& next = blocks_[static_cast<size_t>(layer) + 1];
     if (!next.gathered) {
-      gather(next);
+      gather(next, /*wait=*/false);
       next.prefetched = true;
     }
   }
@@ -212,13 +221,13 @@ Tensor ZeroParameterSharding::run(int64_t layer, const LayerForward& forward, co
 
 Tensor ZeroParameterSharding::parameter_for_backward(int64_t layer, size_t index) {
   Block& block = blocks_.at(static_cast<size_t>(layer));
-  if (!block.gathered) {
-    gather(block);
-    // Backward goes from the last block to the first: the one before is next.
-    if (layer > 0) {
-      Block& before = blocks_[static_cast<size_t>(layer - 1)];
-      if (!before.gathered && before.handles > 0) gather(before);
-    }
+  // The block's first unpack (gathered here, or prefetched by the block after's).
+  const bool first = !block.gathered || !block.pending.empty();
+  gather(block);
+  // Backward goes from the last block to the first: the one before is next.
+  if (first && layer > 0) {
+    Block& before = blocks_[static_cast<size_t>(layer - 1)];
+    if (!before.gathered && before.handles > 0) gather(before, /*wait=*/false);
   }
   // A view of the parameter: the caller gets the data, not the leaf's autograd state.
   return block.params.at(index).detach();

@@ -20,11 +20,12 @@ namespace headroom {
 // released (Storage::release, FSDP's resize of the flat parameter to 0). The model's block runner
 // (Note [Block runners]) gathers the block before each call — the forward, and a checkpoint's
 // recompute in backward — by materializing the storages and broadcasting each parameter from its
-// owner, and releases them when the call returns; a forward gathers the next block too (the
-// prefetch), which its own call then releases. While the block runs, saved-tensor hooks
+// owner, and releases them when the call returns; a forward starts gathering the next block too
+// (the prefetch: broadcast_async, waited for when that block runs), which its own call then
+// releases. While the block runs, saved-tensor hooks
 // innermost of all replace a saved parameter by a handle; backward's first unpack of a block's
-// handle gathers the block again (and the block before it, whose backward comes next: FSDP's
-// BACKWARD_PRE prefetch), and when its last handle is released the block is freed. Every rank
+// handle gathers the block again (and starts the block before it, whose backward comes next:
+// FSDP's BACKWARD_PRE prefetch), and when its last handle is released the block is freed. Every rank
 // runs the same blocks in the same order, so the broadcasts match. Gradients reach every rank's
 // leaf as in ZeRO-2 and are reduced to their owners (Note [ZeRO-2 gradient reduction]); the
 // owners update their parameters, and nothing is broadcast after the step. Embeddings, the final
@@ -74,12 +75,15 @@ class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterS
     std::vector<int> owners;
     bool gathered = true;  // as made: whole until enable() releases the others' shares
     bool prefetched = false;  // gathered by the forward of the block before, for its own
+    std::vector<std::unique_ptr<CommWork>> pending;  // a prefetch's broadcasts in flight
     int64_t handles = 0;   // live saved-parameter handles of the block
     int running = 0;       // calls of run() in progress
   };
 
   ZeroParameterSharding(std::shared_ptr<Communicator> communicator, std::vector<Block> blocks);
-  void gather(Block& block);
+  // Materializes the block and starts its broadcasts (nothing when it is gathered); with `wait`
+  // also waits for them (and for a prefetch's), else leaves them in flight.
+  void gather(Block& block, bool wait = true);
   void release(Block& block);
 
   std::shared_ptr<Communicator> communicator_;

@@ -59,6 +59,9 @@ TEST(CudaNccl, OneRankCollectivesGiveTheirInputInEveryDtype) {
     const Tensor b = on_gpu(dtype);
     comm->broadcast(b, 0);
     EXPECT_EQ(on_host(b), kValues);
+    const Tensor c = on_gpu(dtype);
+    comm->broadcast_async(c, 0)->wait();  // the current stream waits for it
+    EXPECT_EQ(on_host(c), kValues);
   }
   // i64 for broadcast and all_gather (the data loader's token counts, ZeRO's metadata).
   const Tensor ids = Tensor::from_ints({7, -3, 1 << 30}, {3}).to(kGpu);

@@ -99,6 +99,21 @@ TEST_P(Collectives, AllGatherAndBroadcast) {
   world()->barrier();
 }
 
+// Two broadcasts in flight at once (ZeRO-3's prefetch), from different roots, each complete after
+// its wait.
+TEST_P(Collectives, AsyncBroadcastsCompleteOnWait) {
+  const int rank = world()->rank();
+  const Tensor a = Tensor::full({3}, rank == 0 ? 5.0 : -1.0, GetParam());
+  const Tensor b = Tensor::full({5}, rank == 1 ? 6.0 : -1.0, GetParam());
+  std::unique_ptr<CommWork> first = world()->broadcast_async(a, 0);
+  std::unique_ptr<CommWork> second = world()->broadcast_async(b, 1);
+  second->wait();
+  first->wait();
+  EXPECT_TRUE(first->test());
+  EXPECT_EQ(a.to_float_vector(), std::vector<float>(3, 5.0f));
+  EXPECT_EQ(b.to_float_vector(), std::vector<float>(5, 6.0f));
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, Collectives,
                          ::testing::Values(DType::f32, DType::bf16, DType::f16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });

@@ -103,14 +103,14 @@ class NcclCommunicator final : public Communicator {
                  "ncclAllGather");
     })->wait();
   }
-  void broadcast(const Tensor& tensor, int root) override {
+  std::unique_ptr<CommWork> broadcast_async(const Tensor& tensor, int root) override {
     check_tensor("broadcast", "tensor", tensor, true);
     check_root("broadcast", root);
-    enqueue({tensor}, [&] {
+    return enqueue({tensor}, [&] {
       check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                nccl_type(tensor.dtype()), root, comm_, stream_),
                  "ncclBroadcast");
-    })->wait();
+    });
   }
   void barrier() override {
     // Every GPU's queued work done, then the ranks' hosts meet.
