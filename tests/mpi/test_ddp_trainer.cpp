@@ -223,6 +223,11 @@ TEST(DataParallelTrainer, Zero3PureBf16MatchesOneProcessWithinBf16Rounding) {
 TEST(DataParallelTrainer, Zero3Fp16MatchesOneProcess) {
   expect_ddp_matches_one_process("fp16", 1, 1e-6, "adamw_torch", 3, 0.0, 1e-4);
 }
+// 8-bit AdamW states (bitsandbytes' blockwise quantization, per parameter): each owner keeps its
+// share's, quantized as one process quantizes the same tensors.
+TEST(DataParallelTrainer, Zero3EightBitAdamMatchesOneProcess) {
+  expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_8bit", 3, 0.0);
+}
 // Accumulation: gradients accumulate in full on every rank (no_sync), the last micro-batch's
 // backward reduces them to their owners (SGD: see Fp32WithAccumulationMatchesOneProcess).
 TEST(DataParallelTrainer, Zero3WithAccumulationMatchesOneProcess) {
