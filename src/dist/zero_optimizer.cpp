@@ -66,6 +66,7 @@ void ZeroRedundancyOptimizer::set_sharded(std::vector<bool> sharded) {
 }
 
 void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
+  local_->zero_grad(set_to_none);  // its own gradients too (an offloaded share's on the host)
   for (const auto& [name, param] : params_) {
     if (set_to_none) {
       param.set_grad(Tensor());

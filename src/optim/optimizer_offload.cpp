@@ -86,6 +86,7 @@ OffloadedOptimizer::OffloadedOptimizer(std::vector<NamedTensor> params, Device c
   }
   if (!device_params.empty()) device_ = make(device_params);
   for (std::unique_ptr<Offloaded>& entry : offloaded_) {
+    if (!options.gradients_from_hooks) break;
     Offloaded* e = entry.get();
     e->hook = register_post_accumulate_grad_hook(e->device_param,
                                                  [this, e](const Tensor&) { gradient_ready(*e); });
@@ -123,6 +124,10 @@ void OffloadedOptimizer::gradient_ready(Offloaded& entry) {
     }
   }
   entry.device_param.set_grad(Tensor());  // the device keeps no gradient
+}
+
+void OffloadedOptimizer::take_gradients() {
+  for (std::unique_ptr<Offloaded>& entry : offloaded_) gradient_ready(*entry);
 }
 
 void OffloadedOptimizer::sync_group_lrs() {

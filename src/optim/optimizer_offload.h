@@ -37,6 +37,9 @@ namespace headroom {
 struct OptimizerOffloadOptions {
   double ratio = 1.0;       // in [0, 1]
   bool pin_memory = true;   // page-locked host pool when the compute device is a GPU
+  // false: no hooks; the caller moves the gradients with take_gradients() (data parallel: after
+  // the ranks have reduced them, which the device's .grad must hold until then).
+  bool gradients_from_hooks = true;
 };
 
 class OffloadedOptimizer final : public Optimizer {
@@ -65,6 +68,10 @@ class OffloadedOptimizer final : public Optimizer {
   Device compute_device() const { return compute_; }
   // Elements of the parameters whose optimizer runs on the host.
   int64_t offloaded_elements() const { return offloaded_elements_; }
+  // Moves every offloaded parameter's device gradient into its host parameter's .grad (added
+  // there when one is held) and drops the device's; what the hooks do as backward produces each
+  // (OptimizerOffloadOptions::gradients_from_hooks).
+  void take_gradients();
 
  private:
   struct Offloaded {

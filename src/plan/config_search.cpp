@@ -181,13 +181,11 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
       args.gradient_accumulation_steps = result.effective_batch / micro;
       args.eval_strategy = "no";
       std::optional<TrainingPlan> plan;
-      // Offload only when nothing else fits: the optimizer's states and step first, then the
-      // saved activations too. A full fine-tune's optimizer only (LoRA's states are small, LOMO
-      // keeps none), and not where the base arguments offload already, nor over several ranks
-      // (offload trains one process).
+      // Offload only when nothing else fits (at any ZeRO stage): the optimizer's states and step
+      // first, then the saved activations too. A full fine-tune's optimizer only (LoRA's states
+      // are small, LOMO keeps none), and not where the base arguments offload already.
       std::vector<int> offload_levels = {0};
-      if (adapter == "full" && optim != "lomo" && !training_offload(base).any() &&
-          target.world_size <= 1) {
+      if (adapter == "full" && optim != "lomo" && !training_offload(base).any()) {
         offload_levels = {0, 1, 2};
       }
       for (const int offload : offload_levels) {
@@ -326,7 +324,8 @@ std::string SearchResult::format(int64_t max_rows) const {
   std::snprintf(line, sizeof line,
                 "  %4s%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10s  %s\n", "rank",
                 ranks ? "  zero" : "", "adapter", "precision", "optim", "ckpt", "allocator",
-                "micro x acc", "peak alloc", "required", "step s", "offload (host RAM)");
+                "micro x acc", "peak alloc", "required", "step s",
+                ranks ? "offload (host RAM per rank)" : "offload (host RAM)");
   text += line;
   for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
     const TrainingPlan& p = fitting[i];

@@ -62,8 +62,8 @@ void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 // table gives the host RAM it needs and the step estimate charges the host traffic. With several
 // ranks each split is tried at ZeRO stage 0, then 1, 2 and 3, each with the allocators in turn,
 // and the first that fits is kept (SearchSpace::zero_stages); a ZeRO plan is its heaviest rank's
-// (Note [Planning data-parallel ranks]). Offload does not train data-parallel yet, so it is
-// searched for one process only.
+// (Note [Planning data-parallel ranks]); offload comes after every stage (ZeRO-Offload: each
+// rank offloads its share's optimizer), its host RAM given per rank.
 
 // Note [Configurations that need ZeRO-3]
 // Stages 0 to 2 leave every rank holding all the parameters. When no configuration of an adapter

@@ -408,11 +408,11 @@ void Trainer::build() {
   }
   offload_ = training_offload(args_);
   offloaded_optimizer_ = nullptr;
-  if (communicator_ && (offload_.optimizer || offload_.params)) {
-    throw NotImplementedError(str_cat("offload_optimizer / offload_params with ",
-                                      communicator_->world_size(), " data-parallel ranks are not "
-                                      "supported yet; offload them on one rank (offload_activations "
-                                      "works with data parallel)"));
+  if (communicator_ && offload_.params) {
+    throw NotImplementedError(str_cat("offload_params with ", communicator_->world_size(),
+                                      " data-parallel ranks is not supported yet; offload it on "
+                                      "one rank (offload_optimizer and offload_activations work "
+                                      "with data parallel; zero_stage 3 shards the parameters)"));
   }
   if (offload_.params) {
     // The weights on the host, and their optimizer with them (FSDP's CPU offload).
@@ -451,26 +451,36 @@ void Trainer::build() {
   }
   zero_stage_ = training_zero_stage(args_);
   std::vector<int> gradient_owners;  // ZeRO-2's; empty: gradients all-reduced
+  // Data parallel: the offloaded optimizer takes the gradients after their reduction (train_step),
+  // not from backward's hooks, which would move them before the ranks have averaged them.
+  const OptimizerOffloadOptions offload_options{.ratio = offload_.optimizer_ratio,
+                                                .pin_memory = offload_.pin_memory,
+                                                .gradients_from_hooks = !communicator_};
+  auto make_offloaded = [&](const std::vector<NamedTensor>& params) {
+    auto offloaded = std::make_unique<OffloadedOptimizer>(
+        params, device_,
+        [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); },
+        offload_options);
+    offloaded_optimizer_ = offloaded.get();
+    if (offloaded->updates_in_backward()) {
+      throw ValueError(str_cat("offload_optimizer with optim ", offloaded->name(),
+                               ": it updates inside backward and keeps no states to offload"));
+    }
+    return offloaded;
+  };
   if (communicator_ && zero_stage_ >= 1) {
+    // ZeRO-Offload: each rank offloads its share's optimizer.
     auto zero = std::make_unique<ZeroRedundancyOptimizer>(
-        communicator_, trainable,
-        [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); });
+        communicator_, trainable, [&](const std::vector<NamedTensor>& share) {
+          return offload_.optimizer ? std::unique_ptr<Optimizer>(make_offloaded(share))
+                                    : make_optimizer(options, share);
+        });
     // ZeRO-2 and 3: each gradient is reduced to its owner alone (Note [ZeRO-2 gradient
     // reduction]).
     if (zero_stage_ >= 2) gradient_owners = zero->owners();
     optimizer_ = std::move(zero);
   } else if (offload_.optimizer) {
-    auto offloaded = std::make_unique<OffloadedOptimizer>(
-        trainable, device_,
-        [&](const std::vector<NamedTensor>& share) { return make_optimizer(options, share); },
-        OptimizerOffloadOptions{.ratio = offload_.optimizer_ratio,
-                                .pin_memory = offload_.pin_memory});
-    offloaded_optimizer_ = offloaded.get();
-    optimizer_ = std::move(offloaded);
-    if (optimizer_->updates_in_backward()) {
-      throw ValueError(str_cat("offload_optimizer with optim ", optimizer_->name(),
-                               ": it updates inside backward and keeps no states to offload"));
-    }
+    optimizer_ = make_offloaded(trainable);
   } else {
     optimizer_ = make_optimizer(options, trainable);
   }
@@ -828,6 +838,7 @@ double Trainer::train_step(int64_t& tokens) {
   if (reducer_) {
     StepPhase phase("all_reduce gradients");
     reducer_->finish();
+    if (offloaded_optimizer_) offloaded_optimizer_->take_gradients();  // the averaged ones
     // The logged loss and tokens are the global batch's (Note [Data-parallel batches equal a
     // single process's]).
     step_loss = communicator_->all_reduce_scalar(step_loss, ReduceOp::avg);

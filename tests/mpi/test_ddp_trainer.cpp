@@ -291,6 +291,21 @@ TEST(DataParallelTrainer, Zero3WritesTheWholeModelFromHostCopies) {
   }
 }
 
+// ZeRO-Offload: each rank's share of the optimizer on the host, its gradients moved there after
+// the ranks have averaged them; the same losses and weights as one process offloading all.
+TEST(DataParallelTrainer, OptimizerOffloadMatchesOneProcessAtEveryStage) {
+  for (const int64_t stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE(stage);
+    expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", stage, 0.0, 0.0,
+                                   [](TrainingArguments& a) { a.offload_optimizer = true; });
+  }
+}
+// With accumulation the device accumulates the gradients until the last micro-batch's reduction.
+TEST(DataParallelTrainer, OptimizerOffloadWithAccumulationMatchesOneProcess) {
+  expect_ddp_matches_one_process("bf16", 2, 1e-6, "sgd", 2, 1.0, 0.0,
+                                 [](TrainingArguments& a) { a.offload_optimizer = true; });
+}
+
 // ZeRO-1 keeps about 1/W of the optimizer states on each rank: below DDP's by at least a third on
 // 2 ranks (shares are whole parameters, so not exactly half), and the ranks' sum is DDP's.
 TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
@@ -314,6 +329,28 @@ TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
   EXPECT_NEAR(sum, ddp, 0.02 * ddp);
 }
 
+// This rank's peak allocated in a 2-step dry run of `args` and in a real 3-step run (its third
+// step repeats the second, as the dry-run grid's in tests/plan), started with an empty cache as a
+// fresh process would.
+std::pair<int64_t, int64_t> planned_and_measured_peaks(const TrainingArguments& args,
+                                                       DryRunResult* plan_out = nullptr) {
+  TrainingArguments plan_args = args;
+  plan_args.max_steps = 2;
+  const DryRunResult plan =
+      dry_run_training(plan_args, {.world_size = world()->world_size(), .rank = world()->rank()});
+  TrainingArguments run_args = args;
+  run_args.max_steps = 3;
+  empty_cache(kCPU);
+  Trainer trainer(run_args, {}, world());
+  EXPECT_EQ(trainer.train(), 0);
+  int64_t measured = 0;
+  for (const auto& entry : trainer.log_history()) {
+    if (entry.contains("peak_allocated_bytes")) measured = entry["peak_allocated_bytes"];
+  }
+  if (plan_out) *plan_out = plan;
+  return {plan.peak_allocated_bytes, measured};
+}
+
 // `headroom plan --world_size 2` dry-runs each rank as itself on the meta device (Note [A dry
 // run's collectives]): every rank's peak allocated in the real run is its plan's to the byte, for
 // DDP and ZeRO-1, -2 and -3, and it falls from stage to stage as ZeRO predicts.
@@ -327,22 +364,11 @@ TEST(DataParallelTrainer, EachRanksPeakEqualsItsPlanAndFallsWithTheStage) {
   // The tiny model's 272 KiB of gradients would fill DDP's first 1 MiB bucket alone: buckets of
   // 32 KiB make it as a real model's, many buckets, so ZeRO-2's buffers are a few of them.
   args.ddp_bucket_cap_mb = 1.0 / 32;
-  args.max_steps = 2;
   int64_t previous = 0, load_peak_below_3 = 0;
   for (const int64_t stage : {0, 1, 2, 3}) {
     args.zero_stage = stage;
-    const DryRunResult plan =
-        dry_run_training(args, {.world_size = world()->world_size(), .rank = world()->rank()});
-    // The real run's third step repeats the second, as the dry-run grid's (tests/plan).
-    TrainingArguments run_args = args;
-    run_args.max_steps = 3;
-    empty_cache(kCPU);  // as a fresh process: nothing cached by the run before
-    Trainer trainer(run_args, {}, world());
-    ASSERT_EQ(trainer.train(), 0);
-    int64_t measured = 0;
-    for (const auto& entry : trainer.log_history()) {
-      if (entry.contains("peak_allocated_bytes")) measured = entry["peak_allocated_bytes"];
-    }
+    DryRunResult plan;
+    const int64_t measured = planned_and_measured_peaks(args, &plan).second;
     std::printf("zero_stage %lld rank %d: peak allocated %lld (plan) %lld (run)\n",
                 static_cast<long long>(stage), world()->rank(),
                 static_cast<long long>(plan.peak_allocated_bytes), static_cast<long long>(measured));
@@ -357,6 +383,30 @@ TEST(DataParallelTrainer, EachRanksPeakEqualsItsPlanAndFallsWithTheStage) {
       EXPECT_LT(plan.load_peak_allocated_bytes, load_peak_below_3) << "rank " << world()->rank();
     }
     load_peak_below_3 = plan.load_peak_allocated_bytes;
+  }
+}
+
+// With the optimizer offloaded each rank's device peak is still its plan's to the byte, and below
+// the same stage's without offload.
+TEST(DataParallelTrainer, OffloadedRanksPeaksEqualTheirPlans) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  SharedRunDir dir("offload_plan", 0.0, 6);
+  TrainingArguments args = dir.args();
+  args.save_strategy = "no";
+  args.ddp_bucket_cap_mb = 1.0 / 32;
+  for (const int64_t stage : {0, 2, 3}) {
+    args.zero_stage = stage;
+    int64_t without = 0;
+    for (const bool offload : {false, true}) {
+      args.offload_optimizer = offload;
+      const auto [planned, measured] = planned_and_measured_peaks(args);
+      EXPECT_EQ(planned, measured)
+          << "zero_stage " << stage << ", offload " << offload << ", rank " << world()->rank();
+      if (offload) {
+        EXPECT_LT(measured, without) << "zero_stage " << stage;
+      }
+      without = measured;
+    }
   }
 }
 
@@ -417,11 +467,13 @@ TEST(DataParallelTrainer, ResumeWithTheSameWorldSizeIsBitIdentical) {
 
 TEST(DataParallelTrainer, ZeroShardedCheckpointsResumeBitIdentically) {
   if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
-  for (const int64_t stage : {1, 2, 3}) {
+  // Stage 4 here: ZeRO-3 with its shares' optimizers offloaded.
+  for (const int64_t stage : {1, 2, 3, 4}) {
     SharedRunDir dir(str_cat("zero_resume_", stage), 0.1);
     TrainingArguments args = dir.args();
     args.per_device_train_batch_size = 2;
-    args.zero_stage = stage;
+    args.zero_stage = std::min<int64_t>(stage, 3);
+    args.offload_optimizer = stage == 4;
     expect_resume_is_bit_identical(stage, dir.path(), args);
     // One shard per rank and the manifest; no unsharded optimizer file.
     const fs::path checkpoint = dir.path() / "out" / "checkpoint-2";

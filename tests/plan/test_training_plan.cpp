@@ -303,7 +303,8 @@ TEST(ConfigurationSearch, TriesZeroStagesInTurn) {
 // The guides' last row, 70B on 8 x 80 GB: below ZeRO-3 every rank holds the whole model's
 // parameters (128 GiB even in pure bf16), so full fine-tuning fits only at stage 3, which shards
 // them (and loads each rank's share only); QLoRA fits each rank at stage 0. Limited to stages
-// 0-2, the search says that only ZeRO-3 could fit full fine-tuning.
+// 0-2, the search says that only ZeRO-3 could fit full fine-tuning (offload does not help: the
+// parameters themselves fill the GPU).
 TEST(ConfigurationSearch, Llama70bOnEightGpusFitsFullFineTuningWithZero3) {
   TrainingArguments base = preset_args("llama-70b", 1, 4096);
   base.bf16 = true;
@@ -314,8 +315,9 @@ TEST(ConfigurationSearch, Llama70bOnEightGpusFitsFullFineTuningWithZero3) {
                     {"full", "qlora:16"}};
   const SearchResult result = search_configurations(base, target, space);
   std::printf("%s", result.format(10).c_str());
-  bool full = false, qlora = false;
+  bool full = false, qlora = false, offloaded = false;
   for (const TrainingPlan& p : result.fitting) {
+    offloaded = offloaded || p.args.offload_optimizer;
     EXPECT_LE(p.required_bytes, target.capacity_bytes);
     if (p.args.load_in_4bit) {
       qlora = true;
@@ -328,6 +330,9 @@ TEST(ConfigurationSearch, Llama70bOnEightGpusFitsFullFineTuningWithZero3) {
   }
   EXPECT_TRUE(full) << result.format(10);
   EXPECT_TRUE(qlora) << result.format(10);
+  // bf16 autocast's fp32 master weights and AdamW fit only with each rank's share of the
+  // optimizer offloaded (ZeRO-Offload).
+  EXPECT_TRUE(offloaded) << result.format(10);
   EXPECT_TRUE(result.notes.empty());
   EXPECT_NE(result.format(5).find("  zero  "), std::string::npos);
 
