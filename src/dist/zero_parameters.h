@@ -34,7 +34,8 @@ namespace headroom {
 // run with autocast's cast cache off, which would otherwise keep a 16-bit copy of every weight
 // until the forward ends; a projection still saves the 16-bit cast of its weight until backward
 // (with checkpointing only the block's recompute does): sharding frees the fp32 weights, not
-// those casts.
+// those casts. Likewise an FP8 layer keeps its weight's FP8 copy for the optimizer step
+// (quant/fp8_linear.h), so the FP8 copies of every block stay on every rank.
 class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterSharding> {
  public:
   // Shards the blocks of `model` over the communicator's ranks: `owners` names each block

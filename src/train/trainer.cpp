@@ -340,10 +340,6 @@ void Trainer::build() {
     load.keep_modules = split_module_names(args_.lora_modules_to_save);
   }
   const int64_t zero_stage = communicator_ ? training_zero_stage(args_) : 0;
-  if (zero_stage >= 3 && training_fp8_recipe(args_)) {
-    throw NotImplementedError("fp8 with zero_stage 3: the FP8 layers' weight copies are not "
-                              "sharded yet; use zero_stage 2 or bf16");
-  }
   if (zero_stage >= 3 && !args_.use_peft && !load.load_in_4bit) {
     // ZeRO-3's sharded load: each rank makes the block parameters it will own and the rest of
     // the model, never the whole (Note [ZeRO-3 parameter sharding]). The owners are the

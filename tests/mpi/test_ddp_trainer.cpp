@@ -228,6 +228,34 @@ TEST(DataParallelTrainer, Zero3Fp16MatchesOneProcess) {
 TEST(DataParallelTrainer, Zero3EightBitAdamMatchesOneProcess) {
   expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_8bit", 3, 0.0);
 }
+// FP8 (delayed scaling): each rank's amaxes are its own half-batch's, so a 2-rank run is not one
+// process's (5e-5 relative at step 1 here, at every stage); sharding must not change it, so
+// ZeRO-3's losses and weights equal ZeRO-2's.
+TEST(DataParallelTrainer, Zero3Fp8EqualsZero2Fp8) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  SharedRunDir dir("zero3_fp8", 0.0);
+  TrainingArguments args = dir.args();
+  args.precision = "bf16";
+  args.fp8 = true;
+  args.save_strategy = "no";
+  args.max_grad_norm = 0.0;
+  args.zero_stage = 2;
+  Trainer zero2(args, {}, world());
+  ASSERT_EQ(zero2.train(), 0);
+  args.zero_stage = 3;
+  args.output_dir = (dir.path() / "zero3").string();
+  Trainer zero3(args, {}, world());
+  ASSERT_EQ(zero3.train(), 0);
+  const auto expected = step_losses(zero2), actual = step_losses(zero3);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [step, loss] : expected) {
+    EXPECT_NEAR(actual.at(step), loss, 1e-6 * std::abs(loss)) << "step " << step;
+  }
+  GatheredParameters whole(zero3.zero_parameters());
+  const auto pa = zero3.model().parameters(), pe = zero2.model().parameters();
+  ASSERT_EQ(pa.size(), pe.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].to_float_vector(), pe[i].to_float_vector());
+}
 // Accumulation: gradients accumulate in full on every rank (no_sync), the last micro-batch's
 // backward reduces them to their owners (SGD: see Fp32WithAccumulationMatchesOneProcess).
 TEST(DataParallelTrainer, Zero3WithAccumulationMatchesOneProcess) {
