@@ -2,9 +2,10 @@
 // data and steps) as 1 process with 2 threads and as 2 ranks with 1 thread each under mpirun
 // (DDP, ZeRO-1, ZeRO-2, ZeRO-3), side by side: tokens/s, step time, the time rank 0 waited for
 // the gradient all-reduces after backward (the communication backward did not hide), per step,
-// rank 0's peak allocated, and each run's first and last loss. The batches are the same; with dropout (the gpt2 preset has
-// HF's 0.1) each rank draws the masks of its own half of the batch, so the 2-rank losses differ
-// from the single process's from step 1 on, and agree with each other.
+// rank 0's peak allocated, and each run's first and last loss. The batches are the same; with
+// dropout (the gpt2 preset has HF's 0.1) each rank draws the masks of its own half of the batch,
+// so the 2-rank losses differ from the single process's from step 1 on, and agree with each
+// other.
 //
 // Run (Release build; mpirun from Debian's openmpi-bin; a few minutes):
 //   ninja -C build headroom_cli data_parallel && build/bench/data_parallel [--model gpt2]

@@ -254,7 +254,9 @@ TEST(DataParallelTrainer, Zero3Fp8EqualsZero2Fp8) {
   GatheredParameters whole(zero3.zero_parameters());
   const auto pa = zero3.model().parameters(), pe = zero2.model().parameters();
   ASSERT_EQ(pa.size(), pe.size());
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].to_float_vector(), pe[i].to_float_vector());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].to_float_vector(), pe[i].to_float_vector()) << i;
+  }
 }
 // Accumulation: gradients accumulate in full on every rank (no_sync), the last micro-batch's
 // backward reduces them to their owners (SGD: see Fp32WithAccumulationMatchesOneProcess).
