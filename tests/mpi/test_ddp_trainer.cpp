@@ -211,6 +211,14 @@ TEST(DataParallelTrainer, Zero3WithCheckpointingMatchesOneProcess) {
   expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", 3, 0.0, 0.0,
                                  [](TrainingArguments& a) { a.gradient_checkpointing = true; });
 }
+// With the checkpoint inputs offloaded too (activation offload's hooks around these).
+TEST(DataParallelTrainer, Zero3WithActivationOffloadMatchesOneProcess) {
+  expect_ddp_matches_one_process("fp32", 1, 1e-6, "adamw_torch", 3, 0.0, 0.0,
+                                 [](TrainingArguments& a) {
+                                   a.gradient_checkpointing = true;
+                                   a.offload_activations = true;
+                                 });
+}
 // bf16 autocast with clipping (see Zero1WithClippingMatchesOneProcess for the weights' 3e-6).
 TEST(DataParallelTrainer, Zero3Bf16WithClippingMatchesOneProcess) {
   expect_ddp_matches_one_process("bf16", 1, 1e-6, "adamw_torch", 3, 1.0, 3e-6);
