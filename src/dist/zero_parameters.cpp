@@ -97,6 +97,7 @@ void ZeroParameterSharding::gather(Block& block, bool wait) {
           communicator_->broadcast_async(block.params[i].detach(), block.owners[i]));
     }
     block.gathered = true;
+    ++gather_count_;
   }
   if (wait) {
     for (const auto& work : block.pending) work->wait();
@@ -208,7 +209,10 @@ Tensor ZeroParameterSharding::run(int64_t layer, const LayerForward& forward, co
     ~Done() {
       AutocastMode::set(type, autocast);
       --block.running;
-      if (release && block.running == 0) sharding.release(block);
+      // A recompute in backward leaves a block that saved parameters gathered for the backward
+      // that follows at once: its last handle frees it (not a release and a gather again).
+      const bool awaited = current_graph_task_id() != 0 && block.handles > 0;
+      if (release && block.running == 0 && !awaited) sharding.release(block);
     }
   } done{*this, block, gathered_here, type, autocast};
   std::shared_ptr<ZeroParameterSharding> self = shared_from_this();

@@ -60,6 +60,8 @@ class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterS
   void copy_to_host_slots(int root);
   void restore_slots();
 
+  // Blocks gathered so far (each release-to-gathered once, prefetches included).
+  int64_t gather_count() const { return gather_count_; }
   // Bytes of block parameters this rank holds while no block is gathered.
   int64_t owned_bytes() const;
   int64_t sharded_bytes() const;  // the rest of the blocks' parameters
@@ -89,6 +91,7 @@ class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterS
 
   std::shared_ptr<Communicator> communicator_;
   std::vector<Block> blocks_;
+  int64_t gather_count_ = 0;
 };
 
 // Whether `name` is a parameter of one of `model`'s blocks (the ones ZeRO-3 shards).

@@ -344,6 +344,29 @@ TEST(DataParallelTrainer, OptimizerOffloadWithAccumulationMatchesOneProcess) {
                                  [](TrainingArguments& a) { a.offload_optimizer = true; });
 }
 
+// How often ZeRO-3 gathers each block: twice a step, FSDP's count, for the forward and for the
+// backward (a block saves some parameters for backward in every precision: the norms' weights
+// under autocast), a checkpoint's recompute sharing the backward's gather rather than adding a
+// third; and once more for the model written at the end.
+TEST(DataParallelTrainer, Zero3GathersEachBlockTwiceAStep) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  SharedRunDir dir("zero3_gathers", 0.0, 6);
+  TrainingArguments args = dir.args();
+  args.save_strategy = "no";
+  args.zero_stage = 3;
+  args.max_steps = 2;
+  for (const std::string precision : {"fp32", "bf16"}) {
+    for (const bool checkpointing : {false, true}) {
+      args.precision = precision;
+      args.gradient_checkpointing = checkpointing;
+      Trainer trainer(args, {}, world());
+      ASSERT_EQ(trainer.train(), 0);
+      EXPECT_EQ(trainer.zero_parameters()->gather_count(), 2 * 2 * 6 + 6)
+          << precision << (checkpointing ? " with" : " without") << " checkpointing";
+    }
+  }
+}
+
 // ZeRO-1 keeps about 1/W of the optimizer states on each rank: below DDP's by at least a third on
 // 2 ranks (shares are whole parameters, so not exactly half), and the ranks' sum is DDP's.
 TEST(DataParallelTrainer, Zero1ShardsTheOptimizerStates) {
