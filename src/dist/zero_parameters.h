@@ -22,11 +22,12 @@ namespace headroom {
 // recompute in backward — by materializing the storages and broadcasting each parameter from its
 // owner, and releases them when the call returns; a forward starts gathering the next block too
 // (the prefetch: broadcast_async, waited for when that block runs), which its own call then
-// releases. While the block runs, saved-tensor hooks
-// innermost of all replace a saved parameter by a handle; backward's first unpack of a block's
-// handle gathers the block again (and starts the block before it, whose backward comes next:
-// FSDP's BACKWARD_PRE prefetch), and when its last handle is released the block is freed. Every rank
-// runs the same blocks in the same order, so the broadcasts match. Gradients reach every rank's
+// releases. While the block runs, saved-tensor hooks innermost of all replace a saved parameter
+// by a handle; backward's first unpack of a block's handle gathers the block again (and starts
+// the block before it, whose backward comes next: FSDP's BACKWARD_PRE prefetch), and when its
+// last handle is released the block is freed; a recompute in backward leaves a block with
+// handles gathered for them, so each block is gathered twice a step, as FSDP's units. Every
+// rank runs the same blocks in the same order, so the broadcasts match. Gradients reach every rank's
 // leaf as in ZeRO-2 and are reduced to their owners (Note [ZeRO-2 gradient reduction]); the
 // owners update their parameters, and nothing is broadcast after the step. Embeddings, the final
 // norm and the LM head are not sharded: they run outside the blocks, and stay whole on every
