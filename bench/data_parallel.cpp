@@ -5,11 +5,15 @@
 // rank 0's peak allocated, and each run's first and last loss. The batches are the same; with
 // dropout (the gpt2 preset has HF's 0.1) each rank draws the masks of its own half of the batch,
 // so the 2-rank losses differ from the single process's from step 1 on, and agree with each
-// other.
+// other. The peer (bench/data_parallel_peer.py, --model gpt2 only) trains transformers'
+// GPT2LMHeadModel with fp32 AdamW on the same global batch as 1 process with 2 threads, and as 2
+// processes with 1 thread each over gloo with DDP and with FSDP2 (fully_shard per block, ZeRO-3's
+// peer); it runs with $HEADROOM_PEER_PYTHON, else python3, when that imports torch and
+// transformers (--no-peer skips it).
 //
 // Run (Release build; mpirun from Debian's openmpi-bin; a few minutes):
 //   ninja -C build headroom_cli data_parallel && build/bench/data_parallel [--model gpt2]
-//       [--context 128] [--global-batch 8] [--steps 6]
+//       [--context 128] [--global-batch 8] [--steps 6] [--no-peer]
 // Step times are medians over the steps after the first 2; the figures come from each run's
 // metrics.jsonl (per-step tokens_per_s) and trainer_state.json (train_communication_wait_seconds).
 #include <unistd.h>
@@ -18,6 +22,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,13 +37,14 @@ namespace fs = std::filesystem;
 struct Options {
   std::string model = "gpt2";
   int64_t context = 128, global_batch = 8, steps = 6;
+  bool no_peer = false;
 };
 
 Options parse_options(int argc, char** argv) {
   Options o;
   headroom::bench::parse_command_line(
-      "data_parallel", "[--model NAME] [--context N] [--global-batch N] [--steps N]", argc, argv,
-      {}, {{"--model", &o.model}},
+      "data_parallel", "[--model NAME] [--context N] [--global-batch N] [--steps N] [--no-peer]",
+      argc, argv, {{"--no-peer", &o.no_peer}}, {{"--model", &o.model}},
       {{"--context", &o.context}, {"--global-batch", &o.global_batch}, {"--steps", &o.steps}});
   if (o.global_batch % 2 != 0) {
     std::fprintf(stderr, "data_parallel: --global-batch must be even (2 ranks), not %lld\n",
@@ -158,6 +164,36 @@ int main_(int argc, char** argv) {
                 r.first_loss, r.last_loss);
   }
   fs::remove_all(work);
+  if (o.no_peer) return status;
+  if (o.model != "gpt2") {
+    std::printf("peer: skipped (it builds gpt2 only)\n");
+    return status;
+  }
+  const char* env_python = std::getenv("HEADROOM_PEER_PYTHON");
+  const std::string python = env_python ? env_python : "python3";
+  int peer_status = 0;
+  const auto peer = headroom::bench::run_peer_command(
+      python + " " + HEADROOM_SOURCE_DIR + "/bench/data_parallel_peer.py --context " +
+          std::to_string(o.context) + " --global-batch " + std::to_string(o.global_batch) +
+          " --steps " + std::to_string(o.steps),
+      peer_status);
+  if (peer.empty()) {
+    std::printf("peer: no result (exit status %d; it needs torch and transformers)\n",
+                peer_status);
+    return status;
+  }
+  const std::map<std::string, std::string> names = {
+      {"single", "PyTorch 1 process x 2 threads"},
+      {"ddp", "PyTorch 2 ranks x 1 thread, DDP"},
+      {"fsdp", "PyTorch 2 ranks x 1 thread, FSDP2"}};
+  std::printf("\nthe peer, transformers' GPT2LMHeadModel, the same batch and steps:\n");
+  std::printf("  %-33s %10s %9s\n", "", "tokens/s", "step ms");
+  for (const auto& fields : peer) {
+    const auto mode = names.find(fields.count("mode") ? fields.at("mode") : "");
+    if (mode == names.end() || !fields.count("tokens_per_s") || !fields.count("step_ms")) continue;
+    std::printf("  %-33s %10s %9s\n", mode->second.c_str(), fields.at("tokens_per_s").c_str(),
+                fields.at("step_ms").c_str());
+  }
   return status;
 }
 
