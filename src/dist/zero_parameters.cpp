@@ -71,16 +71,11 @@ std::shared_ptr<ZeroParameterSharding> ZeroParameterSharding::enable(
   std::shared_ptr<ZeroParameterSharding> sharding(
       new ZeroParameterSharding(std::move(communicator), std::move(blocks)));
   sharding->release_all();
-  BlockRunners runners = model.block_runners();
-  const BlockRunner inner = runners.block;
-  runners.block = [sharding, inner](int64_t layer, const LayerForward& forward, const Tensor& x) {
-    // The forward every runner around calls, now and in a recompute, gathers the block first.
-    LayerForward gathered = [sharding, layer, forward](const Tensor& in) {
-      return sharding->run(layer, forward, in);
-    };
-    return inner ? inner(layer, gathered, x) : gathered(x);
-  };
-  model.set_block_runners(std::move(runners));
+  // Each call of a block's forward, now and in a recompute, gathers the block first.
+  wrap_block_forwards(model, [sharding](int64_t layer, const LayerForward& forward,
+                                        const Tensor& x) {
+    return sharding->run(layer, forward, x);
+  });
   return sharding;
 }
 

@@ -153,16 +153,11 @@ Tensor WeightHandle::unpack() { return offloader->device_weight(layer, index); }
 void enable_parameter_offload(CausalLM& model, Device compute,
                               const ParameterOffloadOptions& options) {
   auto offloader = std::make_shared<ParameterOffloader>(model, compute, options);
-  BlockRunners runners = model.block_runners();
-  const BlockRunner inner = runners.block;
-  runners.block = [offloader, inner](int64_t layer, const LayerForward& forward, const Tensor& x) {
-    // The forward every runner below calls, now and in a recompute, puts the block's copies in.
-    LayerForward resident = [offloader, layer, forward](const Tensor& in) {
-      return offloader->run(layer, forward, in);
-    };
-    return inner ? inner(layer, resident, x) : resident(x);
-  };
-  model.set_block_runners(std::move(runners));
+  // Each call of a block's forward, now and in a recompute, puts the block's copies in.
+  wrap_block_forwards(model, [offloader](int64_t layer, const LayerForward& forward,
+                                         const Tensor& x) {
+    return offloader->run(layer, forward, x);
+  });
 }
 
 }  // namespace headroom

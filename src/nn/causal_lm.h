@@ -48,6 +48,11 @@ class CausalLM : public Module {
   std::unique_ptr<BlockRunners> runners_ = std::make_unique<BlockRunners>();
 };
 
+// Puts `run` innermost of `model`'s block runners: every call of block `layer`'s forward — the
+// model's, and a recompute by a runner around it (a checkpoint) — becomes run(layer, forward,
+// x). Parameter offload and ZeRO-3 put a block's weights in place for its forward this way.
+void wrap_block_forwards(CausalLM& model, BlockRunner run);
+
 // A model with HF's initialisation drawn from a generator seeded with `seed`.
 std::unique_ptr<CausalLM> make_causal_lm(const HfConfig& config, Device device = kCPU,
                                          uint64_t seed = 0);
