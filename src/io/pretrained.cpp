@@ -120,6 +120,14 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
     if (quant) throw ValueError("load: a sharded load (ZeRO-3) cannot quantize to 4-bit");
     keep = options.keep_parameter(*model);
   }
+  // The file's name for a parameter the model needs, checked to be there.
+  auto require = [&](const std::string& file_name, const Tensor& meta) {
+    if (!checkpoint->contains(file_name)) {
+      throw ValueError(str_cat(checkpoint->path(), ": tensor '", file_name,
+                               "' is missing (the model needs it with shape ", meta.shape(), ")"));
+    }
+    used.insert(file_name);
+  };
   Generator generator(seed);
   model->materialize_parameters([&](const std::string& name, const Tensor& meta) -> Tensor {
     const auto target = targets.find(name);
@@ -128,12 +136,7 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
       // Another rank's share: the generator passes it by a draw on the scratch meta device.
       const DType dtype = is_floating(meta.dtype()) ? options.dtype : meta.dtype();
       if (checkpoint) {
-        if (!checkpoint->contains(file_name)) {
-          throw ValueError(str_cat(checkpoint->path(), ": tensor '", file_name,
-                                   "' is missing (the model needs it with shape ", meta.shape(),
-                                   ")"));
-        }
-        used.insert(file_name);
+        require(file_name, meta);
       } else {
         model->init_parameter(name, Tensor::empty(meta.shape(), dtype, meta.device()), generator);
       }
@@ -153,13 +156,8 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
                                                                       : options.dtype;
     Tensor t = Tensor::empty(meta.shape(), floating ? dtype : meta.dtype(), device);
     if (checkpoint) {
-      if (!checkpoint->contains(file_name)) {
-        throw ValueError(str_cat(checkpoint->path(), ": tensor '", file_name,
-                                 "' is missing (the model needs it with shape ", meta.shape(),
-                                 ")"));
-      }
+      require(file_name, meta);
       checkpoint->copy_into(file_name, t);
-      used.insert(file_name);
     } else {
       // HF's init draws in fp32 and the model is then cast; every device's draw kernel computes
       // the fp32 sample and rounds it into the destination's dtype, so drawing straight into t
