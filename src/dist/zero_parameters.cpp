@@ -152,24 +152,6 @@ void ZeroParameterSharding::restore_slots() {
   host_pool(communicator_->device()).empty_cache();
 }
 
-int64_t ZeroParameterSharding::owned_bytes() const {
-  int64_t bytes = 0;
-  for (const Block& block : blocks_) {
-    for (size_t i = 0; i < block.params.size(); ++i) {
-      if (block.owners[i] == communicator_->rank()) bytes += block.params[i].nbytes();
-    }
-  }
-  return bytes;
-}
-
-int64_t ZeroParameterSharding::sharded_bytes() const {
-  int64_t bytes = 0;
-  for (const Block& block : blocks_) {
-    for (const Tensor& p : block.params) bytes += p.nbytes();
-  }
-  return bytes - owned_bytes();
-}
-
 Tensor ZeroParameterSharding::run(int64_t layer, const LayerForward& forward, const Tensor& x) {
   Block& block = blocks_.at(static_cast<size_t>(layer));
   // Released when this call returns if this call (or the block before's, prefetching) gathered

@@ -63,9 +63,6 @@ class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterS
 
   // Blocks gathered so far (each release-to-gathered once, prefetches included).
   int64_t gather_count() const { return gather_count_; }
-  // Bytes of block parameters this rank holds while no block is gathered.
-  int64_t owned_bytes() const;
-  int64_t sharded_bytes() const;  // the rest of the blocks' parameters
 
   // The runner's and the hooks' entry points (public for them; see the note).
   Tensor run(int64_t layer, const LayerForward& forward, const Tensor& x);
