@@ -11,6 +11,7 @@
 
 #include "backend/grad_check_kernels.h"
 #include "core/error.h"
+#include "core/kernel_census.h"
 #include "ops/elementwise.h"
 #include "ops/op_support.h"
 #include "optim/optimizer.h"
@@ -71,6 +72,7 @@ void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& flag) 
 template <typename State>
 void resolve_found_inf(State& state) {
   if (!state.found_inf_flag.defined()) return;
+  count_skipped_host_read(state.found_inf_flag);
   if (state.found_inf_flag.device().type != DeviceType::meta) {
     state.found_inf |= state.found_inf_flag.to(kCPU).template data<float>()[0] != 0.0f;
   }

@@ -56,6 +56,10 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
   const char* group = "Plan";
   auto last = CLI::MultiOptionPolicy::TakeLast;
   plan->add_flag("--json", o.json, "print one JSON object")->group(group);
+  plan->add_flag("--kernels", o.kernels,
+                 "also print the step's kernel launches per family: GB moved, GFLOP and "
+                 "roofline time on --gpu's card (else the H100); --json always has them")
+      ->group(group);
   plan->add_option("--gpu", o.gpu, "plan for this GPU (" + gpu_names() + ") and search")
       ->group(group)
       ->multi_option_policy(last);
@@ -143,6 +147,7 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   plan_against_without_fp8(plan, {.steps = o.steps});
   nlohmann::ordered_json json = plan.to_json();
   if (!o.json) std::printf("%s", plan.format().c_str());
+  if (!o.json && o.kernels) std::printf("%s", plan.kernels().format().c_str());
   if (target.capacity_bytes > 0 && !o.no_search) {
     const SearchSpace space{comma_list(o.search_precisions), comma_list(o.search_optims),
                             comma_list(o.search_policies), comma_list(o.search_adapters),

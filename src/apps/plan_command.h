@@ -14,6 +14,7 @@ namespace headroom {
 
 struct PlanOptions {
   bool json = false;
+  bool kernels = false;    // --kernels: the step's kernel census (plan/step_kernels.h)
   std::string gpu;         // a GPU name (plan/gpu_specs.h)
   std::string gpu_memory;  // "24GiB"
   bool inference = false;

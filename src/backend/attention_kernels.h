@@ -8,13 +8,25 @@
 
 namespace headroom {
 
+// The kernel census's figures (Note [Kernel costs]): forward 4 B Hq T S D FLOPs (scores and
+// values), backward 2.5 times that (FlashAttention-2's count: the scores again, then dV, dP, dQ,
+// dK), half of each when causal; the tensors' bytes.
+KernelWork attention_forward_cost(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                  float scale, DropoutParams dropout, const Tensor& out,
+                                  const Tensor& lse);
+KernelWork attention_backward_cost(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& out, const Tensor& grad_out, const Tensor& lse,
+                                   bool causal, float scale, DropoutParams dropout,
+                                   const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
+                                   const Tensor& grad_v, const Tensor& grad_q_accum);
+
 struct AttentionKernels {
   static constexpr const char* kName = "attention";
 
   // out contiguous in q's dtype; lse f32 [B, Hq, T].
   Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
               DropoutParams dropout, const Tensor& out, const Tensor& lse)>
-      forward{"forward"};
+      forward{"forward", nullptr, attention_forward_cost};
   // out (forward's) and grad_out contiguous in q's dtype; lse as forward's; delta: f32 [B, Hq, T]
   // workspace; grad_q / grad_k / grad_v contiguous in q's dtype; grad_q_accum: f32 [B, Hq, T, D]
   // workspace when q is not f32, else undefined.
@@ -22,7 +34,7 @@ struct AttentionKernels {
               const Tensor& grad_out, const Tensor& lse, bool causal, float scale,
               DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
               const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum)>
-      backward{"backward"};
+      backward{"backward", nullptr, attention_backward_cost};
 };
 
 }  // namespace headroom

@@ -25,7 +25,10 @@ void register_backend(const Backend& backend) {
   if (backend.tensor_kernels) register_device_kernels(backend.type, backend.tensor_kernels);
   Registry& r = registry();
   const size_t i = static_cast<size_t>(backend.type);
-  r.tables[i] = backend.kernels;
+  // Each entry learns its family's name, for the kernel census (Note [Kernel costs]).
+  r.tables[i] = std::apply(
+      [](const auto&... family) { return KernelTables{named_kernels(family)...}; },
+      backend.kernels);
   r.registered[i] = true;
 }
 

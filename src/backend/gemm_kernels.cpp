@@ -1,4 +1,5 @@
-// The argument checks every backend's gemm entry shares (backend/gemm_kernels.h).
+// The argument checks every backend's gemm entry shares, and the census's cost of a call
+// (backend/gemm_kernels.h).
 #include "backend/gemm_kernels.h"
 
 #include <algorithm>
@@ -98,6 +99,42 @@ void check_gemm_fp8_bias(const Tensor& c, const Tensor& bias) {
     throw ValueError(str_cat("gemm_fp8: bias is ", dtype_name(bias.dtype()), " for a ",
                              dtype_name(c.dtype()), " c; it must be c's dtype, bf16 or f16"));
   }
+}
+
+namespace {
+
+int64_t bytes_of(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
+std::string gemm_shape(const GemmProblem& p, const char* epilogue, bool accumulates) {
+  return str_cat(p.batch > 1 ? str_cat(p.batch, " x ") : std::string(), p.m, " x ", p.n, " x ",
+                 p.k, epilogue, accumulates ? " +=" : "");
+}
+
+}  // namespace
+
+KernelWork gemm_cost(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float,
+                     float beta, const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) {
+  const GemmProblem p = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias);
+  KernelWork w;
+  w.flops = 2.0 * static_cast<double>(p.batch) * static_cast<double>(p.m) *
+            static_cast<double>(p.n) * static_cast<double>(p.k);
+  w.precision = a.dtype() == DType::f32 ? FlopPrecision::fp32 : FlopPrecision::sixteen_bit;
+  w.bytes = bytes_of(a) + bytes_of(b) + bytes_of(c) * (beta != 0.0f ? 2 : 1) + bytes_of(bias);
+  const char* names[] = {"", " +bias", " +bias+gelu"};
+  w.shape = gemm_shape(p, names[static_cast<int>(epilogue)], beta != 0.0f);
+  return w;
+}
+
+KernelWork gemm_fp8_cost(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                         const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias) {
+  KernelWork w;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  w.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  w.precision = FlopPrecision::fp8;
+  w.bytes = bytes_of(a) + bytes_of(a_scale_inv) + bytes_of(b) + bytes_of(b_scale_inv) +
+            bytes_of(c) + bytes_of(bias);
+  w.shape = str_cat(m, " x ", n, " x ", k, " fp8", bias.defined() ? " +bias" : "");
+  return w;
 }
 
 }  // namespace headroom

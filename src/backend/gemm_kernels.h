@@ -10,6 +10,13 @@ namespace headroom {
 // What a GEMM adds to alpha * op(a) @ op(b) + beta * c before it stores c.
 enum class GemmEpilogue { none, bias, bias_gelu };
 
+// The kernel census's figures for a call (Note [Kernel costs]): 2 m n k FLOPs a matrix, A, B and
+// the bias read, C written (and read when beta is not 0).
+KernelWork gemm_cost(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha,
+                     float beta, const Tensor& c, GemmEpilogue epilogue, const Tensor& bias);
+KernelWork gemm_fp8_cost(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                         const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias);
+
 struct GemmKernels {
   static constexpr const char* kName = "gemm";
 
@@ -21,7 +28,7 @@ struct GemmKernels {
   // needed, comes from the device's caching allocator.
   Kernel<void(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
               const Tensor& c, GemmEpilogue epilogue, const Tensor& bias)>
-      gemm{"gemm"};
+      gemm{"gemm", nullptr, gemm_cost};
   // The FP8 GEMM in the one layout cuBLASLt's FP8 kernels take (TN, see REFERENCES.md):
   // c [m, n] = (a_scale_inv * b_scale_inv) * a [m, k] @ b [n, k]^T (+ bias [n]). a and b are
   // contiguous f8_e4m3fn / f8_e5m2 (not both e5m2), their scale_inv f32 [1] on the device (read
@@ -33,7 +40,7 @@ struct GemmKernels {
   // tolerances]). k is at least 1.
   Kernel<void(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
               const Tensor& b_scale_inv, const Tensor& c, const Tensor& bias)>
-      gemm_fp8{"gemm_fp8"};
+      gemm_fp8{"gemm_fp8", nullptr, gemm_fp8_cost};
 };
 
 // One operand of a gemm entry: `batch` (1, or the product's) row-major rows x cols matrices, rows

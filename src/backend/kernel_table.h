@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/kernel_census.h"
+#include "core/tensor.h"
 
 namespace headroom {
 
@@ -46,6 +48,51 @@ namespace headroom {
 // registration. The meta device's no-op table, the missing-entry errors and the completeness test
 // (tests/core/test_device_kernels.cpp) follow by themselves.
 
+// Note [Kernel costs]
+// Every call of an entry is counted by an open kernel census (Note [Kernel census] in
+// core/kernel_census.h) on whatever device it runs, meta included. By default a call moves each
+// defined tensor argument's bytes once and does no FLOPs that a roofline would see; an entry
+// whose work is more (a GEMM's FLOPs, attention's) sets `cost` to a function of its own
+// signature: `gemm{"gemm", nullptr, gemm_cost}`. An entry that returns a value hands it to the
+// host, which waits for it: a host sync.
+
+namespace kernel_table_detail {
+
+// The census's view of one argument: the bytes of a tensor (and of an operand struct's tensors),
+// the device of the first tensor.
+struct ArgumentBytes {
+  KernelWork work;
+  Device device = kCPU;
+  bool has_device = false;
+  void add(const Tensor& t) {
+    if (!t.defined()) return;
+    work.bytes += static_cast<int64_t>(t.nbytes());
+    if (!has_device) device = t.device(), has_device = true;
+  }
+  template <typename T>
+  void add(const T& value) {
+    if constexpr (requires { value.packed; value.absmax; }) {
+      add(value.packed), add(value.absmax);
+    }
+  }
+};
+
+template <typename R, typename... Args>
+void count_launch(const char* family, const char* entry, KernelWork (*cost)(Args...),
+                  const Args&... args) {
+  ArgumentBytes seen;
+  (seen.add(args), ...);
+  KernelLaunch launch;
+  launch.family = family ? family : "";
+  launch.entry = entry;
+  launch.device = seen.device;
+  launch.work = cost ? cost(args...) : std::move(seen.work);
+  launch.host_sync = !std::is_void_v<R>;
+  detail::record_launch(std::move(launch));
+}
+
+}  // namespace kernel_table_detail
+
 // One entry: the kernel, its name, and what happens without it when it is optional.
 template <typename Signature>
 struct Kernel;
@@ -53,10 +100,15 @@ struct Kernel;
 template <typename R, typename... Args>
 struct Kernel<R(Args...)> {
   using Fn = R (*)(Args...);
+  using Cost = KernelWork (*)(Args...);
 
   const char* name;
   // Null for a required entry; for an optional one, what the op does when it is absent.
   const char* without = nullptr;
+  // The census's figures for a call (Note [Kernel costs]); null: its tensors' bytes.
+  Cost cost = nullptr;
+  // The family's kName, set when a backend registers its tables (backend/backend.h).
+  const char* family = nullptr;
   Fn fn = nullptr;
   // The meta device's entry: meta tensors have no data, so nothing to compute.
   Fn noop = [](Args...) -> R {
@@ -68,13 +120,20 @@ struct Kernel<R(Args...)> {
     return *this;
   }
   explicit operator bool() const { return fn != nullptr; }
-  R operator()(Args... args) const { return fn(std::forward<Args>(args)...); }
+  R operator()(Args... args) const {
+    if (kernel_census_open()) [[unlikely]] {
+      kernel_table_detail::count_launch<R, Args...>(family, name, cost, args...);
+    }
+    return fn(std::forward<Args>(args)...);
+  }
 };
 
 // Any Kernel<...> seen without its signature: every one has this layout.
 struct ErasedKernel {
   const char* name;
   const char* without;
+  void (*cost)();
+  const char* family;
   void (*fn)();
   void (*noop)();
 };
@@ -122,6 +181,16 @@ Family noop_kernels() {
   std::vector<ErasedKernel> entries = kernel_entries(family);
   if (entries.empty()) return family;
   for (ErasedKernel& e : entries) e.fn = e.noop;
+  std::memcpy(static_cast<void*>(&family), entries.data(), sizeof(Family));
+  return family;
+}
+
+// The family with each entry's `family` set to its kName (what the census reports).
+template <typename Family>
+Family named_kernels(Family family) {
+  std::vector<ErasedKernel> entries = kernel_entries(family);
+  if (entries.empty()) return family;
+  for (ErasedKernel& e : entries) e.family = Family::kName;
   std::memcpy(static_cast<void*>(&family), entries.data(), sizeof(Family));
   return family;
 }

@@ -10,6 +10,7 @@
 #include "core/device_kernels.h"
 #include "core/autograd_meta.h"
 #include "core/error.h"
+#include "core/kernel_census.h"
 
 namespace headroom {
 
@@ -64,7 +65,10 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype, Device
   }
   const int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
   Tensor t = empty({n}, dtype, device);
-  if (n > 0) device_kernels(device).arange(t, start, step);
+  if (n > 0) {
+    count_tensor_kernel("tensor", "arange", device, static_cast<int64_t>(t.nbytes()));
+    device_kernels(device).arange(t, start, step);
+  }
   return t;
 }
 
@@ -332,8 +336,12 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   check_defined("to");
   if (device == this->device()) return *this;
   Tensor out = empty(shape_, dtype_, device);
-  if (non_blocking && device.is_cuda() && is_pinned() && is_contiguous() && numel() > 0) {
-    pinned_allocator()->copy_to_device_async(out.data_ptr(), device, data_ptr(), nbytes());
+  if (non_blocking && !device.is_cpu() && is_pinned() && is_contiguous() && numel() > 0) {
+    // Queued on the stream; the host goes on (a dry run counts it as the GPU run makes it).
+    count_tensor_kernel("transfer", "host_to_device_async", device, static_cast<int64_t>(nbytes()));
+    if (device.is_cuda()) {
+      pinned_allocator()->copy_to_device_async(out.data_ptr(), device, data_ptr(), nbytes());
+    }
     return out;
   }
   out.copy_(*this);
@@ -372,7 +380,10 @@ void Tensor::record_stream(StreamId stream) const {
 const Tensor& Tensor::fill_(double value) const {
   check_defined("fill_");
   storage_->bump_version();
-  if (numel() > 0) device_kernels(device()).fill(*this, value);
+  if (numel() > 0) {
+    count_tensor_kernel("tensor", "fill", device(), static_cast<int64_t>(nbytes()));
+    device_kernels(device()).fill(*this, value);
+  }
   return *this;
 }
 
@@ -389,7 +400,13 @@ const Tensor& Tensor::add_(const Tensor& src) const {
   }
   const Tensor source = src.shape() == shape_ ? src : src.expand(shape_);
   storage_->bump_version();
-  if (numel() > 0) device_kernels(device()).accumulate(*this, source);
+  if (numel() > 0) {
+    count_tensor_kernel("tensor", "accumulate", device(),
+                        2 * static_cast<int64_t>(nbytes()) +
+                            numel() * static_cast<int64_t>(dtype_size(source.dtype())),
+                        false, has_strided_layout(source));
+    device_kernels(device()).accumulate(*this, source);
+  }
   return *this;
 }
 
@@ -401,9 +418,17 @@ const Tensor& Tensor::copy_(const Tensor& src, Overflow overflow) const {
   if (numel() == 0) return *this;
   const Device dst_device = device(), src_device = source.device();
   if (dst_device == src_device) {
+    count_tensor_kernel(source.dtype() == dtype_ ? "copy" : "cast", "copy", dst_device,
+                        static_cast<int64_t>(nbytes()) +
+                            numel() * static_cast<int64_t>(dtype_size(source.dtype())),
+                        false, has_strided_layout(*this) || has_strided_layout(source));
     device_kernels(dst_device).copy(*this, source, overflow);
     return *this;
   }
+  // A synchronous transfer (copy_from_cpu / copy_to_cpu wait for the stream): a host sync.
+  count_tensor_kernel("transfer", dst_device.is_cpu() ? "device_to_host" : "host_to_device",
+                      dst_device.is_cpu() ? src_device : dst_device,
+                      static_cast<int64_t>(nbytes()), /*host_sync=*/true);
   if (dst_device.is_meta()) return *this;  // nothing to write, as PyTorch
   if (src_device.is_meta()) {
     throw Error(str_cat("copy_: cannot copy out of a meta tensor into ", dst_device,
@@ -474,6 +499,7 @@ const Tensor& Tensor::uniform_(double low, double high, Generator* generator) co
     throw ValueError(str_cat("uniform_: low ", low, " must not exceed high ", high));
   }
   const DeviceKernels& kernels = device_kernels(device());
+  count_tensor_kernel("tensor", "uniform", device(), static_cast<int64_t>(nbytes()));
   draw_into(*this, generator, [&](const Tensor& dst, PhiloxState rng) { kernels.uniform(dst, rng, low, high); });
   return *this;
 }
@@ -486,6 +512,7 @@ const Tensor& Tensor::normal_(double mean, double std, Generator* generator) con
   }
   if (!(std >= 0)) throw ValueError(str_cat("normal_: std ", std, " must be >= 0"));
   const DeviceKernels& kernels = device_kernels(device());
+  count_tensor_kernel("tensor", "normal", device(), static_cast<int64_t>(nbytes()));
   draw_into(*this, generator, [&](const Tensor& dst, PhiloxState rng) { kernels.normal(dst, rng, mean, std); });
   return *this;
 }

@@ -96,7 +96,8 @@ Tensor GPT2Model::forward(const Tensor& input_ids) const {
   }
   const Tensor positions = Tensor::arange(0, static_cast<double>(t), 1, DType::i64,
                                           input_ids.device());
-  Tensor x = add(wte_.forward(input_ids), wpe_.forward(positions));
+  // The positions are 0..t-1 with t checked above: no read back of a check.
+  Tensor x = add(wte_.forward(input_ids), wpe_.forward(positions, IdCheck::by_caller));
   x = maybe_dropout(x, config_.embd_pdrop, is_training());
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const GPT2Block* block = blocks_[i];

@@ -61,8 +61,8 @@ Embedding::Embedding(int64_t num, int64_t dim, Device device) {
   register_parameter("weight", weight_, Tensor::empty({num, dim}, DType::f32, device));
 }
 
-Tensor Embedding::forward(const Tensor& ids) const {
-  Tensor out = embedding(weight_, ids);
+Tensor Embedding::forward(const Tensor& ids, IdCheck check) const {
+  Tensor out = embedding(weight_, ids, check);
   if (neftune_noise_alpha_ == 0.0 || !is_training()) return out;
   // HF: dims = output.size(1) * output.size(2), the padded length times the hidden size.
   const Shape& shape = out.shape();

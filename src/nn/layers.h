@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "nn/module.h"
+#include "ops/embedding.h"
 #include "ops/linear.h"
 #include "quant/fp8_linear.h"
 #include "quant/quant_4bit.h"
@@ -97,7 +98,7 @@ class Linear : public AdaptableLinear {
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Device device);
-  Tensor forward(const Tensor& ids) const;
+  Tensor forward(const Tensor& ids, IdCheck check = IdCheck::read_back) const;
   const Tensor& weight() const { return weight_; }
   // NEFTune (transformers' neftune_post_forward_hook): in training mode only, the output
   // [..., T, d] gets uniform noise in [-m, m), m = alpha / sqrt(T * d), drawn from the default

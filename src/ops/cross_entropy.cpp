@@ -117,6 +117,12 @@ LossAndGrads chunked_loss_and_grads(const FunctionNode* node, const Tensor& x,
   const DType operand = x.dtype() == weight.dtype() ? x.dtype() : DType::f32;
   const Tensor xc = (x.dtype() == operand ? x : x.to(operand)).contiguous().reshape({rows, dim});
   const Tensor wc = (weight.dtype() == operand ? weight : weight.to(operand)).contiguous();
+  if (chunk_rows == 0) {
+    // Note [Loss chunks]: fp32 logits, and their gradient beside them unless it is fp32 too.
+    const bool grads = node && (node->needs_input_grad(0) || node->needs_input_grad(1));
+    const int64_t bytes = 4 + (grads && operand != DType::f32 ? dtype_size(operand) : 0);
+    chunk_rows = linear_cross_entropy_chunk_rows(vocab, rows, bytes);
+  }
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_rows, rows));
   LossAndGrads result;
   Tensor logits = Tensor::empty({chunk, vocab}, DType::f32, device);
@@ -230,15 +236,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   return out;
 }
 
-int64_t linear_cross_entropy_chunk_rows(int64_t vocab) {
-  return std::max<int64_t>(128, (int64_t{16} << 20) / (4 * std::max<int64_t>(vocab, 1)));
+int64_t linear_cross_entropy_chunk_rows(int64_t vocab, int64_t rows, int64_t bytes_per_logit) {
+  rows = std::max<int64_t>(rows, 1);
+  const int64_t row_bytes = std::max<int64_t>(vocab, 1) * std::max<int64_t>(bytes_per_logit, 1);
+  const int64_t fitting = std::max<int64_t>(1, kLossChunkBytes / row_bytes);
+  const int64_t chunks = (rows + fitting - 1) / fitting;
+  const int64_t even = (rows + chunks - 1) / chunks;
+  return std::min(rows, std::max<int64_t>(even, 128));
 }
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index) {
-  return linear_cross_entropy_chunked(
-      x, weight, targets, ignore_index,
-      linear_cross_entropy_chunk_rows(weight.defined() && weight.ndim() == 2 ? weight.size(0) : 1));
+  return linear_cross_entropy_chunked(x, weight, targets, ignore_index, 0);
 }
 
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
@@ -259,7 +268,7 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
     throw ValueError(str_cat(op, ": x has ", x.size(-1), " features but weight ", weight.shape(),
                              " ([vocab, features]) expects ", weight.size(1)));
   }
-  if (chunk_rows <= 0) throw ValueError(str_cat(op, ": chunk_rows ", chunk_rows, " must be > 0"));
+  if (chunk_rows < 0) throw ValueError(str_cat(op, ": chunk_rows ", chunk_rows, " must be >= 0"));
   check_targets(op, "x", x, targets);
   const int64_t dim = weight.size(1);
   const int64_t rows = dim == 0 ? targets.numel() : x.numel() / dim;

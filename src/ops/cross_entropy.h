@@ -23,11 +23,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index = -100);
 
-// The tokens per chunk linear_cross_entropy uses for vocabulary V: 16 MiB of fp32 logits, but at
-// least 128 tokens, since the dweight GEMM's inner size is the chunk and a thinner one would make
-// it bound by streaming the [V, D] accumulator (V = 50257: 128 tokens, 25.7 MiB; V = 4096: 1024).
-int64_t linear_cross_entropy_chunk_rows(int64_t vocab);
-// linear_cross_entropy with an explicit number of tokens per chunk (> 0).
+// Note [Loss chunks]
+// The tokens per chunk linear_cross_entropy uses for `rows` tokens of vocabulary V, whose chunk
+// buffers take `bytes_per_logit` a logit (fp32 logits, and their gradient in the operands' dtype
+// when it is not fp32): equal chunks, as few as keep the buffers within kLossChunkBytes, and at
+// least 128 tokens (the dweight GEMM's inner size is the chunk; a thinner one is bound by
+// streaming the [V, D] accumulator). Each chunk is 5 launches (3 GEMMs, loss forward and
+// backward), so fewer chunks are fewer launches: GPT-2's 16 x 1024 tokens with bf16 operands
+// (6 bytes a logit) are 19 chunks of 863 tokens, where a fixed 128 made 128 chunks.
+inline constexpr int64_t kLossChunkBytes = int64_t{256} << 20;
+int64_t linear_cross_entropy_chunk_rows(int64_t vocab, int64_t rows, int64_t bytes_per_logit);
+// linear_cross_entropy with an explicit number of tokens per chunk (> 0; 0: Note [Loss chunks]).
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
                                     int64_t ignore_index, int64_t chunk_rows);
 

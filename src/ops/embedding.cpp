@@ -35,7 +35,7 @@ void throw_bad_id(int64_t id, int64_t flat, const Shape& shape, int64_t num_embe
 
 }  // namespace
 
-Tensor embedding(const Tensor& weight, const Tensor& ids) {
+Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check) {
   RecordFunction record("embedding", weight, ids);
   check_floating("embedding", "weight", weight);
   check_same_device("embedding", {weight, ids});
@@ -53,9 +53,11 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const Device device = weight.device();
   // The ids are checked with one read back (two when one is bad).
   const Tensor id_data = ids.contiguous();
-  if (const std::optional<int64_t> bad = need_kernel("embedding", device,
-                                                     &EmbeddingKernels::first_bad_id)(
-          id_data, num_embeddings)) {
+  if (const std::optional<int64_t> bad =
+          check == IdCheck::by_caller
+              ? std::nullopt
+              : need_kernel("embedding", device, &EmbeddingKernels::first_bad_id)(
+                    id_data, num_embeddings)) {
     const int64_t id = static_cast<int64_t>(id_data.reshape({-1}).narrow(0, *bad, 1).item());
     throw_bad_id(id, *bad, ids.shape(), num_embeddings);
   }

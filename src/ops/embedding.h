@@ -1,11 +1,19 @@
 // Token and position embeddings: a gather of rows, with a scatter-add backward.
 #pragma once
 
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace headroom {
 
-// weight [num_embeddings, dim], ids (i32 / i64) of any shape -> ids.shape + [dim].
-Tensor embedding(const Tensor& weight, const Tensor& ids);
+// How embedding learns that every id is in [0, num_embeddings): by reading back a check made on
+// the device (a host sync on a GPU), or from its caller, who made the ids so (positions from
+// arange below a length checked on the host).
+enum class IdCheck : uint8_t { read_back, by_caller };
+
+// weight [num_embeddings, dim], ids (i32 / i64) of any shape -> ids.shape + [dim]. An id out of
+// range is an IndexError naming it and its position (with IdCheck::read_back).
+Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check = IdCheck::read_back);
 
 }  // namespace headroom

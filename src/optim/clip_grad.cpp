@@ -8,6 +8,7 @@
 #include "backend/grad_check_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/kernel_census.h"
 #include "ops/op_support.h"
 
 namespace headroom {
@@ -74,6 +75,7 @@ Tensor device_norm(const char* op, const std::vector<Tensor>& grads, double norm
 
 // Element 0 of a device norm (one host read), or 0 on meta.
 float read_total(const Tensor& result) {
+  count_skipped_host_read(result);
   if (result.device().type == DeviceType::meta) return 0.0f;
   return result.to(kCPU).data<float>()[0];
 }
@@ -96,10 +98,10 @@ void check_finite(float total, double norm_type) {
                       "gradients by the non-finite norm anyway, set error_if_nonfinite=false"));
 }
 
-}  // namespace
-
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
-                       bool error_if_nonfinite) {
+// clip_grad_norm_'s work; with error_if_nonfinite the total is read (and checked) before any
+// gradient changes.
+Tensor clip_on_device(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                      bool error_if_nonfinite, float* total = nullptr) {
   constexpr const char* kOp = "clip_grad_norm_";
   if (!(max_norm >= 0.0)) {
     throw ValueError(str_cat(kOp, ": max_norm is ", max_norm, "; it must not be negative"));
@@ -107,20 +109,32 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   check_norm_type(kOp, norm_type);
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients_of(kOp, params);
-  if (grads.empty()) return 0.0;
-  // The total is read once: before the scaling when error_if_nonfinite needs it, else after.
+  if (grads.empty()) return Tensor();
   const Tensor result = device_norm(kOp, grads, norm_type, max_norm, ClipRule::torch);
-  float total = 0.0f;
   if (error_if_nonfinite) {
-    total = read_total(result);
-    check_finite(total, norm_type);
+    *total = read_total(result);
+    check_finite(*total, norm_type);
   }
   const auto& scale = need_kernel(kOp, grads.front().device(),
                                   &GradCheckKernels::scale_by_device_factor);
   for (const Tensor& grad : grads) {
     update_in_place(grad, [&](const Tensor& packed) { scale(packed, result); });
   }
-  return error_if_nonfinite ? total : read_total(result);
+  return result;
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  float total = 0.0f;
+  const Tensor result = clip_on_device(params, max_norm, norm_type, error_if_nonfinite, &total);
+  if (!result.defined()) return 0.0;
+  return error_if_nonfinite ? total : read_total(result);  // one read either way
+}
+
+Tensor clip_grad_norm_on_device(const Optimizer& optimizer, double max_norm, double norm_type) {
+  return clip_on_device(parameters_of(optimizer), max_norm, norm_type, false);
 }
 
 double clip_grad_norm_(const Optimizer& optimizer, double max_norm, double norm_type,

@@ -37,6 +37,11 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 // The same over every parameter of every group of `optimizer`.
 double clip_grad_norm_(const Optimizer& optimizer, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
+// clip_grad_norm_ without error_if_nonfinite, whose total norm stays on the device, unread (no
+// host sync): element 0 of the f32 [2] returned (element 1: the clip factor); undefined when no
+// parameter has a gradient.
+Tensor clip_grad_norm_on_device(const Optimizer& optimizer, double max_norm,
+                                double norm_type = 2.0);
 
 // torch.nn.utils.clip_grad_value_: clamps every gradient element to [-clip_value, clip_value]
 // in place (NaN stays NaN). clip_value >= 0, else ValueError.

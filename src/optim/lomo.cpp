@@ -7,6 +7,7 @@
 #include "backend/lomo_kernels.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/kernel_census.h"
 
 namespace headroom {
 
@@ -148,6 +149,7 @@ void Lomo::step() {
     }
   }
   phase_ = Phase::idle;
+  count_skipped_host_read(norm_result_);
   if (norm_result_.defined() && norm_result_.device().type != DeviceType::meta) {
     grad_norm_ = norm_result_.to(kCPU).data<float>()[0];  // the step's one host read
   }

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
+#include "core/kernel_census.h"
 #include "dist/meta_communicator.h"
 #include "memory/device_memory.h"
 #include "memory/host_pool.h"
@@ -103,7 +105,8 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
         .prefetched = prefetched,
         // One per rank: each rank evaluates its share (Trainer::evaluate).
         .eval_batches = eval ? options.world_size : 0,
-        .host_is_device = result.target.is_cpu()});
+        .host_is_device = result.target.is_cpu(),
+        .pinned = a.dataloader_pin_memory});
   };
   // Rank `rank`'s collectives (Note [A dry run's collectives]); none for one process.
   std::shared_ptr<Communicator> communicator;
@@ -157,8 +160,17 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     };
     int64_t host_after_first = 0;
     for (int i = 0; i < skipped + options.steps; ++i) {
+      // The kernel census of the last step (Note [Step roofline]): the optimizer's states exist.
+      KernelCensus census;
+      std::optional<KernelCensusScope> counting;
+      const bool last = skipped == 0 && i == options.steps - 1;
+      if (last) counting.emplace(census);
       trainer.step(/*assume_overflow=*/i < skipped);
       if (i == 0) host_after_first = host_allocated_so_far();
+      if (last) {
+        counting.reset();
+        result.step_census = StepCensus::of(census, args.gradient_accumulation_steps);
+      }
     }
     if (skipped == 0 && options.steps > 1) {
       result.host_bytes_per_step =

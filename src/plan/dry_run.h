@@ -11,6 +11,7 @@
 #include "memory/memory_category.h"
 #include "memory/slack_report.h"
 #include "plan/analytic_memory.h"
+#include "plan/step_kernels.h"
 #include "train/training_arguments.h"
 
 namespace headroom {
@@ -89,6 +90,8 @@ struct DryRunResult {
   // with ZeRO, per rank (optimizer states over world_size from stage 1, gradients from stage 2).
   FormulaMemory formula;
   double seconds = 0.0;              // wall time of the dry run
+  // The kernel census of the last step (plan/step_kernels.h): what it launches on the device.
+  StepCensus step_census;
 
   // What the device must hold: the larger of the training and the load peaks.
   int64_t required_bytes() const;

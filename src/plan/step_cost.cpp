@@ -8,19 +8,18 @@ namespace headroom {
 
 nlohmann::ordered_json StepCost::to_json() const {
   return {{"seconds", seconds()},
-          {"compute_seconds", compute_seconds},
-          {"optimizer_seconds", optimizer_seconds},
-          {"overhead_seconds", overhead_seconds},
+          {"roofline_seconds", roofline_seconds},
+          {"launch_seconds", launch_seconds},
+          {"launches", launches},
           {"model_flops", model_flops},
           {"recompute_flops", recompute_flops},
-          {"optimizer_bytes", optimizer_bytes},
           {"host_transfer_bytes", host_transfer_bytes},
           {"host_transfer_seconds", host_transfer_seconds},
           {"host_optimizer_seconds", host_optimizer_seconds}};
 }
 
 StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
-                            bool sixteen_bit, int64_t num_parameters, int64_t state_bytes,
+                            int64_t num_parameters, const StepKernels& kernels,
                             const GpuSpec& gpu, int64_t host_transfer_bytes,
                             int64_t host_state_bytes) {
   StepCost cost;
@@ -54,14 +53,9 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& arg
   if (args.optim == "lomo" && args.max_grad_norm > 0.0) passes = 2;
   cost.recompute_flops += (passes - 1) * (cost.model_flops + cost.recompute_flops);
 
-  const double peak = (sixteen_bit ? gpu.bf16_tflops : gpu.fp32_tflops) * 1e12;
-  cost.compute_seconds =
-      (cost.model_flops + cost.recompute_flops) / (peak * kModelFlopsUtilization);
-  // Every byte of weights, gradients and state is read once and the weights and state written
-  // back once: about twice the training state.
-  cost.optimizer_bytes = 2.0 * static_cast<double>(state_bytes);
-  cost.optimizer_seconds = cost.optimizer_bytes / (gpu.memory_tb_per_s * 1e12);
-  cost.overhead_seconds = micro_batches * passes * layers * kKernelsPerBlock * kLaunchSeconds;
+  cost.launches = kernels.total.launches;
+  cost.roofline_seconds = kernels.total.seconds;
+  cost.launch_seconds = kernels.launch_seconds;
   cost.host_transfer_bytes = static_cast<double>(host_transfer_bytes);
   cost.host_transfer_seconds = cost.host_transfer_bytes / (gpu.host_link_gb_per_s * 1e9);
   cost.host_optimizer_seconds = 2.0 * static_cast<double>(host_state_bytes) / kHostBytesPerSecond;

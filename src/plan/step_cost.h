@@ -9,56 +9,49 @@
 
 #include "nn/model_config.h"
 #include "plan/gpu_specs.h"
+#include "plan/step_kernels.h"
 #include "train/training_arguments.h"
 
 namespace headroom {
 
 // Note [Step time estimate]
-// FLOPs per token: forward 2N + 4*L*d*T (the matmuls, then attention's scores and values:
-// PaLM appendix B's 6N + 12*L*d*T split 1 : 2 between forward and backward). Recompute adds a
-// forward per checkpointed block: all of it for full / every_N blocks, for selective only the
-// attention core (4*d*T per token and layer) since the projections are kept. LOMO with
-// max_grad_norm runs forward and backward twice. A frozen base (LoRA, QLoRA) computes no
-// weight gradients: its matmuls' backward is dX only, so the matmuls cost 2N x 2 per token
-// instead of 2N x 3 (the adapters' own FLOPs are negligible). Compute time = FLOPs / (peak x kModelFlopsUtilization),
-// at the 16-bit tensor-core peak for autocast and pure bf16, at the fp32 peak for fp32.
-// Optimizer time: bytes read and written per parameter (weights, gradient and state, read and
-// written back) / memory bandwidth. Launch overhead: kKernelsPerBlock kernels per block and
-// micro-batch at kLaunchSeconds each, which is what makes many small micro-batches slower.
+// The step's kernel census (plan/step_kernels.h, Note [Step roofline]): each launch takes its
+// roofline time on the GPU, and at least kLaunchSeconds, the rate a host thread issues kernels
+// at, so that many small launches (small micro-batches, unfused ops) cost what they do. The dry
+// run ran the step's recompute, LOMO's second pass and its optimizer, so they are in the census.
 // Offload (Note [Optimizer offload], Note [Activation offload]): what moves between the device
 // and the host pool in a step crosses the card's host link (GpuSpec::host_link_gb_per_s) once,
 // charged in full (no overlap assumed), and an offloaded optimizer streams its host state
 // through host memory at kHostBytesPerSecond, an assumed 40 GB/s for one GPU's share of a
 // server's memory bandwidth, instead of the GPU's.
+// The FLOPs of the model are reported beside it (for MFU), as PaLM's appendix B counts them per
+// token: forward 2N + 4*L*d*T (the matmuls, then attention's scores and values), backward twice
+// that, or for a frozen base (LoRA, QLoRA) the matmuls' dX only (2N); recompute adds a forward per
+// checkpointed block (for selective only the attention core, 4*d*T per token and layer); LOMO
+// with max_grad_norm runs forward and backward twice.
 inline constexpr double kHostBytesPerSecond = 40e9;
-inline constexpr double kModelFlopsUtilization = 0.45;
-inline constexpr double kKernelsPerBlock = 60.0;
-inline constexpr double kLaunchSeconds = 4e-6;
 
 struct StepCost {
   double model_flops = 0.0;      // forward + backward
   double recompute_flops = 0.0;  // checkpointing's extra forward work (and LOMO's second pass)
-  double optimizer_bytes = 0.0;
-  double compute_seconds = 0.0;
-  double optimizer_seconds = 0.0;
-  double overhead_seconds = 0.0;
+  int64_t launches = 0;          // the census's, on the device
+  double roofline_seconds = 0.0;  // the launches' roofline (Note [Step roofline])
+  double launch_seconds = 0.0;    // what launches shorter than kLaunchSeconds add
   double host_transfer_bytes = 0.0;     // offload's traffic over the host link
   double host_transfer_seconds = 0.0;
   double host_optimizer_seconds = 0.0;  // the offloaded optimizer's step on the host
   double seconds() const {
-    return compute_seconds + optimizer_seconds + overhead_seconds + host_transfer_seconds +
-           host_optimizer_seconds;
+    return roofline_seconds + launch_seconds + host_transfer_seconds + host_optimizer_seconds;
   }
   nlohmann::ordered_json to_json() const;
 };
 
 // The estimate for training `config` with `args` (batch, accumulation, max_seq_length,
-// checkpointing, precision as `sixteen_bit`, optim) on `gpu`; `num_parameters` unique
-// parameters whose weights, gradients and optimizer state take `state_bytes` in all on the
-// device; with offload, `host_transfer_bytes` cross the host link per step and the optimizer's
-// `host_state_bytes` live on the host.
+// checkpointing, optim) on `gpu`, whose step launches `kernels` (the dry run's census); with
+// `num_parameters` unique parameters; with offload, `host_transfer_bytes` cross the host link
+// per step and the optimizer's `host_state_bytes` live on the host.
 StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
-                            bool sixteen_bit, int64_t num_parameters, int64_t state_bytes,
+                            int64_t num_parameters, const StepKernels& kernels,
                             const GpuSpec& gpu, int64_t host_transfer_bytes = 0,
                             int64_t host_state_bytes = 0);
 

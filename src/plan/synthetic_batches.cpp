@@ -2,6 +2,7 @@
 #include "plan/synthetic_batches.h"
 
 #include "core/error.h"
+#include "core/kernel_census.h"
 #include "core/tensor.h"
 
 namespace headroom {
@@ -22,6 +23,14 @@ TokenBatch SyntheticBatchSource::make(int64_t rows) const {
 
 TokenBatch SyntheticBatchSource::next_batch() {
   ++consumed_;
+  if (!options_.host_is_device) {
+    // DataLoaderBatchSource::to_device's two copies, as the census of a GPU step has them.
+    const int64_t bytes = options_.batch_size * options_.seq_length * 8;
+    for (int i = 0; i < 2; ++i) {
+      count_tensor_kernel("transfer", options_.pinned ? "host_to_device_async" : "host_to_device",
+                          kMeta, bytes, /*host_sync=*/!options_.pinned);
+    }
+  }
   if (options_.prefetched == 0) return make(options_.batch_size);
   // The workers hold `prefetched` batches ready and start the next as soon as one is taken.
   while (static_cast<int64_t>(ready_.size()) < options_.prefetched) {

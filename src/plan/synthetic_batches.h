@@ -20,6 +20,9 @@ struct SyntheticBatchOptions {
   // The planned device is the host, where the real loader assembles the batches it skips
   // (another data-parallel rank's, ShardedBatchSource): then a skipped batch is allocated too.
   bool host_is_device = true;
+  // On a GPU, whether the loader pins its batches (dataloader_pin_memory): then their copies to
+  // the device are queued without a host sync, else each waits (the kernel census counts them).
+  bool pinned = true;
 };
 
 // Batches are meta tensors. For a CPU plan they are what the loader assembles on the CPU (two

@@ -121,12 +121,8 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
     if (!plan.fits()) break;
   }
   if (target.device.is_cuda()) {
-    const CategoryBytes& b = plan.dry.at_peak;
-    const int64_t state = b[static_cast<size_t>(MemoryCategory::parameters)] +
-                          b[static_cast<size_t>(MemoryCategory::gradients)] +
-                          b[static_cast<size_t>(MemoryCategory::optimizer_states)];
-    plan.cost = estimate_step_cost(plan.dry.config, plan.args, plan.dry.recipe != "fp32",
-                                   plan.dry.num_parameters, state, target.rates(),
+    plan.cost = estimate_step_cost(plan.dry.config, plan.args, plan.dry.num_parameters,
+                                   plan.kernels(), target.rates(),
                                    2 * plan.dry.host_bytes_per_step,
                                    training_offload(plan.args).optimizer
                                        ? plan.dry.host_peak_allocated_bytes
@@ -162,6 +158,10 @@ void plan_against_without_fp8(TrainingPlan& plan, const DryRunOptions& options) 
   plan.without_fp8_args = args;
 }
 
+StepKernels TrainingPlan::kernels() const {
+  return summarize_step_kernels(dry.step_census, target.rates());
+}
+
 nlohmann::ordered_json TrainingPlan::to_json() const {
   nlohmann::ordered_json out = dry.to_json();
   out["target"] = target.description();
@@ -182,6 +182,7 @@ nlohmann::ordered_json TrainingPlan::to_json() const {
                         {"required_bytes", r.required}});
   }
   out["ranks"] = per_rank;
+  out["kernels"] = kernels().to_json();
   if (without_fp8) {
     out["without_fp8"] = {
         {"configuration", describe_configuration(without_fp8_args)},
@@ -292,10 +293,10 @@ std::string TrainingPlan::format() const {
          spare < 0 ? "short" : "to spare");
   }
   if (cost) {
-    line("  step time estimate on %s: %.3f s (compute %.3f, optimizer %.4f, launches %.4f; "
-         "Note [Step time estimate])\n",
-         target.rates().name.c_str(), cost->seconds(), cost->compute_seconds,
-         cost->optimizer_seconds, cost->overhead_seconds);
+    line("  step time estimate on %s: %.4f s (%lld launches: roofline %.4f s, launch-bound "
+         "%.4f s; Note [Step time estimate])\n",
+         target.rates().name.c_str(), cost->seconds(), static_cast<long long>(cost->launches),
+         cost->roofline_seconds, cost->launch_seconds);
     if (cost->host_transfer_bytes > 0 || cost->host_optimizer_seconds > 0) {
       line("  offload: %s per step over the host link (%.0f GB/s) %.3f s, the optimizer on the "
            "host %.3f s\n",

@@ -11,6 +11,7 @@
 
 #include "core/device.h"
 #include "plan/dry_run.h"
+#include "plan/step_kernels.h"
 #include "plan/gpu_specs.h"
 #include "plan/step_cost.h"
 #include "train/training_arguments.h"
@@ -71,6 +72,8 @@ struct TrainingPlan {
   // DryRunResult::to_json() plus "target", "cuda_overhead_bytes", "required_bytes",
   // "capacity_bytes", "fits" and "step_time_estimate".
   nlohmann::ordered_json to_json() const;
+  // The dry run's kernel census with its roofline on target.rates() (`plan --kernels`).
+  StepKernels kernels() const;
   // The report: the configuration, the dry run beside the formula per category, the overhead,
   // what is required and whether it fits.
   std::string format() const;

@@ -8,6 +8,7 @@
 #include "core/autocast_mode.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/kernel_census.h"
 #include "core/record_function.h"
 #include "ops/op_support.h"
 
@@ -109,6 +110,7 @@ void Fp8LinearState::end_backward() {
 }
 
 std::pair<int64_t, int64_t> Fp8LinearState::take_counts() {
+  count_skipped_host_read(counts_);
   if (device().type == DeviceType::meta) return {0, 0};
   const std::vector<int64_t> c = counts_.to(kCPU).to_int64_vector();
   counts_.zero_();

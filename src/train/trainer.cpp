@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
+#include "core/kernel_census.h"
 #include "core/record_function.h"
 #include "io/pretrained.h"
 #include "memory/device_memory.h"
@@ -107,6 +108,7 @@ void check_arguments(const TrainingArguments& args) {
 
 // A scalar's value for the log; NaN on the meta device, which has no values (a dry run).
 double host_value(const Tensor& scalar) {
+  count_skipped_host_read(scalar);
   return scalar.device().is_meta() ? NAN : scalar.item();
 }
 
@@ -778,10 +780,16 @@ void Trainer::resume() {
                            last_error.empty() ? "" : str_cat(" (last error: ", last_error, ")")));
 }
 
-double Trainer::train_step(int64_t& tokens) {
+Tensor Trainer::train_step(int64_t& tokens) {
   const int64_t accumulation = args_.gradient_accumulation_steps;
   const std::optional<DType> autocast_dtype = recipe_.autocast_dtype;
-  double step_loss = 0.0;
+  // The logged loss stays on the device until the step is done: reading it here would make the
+  // host wait for each forward before queueing its backward (Note [Kernel census]).
+  Tensor step_loss;
+  auto add_loss = [&](const Tensor& loss) {
+    NoGradGuard no_grad;
+    step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
+  };
   auto forward = [&](const TokenBatch& batch) {
     StepPhase phase("forward");
     MemoryCategoryScope category(MemoryCategory::activations);
@@ -810,7 +818,7 @@ double Trainer::train_step(int64_t& tokens) {
       generator.set_offset(offset);
       optimizer_->begin_backward_pass(pass);
       const Tensor loss = forward(batch);
-      if (pass == 0) step_loss = host_value(loss);
+      if (pass == 0) add_loss(loss);
       StepPhase phase("backward");
       run_backward(loss);
     }
@@ -820,33 +828,31 @@ double Trainer::train_step(int64_t& tokens) {
     return step_loss;
   }
   for (int64_t micro = 0; micro < accumulation; ++micro) {
+    census_micro_batch_begins();
     const TokenBatch batch = data_->next_batch();
     tokens += batch.targets.numel();
     Tensor loss = forward(batch);
     // HF divides each micro-batch's loss by the accumulation steps and logs their sum.
     if (accumulation > 1) loss = scale(loss, 1.0 / static_cast<double>(accumulation));
-    step_loss += host_value(loss);
+    add_loss(loss);
     StepPhase phase("backward");
     // DDP's no_sync() for all but the last micro-batch: one all-reduce per optimizer step.
     if (reducer_) reducer_->set_require_sync(micro == accumulation - 1);
     run_backward(scaler_->scale(loss));
   }
+  census_micro_batches_end();
   if (reducer_) {
     StepPhase phase("all_reduce gradients");
     reducer_->finish();
     if (offloaded_optimizer_) offloaded_optimizer_->take_gradients();  // the averaged ones
-    // The logged loss and tokens are the global batch's (Note [Data-parallel batches equal a
-    // single process's]).
-    step_loss = communicator_->all_reduce_scalar(step_loss, ReduceOp::avg);
-    tokens = static_cast<int64_t>(
-        communicator_->all_reduce_scalar(static_cast<double>(tokens), ReduceOp::sum));
   }
   return step_loss;
 }
 
 Trainer::StepResult Trainer::step(bool assume_overflow) {
   StepResult result;
-  result.loss = train_step(result.tokens);
+  const Tensor step_loss = train_step(result.tokens);
+  Tensor norm;  // the clip's total norm, still on the device
   if (!optimizer_->updates_in_backward()) {
     {
       StepPhase phase("optimizer.step");
@@ -869,8 +875,12 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
       if (args_.max_grad_norm > 0.0) {
         // The true gradients are clipped: unscaled above.
         StepPhase clip("clip_grad_norm_");
-        result.grad_norm = zero_stage_ >= 1 && communicator_ ? clip_sharded_grad_norm()
-                                                               : clip_grad_norm_(*optimizer_, args_.max_grad_norm);
+        if (zero_stage_ >= 1 && communicator_) {
+          result.grad_norm = clip_sharded_grad_norm();
+        } else {
+          norm = clip_grad_norm_on_device(*optimizer_, args_.max_grad_norm);
+          result.grad_norm = 0.0;  // no gradient: torch's 0
+        }
         if (device_.is_meta()) result.grad_norm = NAN;
       }
       scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
@@ -884,6 +894,28 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
     // TE's is_first_microbatch: the next step quantizes the updated weights once.
     fp8_->next_step();
     fp8_counts_ = fp8_->take_counts();
+  }
+  // The step's one host sync, once its work is queued: the loss, and the clip's norm with it.
+  Tensor read = step_loss;
+  if (norm.defined()) {
+    read = Tensor::empty({2}, DType::f32, device_);
+    read.narrow(0, 0, 1).copy_(step_loss.reshape({1}));
+    read.narrow(0, 1, 1).copy_(norm.narrow(0, 0, 1));
+  }
+  count_skipped_host_read(read);
+  if (device_.is_meta()) {
+    result.loss = NAN;  // a dry run: no values
+  } else {
+    const std::vector<float> values = read.to_float_vector();
+    result.loss = values[0];
+    if (norm.defined()) result.grad_norm = values[1];
+  }
+  if (communicator_) {
+    // The logged loss and tokens are the global batch's (Note [Data-parallel batches equal a
+    // single process's]).
+    result.loss = communicator_->all_reduce_scalar(result.loss, ReduceOp::avg);
+    result.tokens = static_cast<int64_t>(
+        communicator_->all_reduce_scalar(static_cast<double>(result.tokens), ReduceOp::sum));
   }
   ++global_step_;
   return result;

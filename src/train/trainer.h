@@ -210,7 +210,7 @@ class Trainer {
                         const std::vector<int>& owners);
   void resume();
   void load_checkpoint(const std::string& dir);
-  double train_step(int64_t& tokens);
+  Tensor train_step(int64_t& tokens);
   void log_step(double loss, double grad_norm, double tokens_per_s);
   // ZeRO-1's clip_grad_norm_: the norm over every rank's share, each rank clipping its own.
   double clip_sharded_grad_norm();
