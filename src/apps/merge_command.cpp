@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -13,6 +14,54 @@
 #include "train/model_source.h"
 
 namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Note [Merge output]
+// The merged model is written through a temporary directory renamed to --output_dir at the end
+// (write_directory_atomically), and never where it is made from: an output that is the base or
+// the adapter, contains one or lies inside one would replace or mix with the files being read
+// (a second merge into the base would then apply the adapter twice). Paths are compared once
+// resolved: absolute, symbolic links followed, "." and ".." and trailing slashes gone.
+fs::path resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+  if (ec) p = fs::absolute(path);
+  p = p.lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  return p;
+}
+
+// Whether `inner` is `outer` or lies inside it (both resolved).
+bool within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+void check_merge_output(const MergeOptions& o) {
+  const fs::path out = resolved(o.output_dir);
+  std::error_code ec;
+  const std::pair<const char*, const std::string*> inputs[] = {{"--model", &o.model},
+                                                               {"--adapter", &o.adapter}};
+  for (const auto& [option, value] : inputs) {
+    if (!fs::is_directory(*value, ec)) continue;  // a preset: nothing on disk
+    const fs::path in = resolved(*value);
+    const char* relation = out == in           ? "is"
+                           : within(out, in) ? "lies inside"
+                           : within(in, out) ? "contains"
+                                             : nullptr;
+    if (!relation) continue;
+    throw ValueError(str_cat("--output_dir: '", o.output_dir, "' ", relation, " ", option, " '",
+                             *value, "' (resolved: ", out.string(), " and ", in.string(),
+                             "); the merged model must go to a directory of its own"));
+  }
+}
+
+}  // namespace
 
 CLI::App* add_merge_command(CLI::App& app, MergeOptions& o) {
   CLI::App* merge = app.add_subcommand(
@@ -50,6 +99,7 @@ int run_merge(const MergeOptions& o) {
   if (!std::filesystem::is_directory(o.adapter, ec)) {
     throw ValueError(str_cat("--adapter: '", o.adapter, "' is not a directory"));
   }
+  check_merge_output(o);
   ModelAndTokenizer loaded = load_model_and_tokenizer(o.model, kCPU, 0);
   CausalLM& model = *loaded.model;
   load_lora_adapter(model, o.adapter);
@@ -59,11 +109,13 @@ int run_merge(const MergeOptions& o) {
     model.to(*dtype);
     std::visit([&](auto& c) { c.torch_dtype = *dtype; }, config);
   }
-  std::filesystem::create_directories(o.output_dir);
-  write_hf_config((std::filesystem::path(o.output_dir) / "config.json").string(), config);
-  save_safetensors_checkpoint(o.output_dir, model.named_parameters(), kDefaultMaxShardBytes,
-                              {{"format", "pt"}});
-  save_tokenizer(*loaded.tokenizer, o.output_dir);
+  // Note [Merge output]
+  write_directory_atomically(o.output_dir, [&](const std::string& dir) {
+    write_hf_config((fs::path(dir) / "config.json").string(), config);
+    save_safetensors_checkpoint(dir, model.named_parameters(), kDefaultMaxShardBytes,
+                                {{"format", "pt"}});
+    save_tokenizer(*loaded.tokenizer, dir);
+  });
   std::printf("merged %lld LoRA layers of %s into %s\n", static_cast<long long>(merged),
               o.adapter.c_str(), o.output_dir.c_str());
   return 0;

@@ -112,4 +112,53 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   }
 }
 
+void fsync_directory(const std::string& dir, const std::string& what) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    throw Error(str_cat(what, ": cannot open '", dir, "' to fsync it: ", errno_text(errno)));
+  }
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL && err != EROFS) {
+    throw Error(str_cat(what, ": fsync of '", dir, "' failed: ", errno_text(err)));
+  }
+}
+
+void write_directory_atomically(const std::string& path,
+                                const std::function<void(const std::string& dir)>& write_files) {
+  namespace fs = std::filesystem;
+  const fs::path target = fs::absolute(path).lexically_normal();
+  const fs::path name = target.has_filename() ? target.filename() : target.parent_path().filename();
+  const fs::path dir = target.has_filename() ? target : target.parent_path();
+  const fs::path parent = dir.parent_path();
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw Error(str_cat("cannot write directory '", path, "': a file of that name exists"));
+  }
+  fs::create_directories(parent);
+  const std::string pid = std::to_string(::getpid());
+  const fs::path tmp = parent / ("." + name.string() + ".tmp-" + pid);
+  const fs::path old = parent / ("." + name.string() + ".old-" + pid);
+  fs::remove_all(tmp);
+  fs::create_directory(tmp);
+  try {
+    write_files(tmp.string());
+    fsync_directory(tmp.string());
+    if (fs::exists(dir)) {
+      fs::remove_all(old);
+      fs::rename(dir, old);
+    }
+    fs::rename(tmp, dir);
+    fsync_directory(parent.string());
+  } catch (...) {
+    std::error_code ignored;
+    // The old directory back where it was when the new one did not take its place.
+    if (!fs::exists(dir, ignored) && fs::exists(old, ignored)) fs::rename(old, dir, ignored);
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+  fs::remove_all(old, ec);  // a leftover at worst: the new directory is in place
+}
+
 }  // namespace headroom

@@ -2,6 +2,7 @@
 // either the old file or the new one. Used for memory snapshots, checkpoints and reports.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -13,5 +14,19 @@ namespace headroom {
 // file is removed, `path` keeps its old contents, and a headroom::Error names `path` and the
 // system's reason.
 void write_file_atomically(const std::string& path, std::string_view bytes);
+
+// Makes a rename or a new entry in `dir` durable. File systems that cannot fsync a directory
+// (EINVAL, EROFS) are let be, as write_file_atomically does; other failures are an Error naming
+// `dir` (`what` says whose directory it is).
+void fsync_directory(const std::string& dir, const std::string& what = "directory");
+
+// A whole directory written as write_file_atomically writes a file: `write_files` fills a fresh
+// temporary directory next to `path` (.NAME.tmp-PID; each file written atomically), which is
+// fsynced and renamed to `path`. A directory already at `path` is renamed away (.NAME.old-PID)
+// first and deleted after, so a crash leaves the old directory or the new one under `path`, and
+// at worst a leftover beside it. On error the temporary directory is removed and `path` is as
+// it was.
+void write_directory_atomically(const std::string& path,
+                                const std::function<void(const std::string& dir)>& write_files);
 
 }  // namespace headroom

@@ -13,6 +13,7 @@
 #include <optional>
 #include <system_error>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/text_value.h"
 #include "io/json_file.h"
@@ -23,23 +24,6 @@ namespace headroom {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Makes a rename or a new entry in `dir` durable. File systems that cannot fsync a directory
-// (EINVAL, EROFS) are let be, as write_file_atomically does.
-void fsync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) {
-    throw Error(str_cat("checkpoint: cannot open directory '", dir.string(),
-                        "' to fsync it: ", std::generic_category().message(errno)));
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0 && err != EINVAL && err != EROFS) {
-    throw Error(str_cat("checkpoint: fsync of directory '", dir.string(),
-                        "' failed: ", std::generic_category().message(err)));
-  }
-}
 
 std::optional<int64_t> checkpoint_step(const std::string& name) {
   const std::string prefix = kCheckpointPrefix;
@@ -189,13 +173,13 @@ std::string commit_checkpoint(const std::string& output_dir, int64_t step,
   fs::create_directory(tmp_dir);
   try {
     write_files(tmp_dir.string());
-    fsync_directory(tmp_dir);
+    fsync_directory(tmp_dir.string(), "checkpoint");
     // A directory cannot be renamed over a non-empty one: the old checkpoint of this step (a run
     // resumed before it) goes first, renamed away before it is deleted; until the rename, only
     // the temporary copy exists.
     if (fs::exists(final_dir)) remove_checkpoint(final_dir.string());
     fs::rename(tmp_dir, final_dir);
-    fsync_directory(out);
+    fsync_directory(out.string(), "checkpoint");
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(tmp_dir, ignored);
@@ -224,7 +208,7 @@ void remove_checkpoint(const std::string& dir) {
   fs::remove_all(doomed);
   fs::rename(path, doomed);
   // Durable before the first file goes: a crash must not leave checkpoint-STEP half-deleted.
-  fsync_directory(path.parent_path());
+  fsync_directory(path.parent_path().string(), "checkpoint");
   fs::remove_all(doomed);
 }
 
@@ -308,8 +292,7 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
 
   const fs::path state_path = root / kTrainerStateFile;
   const std::string state_text = read_text_file(state_path.string());
-  (void)parse_json(state_text, state_path.string());  // its errors name the file
-  contents.trainer_state = nlohmann::ordered_json::parse(state_text);
+  contents.trainer_state = parse_ordered_json(state_text, state_path.string());
   with_checkpoint_file(state_path.string(), [&] {
     const nlohmann::json& state = contents.trainer_state;
     if (!state.is_object() || !state.contains("global_step") ||

@@ -11,6 +11,7 @@
 
 #include "apps/cli_run.h"
 #include "autograd/engine.h"
+#include "core/atomic_file.h"
 #include "core/grad_mode.h"
 #include "io/json_file.h"
 #include "io/pretrained.h"
@@ -118,6 +119,51 @@ TEST(LoraGolden, EvalAndMergeCommandsGivePeftsLoss) {
                            "no linear layer of the llama model"),
             std::string::npos) << wrong.err;
   EXPECT_EQ(std::count(wrong.err.begin(), wrong.err.end(), '\n'), 1) << wrong.err;
+}
+
+// A merge never writes where it reads from (Note [Merge output]): into the base itself, spelled
+// otherwise or through a link, inside it, or around it. The base is untouched afterwards, and a
+// merge over an earlier output replaces it whole.
+TEST(LoraGolden, MergeRefusesAnOutputThatOverlapsItsInputs) {
+  const std::string fixtures = kFixtures + "peft/";
+  const test_data::TempDir tmp("lora_merge_overlap");
+  const std::filesystem::path base = tmp.path() / "b", adapter = tmp.path() / "a";
+  std::filesystem::copy(fixtures + "llama_bytes", base, std::filesystem::copy_options::recursive);
+  std::filesystem::copy(fixtures + "llama_bytes_lora", adapter,
+                        std::filesystem::copy_options::recursive);
+  std::filesystem::create_directory_symlink(base, tmp.path() / "link");
+  const std::string before = read_text_file((base / "model.safetensors").string());
+  const std::string inputs = " --model " + base.string() + " --adapter " + adapter.string();
+  const std::string d = tmp.path().string();
+  for (const auto& [out, relation] : std::vector<std::pair<std::string, std::string>>{
+           {d + "/b", "' is --model"},
+           {d + "/./b/", "' is --model"},
+           {d + "/a/../b", "' is --model"},
+           {d + "/link", "' is --model"},
+           {d + "/b/merged", "' lies inside --model"},
+           {d + "/a", "' is --adapter"},
+           {d, "' contains --model"}}) {
+    SCOPED_TRACE(out);
+    const CliRun run = run_cli("merge" + inputs + " --output_dir " + out);
+    EXPECT_EQ(run.exit_code, 2) << run.err;
+    EXPECT_NE(run.err.find("--output_dir: '" + out + relation), std::string::npos) << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  }
+  EXPECT_EQ(read_text_file((base / "model.safetensors").string()), before);
+  EXPECT_FALSE(std::filesystem::exists(base / "merged"));
+
+  // An earlier merge's output is replaced as a whole: no file of it is left behind.
+  const std::string out = d + "/merged";
+  std::filesystem::create_directories(out);
+  write_file_atomically(out + "/stale.txt", "from before");
+  const CliRun run = run_cli("merge" + inputs + " --output_dir " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/stale.txt"));
+  for (const auto& entry : std::filesystem::directory_iterator(d)) {
+    EXPECT_EQ(entry.path().filename().string().find(".merged."), std::string::npos)
+        << "leftover " << entry.path();
+  }
 }
 
 // The config PEFT wrote, read and written again by headroom, is the same text.
