@@ -13,6 +13,7 @@
 
 #include "apps/option_value.h"
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace headroom {
 namespace {
@@ -100,16 +101,7 @@ ConfigValue json_value(const nlohmann::ordered_json& j) {
 }
 
 std::vector<ConfigEntry> read_json(const std::string& path, const std::string& content) {
-  nlohmann::ordered_json root;
-  try {
-    root = nlohmann::ordered_json::parse(content);
-  } catch (const nlohmann::json::exception& e) {
-    // what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ...", or
-    // "[json.exception.out_of_range.406] number overflow parsing '8e700'".
-    std::string message = e.what();
-    if (const size_t end = message.find("] "); end != std::string::npos) message.erase(0, end + 2);
-    throw ValueError(str_cat(path, ": ", message));
-  }
+  const nlohmann::ordered_json root = parse_ordered_json(content, path);
   if (!root.is_object()) {
     throw ValueError(str_cat(path, ": expected an object of option: value pairs at the top level"));
   }

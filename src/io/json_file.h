@@ -12,9 +12,22 @@ namespace headroom {
 // The whole file; ValueError names the path and the system's reason.
 std::string read_text_file(const std::string& path);
 
-// Parses `text`; ValueError "<source>: invalid JSON: <the parser's reason>". The parse is
-// iterative in nlohmann, so a hostile nesting depth cannot overflow the stack.
+// Note [Bounded JSON]
+// Every JSON headroom reads (options files, HF and PEFT configs, tokenizer.json, safetensors
+// headers, DeepSpeed files, JSONL rows, checkpoints) comes through parse_json: files from
+// strangers. nlohmann parses iteratively, but what follows does not: dumping a value (an error
+// message's excerpt) and walking it recurse once per level, so text nested 1e5 deep overflows
+// the stack. Text is first checked in one SAX pass (iterative, nothing built): at most
+// kMaxJsonDepth levels of nesting, at most kMaxJsonBytes, and no key twice in one object (TOML
+// and YAML refuse that too; nlohmann would keep the last silently).
+inline constexpr int kMaxJsonDepth = 512;
+inline constexpr size_t kMaxJsonBytes = size_t{1} << 30;
+
+// Parses `text`; ValueError "<source>: invalid JSON: <the parser's reason>", or naming the
+// depth, size or duplicate key and its limit (Note [Bounded JSON]).
 nlohmann::json parse_json(std::string_view text, const std::string& source);
+// The same, keeping the objects' keys in the file's order.
+nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& source);
 
 // A value as an error message shows it: its JSON type and, shortened, its text, e.g.
 // `string "768"`, `number -3`, `null`, `array [1,2,3]`.

@@ -10,6 +10,7 @@
 #include "backend/cpu/blockwise_quant.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace headroom {
 
@@ -289,7 +290,7 @@ Quant4bitWeight quant_4bit_from_state_dict(const std::string& prefix,
   const std::vector<int64_t> chars = state.to_int64_vector();
   const std::string text(chars.begin(), chars.end());
   const std::string state_key = p + ".quant_state";
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j = parse_json(text, str_cat(source, ": ", state_key));
   if (!j.is_object()) throw ValueError(str_cat(source, ": ", state_key, " is not a JSON object"));
   auto field = [&](const char* name) -> const nlohmann::json& {
     if (!j.contains(name)) {

@@ -75,7 +75,8 @@ TEST(HeadroomCli, TrainUsageErrorsExitTwoOnOneLine) {
   expect_usage_error("train --data " + data + " --config " + config, "run.json");
   // What the parsers' libraries throw is named too (issue 19, defects 10 and 11).
   write_bytes(config, "{\"learning_rate\": 8e700}");
-  expect_usage_error("train --data " + data + " --config " + config, "run.json: number overflow");
+  expect_usage_error("train --data " + data + " --config " + config,
+                     "run.json: invalid JSON: number overflow");
   const std::string yaml = dir.file("run.yaml");
   write_bytes(yaml, "{}: 1\n");
   expect_usage_error("train --data " + data + " --config " + yaml, "run.yaml: line 1: the key is");
@@ -98,6 +99,23 @@ std::vector<std::string> displayed_spin_counts(const std::string& err) {
 
 // See Note [OpenMP spin-waiting]: with libgomp's own 300000 spins, a run beside other busy
 // processes had stretches of 5 s steps instead of 0.1-0.3 s.
+// A config file and a model's config.json nested 1e5 deep: one line and exit 2, not a SIGSEGV
+// (Note [Bounded JSON]).
+TEST(HeadroomCli, DeeplyNestedJsonIsAnErrorNotACrash) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt");
+  write_bytes(data, "some text\n");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string config = dir.file("run.json");
+  write_bytes(config, "{\"learning_rate\": " + deep + "}");
+  expect_usage_error("train --data " + data + " --config " + config,
+                     "run.json: invalid JSON: nested deeper than 512 levels");
+  std::filesystem::create_directories(dir.file("model"));
+  write_bytes(dir.file("model/config.json"), "{\"model_type\": \"gpt2\", \"n_embd\": " + deep + "}");
+  expect_usage_error("plan --model " + dir.file("model") + " --max_seq_length 8",
+                     "config.json: invalid JSON: nested deeper than 512 levels");
+}
+
 TEST(HeadroomCli, RunsLibgompWithAShortSpinUnlessTheUserChoseOne) {
   const std::string display = "OMP_DISPLAY_ENV=verbose";
   const CliRun unset = run_cli("--version", "-u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + display);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/hf_config.h"
+#include "io/json_file.h"
 #include "io_test_helpers.h"
 
 namespace headroom {
@@ -227,6 +228,38 @@ TEST(HfConfig, RejectsModelTypesAndBadJson) {
                            {"cfg.json", "invalid JSON"});
   expect_error<ValueError>([] { parse_hf_config("[]", "cfg.json"); },
                            {"cfg.json", "config is array [], not an object"});
+}
+
+// Note [Bounded JSON]: nesting far past the limit is refused before anything recurses over it
+// (it used to overflow the stack), the limit itself is accepted, and a key given twice is refused
+// with the key shortened.
+TEST(HfConfig, RefusesDeepNestingAndDuplicateKeysInAnyJson) {
+  const int64_t deep = 100000;
+  const std::string arrays = std::string(deep, '[') + std::string(deep, ']');
+  expect_error<ValueError>(
+      [&] { parse_hf_config(R"({"model_type": "gpt2", "n_embd": )" + arrays + "}", "cfg.json"); },
+      {"cfg.json: invalid JSON: nested deeper than 512 levels"});
+  std::string objects;
+  for (int64_t i = 0; i < deep; ++i) objects += R"({"a":)";
+  objects += "1" + std::string(deep, '}');
+  expect_error<ValueError>([&] { parse_json(objects, "header"); },
+                           {"header: invalid JSON: nested deeper than 512 levels"});
+  const std::string at_limit = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(parse_json(at_limit, "x").is_array());
+  expect_error<ValueError>([&] { parse_json("[" + at_limit + "]", "x"); }, {"deeper than 512"});
+
+  expect_error<ValueError>(
+      [] { parse_hf_config(R"({"model_type": "gpt2", "model_type": "llama"})", "cfg.json"); },
+      {"cfg.json: invalid JSON: key \"model_type\" appears twice in one object"});
+  // Equal keys in different objects are fine; a 1 MB key is not echoed whole.
+  EXPECT_EQ(parse_ordered_json(R"({"a": {"k": 1}, "b": {"k": 2}})", "x")["b"]["k"], 2);
+  const std::string long_key(1 << 20, 'k');
+  try {
+    parse_json("{\"" + long_key + "\": 1, \"" + long_key + "\": 2}", "x");
+    ADD_FAILURE() << "a duplicate key was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 120u) << e.what();
+  }
 }
 
 TEST(HfConfig, RejectsWrongTypes) {
