@@ -97,19 +97,7 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   guard.release();
 
   // Without this the rename may be lost in a crash even though the data blocks were synced.
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) {
-    const int err = errno;
-    fail(path, str_cat("cannot open directory '", dir.string(), "' to fsync it: "), err);
-  }
-  const int sync_rc = ::fsync(dir_fd);
-  const int sync_err = errno;
-  ::close(dir_fd);
-  // Some file systems (and /proc-like mounts) cannot fsync a directory; the file is complete
-  // and in place, so that is not worth failing for.
-  if (sync_rc != 0 && sync_err != EINVAL && sync_err != EROFS) {
-    fail(path, str_cat("fsync of directory '", dir.string(), "' failed: "), sync_err);
-  }
+  fsync_directory(dir.string(), str_cat("cannot write '", path, "'"));
 }
 
 void fsync_directory(const std::string& dir, const std::string& what) {

@@ -11,10 +11,12 @@ namespace detail {
 
 std::atomic<KernelCensus*> g_kernel_census{nullptr};
 
+namespace {
 std::mutex& census_mutex() {
   static std::mutex m;
   return m;
 }
+}  // namespace
 
 void record_launch(KernelLaunch launch) {
   std::lock_guard<std::mutex> lock(census_mutex());

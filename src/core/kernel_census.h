@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -73,7 +72,6 @@ class KernelCensus {
 namespace detail {
 extern std::atomic<KernelCensus*> g_kernel_census;
 void record_launch(KernelLaunch launch);
-std::mutex& census_mutex();
 }  // namespace detail
 
 // Whether a census is open: one relaxed load, so every launch can ask.

@@ -17,9 +17,9 @@ std::string read_text_file(const std::string& path);
 // headers, DeepSpeed files, JSONL rows, checkpoints) comes through parse_json: files from
 // strangers. nlohmann parses iteratively, but what follows does not: dumping a value (an error
 // message's excerpt) and walking it recurse once per level, so text nested 1e5 deep overflows
-// the stack. Text is first checked in one SAX pass (iterative, nothing built): at most
-// kMaxJsonDepth levels of nesting, at most kMaxJsonBytes, and no key twice in one object (TOML
-// and YAML refuse that too; nlohmann would keep the last silently).
+// the stack. The parse itself refuses (through nlohmann's parser callback) text nested more than
+// kMaxJsonDepth levels, text over kMaxJsonBytes, and a key twice in one object (TOML and YAML
+// refuse that too; nlohmann would keep the last silently).
 inline constexpr int kMaxJsonDepth = 512;
 inline constexpr size_t kMaxJsonBytes = size_t{1} << 30;
 
