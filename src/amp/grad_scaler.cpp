@@ -52,20 +52,29 @@ void check_options(const GradScalerOptions& o) {
   }
 }
 
-// The fused pass over one gradient (torch's _amp_non_finite_check_and_unscale_), in place in
-// its own dtype on its device: sets `flag` (f32 [1], zeroed by the caller on the gradient's
-// device) when it held inf or NaN, with no host read.
-void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& flag) {
-  if (flag.device() != grad.device()) {
-    throw ValueError(str_cat("GradScaler.unscale_: gradients on ", flag.device(), " and ",
-                             grad.device(), "; one optimizer's gradients must share a device"));
+// The fused pass over the gradients (torch's _amp_foreach_non_finite_check_and_unscale_), one
+// launch per list slice (Note [Tensor lists]), in place in their own dtypes on their device: sets
+// `flag` (f32 [1], zeroed by the caller on the gradients' device) when any held inf or NaN, with
+// no host read.
+void unscale_and_check(const std::vector<Tensor>& grads, float inv_scale, const Tensor& flag) {
+  std::vector<Tensor> work;
+  work.reserve(grads.size());
+  for (const Tensor& grad : grads) {
+    if (flag.device() != grad.device()) {
+      throw ValueError(str_cat("GradScaler.unscale_: gradients on ", flag.device(), " and ",
+                               grad.device(), "; one optimizer's gradients must share a device"));
+    }
+    grad.storage()->bump_version();
+    work.push_back(grad.contiguous());  // the gradient itself unless strided
   }
   const auto& kernel =
-      need_kernel("GradScaler.unscale_", grad.device(), &GradCheckKernels::unscale_and_check);
-  grad.storage()->bump_version();
-  const Tensor work = grad.contiguous();  // the gradient itself unless strided
-  kernel(work, inv_scale, flag);
-  if (work.storage() != grad.storage()) grad.copy_(work);
+      need_kernel("GradScaler.unscale_", flag.device(), &GradCheckKernels::unscale_and_check);
+  for_each_list_slice(work.size(), [&](size_t begin, size_t n) {
+    kernel(TensorList(work).subspan(begin, n), inv_scale, flag);
+  });
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (work[i].storage() != grads[i].storage()) grads[i].copy_(work[i]);
+  }
 }
 
 // Folds a device flag into `state` (one host read; none on meta) and drops it.
@@ -169,9 +178,9 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   // One found_inf flag on the gradients' device for all of this step's gradients, read back
   // once by step() or update().
   Tensor flag;
-  for (const Tensor& grad : grads) {
-    if (!flag.defined()) flag = Tensor::zeros({1}, DType::f32, grad.device());
-    unscale_and_check(grad, inv_scale, flag);
+  if (!grads.empty()) {
+    flag = Tensor::zeros({1}, DType::f32, grads.front().device());
+    unscale_and_check(grads, inv_scale, flag);
   }
   state.recorded = !grads.empty();
   state.found_inf = false;

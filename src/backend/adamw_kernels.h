@@ -11,12 +11,14 @@ namespace headroom {
 struct AdamWKernels {
   static constexpr const char* kName = "adamw";
 
-  // AdamW on one parameter: param in its dtype, grad any floating dtype, states f32 or bf16
-  // (compensation: bf16 Kahan buffer or undefined; stochastic: round a bf16 param stochastically
-  // with rng).
-  Kernel<void(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-              const Tensor& exp_avg_sq, const Tensor& compensation, bool stochastic,
-              PhiloxState rng, const cpu::AdamWCoefficients& c)>
+  // AdamW on a list of parameters in one launch (Note [Tensor lists] in backend/kernel_table.h)
+  // that share one step's coefficients, the parameters' dtype and the states' dtype (f32 or
+  // bf16); each gradient any floating dtype. compensations: one bf16 Kahan buffer per parameter,
+  // or empty (none). stochastic: round each bf16 / f16 parameter stochastically with its rngs[i]
+  // (rngs: one per parameter when stochastic, else empty).
+  Kernel<void(TensorList params, TensorList grads, TensorList exp_avgs, TensorList exp_avg_sqs,
+              TensorList compensations, bool stochastic, std::span<const PhiloxState> rngs,
+              const cpu::AdamWCoefficients& c)>
       update{"update"};
 };
 

@@ -4,7 +4,9 @@
 // and registers a backend's allocator, tensor kernels and kernel tables together.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -56,6 +58,26 @@ namespace headroom {
 // signature: `gemm{"gemm", nullptr, gemm_cost}`. An entry that returns a value hands it to the
 // host, which waits for it: a host sync.
 
+// Note [Tensor lists]
+// An entry that takes a TensorList does one launch for all of its tensors, as torch's _foreach
+// kernels do (multi_tensor_apply): a CUDA launch carries the list's pointers and sizes in its
+// parameters, which hold up to 32 KiB (CUDA 12.1 on Volta and later), so one call takes at most
+// kTensorListCapacity tensors and an op with more calls once per slice (for_each_list_slice).
+// The op slices on every device, so the census counts the launches a GPU makes. Parallel lists
+// of one call (parameters, gradients, states) have one length; an undefined tensor in an
+// optional list means "none for this tensor".
+using TensorList = std::span<const Tensor>;
+inline constexpr size_t kTensorListCapacity = 256;
+
+// fn(begin, count) for consecutive slices [begin, begin + count) of at most kTensorListCapacity
+// of `size` tensors.
+template <typename Fn>
+void for_each_list_slice(size_t size, Fn fn) {
+  for (size_t begin = 0; begin < size; begin += kTensorListCapacity) {
+    fn(begin, std::min(kTensorListCapacity, size - begin));
+  }
+}
+
 namespace kernel_table_detail {
 
 // The census's view of one argument: the bytes of a tensor (and of an operand struct's tensors),
@@ -68,6 +90,9 @@ struct ArgumentBytes {
     if (!t.defined()) return;
     work.bytes += static_cast<int64_t>(t.nbytes());
     if (!has_device) device = t.device(), has_device = true;
+  }
+  void add(TensorList list) {
+    for (const Tensor& t : list) add(t);
   }
   template <typename T>
   void add(const T& value) {

@@ -1,8 +1,9 @@
 // AdamW: option checks as torch's, lazy state, per-step coefficients in double (as Python
-// computes them) handed to the device's adamw table (backend/adamw_kernels.h; one call per
-// parameter, in the tensors' own dtypes).
+// computes them) handed to the device's adamw table (backend/adamw_kernels.h; one call per list
+// of parameters that share them, in the tensors' own dtypes).
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/adamw_kernels.h"
@@ -77,11 +78,31 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
   for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
 }
 
+namespace {
+
+// Parameters whose update is one call of the list entry: one group, one step count, one dtype,
+// compensated or not, rounded stochastically or not (Note [Tensor lists]).
+struct AdamWCall {
+  int64_t step = 0;
+  DType param_dtype = DType::f32;
+  bool compensated = false;
+  bool stochastic = false;
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, compensations;
+  std::vector<PhiloxState> rngs;
+
+  bool takes(int64_t s, DType dtype, bool comp, bool stoch) const {
+    return step == s && param_dtype == dtype && compensated == comp && stochastic == stoch;
+  }
+};
+
+}  // namespace
+
 void AdamW::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const double lr = *groups_[g].lr;
     const double weight_decay = *groups_[g].weight_decay;
+    std::vector<AdamWCall> calls;  // few: a group's parameters usually share all four
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const auto& [name, param] = groups_[g].params[i];
       Tensor grad = param.grad();
@@ -102,10 +123,31 @@ void AdamW::step() {
         }
       }
       ++state.step;
-      grad = grad.contiguous();  // a copy only for a strided gradient
-
+      const bool compensated = state.compensation.defined();
+      const bool stochastic = low_precision_param && !compensated && options_.stochastic_rounding;
+      auto call = std::find_if(calls.begin(), calls.end(), [&](const AdamWCall& c) {
+        return c.takes(state.step, param.dtype(), compensated, stochastic);
+      });
+      if (call == calls.end()) {
+        call = calls.insert(calls.end(), AdamWCall{.step = state.step,
+                                                   .param_dtype = param.dtype(),
+                                                   .compensated = compensated,
+                                                   .stochastic = stochastic});
+      }
+      call->params.push_back(param);
+      call->grads.push_back(grad.contiguous());  // a copy only for a strided gradient
+      call->exp_avgs.push_back(state.exp_avg);
+      call->exp_avg_sqs.push_back(state.exp_avg_sq);
+      if (compensated) call->compensations.push_back(state.compensation);
+      // Reserved on every device and in parameter order, so that a dry run leaves the generator
+      // where a real run does.
+      if (stochastic) {
+        call->rngs.push_back(rounding_generator_.reserve(static_cast<uint64_t>(param.numel())));
+      }
+    }
+    for (const AdamWCall& call : calls) {
       // Python floats in torch's code: double arithmetic, then rounded to the tensor's float.
-      const double step = static_cast<double>(state.step);
+      const double step = static_cast<double>(call.step);
       const double bias_correction1 = 1.0 - std::pow(options_.beta1, step);
       const double bias_correction2 = 1.0 - std::pow(options_.beta2, step);
       const cpu::AdamWCoefficients c{
@@ -118,14 +160,18 @@ void AdamW::step() {
           .eps = static_cast<float>(options_.eps),
           .neg_step_size = static_cast<float>(-(lr / bias_correction1)),
       };
-      const bool stochastic = low_precision_param && !state.compensation.defined() &&
-                              options_.stochastic_rounding;
-      // Reserved on every device, so that a dry run leaves the generator where a real run does.
-      const PhiloxState rng =
-          stochastic ? rounding_generator_.reserve(static_cast<uint64_t>(param.numel()))
-                     : PhiloxState{};
-      need_kernel("AdamW", param.device(), &AdamWKernels::update)(
-          param, grad, state.exp_avg, state.exp_avg_sq, state.compensation, stochastic, rng, c);
+      const auto& update =
+          need_kernel("AdamW", call.params.front().device(), &AdamWKernels::update);
+      for_each_list_slice(call.params.size(), [&](size_t begin, size_t n) {
+        auto slice = [&](const std::vector<Tensor>& list) {
+          return list.empty() ? TensorList() : TensorList(list).subspan(begin, n);
+        };
+        update(slice(call.params), slice(call.grads), slice(call.exp_avgs),
+               slice(call.exp_avg_sqs), slice(call.compensations), call.stochastic,
+               call.rngs.empty() ? std::span<const PhiloxState>()
+                                 : std::span<const PhiloxState>(call.rngs).subspan(begin, n),
+               c);
+      });
     }
   }
 }

@@ -1,6 +1,7 @@
 // Gradient clipping: torch's checks here, the norms, the fp32 clip factor and the passes over the
 // gradients in the device's gradient-check kernels (backend/grad_check_kernels.h), the same on
-// every device, with one host read of the total norm.
+// every device, over the gradients as lists (one launch each), with one host read of the total
+// norm.
 #include "optim/clip_grad.h"
 
 #include <cmath>
@@ -65,9 +66,13 @@ Tensor device_norm(const char* op, const std::vector<Tensor>& grads, double norm
   const Tensor partials = Tensor::empty({count, kNormPartialBlocks}, DType::i64, device);
   const Tensor result = Tensor::empty({2}, DType::f32, device);
   const auto& norm_partial = need_kernel(op, device, &GradCheckKernels::norm_partial);
-  for (int64_t i = 0; i < count; ++i) {
-    norm_partial(grads[static_cast<size_t>(i)].contiguous(), norm_type, partials, i);
-  }
+  std::vector<Tensor> packed;
+  packed.reserve(grads.size());
+  for (const Tensor& grad : grads) packed.push_back(grad.contiguous());
+  for_each_list_slice(packed.size(), [&](size_t begin, size_t n) {
+    norm_partial(TensorList(packed).subspan(begin, n), norm_type, partials,
+                 static_cast<int64_t>(begin));
+  });
   need_kernel(op, device, &GradCheckKernels::norm_combine)(partials, count, norm_type, max_norm,
                                                            rule, result);
   return result;
@@ -80,14 +85,22 @@ float read_total(const Tensor& result) {
   return result.to(kCPU).data<float>()[0];
 }
 
-// Runs kernel(grad) on `grad` in place: on the gradient itself when it is contiguous, else on a
-// packed copy that is written back.
+// Runs kernel(list) over `grads` in place, one call per list slice (Note [Tensor lists]): on
+// each gradient itself when it is contiguous, else on a packed copy that is written back.
 template <typename Kernel>
-void update_in_place(const Tensor& grad, const Kernel& kernel) {
-  grad.storage()->bump_version();
-  const Tensor packed = grad.contiguous();
-  kernel(packed);
-  if (packed.storage() != grad.storage()) grad.copy_(packed);
+void update_in_place(const std::vector<Tensor>& grads, const Kernel& kernel) {
+  std::vector<Tensor> packed;
+  packed.reserve(grads.size());
+  for (const Tensor& grad : grads) {
+    grad.storage()->bump_version();
+    packed.push_back(grad.contiguous());
+  }
+  for_each_list_slice(packed.size(), [&](size_t begin, size_t n) {
+    kernel(TensorList(packed).subspan(begin, n));
+  });
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (packed[i].storage() != grads[i].storage()) grads[i].copy_(packed[i]);
+  }
 }
 
 void check_finite(float total, double norm_type) {
@@ -117,9 +130,7 @@ Tensor clip_on_device(const std::vector<Tensor>& params, double max_norm, double
   }
   const auto& scale = need_kernel(kOp, grads.front().device(),
                                   &GradCheckKernels::scale_by_device_factor);
-  for (const Tensor& grad : grads) {
-    update_in_place(grad, [&](const Tensor& packed) { scale(packed, result); });
-  }
+  update_in_place(grads, [&](TensorList list) { scale(list, result); });
   return result;
 }
 
@@ -154,9 +165,7 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   // and rounding the result gives the same values, as rounding is monotonic.
   const float high = static_cast<float>(clip_value);
   const auto& clamp = need_kernel(kOp, grads.front().device(), &GradCheckKernels::clamp);
-  for (const Tensor& grad : grads) {
-    update_in_place(grad, [&](const Tensor& packed) { clamp(packed, -high, high); });
-  }
+  update_in_place(grads, [&](TensorList list) { clamp(list, -high, high); });
 }
 
 void clip_grad_value_(const Optimizer& optimizer, double clip_value) {

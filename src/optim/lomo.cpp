@@ -107,7 +107,7 @@ void Lomo::measure(size_t flat, const Tensor& grad) {
     norm_partials_ = Tensor::zeros({count, kNormPartialBlocks}, DType::i64, grad.device());
   }
   need_kernel("Lomo", grad.device(), &GradCheckKernels::norm_partial)(
-      grad, 2.0, norm_partials_, static_cast<int64_t>(flat));
+      TensorList(&grad, 1), 2.0, norm_partials_, static_cast<int64_t>(flat));
 }
 
 void Lomo::apply(size_t group, size_t index) {

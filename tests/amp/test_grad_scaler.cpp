@@ -21,6 +21,7 @@
 #include "amp/grad_scaler.h"
 #include "autograd/engine.h"
 #include "core/error.h"
+#include "core/kernel_census.h"
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
 #include "optim/adamw.h"
@@ -283,6 +284,33 @@ TEST(GradScaler, UnscaleMatchesTorchInEachGradientDtype) {
     EXPECT_EQ(p.grad().dtype(), c.dtype);
     expect_same(p.grad().to_float_vector(), c.unscaled, what);
   }
+}
+
+// Note [Tensor lists] (backend/kernel_table.h): 300 gradients are unscaled in two launches into
+// one flag, and an inf in the second slice is found.
+TEST(GradScaler, UnscalesListsLongerThanOneLaunch) {
+  std::vector<Tensor> params;
+  for (int i = 0; i < 300; ++i) {
+    Tensor p = Tensor::zeros({3}).set_requires_grad(true);
+    p.set_grad(Tensor::from_floats({4.0f, -8.0f, i == 280 ? kInf : 2.0f}, {3}));
+    params.push_back(p);
+  }
+  TinySgd optimizer({params}, 1.0);
+  GradScaler scaler({.init_scale = 4.0});
+  scaler.scale(Tensor::ones({}));
+  KernelCensus census;
+  {
+    KernelCensusScope scope(census);
+    scaler.unscale_(optimizer);
+  }
+  int launches = 0;
+  for (const KernelLaunch& l : census.launches()) {
+    launches += std::string(l.entry) == "unscale_and_check";
+  }
+  EXPECT_EQ(launches, 2);
+  EXPECT_TRUE(scaler.found_inf(optimizer));
+  EXPECT_EQ(params[0].grad().to_float_vector(), (std::vector<float>{1.0f, -2.0f, 0.5f}));
+  EXPECT_EQ(params[299].grad().to_float_vector(), (std::vector<float>{1.0f, -2.0f, 0.5f}));
 }
 
 TEST(GradScaler, DefaultsAreTorchsAndMegatronExtrasAreOff) {

@@ -154,6 +154,47 @@ TEST(CudaOptim, AdamWMatchesTheCpu) {
   }
 }
 
+// Note [Tensor lists]: 300 parameters are two launches of each list kernel; each block finds its
+// tensor among sizes that include ones below and above a block's elements.
+std::vector<Shape> many_shapes() {
+  std::vector<Shape> shapes;
+  for (int i = 0; i < 300; ++i) shapes.push_back(Shape{(i % 9) * 1237 + 1});
+  return shapes;
+}
+
+TEST(CudaOptim, ListsLongerThanOneLaunchMatchTheCpu) {
+  REQUIRE_GPU();
+  compare_steps([](auto& p) { return std::make_unique<AdamW>(p); }, many_shapes(), DType::f32,
+                DType::bf16, 2, 1.0, "adamw list f32 / bf16 grads");
+  compare_steps([](auto& p) { return std::make_unique<AdamW>(p); }, many_shapes(), DType::bf16,
+                DType::bf16, 2, 1.0, "adamw list stochastic bf16");
+  compare_steps(
+      [](auto& p) { return std::make_unique<AdamW>(p, AdamWOptions{.kahan_summation = true}); },
+      many_shapes(), DType::bf16, DType::bf16, 2, 1.0, "adamw list kahan bf16");
+  Generator gen(3);
+  std::vector<Tensor> cpu = leaves(many_shapes(), DType::f32, kCPU, &gen), gpu;
+  const DType dtypes[] = {DType::f32, DType::bf16, DType::f16};
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    cpu[i].set_grad(Tensor::randn(cpu[i].shape(), DType::f32, kCPU, &gen).to(dtypes[i % 3]));
+    Tensor g = cpu[i].detach().to(kGpu);
+    g.set_requires_grad(true);
+    g.set_grad(cpu[i].grad().to(kGpu));
+    gpu.push_back(g);
+  }
+  const double total_cpu = clip_grad_norm_(cpu, 1.0), total_gpu = clip_grad_norm_(gpu, 1.0);
+  EXPECT_NEAR(total_gpu, total_cpu, 1e-6 * total_cpu);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    expect_close(cpu[i].grad(), gpu[i].grad(), tolerance(dtypes[i % 3]),
+                 str_cat("clip list gradient ", i));
+  }
+  clip_grad_value_(cpu, 1e-3);
+  clip_grad_value_(gpu, 1e-3);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    expect_close(cpu[i].grad(), gpu[i].grad(), tolerance(dtypes[i % 3]),
+                 str_cat("clamp list gradient ", i));
+  }
+}
+
 TEST(CudaOptim, AdamW8bitMatchesTheCpu) {
   REQUIRE_GPU();
   // Blockwise 8-bit states for the large tensors, fp32 states below min_8bit_size; a NaN-free

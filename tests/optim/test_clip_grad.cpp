@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/float_formats.h"
+#include "core/kernel_census.h"
 #include "io/io_test_helpers.h"
 #include "memory/device_memory.h"
 #include "optim/adamw.h"
@@ -194,6 +195,48 @@ TEST(ClipGradNorm, LargeGradientsMatchADoubleReferenceForAnyThreadCount) {
     const double one_thread = grad_norm({p}, 2.0);
     omp_set_num_threads(saved);
     EXPECT_EQ(one_thread, grad_norm({p}, 2.0));
+  }
+}
+
+// Note [Tensor lists] (backend/kernel_table.h): 300 gradients of three dtypes take two launches
+// of each pass over them, and the result is still the norm of the per-tensor fp32 norms, each
+// gradient scaled by the one factor and rounded once in its own dtype.
+TEST(ClipGradNorm, ListsLongerThanOneLaunchAreSlicedAndAllClipped) {
+  Generator gen(5);
+  const DType dtypes[] = {DType::f32, DType::bf16, DType::f16};
+  std::vector<Tensor> params;
+  std::vector<std::vector<float>> before;
+  double squares = 0.0;
+  for (int i = 0; i < 300; ++i) {
+    Tensor p = Tensor::zeros({i % 7 + 1}).set_requires_grad(true);
+    p.set_grad(Tensor::randn({i % 7 + 1}, DType::f32, kCPU, &gen).to(dtypes[i % 3]));
+    const float norm = static_cast<float>(grad_norm({p}, 2.0));
+    squares += static_cast<double>(norm) * norm;
+    before.push_back(p.grad().to_float_vector());
+    params.push_back(p);
+  }
+  const float total = static_cast<float>(std::sqrt(squares));
+  const float factor = std::min(1.0f, (1.0f / (total + 1e-6f)) * 0.5f);
+  ASSERT_LT(factor, 1.0f);
+  KernelCensus census;
+  double clipped_total = 0.0;
+  {
+    KernelCensusScope scope(census);
+    clipped_total = clip_grad_norm_(params, 0.5);
+  }
+  EXPECT_EQ(clipped_total, total);
+  std::map<std::string, int> launches;
+  for (const KernelLaunch& l : census.launches()) ++launches[std::string(l.family) + "." + l.entry];
+  EXPECT_EQ(launches["grad_check.norm_partial"], 2);
+  EXPECT_EQ(launches["grad_check.norm_combine"], 1);
+  EXPECT_EQ(launches["grad_check.scale_by_device_factor"], 2);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const DType dtype = params[i].grad().dtype();
+    std::vector<float> want;
+    for (float v : before[i]) {
+      want.push_back(Tensor::from_floats({v * factor}, {1}).to(dtype).to_float_vector()[0]);
+    }
+    EXPECT_EQ(params[i].grad().to_float_vector(), want) << "gradient " << i;
   }
 }
 

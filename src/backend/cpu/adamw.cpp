@@ -196,12 +196,11 @@ void adamw_update_mixed(const AdamWTensors& t, int64_t n, const AdamWCoefficient
 
 namespace {
 
-// The table's entry: all-f32 tensors take the fused fp32 kernel; any other mix (16-bit
+// One parameter: all-f32 tensors take the fused fp32 kernel; any other mix (16-bit
 // parameters updated in place, 16-bit gradients or states) the blockwise one.
-void adamw_update_tensors(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                          const Tensor& exp_avg_sq, const Tensor& compensation, bool stochastic,
-                          PhiloxState rng, const AdamWCoefficients& c) {
-  ensure_flush_denormal();
+void adamw_update_tensor(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                         const Tensor& exp_avg_sq, const Tensor& compensation, bool stochastic,
+                         PhiloxState rng, const AdamWCoefficients& c) {
   if (param.dtype() == DType::f32 && grad.dtype() == DType::f32 &&
       exp_avg.dtype() == DType::f32) {
     adamw_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
@@ -222,8 +221,27 @@ void adamw_update_tensors(const Tensor& param, const Tensor& grad, const Tensor&
       param.numel(), c);
 }
 
+// The list entry: each parameter in turn, as above.
+void adamw_update_list(TensorList params, TensorList grads, TensorList exp_avgs,
+                       TensorList exp_avg_sqs, TensorList compensations, bool stochastic,
+                       std::span<const PhiloxState> rngs, const AdamWCoefficients& c) {
+  ensure_flush_denormal();
+  HEADROOM_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() &&
+                     exp_avg_sqs.size() == params.size() &&
+                     (compensations.empty() || compensations.size() == params.size()) &&
+                     (!stochastic || rngs.size() == params.size()),
+                 "cpu adamw update: lists of ", params.size(), " parameters, ", grads.size(),
+                 " gradients, ", exp_avgs.size(), " and ", exp_avg_sqs.size(), " states, ",
+                 compensations.size(), " compensations, ", rngs.size(), " generators");
+  for (size_t i = 0; i < params.size(); ++i) {
+    adamw_update_tensor(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i],
+                        compensations.empty() ? Tensor() : compensations[i], stochastic,
+                        stochastic ? rngs[i] : PhiloxState{}, c);
+  }
+}
+
 }  // namespace
 
-void fill_adamw_kernels(AdamWKernels& kernels) { kernels.update = adamw_update_tensors; }
+void fill_adamw_kernels(AdamWKernels& kernels) { kernels.update = adamw_update_list; }
 
 }  // namespace headroom::cpu

@@ -146,7 +146,7 @@ double finish_norm(NormKind kind, double folded, double p) {
 
 // Slot b of the row folds the terms of chunk b of x, kNormPartialBlocks chunks of equal length
 // (the last ones shorter or empty: their slots hold 0).
-void norm_partial(const Tensor& x, double p, const Tensor& partials, int64_t index) {
+void norm_partial_row(const Tensor& x, double p, const Tensor& partials, int64_t index) {
   ensure_flush_denormal();
   check_dtype("norm_partial", x);
   HEADROOM_CHECK(partials.element_size() == 8 && partials.ndim() == 2 &&
@@ -166,6 +166,12 @@ void norm_partial(const Tensor& x, double p, const Tensor& partials, int64_t ind
       acc = fold(kind, acc, terms_of(kind, p, values, count));
     });
     row[b] = acc;
+  }
+}
+
+void norm_partial(TensorList xs, double p, const Tensor& partials, int64_t first_row) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    norm_partial_row(xs[i], p, partials, first_row + static_cast<int64_t>(i));
   }
 }
 
@@ -201,26 +207,30 @@ void norm_combine(const Tensor& partials, int64_t count, double p, double max_no
   }
 }
 
-void scale_by_device_factor(const Tensor& grad, const Tensor& factor) {
+void scale_by_device_factor(TensorList grads, const Tensor& factor) {
   ensure_flush_denormal();
-  check_dtype("scale_by_device_factor", grad);
   const float f = factor.data<float>()[1];
   if (f == 1.0f) return;
-  update_in_place(grad, [f](float* values, int64_t count) {
+  for (const Tensor& grad : grads) {
+    check_dtype("scale_by_device_factor", grad);
+    update_in_place(grad, [f](float* values, int64_t count) {
 #pragma omp simd
     for (int64_t i = 0; i < count; ++i) values[i] *= f;
-  });
+    });
+  }
 }
 
-void clamp(const Tensor& grad, float low, float high) {
+void clamp(TensorList grads, float low, float high) {
   ensure_flush_denormal();
-  check_dtype("clamp", grad);
-  update_in_place(grad, [low, high](float* values, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) {
-      const float v = values[i] < low ? low : values[i];
-      values[i] = v > high ? high : v;  // comparisons with NaN are false: NaN stays
-    }
-  });
+  for (const Tensor& grad : grads) {
+    check_dtype("clamp", grad);
+    update_in_place(grad, [low, high](float* values, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) {
+        const float v = values[i] < low ? low : values[i];
+        values[i] = v > high ? high : v;  // comparisons with NaN are false: NaN stays
+      }
+    });
+  }
 }
 
 // ---- GradScaler
@@ -233,8 +243,7 @@ inline uint32_t non_finite(float x) {
 // torch's _amp_foreach_non_finite_check_and_unscale_: the check looks at the input, so a product
 // that overflows is not reported; with inv_scale == 1 the gradient is only read, as torch skips
 // the multiply there too, which keeps values the flush-to-zero mode would lose.
-void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& found_inf) {
-  ensure_flush_denormal();
+void unscale_and_check_one(const Tensor& grad, float inv_scale, const Tensor& found_inf) {
   check_dtype("unscale_and_check", grad);
   const int64_t n = grad.numel();
   const int64_t chunks = (n + kStage - 1) / kStage;
@@ -260,6 +269,11 @@ void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& found_
     });
   }
   if (found) found_inf.data<float>()[0] = 1.0f;
+}
+
+void unscale_and_check(TensorList grads, float inv_scale, const Tensor& found_inf) {
+  ensure_flush_denormal();
+  for (const Tensor& grad : grads) unscale_and_check_one(grad, inv_scale, found_inf);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // backend/cpu/adamw.cpp): every mix of dtypes of backend/cpu/adamw.h, Kahan compensation,
 // stochastic rounding. Each kernel does the CPU kernel's float operations in its order, with the
 // _rn intrinsics so that nvcc fuses nothing the CPU does not (and fmaf where it does), so results
-// match the CPU reference to the bit; one launch per parameter, no host reads.
+// match the CPU reference to the bit; one launch per list of parameters, no host reads.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include "backend/cpu/adamw.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/backend_parts.h"
+#include "backend/cuda/tensor_list.cuh"
 #include "core/float_formats.h"
 #include "core/philox.h"
 
@@ -54,25 +55,33 @@ __device__ __forceinline__ T stochastic_round(float x, uint32_t random_bits) {
 }
 
 
-struct AdamWArgs {
+// One parameter of a list call and its tensors.
+struct AdamWTensor {
   void* param;
   const void* grad;
-  DType grad_dtype;
   void* exp_avg;
   void* exp_avg_sq;
   __nv_bfloat16* compensation;  // null without Kahan summation
-  bool stochastic;
   PhiloxState rng;
   int64_t n;
+  DType grad_dtype;
+};
+
+// A list call's parameters (Note [Tensor lists] in backend/kernel_table.h), in the launch's
+// parameters.
+struct AdamWArgs {
+  AdamWTensor tensors[kTensorListCapacity];
+  ListBlocks blocks;
   AdamWCoefficients c;
 };
+static_assert(sizeof(AdamWArgs) + 64 <= kMaxKernelParameterBytes);
 
 // The fp32 update of element i: cpu::adamw_update's FMA variant when kFused (all fp32, as
 // cpu::adamw_update runs on a CPU with FMA), else the unfused order of cpu::adamw_update_mixed.
 // Stores m and v; returns the updated parameter in fp32 and the old one in *old.
 template <typename P, typename S, bool kFused>
-__device__ __forceinline__ float adamw_element(const AdamWArgs& a, int64_t i, float* old) {
-  const AdamWCoefficients& c = a.c;
+__device__ __forceinline__ float adamw_element(const AdamWTensor& a, const AdamWCoefficients& c,
+                                               int64_t i, float* old) {
   S* exp_avg = static_cast<S*>(a.exp_avg);
   S* exp_avg_sq = static_cast<S*>(a.exp_avg_sq);
   const float g = load_f32(a.grad, a.grad_dtype, i);
@@ -96,7 +105,7 @@ __device__ __forceinline__ float adamw_element(const AdamWArgs& a, int64_t i, fl
 // Writes the updated value of element i to a parameter of dtype P: as it is for f32, else with
 // optimi's Kahan step (see cpu::AdamWTensors) or rounded to nearest.
 template <typename P>
-__device__ __forceinline__ void store_param(const AdamWArgs& a, int64_t i, float updated,
+__device__ __forceinline__ void store_param(const AdamWTensor& a, int64_t i, float updated,
                                             float old) {
   P* param = static_cast<P*>(a.param);
   if (std::is_same_v<P, float> || a.compensation == nullptr) {
@@ -109,81 +118,111 @@ __device__ __forceinline__ void store_param(const AdamWArgs& a, int64_t i, float
   a.compensation[i] = from_f32<__nv_bfloat16>(__fsub_rn(change, __fsub_rn(to_f32(stored), old)));
 }
 
-template <typename P, typename S, bool kFused>
-__global__ void adamw_kernel(AdamWArgs a) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < a.n;
-       i += int64_t{gridDim.x} * blockDim.x) {
+// Block b updates kListBlockElements elements of the parameter it covers (tensor_list.cuh), with
+// the FMA order where the CPU takes it: all-fp32 tensors (backend/cpu/adamw.cpp decides so per
+// parameter, as here).
+template <typename P, typename S>
+__global__ void adamw_kernel(const AdamWArgs a) {
+  const ListRange range = a.blocks.range_of(a.tensors, blockIdx.x);
+  const AdamWTensor& t = a.tensors[range.index];
+  const int64_t begin = range.begin, end = range.end;
+  constexpr bool kFp32 = std::is_same_v<P, float> && std::is_same_v<S, float>;
+  if (kFp32 && t.grad_dtype == DType::f32) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      float old;
+      const float updated = adamw_element<P, S, true>(t, a.c, i, &old);
+      store_param<P>(t, i, updated, old);
+    }
+    return;
+  }
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float old;
-    const float updated = adamw_element<P, S, kFused>(a, i, &old);
-    store_param<P>(a, i, updated, old);
+    const float updated = adamw_element<P, S, false>(t, a.c, i, &old);
+    store_param<P>(t, i, updated, old);
   }
 }
 
-// Stochastic rounding: thread q updates elements 4q .. 4q + 3, which draw the words of block
-// rng.offset + q of the stream (element i: word i % 4 of block i / 4, as on the CPU).
+// Stochastic rounding: a thread updates elements 4q .. 4q + 3 of its block's range, which draw
+// the words of block rng.offset + q of the parameter's stream (element i: word i % 4 of block
+// i / 4, as on the CPU; kListBlockElements is a multiple of 4).
 template <typename P, typename S>
-__global__ void adamw_stochastic_kernel(AdamWArgs a) {
-  const int64_t quads = (a.n + 3) / 4;
-  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < quads;
-       q += int64_t{gridDim.x} * blockDim.x) {
-    const Philox4x32Block random =
-        philox_block(a.rng.seed, a.rng.offset + static_cast<uint64_t>(q));
+__global__ void adamw_stochastic_kernel(const AdamWArgs a) {
+  const ListRange range = a.blocks.range_of(a.tensors, blockIdx.x);
+  const AdamWTensor& t = a.tensors[range.index];
+  const int64_t begin = range.begin, end = range.end;
+  for (int64_t q = begin / 4 + threadIdx.x; 4 * q < end; q += blockDim.x) {
+    const Philox4x32Block random = philox_block(t.rng.seed, t.rng.offset + static_cast<uint64_t>(q));
     for (int word = 0; word < 4; ++word) {
       const int64_t i = 4 * q + word;
-      if (i >= a.n) break;
+      if (i >= end) break;
       float old;
-      const float updated = adamw_element<P, S, false>(a, i, &old);
-      static_cast<P*>(a.param)[i] = stochastic_round<P>(updated, random.word[word]);
+      const float updated = adamw_element<P, S, false>(t, a.c, i, &old);
+      static_cast<P*>(t.param)[i] = stochastic_round<P>(updated, random.word[word]);
     }
   }
 }
+static_assert(kListBlockElements % 4 == 0);
 
 template <typename P, typename S>
-void launch_adamw(const AdamWArgs& a, bool fused) {
+void launch_adamw(const AdamWArgs& a, int32_t blocks, bool stochastic) {
   const cudaStream_t stream = current_stream();
   if constexpr (!std::is_same_v<P, float>) {
-    if (a.stochastic) {
-      adamw_stochastic_kernel<P, S><<<blocks_for((a.n + 3) / 4), kThreads, 0, stream>>>(a);
+    if (stochastic) {
+      adamw_stochastic_kernel<P, S><<<blocks, kThreads, 0, stream>>>(a);
       return;
     }
   }
-  if (fused) {
-    adamw_kernel<P, S, true><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
-  } else {
-    adamw_kernel<P, S, false><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
-  }
+  adamw_kernel<P, S><<<blocks, kThreads, 0, stream>>>(a);
 }
 
-void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                  const Tensor& exp_avg_sq, const Tensor& compensation, bool stochastic,
-                  PhiloxState rng, const AdamWCoefficients& c) {
-  check_kernel_dtype("adamw_update", "grad", grad.dtype());
-  const DType state = exp_avg.dtype();
+void adamw_update(TensorList params, TensorList grads, TensorList exp_avgs,
+                  TensorList exp_avg_sqs, TensorList compensations, bool stochastic,
+                  std::span<const PhiloxState> rngs, const AdamWCoefficients& c) {
+  if (params.empty()) return;
+  HEADROOM_CHECK(params.size() <= kTensorListCapacity && grads.size() == params.size() &&
+                     exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() &&
+                     (compensations.empty() || compensations.size() == params.size()) &&
+                     (!stochastic || rngs.size() == params.size()),
+                 "cuda adamw update: lists of ", params.size(), " parameters (at most ",
+                 kTensorListCapacity, "), ", grads.size(), " gradients, ", exp_avgs.size(),
+                 " and ", exp_avg_sqs.size(), " states, ", compensations.size(),
+                 " compensations, ", rngs.size(), " generators");
+  const DType param_dtype = params.front().dtype();
+  const DType state = exp_avgs.front().dtype();
   if (state != DType::f32 && state != DType::bf16) {
     check_kernel_dtype("adamw_update", "exp_avg", DType::u8);  // throws, naming the argument
   }
-  const AdamWArgs a{.param = param.data_ptr(),
-                    .grad = grad.data_ptr(),
-                    .grad_dtype = grad.dtype(),
-                    .exp_avg = exp_avg.data_ptr(),
-                    .exp_avg_sq = exp_avg_sq.data_ptr(),
-                    .compensation = compensation.defined()
-                                        ? static_cast<__nv_bfloat16*>(compensation.data_ptr())
-                                        : nullptr,
-                    .stochastic = stochastic && !compensation.defined(),
-                    .rng = rng,
-                    .n = param.numel(),
-                    .c = c};
-  if (a.n == 0) return;
-  DeviceGuard guard(param.device().index);
-  // The CPU takes its FMA kernel only when everything is fp32 (backend/cpu/adamw.cpp).
-  const bool fused = param.dtype() == DType::f32 && grad.dtype() == DType::f32 &&
-                     state == DType::f32;
-  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, {
+  AdamWArgs a;
+  a.c = c;
+  for (size_t i = 0; i < params.size(); ++i) {
+    check_kernel_dtype("adamw_update", "grad", grads[i].dtype());
+    HEADROOM_CHECK(params[i].dtype() == param_dtype && exp_avgs[i].dtype() == state &&
+                       exp_avg_sqs[i].dtype() == state,
+                   "cuda adamw update: one list holds ", dtype_name(param_dtype),
+                   " parameters and ", dtype_name(state), " states, not ",
+                   dtype_name(params[i].dtype()), " and ", dtype_name(exp_avgs[i].dtype()));
+    a.tensors[i] = AdamWTensor{
+        .param = params[i].data_ptr(),
+        .grad = grads[i].data_ptr(),
+        .exp_avg = exp_avgs[i].data_ptr(),
+        .exp_avg_sq = exp_avg_sqs[i].data_ptr(),
+        .compensation = compensations.empty()
+                            ? nullptr
+                            : static_cast<__nv_bfloat16*>(compensations[i].data_ptr()),
+        .rng = stochastic ? rngs[i] : PhiloxState{},
+        .n = params[i].numel(),
+        .grad_dtype = grads[i].dtype()};
+  }
+  const int32_t blocks = a.blocks.plan(static_cast<int32_t>(params.size()),
+                                       [&](int32_t i) { return a.tensors[i].n; });
+  if (blocks == 0) return;
+  DeviceGuard guard(params.front().device().index);
+  const bool round_stochastically = stochastic && compensations.empty();
+  HEADROOM_CUDA_DISPATCH_FLOAT(param_dtype, P, {
     if (state == DType::f32) {
-      launch_adamw<P, float>(a, fused);
+      launch_adamw<P, float>(a, blocks, round_stochastically);
     } else {
-      launch_adamw<P, __nv_bfloat16>(a, fused);
+      launch_adamw<P, __nv_bfloat16>(a, blocks, round_stochastically);
     }
   });
   check_launch();

@@ -1,7 +1,7 @@
-// Gradient checks without a host read per tensor: the partial norms of clip_grad_norm_ and LOMO,
-// their combination into the total norm and clip factor on the device, scaling by that factor,
-// clamping for clip_grad_value_, and the GradScaler's fused inf / NaN check and unscale into one
-// found_inf flag.
+// Gradient checks without a host read, each over a list of tensors in one launch: the partial
+// norms of clip_grad_norm_ and LOMO, their combination into the total norm and clip factor on the
+// device, scaling by that factor, clamping for clip_grad_value_, and the GradScaler's fused
+// inf / NaN check and unscale into one found_inf flag.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -10,29 +10,63 @@
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/reduce.cuh"
 #include "backend/cuda/backend_parts.h"
+#include "backend/cuda/tensor_list.cuh"
 
 namespace headroom::cuda {
 namespace {
 
 constexpr int64_t kPartials = kNormPartialBlocks;
 
-void norm_partial(const Tensor& x, double p, const Tensor& partials, int64_t index) {
-  double* row = static_cast<double*>(partials.data_ptr()) + index * kPartials;
-  const int64_t n = x.numel();
+// One row of partials per tensor of the list: block (b, i) of the grid does what block b of
+// norm_partial_kernel (backend/cuda/reduce.cuh) does for tensor i alone, on that tensor's own
+// grid of norm_partial_grid(n) blocks; the blocks past it write their slot's 0.
+struct NormRows {
+  ListTensor tensors[kTensorListCapacity];
+  double* rows;  // row 0 of the list's first tensor
+};
+static_assert(sizeof(NormRows) + 64 <= kMaxKernelParameterBytes);
+
+template <NormKind kKind>
+__global__ void __launch_bounds__(kThreads) norm_partial_list_kernel(const NormRows a, double p) {
+  const ListTensor& x = a.tensors[blockIdx.y];
+  double* row = a.rows + int64_t{blockIdx.y} * kPartials;
+  const int64_t grid = norm_partial_grid(x.n);
+  if (blockIdx.x >= grid) {
+    if (threadIdx.x == 0) row[blockIdx.x] = 0.0;
+    return;
+  }
+  double acc = 0.0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < x.n;
+       i += grid * blockDim.x) {
+    const double term = norm_term<kKind>(list_load(x, i), p);
+    acc = kKind == NormKind::inf ? max_or_nan(acc, term) : acc + term;
+  }
+  acc = block_fold<kKind>(acc);
+  if (threadIdx.x == 0) row[blockIdx.x] = acc;
+}
+
+void norm_partial(TensorList xs, double p, const Tensor& partials, int64_t first_row) {
+  if (xs.empty()) return;
+  HEADROOM_CHECK(xs.size() <= kTensorListCapacity, "cuda norm_partial: ", xs.size(),
+                 " tensors in one list; at most ", kTensorListCapacity);
+  NormRows a;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    check_kernel_dtype("norm_partial", "tensor", xs[i].dtype());
+    a.tensors[i] = ListTensor{xs[i].data_ptr(), xs[i].numel(), xs[i].dtype()};
+  }
+  a.rows = static_cast<double*>(partials.data_ptr()) + first_row * kPartials;
   DeviceGuard guard(partials.device().index);
+  const dim3 grid(static_cast<unsigned>(kPartials), static_cast<unsigned>(xs.size()));
   const cudaStream_t stream = current_stream();
-  HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), T, {
-    const T* data = static_cast<const T*>(x.data_ptr());
-    if (std::isinf(p)) {
-      launch_norm_partial<T, NormKind::inf>(data, n, p, row, stream);
-    } else if (p == 2.0) {
-      launch_norm_partial<T, NormKind::two>(data, n, p, row, stream);
-    } else if (p == 1.0) {
-      launch_norm_partial<T, NormKind::one>(data, n, p, row, stream);
-    } else {
-      launch_norm_partial<T, NormKind::power>(data, n, p, row, stream);
-    }
-  });
+  if (std::isinf(p)) {
+    norm_partial_list_kernel<NormKind::inf><<<grid, kThreads, 0, stream>>>(a, p);
+  } else if (p == 2.0) {
+    norm_partial_list_kernel<NormKind::two><<<grid, kThreads, 0, stream>>>(a, p);
+  } else if (p == 1.0) {
+    norm_partial_list_kernel<NormKind::one><<<grid, kThreads, 0, stream>>>(a, p);
+  } else {
+    norm_partial_list_kernel<NormKind::power><<<grid, kThreads, 0, stream>>>(a, p);
+  }
   check_launch();
 }
 
@@ -111,70 +145,70 @@ void norm_combine(const Tensor& partials, int64_t count, double p, double max_no
   check_launch();
 }
 
-template <typename T>
-__global__ void scale_by_factor_kernel(T* x, int64_t n, const float* factor) {
+// The list kernels below: block b works on kListBlockElements elements of the tensor it covers
+// (tensor_list.cuh), each thread on every kThreads-th one.
+#define HEADROOM_LIST_ELEMENTS(list, t, i)                                   \
+  const ListRange range = (list).blocks.range_of((list).tensors, blockIdx.x); \
+  const ListTensor& t = (list).tensors[range.index];                        \
+  for (int64_t i = range.begin + threadIdx.x; i < range.end; i += blockDim.x)
+
+__global__ void scale_by_factor_kernel(const FloatList list, const float* factor) {
   const float f = factor[1];
   if (f == 1.0f) return;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    x[i] = from_f32<T>(__fmul_rn(to_f32(x[i]), f));
-  }
+  HEADROOM_LIST_ELEMENTS(list, x, i) list_store(x, i, __fmul_rn(list_load(x, i), f));
 }
 
-void scale_by_device_factor(const Tensor& grad, const Tensor& factor) {
-  const int64_t n = grad.numel();
-  if (n == 0) return;
-  DeviceGuard guard(grad.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), T,
-      scale_by_factor_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<T*>(grad.data_ptr()), n, device_data<float>(factor)));
+void scale_by_device_factor(TensorList grads, const Tensor& factor) {
+  FloatList list;
+  const int32_t blocks = fill_float_list("scale_by_device_factor", grads, list);
+  if (blocks == 0) return;
+  DeviceGuard guard(factor.device().index);
+  scale_by_factor_kernel<<<blocks, kThreads, 0, current_stream()>>>(list,
+                                                                     device_data<float>(factor));
   check_launch();
 }
 
-template <typename T>
-__global__ void clamp_kernel(T* x, int64_t n, float low, float high) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = to_f32(x[i]);
+__global__ void clamp_kernel(const FloatList list, float low, float high) {
+  HEADROOM_LIST_ELEMENTS(list, x, i) {
+    const float v = list_load(x, i);
     const float lower = v < low ? low : v;
-    x[i] = from_f32<T>(lower > high ? high : lower);  // comparisons with NaN are false: NaN stays
+    list_store(x, i, lower > high ? high : lower);  // comparisons with NaN are false: NaN stays
   }
 }
 
-void clamp(const Tensor& grad, float low, float high) {
-  const int64_t n = grad.numel();
-  if (n == 0) return;
-  DeviceGuard guard(grad.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), T,
-      clamp_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<T*>(grad.data_ptr()), n, low, high));
+void clamp(TensorList grads, float low, float high) {
+  FloatList list;
+  const int32_t blocks = fill_float_list("clamp", grads, list);
+  if (blocks == 0) return;
+  DeviceGuard guard(grads.front().device().index);
+  clamp_kernel<<<blocks, kThreads, 0, current_stream()>>>(list, low, high);
   check_launch();
 }
 
-// torch's _amp_non_finite_check_and_unscale_: every thread that sees inf / NaN stores 1 to the
-// flag (the same value from any thread: no atomics needed); with inv_scale 1 nothing is written
-// back (as backend/cpu/grad_checks.cpp).
-template <typename T>
-__global__ void unscale_and_check_kernel(T* x, int64_t n, float inv_scale, float* found_inf) {
+// torch's _amp_foreach_non_finite_check_and_unscale_: every thread that sees inf / NaN stores 1
+// to the flag (the same value from any thread: no atomics needed); with inv_scale 1 nothing is
+// written back (as backend/cpu/grad_checks.cpp).
+__global__ void unscale_and_check_kernel(const FloatList list, float inv_scale, float* found_inf) {
   bool found = false;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = to_f32(x[i]);
+  HEADROOM_LIST_ELEMENTS(list, x, i) {
+    const float v = list_load(x, i);
     found |= !isfinite(v);
-    if (inv_scale != 1.0f) x[i] = from_f32<T>(__fmul_rn(v, inv_scale));
+    if (inv_scale != 1.0f) list_store(x, i, __fmul_rn(v, inv_scale));
   }
   if (found) *found_inf = 1.0f;
 }
 
-void unscale_and_check(const Tensor& grad, float inv_scale, const Tensor& found_inf) {
-  const int64_t n = grad.numel();
-  if (n == 0) return;
-  DeviceGuard guard(grad.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), T,
-      unscale_and_check_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<T*>(grad.data_ptr()), n, inv_scale, device_data<float>(found_inf)));
+void unscale_and_check(TensorList grads, float inv_scale, const Tensor& found_inf) {
+  FloatList list;
+  const int32_t blocks = fill_float_list("unscale_and_check", grads, list);
+  if (blocks == 0) return;
+  DeviceGuard guard(found_inf.device().index);
+  unscale_and_check_kernel<<<blocks, kThreads, 0, current_stream()>>>(
+      list, inv_scale, device_data<float>(found_inf));
   check_launch();
 }
+
+#undef HEADROOM_LIST_ELEMENTS
 
 }  // namespace
 

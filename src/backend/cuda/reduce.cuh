@@ -83,6 +83,26 @@ __device__ __forceinline__ double norm_term(float x, double p) {
   return fabs(v);
 }
 
+// The fold of every thread's acc over the block (kThreads threads), valid in thread 0: the max
+// with NaN winning for the inf-norm, else the sum, in a fixed order.
+template <NormKind kKind>
+__device__ __forceinline__ double block_fold(double acc) {
+  if constexpr (kKind == NormKind::inf) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      acc = max_or_nan(acc, __shfl_xor_sync(0xffffffffu, acc, offset));
+    }
+    __shared__ double warp_max[kThreads / 32];
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < kThreads / 32; ++w) acc = max_or_nan(acc, warp_max[w]);
+    }
+    return acc;
+  } else {
+    return block_sum(acc);
+  }
+}
+
 // Block b of a grid of `grid` blocks folds elements b*blockDim + t, stepping by the grid, and
 // writes its partial to row[b]; block 0 also zeroes row[grid .. kNormPartialBlocks).
 template <typename T, NormKind kKind>
@@ -94,19 +114,7 @@ __global__ void __launch_bounds__(kThreads)
     const double term = norm_term<kKind>(to_f32(x[i]), p);
     acc = kKind == NormKind::inf ? max_or_nan(acc, term) : acc + term;
   }
-  if constexpr (kKind == NormKind::inf) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      acc = max_or_nan(acc, __shfl_xor_sync(0xffffffffu, acc, offset));
-    }
-    __shared__ double warp_max[kThreads / 32];
-    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 0; w < kThreads / 32; ++w) acc = max_or_nan(acc, warp_max[w]);
-    }
-  } else {
-    acc = block_sum(acc);
-  }
+  acc = block_fold<kKind>(acc);
   if (threadIdx.x == 0) row[blockIdx.x] = acc;
   if (blockIdx.x == 0) {
     for (int64_t s = gridDim.x + threadIdx.x; s < kNormPartialBlocks; s += blockDim.x) {
@@ -116,10 +124,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Blocks for norm_partial_kernel: about 4 elements per thread or more, at most the fixed grid.
-inline int norm_partial_grid(int64_t n) {
+__host__ __device__ inline int norm_partial_grid(int64_t n) {
   const int64_t per_block = int64_t{kThreads} * 4;
-  return static_cast<int>(
-      std::clamp<int64_t>((n + per_block - 1) / per_block, 1, kNormPartialBlocks));
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  return static_cast<int>(blocks < 1 ? 1 : blocks > kNormPartialBlocks ? kNormPartialBlocks
+                                                                       : blocks);
 }
 
 template <typename T, NormKind kKind>
