@@ -33,6 +33,13 @@ void Communicator::check_tensor(const char* op, const char* what, const Tensor& 
   }
 }
 
+void Communicator::check_all_reduce(const Tensor& tensor, ReduceOp op) const {
+  check_tensor("all_reduce", "tensor", tensor, true);
+  if (tensor.dtype() == DType::i64 && op == ReduceOp::avg) {
+    throw ValueError("all_reduce: an i64 tensor is summed or maximized, not averaged");
+  }
+}
+
 void Communicator::check_root(const char* op, int root) const {
   if (root < 0 || root >= world_size()) {
     throw ValueError(str_cat(op, ": root ", root, " is outside 0..", world_size() - 1));

@@ -27,7 +27,8 @@ class CommWork {
   virtual void wait() = 0;
 };
 
-// Every tensor must be contiguous, f32 / bf16 / f16 (i64 too for broadcast and all_gather), on
+// Every tensor must be contiguous, f32 / bf16 / f16 (i64 too for broadcast, all_gather and
+// all_reduce's sum and max, which are exact in integers), on
 // the communicator's device, with the same shape on every rank (ValueError naming the operation
 // and argument otherwise). Every rank must call the same operations in the same order.
 class Communicator {
@@ -74,6 +75,9 @@ class Communicator {
   // (reduce_scatter's input and output, all_gather's output and input).
   void check_world_multiple(const char* op, const char* whole_name, const Tensor& whole,
                             const char* part_name, const Tensor& part) const;
+  // all_reduce's checks: check_tensor's, with i64 for sum and max (ValueError for avg, which
+  // integers cannot hold).
+  void check_all_reduce(const Tensor& tensor, ReduceOp op) const;
 
  private:
   int rank_;

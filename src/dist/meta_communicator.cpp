@@ -28,8 +28,8 @@ int checked_rank(int rank, int world_size) {
 MetaCommunicator::MetaCommunicator(int rank, int world_size)
     : Communicator(checked_rank(rank, world_size), world_size) {}
 
-std::unique_ptr<CommWork> MetaCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp) {
-  check_tensor("all_reduce", "tensor", tensor);
+std::unique_ptr<CommWork> MetaCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp op) {
+  check_all_reduce(tensor, op);
   return std::make_unique<DoneWork>();
 }
 

@@ -125,15 +125,15 @@ class MpiReduction final : public CommWork {
   bool done_ = false;
 };
 
-// A nonblocking broadcast in place (MPI_Ibcast): the tensor's memory is MPI's until wait().
-class MpiBroadcast final : public CommWork {
+// A nonblocking operation on the tensor's own memory (MPI_Ibcast, MPI_Iallreduce of i64 in
+// place): the memory is MPI's until wait(). `start` begins it, filling the request.
+class MpiInPlaceWork final : public CommWork {
  public:
-  MpiBroadcast(MPI_Comm comm, const Tensor& tensor, int root) : tensor_(tensor) {
-    check_mpi(MPI_Ibcast(tensor.data_ptr(), count_of("broadcast", tensor),
-                         copy_type(tensor.dtype()), root, comm, &request_),
-              "MPI_Ibcast");
+  template <typename Start>
+  MpiInPlaceWork(const Tensor& tensor, const Start& start) : tensor_(tensor) {
+    start(&request_);
   }
-  ~MpiBroadcast() override {
+  ~MpiInPlaceWork() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
   bool test() override {
@@ -217,7 +217,15 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 std::unique_ptr<CommWork> MpiCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp op) {
-  check_tensor("all_reduce", "tensor", tensor);
+  check_all_reduce(tensor, op);
+  if (tensor.dtype() == DType::i64) {
+    tensor.storage()->bump_version();
+    return std::make_unique<MpiInPlaceWork>(tensor, [&](MPI_Request* request) {
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), count_of("all_reduce", tensor),
+                               MPI_INT64_T, mpi_op(op), handle_->comm, request),
+                "MPI_Iallreduce");
+    });
+  }
   return std::make_unique<MpiReduction>(handle_->comm, tensor, op, world_size(), rank(), -1);
 }
 
@@ -255,7 +263,11 @@ std::unique_ptr<CommWork> MpiCommunicator::broadcast_async(const Tensor& tensor,
   check_tensor("broadcast", "tensor", tensor, true);
   check_root("broadcast", root);
   tensor.storage()->bump_version();
-  return std::make_unique<MpiBroadcast>(handle_->comm, tensor, root);
+  return std::make_unique<MpiInPlaceWork>(tensor, [&](MPI_Request* request) {
+    check_mpi(MPI_Ibcast(tensor.data_ptr(), count_of("broadcast", tensor),
+                         copy_type(tensor.dtype()), root, handle_->comm, request),
+              "MPI_Ibcast");
+  });
 }
 
 void MpiCommunicator::broadcast_bytes(void* data, size_t size, int root) {

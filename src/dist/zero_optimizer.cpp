@@ -3,10 +3,12 @@
 #include "dist/zero_optimizer.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "optim/clip_grad.h"
 
 namespace headroom {
 
@@ -55,6 +57,32 @@ void ZeroRedundancyOptimizer::step() {
     const Tensor& p = params_[i].second;
     communicator_->broadcast(p.detach(), owners_[i]);
   }
+}
+
+Tensor ZeroRedundancyOptimizer::clip_grad_norm_on_device(double max_norm) {
+  // This rank's share (as its optimizer holds it: an offloaded share's host copies) at the rows
+  // of its parameters in all_params().
+  std::map<std::string, int64_t> row_of;
+  for (size_t i = 0; i < params_.size(); ++i) row_of[params_[i].first] = static_cast<int64_t>(i);
+  std::vector<std::pair<int64_t, Tensor>> own;
+  for (const ParamGroup& group : groups_) {
+    for (const auto& [name, p] : group.params) own.emplace_back(row_of.at(name), p);
+  }
+  std::sort(own.begin(), own.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Tensor> share;
+  std::vector<int64_t> rows;
+  Device device = communicator_->device();
+  for (const auto& [row, p] : own) {
+    rows.push_back(row);
+    share.push_back(p);
+    if (const Tensor grad = p.grad(); grad.defined()) device = grad.device();
+  }
+  const Tensor table =
+      grad_norm_table(share, rows, static_cast<int64_t>(params_.size()), device);
+  const Tensor carried = table.to(communicator_->device());
+  communicator_->all_reduce(carried, ReduceOp::sum);
+  return clip_grad_norm_by_table(carried.to(device), share, max_norm);
 }
 
 void ZeroRedundancyOptimizer::set_sharded(std::vector<bool> sharded) {

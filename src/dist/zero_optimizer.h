@@ -24,8 +24,9 @@ std::vector<int> partition_parameters(const std::vector<Tensor>& params, int wor
 // and then broadcasts every parameter from its owner, so every rank ends the step with the whole
 // updated model; zero_grad() drops every parameter's gradient (each rank holds all of them under
 // ZeRO-1, its share's under ZeRO-2, Note [ZeRO-2 gradient reduction]). The
-// gradient norm for clipping is reduced over the ranks by the trainer (each rank's share's norm,
-// squared, summed), as is GradScaler's found_inf: every rank must call step() or none.
+// gradient norm for clipping is the whole model's, as one process computes it
+// (clip_grad_norm_on_device), and GradScaler's found_inf is reduced over the ranks by the
+// trainer: every rank must call step() or none.
 class ZeroRedundancyOptimizer final : public Optimizer {
  public:
   using MakeOptimizer =
@@ -44,6 +45,11 @@ class ZeroRedundancyOptimizer final : public Optimizer {
   // ZeRO-3: the parameters marked (one flag per parameter, in the order given) live on their
   // owner alone (Note [ZeRO-3 parameter sharding]); step() broadcasts only the others.
   void set_sharded(std::vector<bool> sharded);
+
+  // clip_grad_norm_ over every rank's share, bit for bit one process's over all_params() in
+  // order (Note [Gradient norms over ranks]): the total norm and clip factor (f32 [2]) on the
+  // device of this rank's gradients, which are scaled by it. Every rank calls it.
+  Tensor clip_grad_norm_on_device(double max_norm);
 
   // Every parameter, in the order given, and its owner rank.
   const std::vector<NamedTensor>& all_params() const { return params_; }

@@ -59,26 +59,39 @@ void check_norm_type(const char* op, double norm_type) {
 // them into the total norm of Note [Gradient norms in fp32] and the clip factor, both on the
 // device (f32 [2]), and the gradients are scaled by that factor where it lies. The caller reads
 // the total back once. On meta the two buffers are allocated and nothing is computed.
-Tensor device_norm(const char* op, const std::vector<Tensor>& grads, double norm_type,
-                   double max_norm, ClipRule rule) {
-  const Device device = grads.front().device();
-  const auto count = static_cast<int64_t>(grads.size());
-  const Tensor partials = Tensor::empty({count, kNormPartialBlocks}, DType::i64, device);
-  const Tensor result = Tensor::empty({2}, DType::f32, device);
-  const auto& norm_partial = need_kernel(op, device, &GradCheckKernels::norm_partial);
+// Writes the partial sums of `grads` at rows first_row, first_row + 1, ... of `partials` (a
+// strided gradient packed first), one call per list slice.
+void write_norm_rows(const char* op, const std::vector<Tensor>& grads, double norm_type,
+                     const Tensor& partials, int64_t first_row) {
+  if (grads.empty()) return;
+  const auto& norm_partial = need_kernel(op, partials.device(), &GradCheckKernels::norm_partial);
   std::vector<Tensor> packed;
   packed.reserve(grads.size());
   for (const Tensor& grad : grads) packed.push_back(grad.contiguous());
   for_each_list_slice(packed.size(), [&](size_t begin, size_t n) {
     norm_partial(TensorList(packed).subspan(begin, n), norm_type, partials,
-                 static_cast<int64_t>(begin));
+                 first_row + static_cast<int64_t>(begin));
   });
-  need_kernel(op, device, &GradCheckKernels::norm_combine)(partials, count, norm_type, max_norm,
-                                                           rule, result);
+}
+
+// The total norm and clip factor of the first `count` rows of `partials` (f32 [2]).
+Tensor combine_norms(const char* op, const Tensor& partials, int64_t count, double norm_type,
+                     double max_norm, ClipRule rule) {
+  const Tensor result = Tensor::empty({2}, DType::f32, partials.device());
+  need_kernel(op, partials.device(), &GradCheckKernels::norm_combine)(partials, count, norm_type,
+                                                                      max_norm, rule, result);
   return result;
 }
 
-// Element 0 of a device norm (one host read), or 0 on meta.
+Tensor device_norm(const char* op, const std::vector<Tensor>& grads, double norm_type,
+                   double max_norm, ClipRule rule) {
+  const auto count = static_cast<int64_t>(grads.size());
+  const Tensor partials =
+      Tensor::empty({count, kNormPartialBlocks}, DType::i64, grads.front().device());
+  write_norm_rows(op, grads, norm_type, partials, 0);
+  return combine_norms(op, partials, count, norm_type, max_norm, rule);
+}
+
 float read_total(const Tensor& result) {
   count_skipped_host_read(result);
   if (result.device().type == DeviceType::meta) return 0.0f;
@@ -111,14 +124,25 @@ void check_finite(float total, double norm_type) {
                       "gradients by the non-finite norm anyway, set error_if_nonfinite=false"));
 }
 
+void check_max_norm(const char* op, double max_norm) {
+  if (!(max_norm >= 0.0)) {
+    throw ValueError(str_cat(op, ": max_norm is ", max_norm, "; it must not be negative"));
+  }
+}
+
+// Scales `grads` in place by the factor in result[1].
+void scale_by_result(const char* op, const std::vector<Tensor>& grads, const Tensor& result) {
+  if (grads.empty()) return;
+  const auto& scale = need_kernel(op, result.device(), &GradCheckKernels::scale_by_device_factor);
+  update_in_place(grads, [&](TensorList list) { scale(list, result); });
+}
+
 // clip_grad_norm_'s work; with error_if_nonfinite the total is read (and checked) before any
 // gradient changes.
 Tensor clip_on_device(const std::vector<Tensor>& params, double max_norm, double norm_type,
                       bool error_if_nonfinite, float* total = nullptr) {
   constexpr const char* kOp = "clip_grad_norm_";
-  if (!(max_norm >= 0.0)) {
-    throw ValueError(str_cat(kOp, ": max_norm is ", max_norm, "; it must not be negative"));
-  }
+  check_max_norm(kOp, max_norm);
   check_norm_type(kOp, norm_type);
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients_of(kOp, params);
@@ -128,9 +152,7 @@ Tensor clip_on_device(const std::vector<Tensor>& params, double max_norm, double
     *total = read_total(result);
     check_finite(*total, norm_type);
   }
-  const auto& scale = need_kernel(kOp, grads.front().device(),
-                                  &GradCheckKernels::scale_by_device_factor);
-  update_in_place(grads, [&](TensorList list) { scale(list, result); });
+  scale_by_result(kOp, grads, result);
   return result;
 }
 
@@ -146,6 +168,58 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 
 Tensor clip_grad_norm_on_device(const Optimizer& optimizer, double max_norm, double norm_type) {
   return clip_on_device(parameters_of(optimizer), max_norm, norm_type, false);
+}
+
+Tensor clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm,
+                                double norm_type) {
+  return clip_on_device(params, max_norm, norm_type, false);
+}
+
+Tensor grad_norm_table(const std::vector<Tensor>& params, const std::vector<int64_t>& rows,
+                       int64_t count, Device device, double norm_type) {
+  constexpr const char* kOp = "clip_grad_norm_";
+  check_norm_type(kOp, norm_type);
+  HEADROOM_CHECK(rows.size() == params.size(), "grad_norm_table: ", rows.size(), " rows for ",
+                 params.size(), " parameters");
+  NoGradGuard no_grad;
+  const Tensor table = Tensor::zeros({count, kNormPartialBlocks}, DType::i64, device);
+  // One call per run of consecutive rows (a share's parameters interleave with the others').
+  std::vector<Tensor> run;
+  int64_t first_row = 0, last_row = -1;
+  auto flush = [&] {
+    write_norm_rows(kOp, run, norm_type, table, first_row);
+    run.clear();
+  };
+  const std::vector<Tensor> grads = gradients_of(kOp, params);  // checked: dtypes, one device
+  if (!grads.empty() && grads.front().device() != device) {
+    throw ValueError(str_cat(kOp, ": the gradients are on ", grads.front().device(),
+                             ", the norm table on ", device));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor grad = params[i].grad();
+    if (!grad.defined()) continue;
+    HEADROOM_CHECK(rows[i] > last_row && rows[i] < count, "grad_norm_table: row ", rows[i],
+                   " after ", last_row, " of ", count, " (rows increasing)");
+    if (rows[i] != last_row + 1) flush();
+    last_row = rows[i];
+    if (run.empty()) first_row = rows[i];
+    run.push_back(std::move(grad));
+  }
+  flush();
+  return table;
+}
+
+Tensor clip_grad_norm_by_table(const Tensor& table, const std::vector<Tensor>& params,
+                               double max_norm, double norm_type) {
+  constexpr const char* kOp = "clip_grad_norm_";
+  check_max_norm(kOp, max_norm);
+  check_norm_type(kOp, norm_type);
+  NoGradGuard no_grad;
+  const std::vector<Tensor> grads = gradients_of(kOp, params);
+  const Tensor result =
+      combine_norms(kOp, table, table.size(0), norm_type, max_norm, ClipRule::torch);
+  scale_by_result(kOp, grads, result);
+  return result;
 }
 
 double clip_grad_norm_(const Optimizer& optimizer, double max_norm, double norm_type,

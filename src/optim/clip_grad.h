@@ -42,6 +42,32 @@ double clip_grad_norm_(const Optimizer& optimizer, double max_norm, double norm_
 // parameter has a gradient.
 Tensor clip_grad_norm_on_device(const Optimizer& optimizer, double max_norm,
                                 double norm_type = 2.0);
+// The same over `params`, in their order (the Trainer's: the model's, as HF Trainer clips
+// model.parameters()).
+Tensor clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm,
+                                double norm_type = 2.0);
+
+// Note [Gradient norms over ranks]
+// Under ZeRO each rank holds its share's gradients, and the clip must still be one process's to
+// the bit: a norm of the shares' norms rounds differently from Note [Gradient norms in fp32]'s
+// fold over the parameters in order, and an ulp there moves the weights (bf16 copies of a weight
+// next to a rounding boundary flip, and AdamW carries that to near-zero gradients). So each rank
+// writes its gradients' partial sums at their parameters' rows of one table of the whole
+// model's (grad_norm_table, the other rows 0), the ranks sum the tables as 64-bit integers —
+// the doubles' bits, to which every other rank adds 0, so each row arrives exactly as its owner
+// wrote it — and every rank folds that table as one process folds its own
+// (clip_grad_norm_by_table), then scales its own gradients. A parameter no rank has a gradient
+// for is a row of zeros, which adds 0 to the fold (exact on the CPU; CUDA's warps take other
+// rows then, so there it is within rounding).
+
+// The table's rows: `count` of kNormPartialBlocks 8-byte slots (i64) on `device`, the defined
+// gradient of params[i] at row rows[i] (rows increasing), the others 0.
+Tensor grad_norm_table(const std::vector<Tensor>& params, const std::vector<int64_t>& rows,
+                       int64_t count, Device device, double norm_type = 2.0);
+// clip_grad_norm_on_device from an assembled table: its total norm and clip factor (f32 [2] on
+// the table's device, as clip_grad_norm_on_device's), the gradients of `params` scaled by it.
+Tensor clip_grad_norm_by_table(const Tensor& table, const std::vector<Tensor>& params,
+                               double max_norm, double norm_type = 2.0);
 
 // torch.nn.utils.clip_grad_value_: clamps every gradient element to [-clip_value, clip_value]
 // in place (NaN stays NaN). clip_value >= 0, else ValueError.

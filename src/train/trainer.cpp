@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <system_error>
 #include <unordered_map>
@@ -477,10 +479,18 @@ void Trainer::build() {
     // reduction]).
     if (zero_stage_ >= 2) gradient_owners = zero->owners();
     optimizer_ = std::move(zero);
-  } else if (offload_.optimizer) {
-    optimizer_ = make_offloaded(trainable);
   } else {
-    optimizer_ = make_optimizer(options, trainable);
+    optimizer_ = offload_.optimizer ? std::unique_ptr<Optimizer>(make_offloaded(trainable))
+                                    : make_optimizer(options, trainable);
+    std::map<std::string, size_t> order;
+    for (size_t i = 0; i < trainable.size(); ++i) order[trainable[i].first] = i;
+    std::vector<std::pair<size_t, Tensor>> ordered;
+    for (const ParamGroup& group : optimizer_->param_groups()) {
+      for (const auto& [name, p] : group.params) ordered.emplace_back(order.at(name), p);
+    }
+    std::sort(ordered.begin(), ordered.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [i, p] : ordered) clip_params_.push_back(p);
   }
   if (communicator_) {
     if (optimizer_->updates_in_backward()) {
@@ -876,11 +886,12 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
         // The true gradients are clipped: unscaled above.
         StepPhase clip("clip_grad_norm_");
         if (zero_stage_ >= 1 && communicator_) {
-          result.grad_norm = clip_sharded_grad_norm();
+          norm = dynamic_cast<ZeroRedundancyOptimizer&>(*optimizer_)
+                     .clip_grad_norm_on_device(args_.max_grad_norm);
         } else {
-          norm = clip_grad_norm_on_device(*optimizer_, args_.max_grad_norm);
-          result.grad_norm = 0.0;  // no gradient: torch's 0
+          norm = clip_grad_norm_on_device(clip_params_, args_.max_grad_norm);
         }
+        result.grad_norm = 0.0;  // no gradient: torch's 0
         if (device_.is_meta()) result.grad_norm = NAN;
       }
       scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
@@ -1003,25 +1014,6 @@ EvalResult Trainer::evaluate() {
   result.loss = result.tokens > 0 ? total / static_cast<double>(result.tokens) : NAN;
   result.perplexity = std::exp(result.loss);
   return result;
-}
-
-double Trainer::clip_sharded_grad_norm() {
-  // Each rank's share was unscaled (its optimizer's groups): the total 2-norm is the root of the
-  // ranks' shares' squared norms, and each rank scales its share by torch's fp32 factor.
-  const double local = grad_norm(*optimizer_);
-  const auto total = static_cast<float>(
-      std::sqrt(communicator_->all_reduce_scalar(local * local, ReduceOp::sum)));
-  const float coef =
-      (1.0f / (total + static_cast<float>(1e-6))) * static_cast<float>(args_.max_grad_norm);
-  if (coef < 1.0f) {
-    NoGradGuard no_grad;
-    for (const ParamGroup& group : optimizer_->param_groups()) {
-      for (const auto& [name, p] : group.params) {
-        if (const Tensor grad = p.grad(); grad.defined()) grad.copy_(scale(grad, coef));
-      }
-    }
-  }
-  return total;
 }
 
 double Trainer::communication_wait_seconds() const {

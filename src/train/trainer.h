@@ -212,8 +212,6 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   Tensor train_step(int64_t& tokens);
   void log_step(double loss, double grad_norm, double tokens_per_s);
-  // ZeRO-1's clip_grad_norm_: the norm over every rank's share, each rank clipping its own.
-  double clip_sharded_grad_norm();
   void log_eval();
   void append_metrics(const nlohmann::ordered_json& entry);
   // A log line, around the progress bar while there is one.
@@ -240,6 +238,9 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<BatchSource> data_;
   std::unique_ptr<Optimizer> optimizer_;
+  // What clip_grad_norm_ folds, in the model's order (HF Trainer clips model.parameters()): the
+  // optimizer's tensors, without ZeRO (whose optimizer clips its shares in that order).
+  std::vector<Tensor> clip_params_;
   std::unique_ptr<LRScheduler> scheduler_;
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<Fp8Training> fp8_;  // with fp8: the FP8 layers' scales and weight copies

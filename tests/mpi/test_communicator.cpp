@@ -139,12 +139,28 @@ TEST(MpiCommunicator, ScalarsAndRefusals) {
   const int w = world()->world_size();
   EXPECT_EQ(world()->all_reduce_scalar(world()->rank() + 1.0, ReduceOp::max), w);
   EXPECT_EQ(world()->all_reduce_scalar(2.0, ReduceOp::avg), 2.0);
-  EXPECT_THROW(world()->all_reduce(Tensor::zeros({2}, DType::i64), ReduceOp::sum),
+  EXPECT_THROW(world()->all_reduce(Tensor::zeros({2}, DType::i64), ReduceOp::avg), ValueError);
+  EXPECT_THROW(world()->all_reduce(Tensor::zeros({2}, DType::i32), ReduceOp::sum),
                NotImplementedError);
   EXPECT_THROW(world()->all_reduce(Tensor::zeros({2, 3}).transpose(0, 1), ReduceOp::sum),
                ValueError);
   EXPECT_THROW(world()->reduce_scatter(Tensor::zeros({3}), Tensor::zeros({2}), ReduceOp::sum),
                ValueError);
+}
+
+// i64 reduces exactly, in integers: each rank's slot holds a value beyond a double's 53 bits, the
+// others 0 (how ZeRO's clipping assembles the norm table, Note [Gradient norms over ranks]).
+TEST(MpiCommunicator, I64SumAndMaxAreExact) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  const int w = world()->world_size(), r = world()->rank();
+  const int64_t big = (int64_t{1} << 62) + 12345;
+  Tensor t = Tensor::zeros({w}, DType::i64);
+  t.data<int64_t>()[r] = big - r;
+  Tensor m = Tensor::full({1}, static_cast<double>(r), DType::i64);
+  world()->all_reduce(t, ReduceOp::sum);
+  world()->all_reduce(m, ReduceOp::max);
+  for (int i = 0; i < w; ++i) EXPECT_EQ(t.data<int64_t>()[i], big - i) << i;
+  EXPECT_EQ(m.data<int64_t>()[0], w - 1);
 }
 
 // Each rank's gradient of sum((x_r · W)^2) over its own x_r; after finish() every rank holds the

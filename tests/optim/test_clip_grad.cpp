@@ -16,6 +16,7 @@
 #include "core/kernel_census.h"
 #include "io/io_test_helpers.h"
 #include "memory/device_memory.h"
+#include "ops/elementwise.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/golden_lines.h"
@@ -238,6 +239,48 @@ TEST(ClipGradNorm, ListsLongerThanOneLaunchAreSlicedAndAllClipped) {
     }
     EXPECT_EQ(params[i].grad().to_float_vector(), want) << "gradient " << i;
   }
+}
+
+// Note [Gradient norms over ranks]: two shares interleaved as ZeRO's partition interleaves them
+// (one without a gradient in either), their tables summed as integers as the ranks' all-reduce
+// sums them: the norm, the factor and every clipped gradient are one process's to the bit.
+TEST(ClipGradNorm, SharesTablesSummedAsIntegersAreOneProcesssClip) {
+  auto make = [](int n) {
+    std::vector<Tensor> params;
+    Generator draws(11);
+    for (int i = 0; i < n; ++i) {
+      Tensor p = Tensor::zeros({3 * i + 1}).set_requires_grad(true);
+      const Tensor g = scale(Tensor::randn({3 * i + 1}, DType::f32, kCPU, &draws), 0.1 + i);
+      if (i != 4) p.set_grad(i % 3 == 2 ? g.to(DType::bf16) : g);
+      params.push_back(p);
+    }
+    return params;
+  };
+  const std::vector<Tensor> whole = make(9), sharded = make(9);
+  const Tensor expected = clip_grad_norm_on_device(whole, 0.5);
+  std::vector<Tensor> shares[2];
+  std::vector<int64_t> rows[2];
+  for (int i = 0; i < 9; ++i) {
+    const int owner = (i * 5) % 3 == 0 ? 0 : 1;
+    shares[owner].push_back(sharded[static_cast<size_t>(i)]);
+    rows[owner].push_back(i);
+  }
+  Tensor table = grad_norm_table(shares[0], rows[0], 9, kCPU);
+  const Tensor other = grad_norm_table(shares[1], rows[1], 9, kCPU);
+  for (int64_t k = 0; k < table.numel(); ++k) table.data<int64_t>()[k] += other.data<int64_t>()[k];
+  const Tensor first = clip_grad_norm_by_table(table, shares[0], 0.5);
+  const Tensor second = clip_grad_norm_by_table(table, shares[1], 0.5);
+  EXPECT_EQ(first.to_float_vector(), expected.to_float_vector());
+  EXPECT_EQ(second.to_float_vector(), expected.to_float_vector());
+  ASSERT_LT(expected.to_float_vector()[1], 1.0f) << "the clip acts";
+  for (size_t i = 0; i < whole.size(); ++i) {
+    ASSERT_EQ(whole[i].grad().defined(), sharded[i].grad().defined());
+    if (whole[i].grad().defined()) {
+      EXPECT_EQ(sharded[i].grad().to_float_vector(), whole[i].grad().to_float_vector()) << i;
+    }
+  }
+  expect_error<Error>([&] { grad_norm_table(shares[0], {3, 1, 2}, 9, kCPU); },
+                      {"rows increasing"});
 }
 
 TEST(ClipGradNorm, ClipsAStridedGradientInPlace) {

@@ -67,7 +67,7 @@ class NcclCommunicator final : public Communicator {
   Device device() const override { return device_; }
 
   std::unique_ptr<CommWork> all_reduce_async(const Tensor& tensor, ReduceOp op) override {
-    check_tensor("all_reduce", "tensor", tensor);
+    check_all_reduce(tensor, op);
     return enqueue({tensor}, [&] {
       check_nccl(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                nccl_type(tensor.dtype()), nccl_op(op), comm_, stream_),
