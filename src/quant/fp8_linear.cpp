@@ -117,6 +117,13 @@ std::pair<int64_t, int64_t> Fp8LinearState::take_counts() {
   return {c[0], c[1]};
 }
 
+std::vector<std::pair<std::string, Tensor>> Fp8LinearState::resume_state() const {
+  if (!delayed_) return {};
+  return {{"forward_amax_history", forward_history_}, {"forward_scale", forward_scale_},
+          {"forward_scale_inv", forward_scale_inv_}, {"backward_amax_history", backward_history_},
+          {"backward_scale", backward_scale_}, {"backward_scale_inv", backward_scale_inv_}};
+}
+
 int64_t Fp8LinearState::state_bytes() const {
   int64_t bytes = 0;
   for (const Tensor* t : {&forward_history_, &forward_scaled_max_, &forward_scale_,
@@ -158,6 +165,58 @@ std::pair<int64_t, int64_t> Fp8Training::take_counts() {
     total.second += underflow;
   }
   return total;
+}
+
+std::vector<std::pair<std::string, Tensor>> Fp8Training::state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (const auto& [name, t] : layers_[i]->resume_state()) {
+      tensors.emplace_back(str_cat("layers.", i, ".", name), t.to(kCPU));
+    }
+  }
+  return tensors;
+}
+
+std::map<std::string, std::string> Fp8Training::state_metadata() const {
+  return {{"fp8_recipe", recipe().describe()}, {"fp8_layers", std::to_string(layers_.size())}};
+}
+
+void Fp8Training::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  const auto field = [&](const char* key) {
+    const auto it = metadata.find(key);
+    if (it == metadata.end()) throw ValueError(str_cat("no '", key, "' metadata"));
+    return it->second;
+  };
+  const std::map<std::string, std::string> expected = state_metadata();
+  if (field("fp8_recipe") != expected.at("fp8_recipe")) {
+    throw ValueError(str_cat("fp8_recipe: the checkpoint was trained with ", field("fp8_recipe"),
+                             ", this run is ", expected.at("fp8_recipe"),
+                             "; resume with the same FP8 options"));
+  }
+  if (field("fp8_layers") != expected.at("fp8_layers")) {
+    throw ValueError(str_cat("fp8: the checkpoint holds ", field("fp8_layers"),
+                             " FP8 layers' state, this model has ", expected.at("fp8_layers")));
+  }
+  std::map<std::string, const Tensor*> saved;
+  for (const auto& [name, t] : tensors) saved[name] = &t;
+  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (const auto& [name, t] : layers_[i]->resume_state()) {
+      const std::string key = str_cat("layers.", i, ".", name);
+      const auto it = saved.find(key);
+      if (it == saved.end()) throw ValueError(str_cat(key, ": missing"));
+      if (it->second->shape() != t.shape() || it->second->dtype() != t.dtype()) {
+        throw ValueError(str_cat(key, ": ", dtype_name(it->second->dtype()), " ",
+                                 it->second->shape(), " where this run keeps ",
+                                 dtype_name(t.dtype()), " ", t.shape()));
+      }
+      copies.emplace_back(t, it->second);
+      saved.erase(it);
+    }
+  }
+  if (!saved.empty()) throw ValueError(str_cat(saved.begin()->first, ": unexpected"));
+  for (const auto& [dst, src] : copies) dst.copy_(*src);
 }
 
 // ---- the op

@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "amp/fp8_recipe.h"
@@ -79,6 +82,11 @@ class Fp8LinearState {
   const Tensor& forward_scale() const { return forward_scale_; }
   const Tensor& backward_scale() const { return backward_scale_; }
 
+  // What a resumed run needs to continue as this one would (delayed scaling's amax histories,
+  // scales and their inverses; the other recipes keep nothing between steps), by name: the
+  // tensors themselves.
+  std::vector<std::pair<std::string, Tensor>> resume_state() const;
+
   // Bytes of the state's own tensors and of the cached FP8 weight (the planner reports them).
   int64_t state_bytes() const;
   int64_t weight_cache_bytes() const { return weight_.defined() ? weight_.bytes() : 0; }
@@ -120,6 +128,17 @@ class Fp8Training {
   void next_step();
   // Overflow and underflow counts of every layer since the last call.
   std::pair<int64_t, int64_t> take_counts();
+
+  // Every layer's resume_state(), named layers.I.NAME (I in creation order), on the CPU, and the
+  // metadata that names the recipe and the layer count; a checkpoint keeps both (TE keeps its
+  // FP8 meta in each module's _extra_state).
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  std::map<std::string, std::string> state_metadata() const;
+  // Restores a state_dict() saved with state_metadata(), checked whole before anything is
+  // copied: ValueError naming fp8_recipe (both recipes, the history length among them) or the
+  // layer count when the run differs, or the tensor that is missing or of another shape.
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata);
 
  private:
   std::shared_ptr<Fp8Context> context_;

@@ -239,8 +239,14 @@ void with_checkpoint_file(const std::string& path, const std::function<void()>& 
   }
 }
 
+std::string fp8_state_file(int rank, int world_size) {
+  return world_size == 1 ? std::string("fp8_state.safetensors")
+                         : str_cat("fp8_state-rank-", rank, "-of-", world_size, ".safetensors");
+}
+
 CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device,
-                                   bool adapter, const std::string& optimizer_file) {
+                                   bool adapter, const std::string& optimizer_file,
+                                   const std::string& fp8_file) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) {
     throw ValueError(str_cat("resume_from_checkpoint: '", dir, "' is not a directory"));
@@ -272,6 +278,13 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
   contents.optimizer.meta = parse_json(meta->second, str_cat(optimizer_path, " metadata"));
   for (const std::string& name : optimizer.names()) {
     contents.optimizer.tensors.emplace_back(name, optimizer.load(name, device));
+  }
+
+  if (const fs::path fp8_path = root / fp8_file; fs::exists(fp8_path)) {
+    SafetensorsFile fp8(fp8_path.string());
+    auto& [tensors, metadata] = contents.fp8_state.emplace();
+    for (const std::string& name : fp8.names()) tensors.emplace_back(name, fp8.load(name));
+    metadata = fp8.metadata();
   }
 
   contents.scheduler = read_json_file(root / kSchedulerFile);

@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +27,10 @@ inline constexpr const char* kSchedulerFile = "scheduler.json";
 inline constexpr const char* kScalerFile = "scaler.json";
 inline constexpr const char* kRngStateFile = "rng_state.json";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+// FP8 training's state (quant/fp8_linear.h's Fp8Training::state_dict, its recipe in the
+// metadata): fp8_state.safetensors, or under data parallelism each rank's own (their amaxes are
+// their own micro-batches'), fp8_state-rank-R-of-W.safetensors.
+std::string fp8_state_file(int rank, int world_size);
 // The safetensors metadata key holding the optimizer's JSON state (OptimizerStateDict::meta).
 inline constexpr const char* kOptimizerMetaKey = "optimizer_state";
 
@@ -72,6 +78,10 @@ struct CheckpointContents {
   nlohmann::json scaler;  // null when the checkpoint has no scaler.json
   nlohmann::json rng_state;
   nlohmann::ordered_json trainer_state;  // key order kept, as it is shown again
+  // `fp8_file`'s tensors and metadata, when the checkpoint has that file (an FP8 run's)
+  std::optional<std::pair<std::vector<std::pair<std::string, Tensor>>,
+                          std::map<std::string, std::string>>>
+      fp8_state;
 };
 
 // Reads a checkpoint: every file must be there (scaler.json when `needs_scaler`) and match its
@@ -83,10 +93,11 @@ struct CheckpointContents {
 // ValueError naming the file at fault. Optimizer tensors are loaded onto `device`. `adapter`:
 // the checkpoint of a LoRA run, whose weights are PEFT's adapter files.
 // `optimizer_file`: the optimizer state's file in `dir` (a ZeRO rank's shard,
-// train/zero_checkpoint.h).
+// train/zero_checkpoint.h); `fp8_file`: this rank's FP8 state, read when it is there.
 CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, Device device,
                                    bool adapter = false,
-                                   const std::string& optimizer_file = kOptimizerFile);
+                                   const std::string& optimizer_file = kOptimizerFile,
+                                   const std::string& fp8_file = fp8_state_file(0, 1));
 
 // Runs `apply`; an exception that does not name `path` is rethrown as a ValueError that does, so
 // that a checkpoint's errors always say which file was bad.

@@ -591,21 +591,30 @@ std::string Trainer::save_checkpoint() {
   // ZeRO-3 rank 0 writes the whole model from host copies, gathered a block at a time.
   HostGatheredParameters whole(zero_parameters_.get(), 0);
   const bool sharded = sharded_optimizer();
-  auto write_optimizer = [&](const std::string& dir) {
+  const int rank = communicator_ ? communicator_->rank() : 0;
+  const int world = communicator_ ? communicator_->world_size() : 1;
+  // Files of every rank's own: ZeRO's optimizer shards, FP8's states.
+  const bool rank_files = communicator_ && (sharded || fp8_);
+  auto write_rank_files = [&](const std::string& dir) {
+    if (fp8_) {
+      save_safetensors((fs::path(dir) / fp8_state_file(rank, world)).string(), fp8_->state_dict(),
+                       fp8_->state_metadata());
+    }
+    if (!sharded && !is_main_process()) return;  // one optimizer file, rank 0's
     const OptimizerStateDict state = optimizer_->state_dict();
-    const std::string file = sharded ? zero_optimizer_file(communicator_->rank(),
-                                                           communicator_->world_size())
+    const std::string file = sharded ? zero_optimizer_file(rank, world)
                                      : std::string(kOptimizerFile);
     save_safetensors((fs::path(dir) / file).string(), state.tensors,
                      {{kOptimizerMetaKey, state.meta.dump()}});
   };
   if (!is_main_process()) {
     // Rank 0 writes the one checkpoint every rank resumes from (their states are equal: Note
-    // [Data-parallel batches equal a single process's]); the others wait until it is whole.
-    if (sharded) {
+    // [Data-parallel batches equal a single process's]), the others their own files into it
+    // (ZeRO's optimizer shards, FP8's amaxes of their micro-batches) and wait until it is whole.
+    if (rank_files) {
       const auto pid = static_cast<int64_t>(communicator_->all_reduce_scalar(0.0, ReduceOp::sum));
-      write_optimizer(checkpoint_temp_dir(args_.output_dir, global_step_, pid));
-      communicator_->barrier();  // every shard is in
+      write_rank_files(checkpoint_temp_dir(args_.output_dir, global_step_, pid));
+      communicator_->barrier();  // every rank's files are in
     }
     communicator_->barrier();
     last_saved_step_ = global_step_;
@@ -614,7 +623,7 @@ std::string Trainer::save_checkpoint() {
   const std::string dir = commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
     const fs::path root(tmp);
     save_model_files(tmp);  // as HF's Trainer: a checkpoint is a model (or adapter) directory
-    write_optimizer(tmp);
+    write_rank_files(tmp);
     write_file_atomically((root / kSchedulerFile).string(),
                           dump_json(nlohmann::ordered_json(scheduler_->state_dict())));
     if (scaler_->is_enabled()) {
@@ -627,11 +636,11 @@ std::string Trainer::save_checkpoint() {
         {"data", nlohmann::ordered_json(data_->state_dict())}};
     write_file_atomically((root / kRngStateFile).string(), dump_json(rng));
     write_file_atomically((root / kTrainerStateFile).string(), dump_json(trainer_state()));
-    if (sharded) {
+    if (rank_files) {
       communicator_->all_reduce_scalar(static_cast<double>(::getpid()), ReduceOp::sum);
-      communicator_->barrier();  // every shard is in
-      write_zero_manifest(tmp, communicator_->world_size(), zero_stage_);
+      communicator_->barrier();  // every rank's files are in
     }
+    if (sharded) write_zero_manifest(tmp, world, zero_stage_);
     write_checkpoint_checksums(tmp);  // last: it covers every file above
   });
   last_saved_step_ = global_step_;
@@ -682,13 +691,45 @@ void Trainer::prepare_output_dir() {
   remove_leftovers();
 }
 
+namespace {
+
+// The FP8 state files in checkpoint `dir` (any rank's), comma-separated.
+std::string fp8_state_files(const std::string& dir) {
+  std::string names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("fp8_state", 0) == 0) names += str_cat(names.empty() ? "" : ", ", name);
+  }
+  return names;
+}
+
+}  // namespace
+
 void Trainer::load_checkpoint(const std::string& dir) {
   const std::string optimizer_file = zero_checkpoint_optimizer_file(
       dir, communicator_ ? communicator_->rank() : 0,
       communicator_ ? communicator_->world_size() : 1, sharded_optimizer());
+  const int rank = communicator_ ? communicator_->rank() : 0;
+  const int world = communicator_ ? communicator_->world_size() : 1;
+  const std::string fp8_file = fp8_state_file(rank, world);
   const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), device_,
-                                                   lora_.has_value(), optimizer_file);
+                                                   lora_.has_value(), optimizer_file, fp8_file);
   const fs::path root(dir);
+  // FP8's state first: a run whose FP8 options differ is refused before anything is applied.
+  if (fp8_ && saved.fp8_state) {
+    with_checkpoint_file((root / fp8_file).string(), [&] {
+      fp8_->load_state_dict(saved.fp8_state->first, saved.fp8_state->second);
+    });
+  } else if (const std::string files = fp8_state_files(dir); fp8_ || !files.empty()) {
+    std::string saved_by = "a run without FP8";
+    if (!files.empty()) {
+      saved_by = fp8_ ? str_cat("another number of ranks (", files, ", not ", fp8_file, ")")
+                      : str_cat("an FP8 run (", files, ")");
+    }
+    throw ValueError(str_cat("fp8: ", dir, " was saved by ", saved_by, "; this run has ",
+                             fp8_ ? fp8_->recipe().describe() : std::string("no FP8"),
+                             ". Resume with the FP8 options it was trained with"));
+  }
   with_checkpoint_file(saved.weights->path(), [&] {
     if (lora_) {
       load_lora_weights(*model_, *saved.weights);

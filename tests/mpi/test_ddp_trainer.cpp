@@ -529,6 +529,39 @@ TEST(DataParallelTrainer, ResumeWithTheSameWorldSizeIsBitIdentical) {
   expect_resume_is_bit_identical(0, dir.path(), args);
 }
 
+// FP8 delayed scaling: each rank's amaxes are its own micro-batches', so each rank writes its own
+// fp8_state-rank-R-of-W.safetensors into the checkpoint and resumes from it, with DDP and ZeRO-2.
+// A single process finds no state of its own there and is refused by name.
+TEST(DataParallelTrainer, Fp8DelayedScalingResumesEachRanksHistory) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  for (const int64_t stage : {0, 2}) {
+    SharedRunDir dir(str_cat("fp8_resume_", stage), 0.0);
+    TrainingArguments args = dir.args();
+    args.per_device_train_batch_size = 2;
+    args.zero_stage = stage;
+    args.fp8 = true;
+    args.fp8_amax_history_len = 3;
+    expect_resume_is_bit_identical(stage, dir.path(), args);
+    const fs::path checkpoint = dir.path() / "out" / "checkpoint-2";
+    for (int rank = 0; rank < world()->world_size(); ++rank) {
+      EXPECT_TRUE(fs::exists(checkpoint / str_cat("fp8_state-rank-", rank, "-of-",
+                                                  world()->world_size(), ".safetensors")));
+    }
+    if (stage == 0) {
+      TrainingArguments single = args;
+      single.output_dir = (dir.path() / str_cat("single_", world()->rank())).string();
+      single.resume_from_checkpoint = checkpoint.string();
+      try {
+        Trainer(single).train();
+        ADD_FAILURE() << "a 2-rank FP8 checkpoint resumed by one process";
+      } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("another number of ranks"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 TEST(DataParallelTrainer, ZeroShardedCheckpointsResumeBitIdentically) {
   if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   // Stage 4 here: ZeRO-3 with its shares' optimizers offloaded.

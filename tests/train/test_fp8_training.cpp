@@ -92,6 +92,70 @@ TEST(Fp8Training, ComposesWithBf16CheckpointingAccumulationAndLora) {
   }
 }
 
+// A run resumed from checkpoint-2 repeats steps 3 and 4 to the last bit with every recipe:
+// delayed scaling's amax histories and scales come back from fp8_state.safetensors.
+TEST(Fp8Training, EveryRecipeResumesBitForBit) {
+  for (const char* recipe : {"delayed", "current", "mxfp8"}) {
+    SCOPED_TRACE(recipe);
+    TempDir tmp(std::string("fp8_resume_") + recipe);
+    TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+    args.fp8 = true;
+    args.fp8_recipe = recipe;
+    args.fp8_amax_history_len = 3;  // shorter than the run: the history wraps before the save
+    Trainer full(args);
+    ASSERT_EQ(full.train(), 0);
+    const auto expected = losses_of(full);
+    ASSERT_EQ(expected.size(), 4u);
+    TrainingArguments again = args;
+    again.output_dir = (tmp.path() / "resumed").string();
+    again.resume_from_checkpoint = (tmp.path() / "out" / "checkpoint-2").string();
+    Trainer resumed(again);
+    ASSERT_EQ(resumed.train(), 0);
+    const auto actual = losses_of(resumed);
+    for (int64_t step = 3; step <= 4; ++step) {
+      EXPECT_EQ(actual.at(step), expected.at(step)) << "step " << step;
+    }
+  }
+}
+
+// A resume whose FP8 options differ from the checkpoint's is refused before training, naming
+// what differs: the history length (part of the recipe), FP8 off, FP8 on.
+TEST(Fp8Training, AResumeWithOtherFp8OptionsIsRefused) {
+  TempDir tmp("fp8_resume_changed");
+  TrainingArguments args = tiny_training_args(tmp.path(), 0.0);
+  args.max_steps = 2;
+  args.fp8 = true;
+  args.fp8_amax_history_len = 16;
+  ASSERT_EQ(Trainer(args).train(), 0);
+  TrainingArguments plain = args;
+  plain.fp8 = false;
+  plain.output_dir = (tmp.path() / "plain").string();
+  ASSERT_EQ(Trainer(plain).train(), 0);
+
+  auto refusal = [&](TrainingArguments a, const std::string& from) {
+    a.output_dir = (tmp.path() / "resumed").string();
+    a.overwrite_output_dir = true;
+    a.resume_from_checkpoint = (tmp.path() / from / "checkpoint-2").string();
+    a.max_steps = 4;
+    try {
+      Trainer(a).train();
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  TrainingArguments longer = args;
+  longer.fp8_amax_history_len = 32;
+  const std::string history = refusal(longer, "out");
+  EXPECT_NE(history.find("fp8_recipe"), std::string::npos) << history;
+  EXPECT_NE(history.find("history 16"), std::string::npos) << history;
+  EXPECT_NE(history.find("history 32"), std::string::npos) << history;
+  const std::string off = refusal(plain, "out");
+  EXPECT_NE(off.find("saved by an FP8 run"), std::string::npos) << off;
+  const std::string on = refusal(args, "plain");
+  EXPECT_NE(on.find("saved by a run without FP8"), std::string::npos) << on;
+}
+
 TEST(Fp8Training, BadOptionsAreNamed) {
   TempDir tmp("fp8_options");
   TrainingArguments args = tiny_training_args(tmp.path());
