@@ -125,8 +125,9 @@ void AdamW::step() {
       ++state.step;
       const bool compensated = state.compensation.defined();
       const bool stochastic = low_precision_param && !compensated && options_.stochastic_rounding;
+      const DType param_dtype = param.dtype();  // a lambda may not capture the binding (clang 14)
       auto call = std::find_if(calls.begin(), calls.end(), [&](const AdamWCall& c) {
-        return c.takes(state.step, param.dtype(), compensated, stochastic);
+        return c.takes(state.step, param_dtype, compensated, stochastic);
       });
       if (call == calls.end()) {
         call = calls.insert(calls.end(), AdamWCall{.step = state.step,
