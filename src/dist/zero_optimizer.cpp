@@ -45,6 +45,19 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<Communicator> c
   }
   local_ = make_local(share);
   groups_ = local_->param_groups();
+  // The clip's rows (Note [Gradient norms over ranks]): this rank's share as its optimizer holds
+  // it (an offloaded share's host copies), at their parameters' places in all_params().
+  std::map<std::string, int64_t> row_of;
+  for (size_t i = 0; i < params_.size(); ++i) row_of[params_[i].first] = static_cast<int64_t>(i);
+  std::vector<std::pair<int64_t, Tensor>> own;
+  for (const ParamGroup& group : groups_) {
+    for (const auto& [name, p] : group.params) own.emplace_back(row_of.at(name), p);
+  }
+  std::sort(own.begin(), own.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [row, p] : own) {
+    clip_rows_.push_back(row);
+    clip_share_.push_back(p);
+  }
 }
 
 void ZeroRedundancyOptimizer::step() {
@@ -60,29 +73,15 @@ void ZeroRedundancyOptimizer::step() {
 }
 
 Tensor ZeroRedundancyOptimizer::clip_grad_norm_on_device(double max_norm) {
-  // This rank's share (as its optimizer holds it: an offloaded share's host copies) at the rows
-  // of its parameters in all_params().
-  std::map<std::string, int64_t> row_of;
-  for (size_t i = 0; i < params_.size(); ++i) row_of[params_[i].first] = static_cast<int64_t>(i);
-  std::vector<std::pair<int64_t, Tensor>> own;
-  for (const ParamGroup& group : groups_) {
-    for (const auto& [name, p] : group.params) own.emplace_back(row_of.at(name), p);
-  }
-  std::sort(own.begin(), own.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Tensor> share;
-  std::vector<int64_t> rows;
   Device device = communicator_->device();
-  for (const auto& [row, p] : own) {
-    rows.push_back(row);
-    share.push_back(p);
+  for (const Tensor& p : clip_share_) {
     if (const Tensor grad = p.grad(); grad.defined()) device = grad.device();
   }
   const Tensor table =
-      grad_norm_table(share, rows, static_cast<int64_t>(params_.size()), device);
+      grad_norm_table(clip_share_, clip_rows_, static_cast<int64_t>(params_.size()), device);
   const Tensor carried = table.to(communicator_->device());
   communicator_->all_reduce(carried, ReduceOp::sum);
-  return clip_grad_norm_by_table(carried.to(device), share, max_norm);
+  return clip_grad_norm_by_table(carried.to(device), clip_share_, max_norm);
 }
 
 void ZeroRedundancyOptimizer::set_sharded(std::vector<bool> sharded) {

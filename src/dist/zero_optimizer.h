@@ -61,6 +61,8 @@ class ZeroRedundancyOptimizer final : public Optimizer {
   std::vector<int> owners_;
   std::vector<bool> sharded_;
   std::unique_ptr<Optimizer> local_;
+  std::vector<Tensor> clip_share_;  // the local optimizer's tensors in all_params()' order
+  std::vector<int64_t> clip_rows_;  // their indices in all_params()
 };
 
 }  // namespace headroom
