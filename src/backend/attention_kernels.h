@@ -1,5 +1,7 @@
 // The attention's kernel table (Note [Kernel tables] in backend/kernel_table.h): q [B, Hq, T, D], k
-// / v [B, Hkv, S, D] (any strides, unit stride in D), one dtype; Hq is a multiple of Hkv (GQA).
+// / v [B, Hkv, S, D], one dtype; Hq is a multiple of Hkv (GQA). q, k, v, the output, its gradient
+// and the three gradients are read and written at any strides with a unit stride in D (the
+// [B, T, H, D] layout of the projections needs no transposed copies).
 #pragma once
 
 #include "backend/dropout_kernels.h"
@@ -23,13 +25,13 @@ KernelWork attention_backward_cost(const Tensor& q, const Tensor& k, const Tenso
 struct AttentionKernels {
   static constexpr const char* kName = "attention";
 
-  // out contiguous in q's dtype; lse f32 [B, Hq, T].
+  // out in q's dtype, q's shape; lse f32 [B, Hq, T] contiguous.
   Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
               DropoutParams dropout, const Tensor& out, const Tensor& lse)>
       forward{"forward", nullptr, attention_forward_cost};
-  // out (forward's) and grad_out contiguous in q's dtype; lse as forward's; delta: f32 [B, Hq, T]
-  // workspace; grad_q / grad_k / grad_v contiguous in q's dtype; grad_q_accum: f32 [B, Hq, T, D]
-  // workspace when q is not f32, else undefined.
+  // out (forward's) and grad_out in q's dtype, q's shape; lse as forward's; delta: f32
+  // [B, Hq, T] workspace; grad_q / grad_k / grad_v in q's dtype, shaped as q / k / v;
+  // grad_q_accum: contiguous f32 [B, Hq, T, D] workspace when q is not f32, else undefined.
   Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
               const Tensor& grad_out, const Tensor& lse, bool causal, float scale,
               DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,

@@ -208,6 +208,27 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   return as_strided(shape, strides_, offset_ + start * strides_[d]);
 }
 
+Tensor Tensor::joined_view(const std::vector<Tensor>& pieces, int64_t dim) {
+  if (pieces.empty() || !pieces[0].defined() || pieces[0].ndim() == 0) return Tensor();
+  const Tensor& first = pieces[0];
+  const int d = wrap_dim(dim, first.ndim());
+  Shape shape = first.shape_;
+  int64_t next_offset = first.offset_;
+  shape[d] = 0;
+  for (const Tensor& piece : pieces) {
+    if (!piece.defined() || piece.storage_ != first.storage_ || piece.dtype_ != first.dtype_ ||
+        piece.strides_ != first.strides_ || piece.offset_ != next_offset) {
+      return Tensor();
+    }
+    for (int i = 0; i < first.ndim(); ++i) {
+      if (i != d && piece.shape_[i] != first.shape_[i]) return Tensor();
+    }
+    next_offset += piece.shape_[d] * first.strides_[d];
+    shape[d] += piece.shape_[d];
+  }
+  return first.as_strided(shape, first.strides_, first.offset_);
+}
+
 Tensor Tensor::select(int64_t dim, int64_t index) const {
   check_defined("select");
   if (ndim() == 0) throw IndexError("select: cannot select from a 0-dimensional tensor");

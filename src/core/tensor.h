@@ -76,6 +76,10 @@ class Tensor {
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor expand(const Shape& shape) const;  // -1 keeps a dimension; new leading dims allowed
+  // The view whose narrows along `dim` are `pieces`, in order, when they are adjacent views of
+  // one storage with one dtype and the same strides and other sizes (as split's outputs are);
+  // undefined otherwise. Split's backward hands gradients written into one buffer on this way.
+  static Tensor joined_view(const std::vector<Tensor>& pieces, int64_t dim);
   Tensor unsqueeze(int64_t dim) const;
   Tensor squeeze(int64_t dim) const;
   Tensor flatten() const { return reshape({-1}); }

@@ -4,7 +4,9 @@
 // output in q's dtype and lse [B, Hq, Tq] in fp32 — never a T x T matrix.
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "autograd/function_node.h"
 #include "backend/attention_kernels.h"
@@ -21,10 +23,41 @@ namespace {
 constexpr const char* kOp = "scaled_dot_product_attention";
 
 // x itself when its last dimension is contiguous (such as the transposed views of [B, T, H, D]
-// projections that models pass), else a contiguous copy in its own dtype: the kernels read rows
-// at any stride, in q, k and v's own dtype.
-Tensor unit_rows(const Tensor& x) {
-  return x.stride(3) == 1 || x.size(3) <= 1 ? x : x.contiguous();
+// projections that models pass) and it has `dtype`, else a contiguous copy in `dtype`: the kernels
+// read and write rows at any stride.
+Tensor unit_rows(const Tensor& x, DType dtype) {
+  return (x.stride(3) == 1 || x.size(3) <= 1) && x.dtype() == dtype ? x : contiguous_as(x, dtype);
+}
+
+// An empty tensor of x's shape whose memory runs in the order of x's strides (PyTorch's
+// empty_like for a permuted x): the output of heads viewed out of [B, T, H, D] projections is
+// such a view of a [B, T, H, D] buffer itself, so the models' transpose back to [B, T, H * D] is
+// a view, not a copy, and so are the gradients of the projections.
+Tensor empty_in_layout_of(const Tensor& x, DType dtype) {
+  std::vector<int64_t> order = {0, 1, 2, 3};
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return x.stride(a) > x.stride(b); });
+  std::vector<int64_t> inverse(4);
+  std::vector<int64_t> sizes(4);
+  for (int64_t i = 0; i < 4; ++i) {
+    inverse[order[i]] = i;
+    sizes[i] = x.size(order[i]);
+  }
+  return Tensor::empty(Shape(sizes), dtype, x.device()).permute(inverse);
+}
+
+// Whether q, k and v are the three [B, H, T, D] heads views of one [B, T, 3, H, D] projection
+// (GPT-2's c_attn output, split in three and viewed as heads). Their gradients are then the same
+// views of one buffer, which split's backward hands on as the projection's gradient, uncopied.
+bool packed_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (q.storage() != k.storage() || q.storage() != v.storage()) return false;
+  if (q.shape() != k.shape() || q.shape() != v.shape()) return false;
+  if (q.strides() != k.strides() || q.strides() != v.strides()) return false;
+  const int64_t t = q.size(2), width = q.size(1) * q.size(3);
+  const bool heads_of_rows = q.stride(0) == t * 3 * width && q.stride(1) == q.size(3) &&
+                             q.stride(2) == 3 * width && q.stride(3) == 1;
+  return heads_of_rows && k.storage_offset() == q.storage_offset() + width &&
+         v.storage_offset() == q.storage_offset() + 2 * width;
 }
 
 // The problem's sizes.
@@ -100,10 +133,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   // out in q's dtype and lse; no fp32 copies of q, k or v on any device.
   const Device device = q.device();
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), device);
+  Tensor out = empty_in_layout_of(q, q.dtype());
   Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
-  need_kernel(kOp, device, &AttentionKernels::forward)(unit_rows(q), unit_rows(k), unit_rows(v),
-                                                       is_causal, softmax_scale, dropout, out, lse);
+  const DType dtype = q.dtype();
+  need_kernel(kOp, device, &AttentionKernels::forward)(unit_rows(q, dtype), unit_rows(k, dtype),
+                                                       unit_rows(v, dtype), is_causal,
+                                                       softmax_scale, dropout, out, lse);
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
     save_for_backward(*node, q, k, v, out, lse);
     node->set_backward([is_causal, softmax_scale,
@@ -113,17 +148,27 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       const Tensor& lse = ctx.saved(4);
       const DType dtype = q.dtype();
       const Device device = q.device();
-      const Tensor g = contiguous_as(ctx.grad_output(), dtype);
+      const Tensor g = unit_rows(ctx.grad_output(), dtype);
       // delta [B, Hq, Tq], the fp32 dQ accumulator when q is not f32 (dQ sums over key tiles),
-      // and the three gradients in q's dtype.
+      // and the three gradients in q's dtype, laid out as q, k and v are.
       Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
       Tensor gq_accum;
       if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
-      Tensor gq = Tensor::empty(q.shape(), dtype, device);
-      Tensor gk = Tensor::empty(k.shape(), dtype, device);
-      Tensor gv = Tensor::empty(k.shape(), dtype, device);
+      Tensor gq, gk, gv;
+      if (packed_qkv(q, k, ctx.saved(2))) {
+        const Tensor packed = Tensor::empty(
+            Shape{q.size(0), q.size(2), 3, q.size(1), q.size(3)}, dtype, device);
+        gq = packed.select(2, 0).transpose(1, 2);
+        gk = packed.select(2, 1).transpose(1, 2);
+        gv = packed.select(2, 2).transpose(1, 2);
+      } else {
+        gq = empty_in_layout_of(q, dtype);
+        gk = empty_in_layout_of(k, dtype);
+        gv = empty_in_layout_of(ctx.saved(2), dtype);
+      }
       need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
-          unit_rows(q), unit_rows(k), unit_rows(ctx.saved(2)), ctx.saved(3), g, lse, is_causal,
+          unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(ctx.saved(2), dtype), ctx.saved(3),
+          g, lse, is_causal,
           softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
       return {gq, gk, gv};
     });

@@ -133,6 +133,19 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
           break;
         }
       }
+      // Gradients already written side by side in one buffer (attention's of a fused QKV
+      // projection) are that buffer: no copy.
+      // (Not under create_graph: a joined view records no autograd history.)
+      std::vector<Tensor> pieces;
+      bool tracked = false;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        pieces.push_back(ctx.grad_output(i));
+        tracked = tracked || (pieces.back().defined() && pieces.back().requires_grad());
+      }
+      if (Tensor joined = tracked ? Tensor() : Tensor::joined_view(pieces, d);
+          joined.defined() && joined.shape() == in) {
+        return {joined};
+      }
       Tensor grad = Tensor::empty(in, dtype, device);
       int64_t begin = 0;
       for (size_t i = 0; i < sizes.size(); ++i) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "backend/adamw_kernels.h"
 #include "core/error.h"
@@ -130,10 +131,12 @@ void AdamW::step() {
         return c.takes(state.step, param_dtype, compensated, stochastic);
       });
       if (call == calls.end()) {
-        call = calls.insert(calls.end(), AdamWCall{.step = state.step,
-                                                   .param_dtype = param.dtype(),
-                                                   .compensated = compensated,
-                                                   .stochastic = stochastic});
+        AdamWCall fresh;
+        fresh.step = state.step;
+        fresh.param_dtype = param.dtype();
+        fresh.compensated = compensated;
+        fresh.stochastic = stochastic;
+        call = calls.insert(calls.end(), std::move(fresh));
       }
       call->params.push_back(param);
       call->grads.push_back(grad.contiguous());  // a copy only for a strided gradient

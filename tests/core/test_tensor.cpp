@@ -61,6 +61,26 @@ TEST(Tensor, NarrowSelectPermuteExpand) {
   EXPECT_THROW(t.transpose(0, 2), IndexError);
 }
 
+// joined_view is narrow's inverse for adjacent pieces of one storage, and nothing else.
+TEST(Tensor, JoinedViewUndoesAdjacentNarrowsOnly) {
+  Tensor t = Tensor::from_floats(iota(12), {3, 4});
+  const Tensor joined = Tensor::joined_view({t.narrow(1, 0, 1), t.narrow(1, 1, 3)}, 1);
+  ASSERT_TRUE(joined.defined());
+  EXPECT_EQ(joined.storage(), t.storage());
+  EXPECT_EQ(joined.shape(), t.shape());
+  EXPECT_EQ(joined.to_float_vector(), t.to_float_vector());
+  EXPECT_EQ(Tensor::joined_view({t.narrow(1, 1, 2), t.narrow(1, 3, 1)}, 1).to_float_vector(),
+            t.narrow(1, 1, 3).to_float_vector());
+  EXPECT_EQ(Tensor::joined_view({t.narrow(0, 0, 2), t.narrow(0, 2, 1)}, 0).shape(), t.shape());
+  // Out of order, with a gap, from another storage, or of other sizes: not one view.
+  EXPECT_FALSE(Tensor::joined_view({t.narrow(1, 2, 2), t.narrow(1, 0, 2)}, 1).defined());
+  EXPECT_FALSE(Tensor::joined_view({t.narrow(1, 0, 1), t.narrow(1, 2, 2)}, 1).defined());
+  EXPECT_FALSE(Tensor::joined_view({t.narrow(1, 0, 2), t.clone().narrow(1, 2, 2)}, 1).defined());
+  EXPECT_FALSE(Tensor::joined_view({t.narrow(0, 0, 1).narrow(1, 0, 2), t.narrow(1, 2, 2)}, 1)
+                   .defined());
+  EXPECT_FALSE(Tensor::joined_view({t.narrow(1, 0, 2), Tensor()}, 1).defined());
+}
+
 TEST(Tensor, ViewNeedsCompatibleStridesReshapeCopies) {
   Tensor t = Tensor::from_floats(iota(24), {2, 3, 4});
   Tensor v = t.view({6, -1});

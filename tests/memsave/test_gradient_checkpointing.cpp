@@ -126,18 +126,19 @@ struct BlockBytes {
   int64_t top;     // what a block's backward holds at its highest point beyond its activations
 };
 
-// GPT-2 block, fp32, T x D activations of B x T x D: ln_1 out, c_attn out (3), attention out,
-// its [B, T, D] copy (c_proj's input), h, ln_2 out, c_fc out (4), gelu out (4): 16; plus the
+// GPT-2 block, fp32, T x D activations of B x T x D: ln_1 out, c_attn out (3), attention out
+// (laid out as [B, T, H, D], so c_proj's input is a view of it), h, ln_2 out, c_fc out (4), gelu
+// out (4): 15; plus the
 // mean and rstd of both LayerNorms ([B, T] each) and the attention's lse ([B, H, T]).
 // Selective keeps c_attn's (3), attn.c_proj's (1) and c_fc's (4) outputs; attn.c_proj's is not
-// among the saved ones (the residual add saves nothing), so its recompute brings back 16 - 7.
+// among the saved ones (the residual add saves nothing), so its recompute brings back 15 - 7.
 // Backward: ln_f's backward adds its input's gradient, its weight's and bias's, and the last
 // block's resid dropout the MLP branch's gradient; it frees its saved input, mean and rstd and
 // the fused loss's gradient of the hidden states. A block's highest point is mlp.c_proj's
 // backward: its input's gradient ([B, T, 4D]), its weight's and bias's.
 BlockBytes gpt2_block_bytes(const GPT2Config& c) {
   const int64_t btd = kBatch * kTokens * c.n_embd * kF32, bt = kBatch * kTokens * kF32;
-  const int64_t saved = 16 * btd + 4 * bt + c.n_head * bt;
+  const int64_t saved = 15 * btd + 4 * bt + c.n_head * bt;
   const int64_t norm_grads = 2 * round_to_block(c.n_embd * kF32);
   return {.saved = saved,
           .selective = 8 * btd,

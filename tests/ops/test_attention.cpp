@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
+#include "core/kernel_census.h"
 #include "core/philox.h"
 #include "memory/device_memory.h"
 #include "ops/ops.h"
@@ -266,17 +267,65 @@ TEST(Attention, SavesInputsOutputAndLseOnlyAndNeverATxTBuffer) {
     reset_peak_memory_stats(kCPU);
     backward(out, grad);
     const int64_t backward_peak = static_cast<int64_t>(max_memory_allocated(kCPU)) - before;
-    // Out and lse, then the delta workspace and the three gradients.
-    // Out and lse, then the delta workspace and the three gradients; the transposed inputs' own
-    // backward (a view op) may add a contiguous copy of each gradient.
+    // Out and lse, then the delta workspace and the three gradients, laid out as the inputs are
+    // (so the transposes' backward are views: no copies).
     const int64_t backward_bytes = io_bytes + lse_bytes + lse_bytes + io_bytes + 2 * kv_bytes;
+    EXPECT_EQ(backward_peak, backward_bytes);
     if (transposed) {
-      EXPECT_LE(backward_peak, backward_bytes + io_bytes + 2 * kv_bytes);
-    } else {
-      EXPECT_EQ(backward_peak, backward_bytes);
+      EXPECT_EQ(out.stride(1), s.d) << "out is laid out as q: [B, T, H, D]";
+      EXPECT_EQ(q.grad().strides(), q.strides());
     }
     EXPECT_LT(backward_peak, txt_bytes / 4);
     ASSERT_TRUE(q.grad().defined());
+  }
+}
+
+// GPT-2's attention: one [B, T, 3C] projection split into q, k and v, viewed as heads, and the
+// output viewed back as [B, T, C]. Neither direction copies: the output is laid out as
+// [B, T, H, D], and the three gradients are written side by side into one [B, T, 3C] buffer,
+// which split's backward hands on. The values are those of the same attention on contiguous
+// copies of q, k and v, bit for bit.
+TEST(Attention, FusedProjectionRunsWithoutCopies) {
+  const int64_t b = 2, t = 48, h = 3, d = 16, c = h * d;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Generator gen(11);
+    const Tensor x = Tensor::randn({b, t, 3 * c}, DType::f32, kCPU, &gen).to(dtype);
+    x.set_requires_grad(true);
+    const Tensor grad = Tensor::randn({b, t, c}, DType::f32, kCPU, &gen).to(dtype);
+    KernelCensus census;
+    Tensor y;
+    {
+      KernelCensusScope scope(census);
+      const std::vector<Tensor> parts = split(x, {c, c, c}, -1);
+      auto heads = [&](const Tensor& part) { return transpose(reshape(part, {b, t, h, d}), 1, 2); };
+      y = reshape(transpose(scaled_dot_product_attention(heads(parts[0]), heads(parts[1]),
+                                                         heads(parts[2])),
+                            1, 2),
+                  {b, t, c});
+      backward(y, grad);
+    }
+    for (const KernelLaunch& launch : census.launches()) {
+      EXPECT_NE(std::string(launch.family), "copy") << dtype_name(dtype);
+      EXPECT_NE(std::string(launch.family), "cast") << dtype_name(dtype);
+    }
+    ASSERT_TRUE(x.grad().defined());
+    EXPECT_TRUE(x.grad().is_contiguous());
+
+    // The reference: contiguous [B, H, T, D] copies of each part.
+    std::vector<Tensor> leaves;
+    for (int64_t i = 0; i < 3; ++i) {
+      leaves.push_back(
+          transpose(reshape(x.detach().narrow(2, i * c, c), {b, t, h, d}), 1, 2).contiguous());
+      leaves.back().set_requires_grad(true);
+    }
+    const Tensor ref = scaled_dot_product_attention(leaves[0], leaves[1], leaves[2]);
+    backward(ref, transpose(reshape(grad, {b, t, h, d}), 1, 2).contiguous());
+    EXPECT_EQ(reshape(transpose(ref, 1, 2), {b, t, c}).to_float_vector(), y.to_float_vector());
+    for (int64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(reshape(transpose(leaves[i].grad(), 1, 2), {b, t, c}).to_float_vector(),
+                x.grad().narrow(2, i * c, c).to_float_vector())
+          << dtype_name(dtype) << " part " << i;
+    }
   }
 }
 

@@ -178,6 +178,13 @@ struct Rows {
   int64_t ld;
 };
 
+// fp32 rows being summed, likewise.
+struct SumRows {
+  float* data;
+  int64_t ld;
+  float* row(int64_t r) const { return data + r * ld; }
+};
+
 // Rows [row, row + n) of head h of batch b of x as fp32: in place when x is f32, else widened
 // into buf (n * dim floats, ld = dim).
 Rows rows_of(const Operand& x, int64_t dim, int64_t b, int64_t h, int64_t row, int64_t n,
@@ -193,27 +200,62 @@ Rows rows_of(const Operand& x, int64_t dim, int64_t b, int64_t h, int64_t row, i
   return {buf, dim};
 }
 
-// A contiguous [rows, D] result in its own dtype: f32 computed in place, bf16 / f16 computed in
-// an fp32 tile and rounded once.
+// A [B, H, T, D] result in its own dtype with a unit stride in D (element strides of the rest):
+// f32 computed in place, bf16 / f16 computed in an fp32 tile (ld = D) and rounded once.
 struct Result {
   char* data;
   DType dtype;
   int64_t element_size;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t row_stride;
 
   explicit Result(const Tensor& t)
       : data(static_cast<char*>(t.data_ptr())),
         dtype(t.dtype()),
-        element_size(static_cast<int64_t>(t.element_size())) {}
+        element_size(static_cast<int64_t>(t.element_size())),
+        batch_stride(t.stride(0)),
+        head_stride(t.stride(1)),
+        row_stride(t.stride(2)) {}
 
-  // Where to sum rows starting at element `offset`: the tensor itself, or `tile`.
-  float* target(int64_t offset, float* tile) const {
-    return dtype == DType::f32 ? reinterpret_cast<float*>(data) + offset : tile;
+  int64_t first(int64_t b, int64_t h, int64_t row) const {
+    return b * batch_stride + h * head_stride + row * row_stride;
   }
-  // Rounds n computed elements into the tensor from `offset` (nothing to do for f32).
-  void store(int64_t offset, int64_t n, const float* computed) const {
-    if (dtype != DType::f32) {
-      convert_from_f32(computed, data + offset * element_size, dtype, static_cast<size_t>(n));
+  // Where to sum rows from (b, h, row): the tensor itself (ld: its row stride) or `tile` (ld: dim).
+  SumRows target(int64_t b, int64_t h, int64_t row, int64_t dim, float* tile) const {
+    if (dtype == DType::f32) return {reinterpret_cast<float*>(data) + first(b, h, row), row_stride};
+    return {tile, dim};
+  }
+  // Rounds n computed rows into the tensor from (b, h, row) (nothing to do for f32).
+  void store(int64_t b, int64_t h, int64_t row, int64_t n, int64_t dim,
+             const float* computed) const {
+    if (dtype == DType::f32) return;
+    for (int64_t r = 0; r < n; ++r) {
+      convert_from_f32(computed + r * dim, data + (first(b, h, row) + r * row_stride) * element_size,
+                       dtype, static_cast<size_t>(dim));
     }
+  }
+};
+
+// n rows of dim floats at row stride ld set to 0.
+void zero_rows(const SumRows& rows, int64_t n, int64_t dim) {
+  for (int64_t r = 0; r < n; ++r) std::fill(rows.row(r), rows.row(r) + dim, 0.0f);
+}
+
+// The f32 dQ sums [B, Hq, Tq, D] (unit stride in D): grad_q itself (f32) or grad_q_accum.
+struct QuerySums {
+  float* data;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t row_stride;
+
+  explicit QuerySums(const Tensor& t)
+      : data(t.data<float>()),
+        batch_stride(t.stride(0)),
+        head_stride(t.stride(1)),
+        row_stride(t.stride(2)) {}
+  SumRows rows(int64_t b, int64_t h, int64_t row) const {
+    return {data + b * batch_stride + h * head_stride + row * row_stride, row_stride};
   }
 };
 
@@ -244,8 +286,7 @@ void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Res
   const int64_t br = std::min(pb.tiles.forward_rows, d.q_len - i0);
   const int64_t kvh = h / (d.q_heads / d.kv_heads);
   const Rows q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
-  const int64_t out_offset = ((b * d.q_heads + h) * d.q_len + i0) * dim;
-  float* o = out.target(out_offset, wide ? wide->out : nullptr);
+  const SumRows o = out.target(b, h, i0, dim, wide ? wide->out : nullptr);
   float* row_lse = lse + (b * d.q_heads + h) * d.q_len + i0;
   alignas(64) float s[kForwardRows * kForwardKeys];
   alignas(64) float keep[kForwardKeys];
@@ -254,7 +295,7 @@ void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Res
     m[r] = -std::numeric_limits<float>::infinity();
     l[r] = 0.0f;
   }
-  std::fill(o, o + br * dim, 0.0f);
+  zero_rows(o, br, dim);
   const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
   for (int64_t j0 = 0; j0 < key_end; j0 += pb.tiles.forward_keys) {
     const int64_t bc = std::min(pb.tiles.forward_keys, key_end - j0);
@@ -276,7 +317,7 @@ void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Res
       l[r] = l[r] * correction + sum;
       m[r] = mx;
       if (correction != 1.0f) {
-        float* orow = o + r * dim;
+        float* orow = o.row(r);
 #pragma omp simd
         for (int64_t e = 0; e < dim; ++e) orow[e] *= correction;
       }
@@ -288,25 +329,25 @@ void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Res
     }
     // k's widened rows are spent: v's take their place.
     const Rows v = rows_of(pb.v, dim, b, kvh, j0, bc, wide ? wide->kv : nullptr);
-    gemm(false, false, br, dim, bc, 1.0f, s, kForwardKeys, v.data, v.ld, 1.0f, o, dim);
+    gemm(false, false, br, dim, bc, 1.0f, s, kForwardKeys, v.data, v.ld, 1.0f, o.data, o.ld);
   }
   for (int64_t r = 0; r < br; ++r) {
     // l is 0 only when a row sees no key (kv_len 0): its output stays 0.
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    float* orow = o + r * dim;
+    float* orow = o.row(r);
 #pragma omp simd
     for (int64_t e = 0; e < dim; ++e) orow[e] *= inv;
     row_lse[r] = m[r] + std::log(l[r]);
   }
-  out.store(out_offset, br * dim, o);
+  out.store(b, h, i0, br, dim, o.data);
 }
 
 // What the backward tiles read and write besides the problem.
 struct BackwardArgs {
-  Operand grad_out;  // contiguous [B, Hq, Tq, D] in q's dtype
+  Operand grad_out;  // [B, Hq, Tq, D] in q's dtype
   const float* lse;
   const float* delta;
-  float* grad_q;  // f32 dQ sums: grad_q itself (f32) or grad_q_accum
+  QuerySums grad_q;  // f32 dQ sums: grad_q itself (f32) or grad_q_accum
   Result grad_k;
   Result grad_v;
 };
@@ -384,33 +425,32 @@ void backward_key_tile(const Problem& pb, const BackwardArgs& args, int64_t b, i
   const int64_t dim = d.head_dim;
   const int64_t group = d.q_heads / d.kv_heads;
   const int64_t bc = std::min(pb.tiles.backward_keys, d.kv_len - j0);
-  const int64_t kv_offset = ((b * d.kv_heads + kvh) * d.kv_len + j0) * dim;
-  float* dk = args.grad_k.target(kv_offset, wide ? wide->grad_k : nullptr);
-  float* dv = args.grad_v.target(kv_offset, wide ? wide->grad_v : nullptr);
-  std::fill(dk, dk + bc * dim, 0.0f);
-  std::fill(dv, dv + bc * dim, 0.0f);
+  const SumRows dk = args.grad_k.target(b, kvh, j0, dim, wide ? wide->grad_k : nullptr);
+  const SumRows dv = args.grad_v.target(b, kvh, j0, dim, wide ? wide->grad_v : nullptr);
+  zero_rows(dk, bc, dim);
+  zero_rows(dv, bc, dim);
   BlockRows rows{};
   rows.k = rows_of(pb.k, dim, b, kvh, j0, bc, wide ? wide->k : nullptr);
   rows.v = rows_of(pb.v, dim, b, kvh, j0, bc, wide ? wide->v : nullptr);
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
     for (int64_t i0 = pb.causal ? j0 : 0; i0 < d.q_len; i0 += pb.tiles.backward_rows) {
       const int64_t br = std::min(pb.tiles.backward_rows, d.q_len - i0);
-      const int64_t q_row = (b * d.q_heads + h) * d.q_len + i0;
       rows.q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
       rows.grad_out = rows_of(args.grad_out, dim, b, h, i0, br, wide ? wide->grad_out : nullptr);
       block_grads(pb, args, b, h, i0, br, j0, bc, rows, scratch);
       gemm(true, false, bc, dim, br, 1.0f, scratch.p, kBackwardKeys, rows.grad_out.data,
-           rows.grad_out.ld, 1.0f, dv, dim);
+           rows.grad_out.ld, 1.0f, dv.data, dv.ld);
       gemm(true, false, bc, dim, br, pb.scale, scratch.ds, kBackwardKeys, rows.q.data, rows.q.ld,
-           1.0f, dk, dim);
+           1.0f, dk.data, dk.ld);
       if (dq) {
+        const SumRows sums = args.grad_q.rows(b, h, i0);
         gemm(false, false, br, dim, bc, pb.scale, scratch.ds, kBackwardKeys, rows.k.data,
-             rows.k.ld, 1.0f, args.grad_q + q_row * dim, dim);
+             rows.k.ld, 1.0f, sums.data, sums.ld);
       }
     }
   }
-  args.grad_k.store(kv_offset, bc * dim, dk);
-  args.grad_v.store(kv_offset, bc * dim, dv);
+  args.grad_k.store(b, kvh, j0, bc, dim, dk.data);
+  args.grad_v.store(b, kvh, j0, bc, dim, dv.data);
 }
 
 // dQ of query rows [i0, i0 + backward_rows) of head h, from the key tiles in ascending order.
@@ -420,8 +460,8 @@ void backward_query_tile(const Problem& pb, const BackwardArgs& args, int64_t b,
   const int64_t dim = d.head_dim;
   const int64_t br = std::min(pb.tiles.backward_rows, d.q_len - i0);
   const int64_t kvh = h / (d.q_heads / d.kv_heads);
-  float* dq = args.grad_q + ((b * d.q_heads + h) * d.q_len + i0) * dim;
-  std::fill(dq, dq + br * dim, 0.0f);
+  const SumRows dq = args.grad_q.rows(b, h, i0);
+  zero_rows(dq, br, dim);
   const Rows q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
   const Rows grad_out = rows_of(args.grad_out, dim, b, h, i0, br, wide ? wide->grad_out : nullptr);
   const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
@@ -435,7 +475,7 @@ void backward_query_tile(const Problem& pb, const BackwardArgs& args, int64_t b,
                    rows_of(pb.v, dim, b, kvh, j0, bc, wide ? wide->v : nullptr)};
     block_grads(pb, args, b, h, i0 + skip, br - skip, j0, bc, rows, scratch);
     gemm(false, false, br - skip, dim, bc, pb.scale, scratch.ds, kBackwardKeys, rows.k.data,
-         rows.k.ld, 1.0f, dq + skip * dim, dim);
+         rows.k.ld, 1.0f, dq.row(skip), dq.ld);
   }
 }
 
@@ -464,19 +504,25 @@ void forward_items(const Problem& pb, const Result& out, float* lse) {
   }
 }
 
-// delta[row] = sum over D of out * grad_out, both contiguous in q's dtype; bf16 / f16 rows are
-// widened in chunks of kDeltaChunk.
+// delta[row] = sum over D of out * grad_out, both [B, Hq, Tq, D] in q's dtype (unit stride in
+// D); bf16 / f16 rows are widened in chunks of kDeltaChunk.
 constexpr int64_t kDeltaChunk = 256;
 
-void row_deltas(const Tensor& out, const Tensor& grad_out, int64_t rows, int64_t dim,
-                float* delta, bool parallel) {
+void row_deltas(const Dims& d, const Tensor& out, const Tensor& grad_out, float* delta,
+                bool parallel) {
+  const Operand o_rows = operand_of(out), g_rows = operand_of(grad_out);
+  const int64_t dim = d.head_dim;
+  const int64_t rows = d.batch * d.q_heads * d.q_len;
+  auto first = [&](const Operand& x, int64_t row) {
+    const int64_t bh = row / d.q_len;
+    return (bh / d.q_heads) * x.batch_stride + (bh % d.q_heads) * x.head_stride +
+           (row % d.q_len) * x.row_stride;
+  };
   if (out.dtype() == DType::f32) {
-    const float* o_data = out.data<float>();
-    const float* g_data = grad_out.data<float>();
 #pragma omp parallel for if (parallel)
     for (int64_t row = 0; row < rows; ++row) {
-      const float* o = o_data + row * dim;
-      const float* g = g_data + row * dim;
+      const float* o = reinterpret_cast<const float*>(o_rows.data) + first(o_rows, row);
+      const float* g = reinterpret_cast<const float*>(g_rows.data) + first(g_rows, row);
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t e = 0; e < dim; ++e) sum += o[e] * g[e];
@@ -484,18 +530,17 @@ void row_deltas(const Tensor& out, const Tensor& grad_out, int64_t rows, int64_t
     }
     return;
   }
-  const char* o_data = static_cast<const char*>(out.data_ptr());
-  const char* g_data = static_cast<const char*>(grad_out.data_ptr());
-  const int64_t size = static_cast<int64_t>(out.element_size());
+  const int64_t size = o_rows.element_size;
 #pragma omp parallel for if (parallel)
   for (int64_t row = 0; row < rows; ++row) {
     alignas(64) float o[kDeltaChunk], g[kDeltaChunk];
+    const char* o_row = o_rows.data + first(o_rows, row) * size;
+    const char* g_row = g_rows.data + first(g_rows, row) * size;
     float sum = 0.0f;
     for (int64_t e0 = 0; e0 < dim; e0 += kDeltaChunk) {
       const int64_t n = std::min(kDeltaChunk, dim - e0);
-      const int64_t first = (row * dim + e0) * size;
-      convert_to_f32(o_data + first, out.dtype(), o, static_cast<size_t>(n));
-      convert_to_f32(g_data + first, grad_out.dtype(), g, static_cast<size_t>(n));
+      convert_to_f32(o_row + e0 * size, out.dtype(), o, static_cast<size_t>(n));
+      convert_to_f32(g_row + e0 * size, grad_out.dtype(), g, static_cast<size_t>(n));
 #pragma omp simd reduction(+ : sum)
       for (int64_t e = 0; e < n; ++e) sum += o[e] * g[e];
     }
@@ -529,8 +574,9 @@ void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) 
       for (int64_t head = 0; head < heads; ++head) {
         const int64_t b = head / d.kv_heads, kvh = head % d.kv_heads;
         const int64_t group = d.q_heads / d.kv_heads;
-        float* dq = args.grad_q + (b * d.q_heads + kvh * group) * d.q_len * dim;
-        std::fill(dq, dq + group * d.q_len * dim, 0.0f);
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          zero_rows(args.grad_q.rows(b, h, 0), d.q_len, dim);
+        }
         for (int64_t jt = 0; jt < k_tiles; ++jt) {
           backward_key_tile(pb, args, b, kvh, jt * pb.tiles.backward_keys, true, scratch, wide);
         }
@@ -586,23 +632,20 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_attention_backward_buffers(entry, q, k, out, grad_out, lse, delta, grad_q, grad_k, grad_v,
                                    grad_q_accum);
   const bool parallel = worth_parallel(d);
-  row_deltas(out, grad_out, rows, d.head_dim, delta.data<float>(), parallel);
+  row_deltas(d, out, grad_out, delta.data<float>(), parallel);
   // dQ sums in fp32: in grad_q itself for f32, else in grad_q_accum, rounded once below.
   const Tensor& accum = pb.wide ? grad_q_accum : grad_q;
   const BackwardArgs args{operand_of(grad_out), lse.data<float>(), delta.data<float>(),
-                          accum.data<float>(), Result(grad_k), Result(grad_v)};
+                          QuerySums(accum), Result(grad_k), Result(grad_v)};
   if (pb.wide) {
     backward_items<true>(pb, args, parallel);
-    const int64_t n = grad_q.numel();
-    const int64_t chunks = ceil_div(n, kWideTileFloats);
+    const Result dst(grad_q);
     const float* sums = grad_q_accum.data<float>();
-    char* dst = static_cast<char*>(grad_q.data_ptr());
-    const int64_t size = static_cast<int64_t>(grad_q.element_size());
 #pragma omp parallel for if (parallel)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t first = c * kWideTileFloats;
-      convert_from_f32(sums + first, dst + first * size, grad_q.dtype(),
-                       static_cast<size_t>(std::min(kWideTileFloats, n - first)));
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t bh = row / d.q_len;
+      dst.store(bh / d.q_heads, bh % d.q_heads, row % d.q_len, 1, d.head_dim,
+                sums + row * d.head_dim);
     }
   } else {
     backward_items<false>(pb, args, parallel);

@@ -36,6 +36,14 @@ struct Operand {
   int64_t row_stride;
 };
 
+// One [B, H, T, D] result with a unit stride in D, likewise.
+struct OutOperand {
+  void* data;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t row_stride;
+};
+
 struct Params {
   int64_t batch, q_heads, kv_heads, q_len, kv_len, dim;
   int64_t group;  // q_heads / kv_heads: query head h reads kv head h / group
@@ -51,6 +59,19 @@ template <typename T>
 __device__ __forceinline__ const T* row_of(const Operand& x, int64_t b, int64_t h, int64_t row) {
   return static_cast<const T*>(x.data) + b * x.batch_stride + h * x.head_stride +
          row * x.row_stride;
+}
+
+template <typename T>
+__device__ __forceinline__ T* row_at(const OutOperand& x, int64_t b, int64_t h, int64_t row) {
+  return static_cast<T*>(x.data) + b * x.batch_stride + h * x.head_stride + row * x.row_stride;
+}
+
+// The element offset of row `row` of the [B * H * T] rows of x (H heads of T rows).
+template <typename X>
+__device__ __forceinline__ int64_t row_offset(const X& x, int64_t row, int64_t heads,
+                                              int64_t len) {
+  const int64_t bh = row / len;
+  return (bh / heads) * x.batch_stride + (bh % heads) * x.head_stride + (row % len) * x.row_stride;
 }
 
 // Keys [j0, j0 + bc) that query row i may see (CPU: visible_keys).
@@ -172,7 +193,7 @@ constexpr size_t mma_forward_smem() {
 // softmax state (m, l, the same in every lane) and output accumulator rows in shared memory.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kMmaThreads)
-    mma_forward_kernel(Params p, T* out, float* lse) {
+    mma_forward_kernel(Params p, OutOperand out, float* lse) {
   using L = MmaLayout<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* sq = reinterpret_cast<T*>(smem);
@@ -262,7 +283,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     if (r >= rows) break;
     // l is 0 only when a row sees no key (kv_len 0): its output stays 0.
     const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
-    T* orow = out + (row0 + r) * p.dim;
+    T* orow = row_at<T>(out, b, h, i0 + r);
     for (int e = lane; e < dim; e += 32) orow[e] = from_f32<T>(so[r * L::ld_o + e] * inv);
     if (lane == 0) lse[row0 + r] = m[rr] + logf(l[rr]);
   }
@@ -278,19 +299,19 @@ constexpr size_t mma_backward_smem() {
 
 // What a backward kernel reads and writes besides Params.
 struct BackwardArgs {
-  const void* grad_out;  // contiguous [B, Hq, Tq, D]
+  Operand grad_out;  // [B, Hq, Tq, D]
   const float* lse;
   const float* delta;
-  float* dq;  // f32 [B, Hq, Tq, D], zeroed, accumulated with atomicAdd
-  void* grad_k;
-  void* grad_v;
+  OutOperand dq;  // f32 [B, Hq, Tq, D], zeroed, accumulated with atomicAdd
+  OutOperand grad_k;
+  OutOperand grad_v;
 };
 
-// Writes a warp's 16 x 16 f32 fragment, times `factor`, as rows [row0, row0 + 16) (those below
-// `rows`) and columns [col0, col0 + 16) (those below dim) of a contiguous [*, dim] T tensor.
+// Writes a warp's 16 x 16 f32 fragment, times `factor`, as its rows [0, 16) (those below
+// `rows`) and columns [col0, col0 + 16) (those below dim) of the T rows at dst, ld_dst apart.
 template <typename T>
 __device__ void store_fragment(const wmma::fragment<wmma::accumulator, 16, 16, 16, float>& f,
-                               float* scratch, int ld, T* dst, int64_t row0, int rows, int col0,
+                               float* scratch, int ld, T* dst, int64_t ld_dst, int rows, int col0,
                                int dim, float factor) {
   const int lane = threadIdx.x % 32;
   wmma::store_matrix_sync(scratch, f, ld, wmma::mem_row_major);
@@ -298,7 +319,7 @@ __device__ void store_fragment(const wmma::fragment<wmma::accumulator, 16, 16, 1
   for (int idx = lane; idx < 256; idx += 32) {
     const int rr = idx / 16, cc = idx % 16;
     if (rr < rows && col0 + cc < dim) {
-      dst[(row0 + rr) * dim + col0 + cc] = from_f32<T>(scratch[rr * ld + cc] * factor);
+      dst[rr * ld_dst + col0 + cc] = from_f32<T>(scratch[rr * ld + cc] * factor);
     }
   }
   __syncwarp();
@@ -328,7 +349,6 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t j0 = int64_t{blockIdx.y} * kMmaKeys;
   const int bc = static_cast<int>(min64(kMmaKeys, p.kv_len - j0));
   const int dim = static_cast<int>(p.dim);
-  const T* grad_out = static_cast<const T*>(args.grad_out);
   float* scratch = ss + warp * 16 * L::ld_s;  // this warp's rows of ss, once scores are read
 
   load_tile<T, kD, kMmaKeys>(sk, L::ld_t, row_of<T>(p.k, b, kvh, j0), p.k.row_stride, bc, dim);
@@ -346,7 +366,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       const int64_t row0 = (b * p.q_heads + h) * p.q_len + i0;
       __syncthreads();  // the previous step's Q, dO, P, dS and scratch are no longer read
       load_tile<T, kD, kMmaRows>(sq, L::ld_t, row_of<T>(p.q, b, h, i0), p.q.row_stride, rows, dim);
-      load_tile<T, kD, kMmaRows>(sdo, L::ld_t, grad_out + row0 * p.dim, p.dim, rows, dim);
+      load_tile<T, kD, kMmaRows>(sdo, L::ld_t, row_of<T>(args.grad_out, b, h, i0),
+                                 args.grad_out.row_stride, rows, dim);
       for (int r = threadIdx.x; r < kMmaRows; r += blockDim.x) {
         slse[r] = r < rows ? args.lse[row0 + r] : 0.0f;
         sdelta[r] = r < rows ? args.delta[row0 + r] : 0.0f;
@@ -410,7 +431,8 @@ __global__ void __launch_bounds__(kMmaThreads)
           for (int idx = lane; idx < 256; idx += 32) {
             const int r = warp * 16 + idx / 16, e = nd * 16 + idx % 16;
             if (r < rows && e < dim) {
-              atomicAdd(args.dq + (row0 + r) * p.dim + e, p.scale * scratch[(idx / 16) * L::ld_s + idx % 16]);
+              atomicAdd(row_at<float>(args.dq, b, h, i0 + r) + e,
+                        p.scale * scratch[(idx / 16) * L::ld_s + idx % 16]);
             }
           }
           __syncwarp();
@@ -420,14 +442,14 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
   // dK = scale * dS^T Q and dV, written through this warp's scratch rows (no other warp touches
   // them any more).
-  const int64_t kv_row0 = bkv * p.kv_len + j0 + warp * 16;
   const int keys = bc - warp * 16;
+  T* gv = row_at<T>(args.grad_v, b, kvh, j0 + warp * 16);
+  T* gk = row_at<T>(args.grad_k, b, kvh, j0 + warp * 16);
 #pragma unroll
   for (int nd = 0; nd < kD / 16; ++nd) {
-    store_fragment(dv[nd], scratch, L::ld_s, static_cast<T*>(args.grad_v), kv_row0, keys, nd * 16,
-                   dim, 1.0f);
-    store_fragment(dk[nd], scratch, L::ld_s, static_cast<T*>(args.grad_k), kv_row0, keys, nd * 16,
-                   dim, p.scale);
+    store_fragment(dv[nd], scratch, L::ld_s, gv, args.grad_v.row_stride, keys, nd * 16, dim, 1.0f);
+    store_fragment(dk[nd], scratch, L::ld_s, gk, args.grad_k.row_stride, keys, nd * 16, dim,
+                   p.scale);
   }
 }
 
@@ -462,7 +484,8 @@ constexpr size_t core_forward_smem() {
 // One block per (b * q_heads + h, 16 query rows). Thread t owns output row t / 8, columns
 // t % 8 + 8 m, in registers; threads 0..15 run the softmax of one row each.
 template <typename T, int kD>
-__global__ void __launch_bounds__(kCoreThreads) core_forward_kernel(Params p, T* out, float* lse) {
+__global__ void __launch_bounds__(kCoreThreads)
+    core_forward_kernel(Params p, OutOperand out, float* lse) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int ld = kD + 1, ld_s = kCoreKeys + 1, kCols = kD / kCoreParts;
   float* sq = reinterpret_cast<float*>(smem);
@@ -540,7 +563,7 @@ __global__ void __launch_bounds__(kCoreThreads) core_forward_kernel(Params p, T*
   }
   __syncthreads();
   if (my_row < rows) {
-    T* orow = out + (bh * p.q_len + i0 + my_row) * p.dim;
+    T* orow = row_at<T>(out, b, h, i0 + my_row);
     const float inv = sinv[my_row];
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
@@ -577,7 +600,6 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
   const int64_t j0 = int64_t{blockIdx.y} * kCoreBackKeys;
   const int bc = static_cast<int>(min64(kCoreBackKeys, p.kv_len - j0));
   const int dim = static_cast<int>(p.dim);
-  const T* grad_out = static_cast<const T*>(args.grad_out);
   load_tile_f32<T, kD>(sk, kCoreBackKeys, row_of<T>(p.k, b, kvh, j0), p.k.row_stride, bc, dim);
   load_tile_f32<T, kD>(sv, kCoreBackKeys, row_of<T>(p.v, b, kvh, j0), p.v.row_stride, bc, dim);
 
@@ -594,7 +616,8 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
       const int64_t row0 = (b * p.q_heads + h) * p.q_len + i0;
       __syncthreads();
       load_tile_f32<T, kD>(sq, kCoreBackRows, row_of<T>(p.q, b, h, i0), p.q.row_stride, rows, dim);
-      load_tile_f32<T, kD>(sdo, kCoreBackRows, grad_out + row0 * p.dim, p.dim, rows, dim);
+      load_tile_f32<T, kD>(sdo, kCoreBackRows, row_of<T>(args.grad_out, b, h, i0),
+                           args.grad_out.row_stride, rows, dim);
       for (int r = t; r < kCoreBackRows; r += blockDim.x) {
         slse[r] = r < rows ? args.lse[row0 + r] : 0.0f;
         sdelta[r] = r < rows ? args.delta[row0 + r] : 0.0f;
@@ -639,14 +662,13 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
         const int r = idx / dim, e = idx % dim;
         float acc = 0.0f;
         for (int c = 0; c < kCoreBackKeys; ++c) acc += sds[r * ld_s + c] * sk[c * ld + e];
-        atomicAdd(args.dq + (row0 + r) * p.dim + e, p.scale * acc);
+        atomicAdd(row_at<float>(args.dq, b, h, i0 + r) + e, p.scale * acc);
       }
     }
   }
   if (my_key < bc) {
-    const int64_t kv_row = bkv * p.kv_len + j0 + my_key;
-    T* gk = static_cast<T*>(args.grad_k) + kv_row * p.dim;
-    T* gv = static_cast<T*>(args.grad_v) + kv_row * p.dim;
+    T* gk = row_at<T>(args.grad_k, b, kvh, j0 + my_key);
+    T* gv = row_at<T>(args.grad_v, b, kvh, j0 + my_key);
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const int e = part + kCoreParts * c;
@@ -663,26 +685,38 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
 
 // delta[row] = sum_e out[row, e] * grad_out[row, e], one warp per row, in a fixed order.
 template <typename T>
-__global__ void delta_kernel(const T* out, const T* grad_out, int64_t rows, int64_t dim,
-                             float* delta) {
+__global__ void delta_kernel(Operand out, Operand grad_out, int64_t heads, int64_t len,
+                             int64_t rows, int64_t dim, float* delta) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t row = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; row < rows;
        row += warps) {
+    const T* o = static_cast<const T*>(out.data) + row_offset(out, row, heads, len);
+    const T* g = static_cast<const T*>(grad_out.data) + row_offset(grad_out, row, heads, len);
     float sum = 0.0f;
-    for (int64_t e = lane; e < dim; e += 32) {
-      sum += to_f32(out[row * dim + e]) * to_f32(grad_out[row * dim + e]);
-    }
+    for (int64_t e = lane; e < dim; e += 32) sum += to_f32(o[e]) * to_f32(g[e]);
     sum = warp_sum(sum);
     if (lane == 0) delta[row] = sum;
   }
 }
 
+// dst's rows (any strides, unit in D) = the contiguous f32 rows of src, rounded.
 template <typename T>
-__global__ void round_kernel(const float* src, int64_t n, T* dst) {
+__global__ void round_kernel(const float* src, int64_t heads, int64_t len, int64_t dim, int64_t n,
+                             OutOperand dst) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = from_f32<T>(src[i]);
+    static_cast<T*>(dst.data)[row_offset(dst, i / dim, heads, len) + i % dim] =
+        from_f32<T>(src[i]);
+  }
+}
+
+// Zeroes the f32 rows of dst (any strides, unit in D).
+__global__ void zero_rows_kernel(int64_t heads, int64_t len, int64_t dim, int64_t n,
+                                 OutOperand dst) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    static_cast<float*>(dst.data)[row_offset(dst, i / dim, heads, len) + i % dim] = 0.0f;
   }
 }
 
@@ -690,6 +724,9 @@ __global__ void round_kernel(const float* src, int64_t n, T* dst) {
 // Host side
 
 Operand operand(const Tensor& x) { return {x.data_ptr(), x.stride(0), x.stride(1), x.stride(2)}; }
+OutOperand out_operand(const Tensor& x) {
+  return {x.data_ptr(), x.stride(0), x.stride(1), x.stride(2)};
+}
 
 Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
                    const DropoutParams& dropout) {
@@ -750,7 +787,7 @@ bool uses_mma(DType dtype, int64_t dim) { return dtype != DType::f32 && dim <= 1
 
 template <typename T, int kD>
 void launch_forward(const Params& p, const Tensor& out, const Tensor& lse) {
-  T* o = static_cast<T*>(out.data_ptr());
+  const OutOperand o = out_operand(out);
   float* l = static_cast<float*>(lse.data_ptr());
   if constexpr (sizeof(T) == 2 && kD <= 128) {
     if (uses_mma(out.dtype(), p.dim)) {
@@ -823,34 +860,40 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                                    grad_k, grad_v, grad_q_accum);
   DeviceGuard guard(q.device().index);
   cudaStream_t stream = current_stream();
-  // dQ is accumulated in fp32: in grad_q itself for f32, else in grad_q_accum.
+  // dQ is accumulated in fp32: in grad_q itself (at its strides) for f32, else in the contiguous
+  // grad_q_accum, rounded into grad_q below.
   const Tensor& accum = f32 ? grad_q : grad_q_accum;
-  if (accum.numel() > 0) {
-    HEADROOM_CUDA_CHECK(cudaMemsetAsync(accum.data_ptr(), 0, accum.numel() * sizeof(float), stream));
+  const int64_t n = grad_q.numel();
+  if (n > 0) {
+    if (accum.is_contiguous()) {
+      HEADROOM_CUDA_CHECK(cudaMemsetAsync(accum.data_ptr(), 0, n * sizeof(float), stream));
+    } else {
+      zero_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(q.size(1), q.size(2), q.size(3),
+                                                               n, out_operand(accum));
+      check_launch();
+    }
   }
   const Params p = make_params(q, k, v, causal, scale, dropout);
   const int64_t rows = p.batch * p.q_heads * p.q_len;
   if (rows > 0) {
     HEADROOM_CUDA_DISPATCH_FLOAT(q.dtype(), T, {
       delta_kernel<T><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
-          static_cast<const T*>(out.data_ptr()), static_cast<const T*>(grad_out.data_ptr()),
-          rows, p.dim, static_cast<float*>(delta.data_ptr()));
+          operand(out), operand(grad_out), p.q_heads, p.q_len, rows, p.dim,
+          static_cast<float*>(delta.data_ptr()));
     });
     check_launch();
   }
-  const BackwardArgs args{grad_out.data_ptr(), static_cast<const float*>(lse.data_ptr()),
-                          static_cast<const float*>(delta.data_ptr()),
-                          static_cast<float*>(accum.data_ptr()), grad_k.data_ptr(),
-                          grad_v.data_ptr()};
+  const BackwardArgs args{operand(grad_out), static_cast<const float*>(lse.data_ptr()),
+                          static_cast<const float*>(delta.data_ptr()), out_operand(accum),
+                          out_operand(grad_k), out_operand(grad_v)};
   if (grad_k.numel() > 0) {
     HEADROOM_ATTENTION_DISPATCH(q.dtype(), p.dim, (launch_backward<T, kD>(p, args, q.dtype())));
   }
-  if (!f32 && grad_q.numel() > 0) {
-    const int64_t n = grad_q.numel();
+  if (!f32 && n > 0) {
     HEADROOM_CUDA_DISPATCH_FLOAT(q.dtype(), T, {
       round_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<const float*>(grad_q_accum.data_ptr()), n,
-          static_cast<T*>(grad_q.data_ptr()));
+          static_cast<const float*>(grad_q_accum.data_ptr()), p.q_heads, p.q_len, p.dim, n,
+          out_operand(grad_q));
     });
     check_launch();
   }
