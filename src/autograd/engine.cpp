@@ -23,15 +23,17 @@ void add_to_buffer(std::vector<Tensor>& buffer, uint32_t i, Tensor grad) {
     slot = std::move(grad);
     return;
   }
-  // Accumulate into whichever buffer we own alone, else into a fresh one.
-  if (slot.storage().use_count() == 1 && slot.is_contiguous()) {
+  // Accumulate into whichever buffer we own alone, else into a fresh one; in the wider dtype
+  // when a cast's consumers returned its gradient in both (BackwardContext::grad_dtype).
+  const DType wide = dtype_size(grad.dtype()) > dtype_size(slot.dtype()) ? grad.dtype()
+                                                                          : slot.dtype();
+  if (slot.dtype() == wide && slot.storage().use_count() == 1 && slot.is_contiguous()) {
     slot.add_(grad);
-  } else if (grad.storage().use_count() == 1 && grad.is_contiguous() &&
-             grad.dtype() == slot.dtype()) {
+  } else if (grad.dtype() == wide && grad.storage().use_count() == 1 && grad.is_contiguous()) {
     grad.add_(slot);
     slot = std::move(grad);
   } else {
-    Tensor sum = slot.contiguous().clone();
+    Tensor sum = slot.dtype() == wide ? slot.contiguous().clone() : slot.to(wide);
     sum.add_(grad);
     slot = std::move(sum);
   }

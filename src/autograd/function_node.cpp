@@ -22,6 +22,8 @@ bool BackwardContext::needs_input_grad(size_t i) const { return node_.needs_inpu
 
 bool BackwardContext::retains_saved() const { return node_.retains_saved(); }
 
+DType BackwardContext::grad_dtype(size_t i) const { return node_.grad_dtype(i); }
+
 FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& inputs)
     : name_(std::move(name)) {
   next_edges_.reserve(inputs.size());
@@ -29,9 +31,13 @@ FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& inputs)
   for (const Tensor& input : inputs) {
     next_edges_.push_back(gradient_edge(input));
     if (input.defined()) {
-      inputs_.push_back({input.shape(), input.dtype(), input.device()});
+      DType grad_dtype = input.dtype();
+      if (const auto* cast = dynamic_cast<const FunctionNode*>(next_edges_.back().node.get())) {
+        grad_dtype = cast->accepted_grad_dtype().value_or(grad_dtype);
+      }
+      inputs_.push_back({input.shape(), input.dtype(), input.device(), grad_dtype});
     } else {
-      inputs_.push_back({Shape{}, DType::f32, kCPU});
+      inputs_.push_back({Shape{}, DType::f32, kCPU, DType::f32});
     }
   }
 }
@@ -89,7 +95,9 @@ std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grad_outputs) {
       throw Error(str_cat(name_, ": gradient ", i, " is on ", grads[i].device(),
                           " but the input is on ", in.device));
     }
-    if (grads[i].dtype() != in.dtype) grads[i] = grads[i].to(in.dtype);
+    if (grads[i].dtype() != in.dtype && grads[i].dtype() != in.grad_dtype) {
+      grads[i] = grads[i].to(in.dtype);
+    }
   }
   return grads;
 }

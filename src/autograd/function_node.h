@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ class BackwardContext {
   // False when the saved tensors are released right after this backward (no retain_graph): the
   // backward may then overwrite a saved buffer that only it reads and hand it on as a gradient.
   bool retains_saved() const;
+  // The dtype input i's gradient may be returned in: the input's own, or, when the input is a
+  // narrowing cast (an autocast copy of an fp32 parameter or activation), the dtype it was cast
+  // from. A GEMM then writes the wide gradient directly, and the cast's backward has nothing to
+  // do: one rounding and one launch fewer than rounding to the narrow dtype and widening again.
+  DType grad_dtype(size_t i) const;
 
  private:
   const FunctionNode& node_;
@@ -68,13 +74,22 @@ class FunctionNode final : public Node {
 
   bool needs_input_grad(size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
   Tensor unpack_saved(size_t i) const;
+  DType grad_dtype(size_t i) const { return inputs_.at(i).grad_dtype; }
+
+  // Marks this node (a cast from `dtype`) as taking its output's gradient in `dtype` as well as
+  // in the output's own: its consumers may then return that gradient wide (BackwardContext::
+  // grad_dtype). Set before the outputs are used.
+  void accept_grad_in(DType dtype) { accepts_grad_in_ = dtype; }
+  std::optional<DType> accepted_grad_dtype() const { return accepts_grad_in_; }
 
  private:
   struct InputInfo {
     Shape shape;
     DType dtype;
     Device device;
+    DType grad_dtype;  // dtype, or the wider one the input's cast node accepts
   };
+  std::optional<DType> accepts_grad_in_;
   std::string name_;
   std::vector<InputInfo> inputs_;
   std::vector<SavedTensor> saved_;

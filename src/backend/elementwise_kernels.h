@@ -15,6 +15,10 @@ struct ElementwiseKernels {
   Kernel<void(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out)> binary{"binary"};
   // out = x * factor; out may be x itself.
   Kernel<void(const Tensor& x, float factor, const Tensor& out)> scale{"scale"};
+  // dst[i] = src[i] converted to dst[i]'s dtype (f32 / bf16 / f16, rounded as Tensor::to
+  // rounds), for contiguous pairs of one size, in one launch (Note [Tensor lists]): autocast's
+  // casts of a forward's weights made together (ops/autocast.h).
+  Kernel<void(TensorList src, TensorList dst)> cast_list{"cast_list"};
 };
 
 }  // namespace headroom

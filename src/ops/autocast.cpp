@@ -128,6 +128,38 @@ std::optional<std::vector<Tensor>> autocast_inputs(std::string_view op,
   return out;
 }
 
+void prefetch_autocast_casts(const std::vector<Tensor>& tensors) {
+  if (!AutocastMode::any_enabled() || tensors.empty()) return;
+  const AutocastDeviceState state = AutocastMode::get(tensors.front().device().type);
+  if (!state.enabled) return;
+  CastCache& cache = cast_cache();
+  std::vector<Tensor> sources;
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || t.device() != tensors.front().device() || !t.is_contiguous() ||
+        !cacheable(t, state.dtype, state)) {
+      continue;
+    }
+    const CacheKey key{t.autograd_meta(), state.dtype, GradMode::is_enabled()};
+    if (cache.index.count(key)) continue;
+    bool repeated = false;  // a tensor listed twice (tied weights) is cast once
+    for (const Tensor& s : sources) repeated |= s.autograd_meta() == t.autograd_meta();
+    if (!repeated) sources.push_back(t);
+  }
+  const std::vector<Tensor> casts = cast_all(sources, state.dtype);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    ++cache.misses;
+    cache.index.emplace(CacheKey{sources[i].autograd_meta(), state.dtype, GradMode::is_enabled()},
+                        cache.entries.size());
+    cache.entries.push_back(CacheEntry{sources[i], casts[i]});
+  }
+}
+
+std::vector<Tensor> autocast_cached_sources() {
+  std::vector<Tensor> sources;
+  for (const CacheEntry& entry : cast_cache().entries) sources.push_back(entry.source);
+  return sources;
+}
+
 AutocastCacheStats autocast_cache_stats() {
   const CastCache& cache = cast_cache();
   AutocastCacheStats stats{.hits = cache.hits, .misses = cache.misses};

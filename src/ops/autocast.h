@@ -67,6 +67,15 @@ struct AutocastCacheStats {
   size_t bytes = 0;     // bytes the cached casts hold now
 };
 AutocastCacheStats autocast_cache_stats();
+
+// Casts those of `tensors` that the cache takes and does not hold yet (fp32 leaves that require
+// grad, contiguous, on the first one's device) to the region's dtype now, in one list launch
+// (ops/cast.h: cast_all), and caches them: the casts a forward would otherwise make one launch at
+// a time as it reaches each weight (the Trainer passes the weights its previous forward cast).
+// Does nothing outside a region with the cache on.
+void prefetch_autocast_casts(const std::vector<Tensor>& tensors);
+// The tensors the cache holds casts of, in the order the casts were made.
+std::vector<Tensor> autocast_cached_sources();
 void clear_autocast_cache();
 
 }  // namespace headroom

@@ -154,11 +154,11 @@ struct LinearSaved {
   int w_slot = -1;
   int64_t rows = 0;  // product of x's leading dimensions
   Shape x_shape, w_shape;
-  DType x_dtype = DType::f32, w_dtype = DType::f32, bias_dtype = DType::f32;
   bool has_bias = false;
 };
 
-// The gradients of a linear, each in its input's dtype: dx = g @ W and dW = g^T @ x (or x^T @ g
+// The gradients of a linear, each in its input's gradient dtype (its own, or fp32 for an
+// autocast copy of an fp32 tensor: BackwardContext::grad_dtype): dx = g @ W and dW = g^T @ x (or x^T @ g
 // for [in, out]) as one GEMM each over all rows, db the column sums of g (the reduction table's
 // sum_middle: summed in fp64, rounded once, no copy of g), as PyTorch's grad.sum(0).
 std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
@@ -172,27 +172,30 @@ std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
   if (ctx.needs_input_grad(0)) {
     const Tensor w = ctx.saved(static_cast<size_t>(saved.w_slot));
     const DType operands = operand_dtype(g, w);
-    gx = Tensor::empty({rows, in}, result_dtype(operands, saved.x_dtype), device);
+    const DType wanted = ctx.grad_dtype(0);
+    gx = Tensor::empty({rows, in}, result_dtype(operands, wanted), device);
     run_gemm(op, as_dtype(g, operands), false, as_dtype(w, operands), !out_in, gx);
-    gx = as_dtype(gx, saved.x_dtype).view(saved.x_shape);
+    gx = as_dtype(gx, wanted).view(saved.x_shape);
   }
   if (ctx.needs_input_grad(1)) {
     const Tensor x = ctx.saved(static_cast<size_t>(saved.x_slot));
     const DType operands = operand_dtype(g, x);
     const Tensor g_op = as_dtype(g, operands);
     const Tensor x2 = as_dtype(x, operands).reshape({rows, in});
-    gw = Tensor::empty(saved.w_shape, result_dtype(operands, saved.w_dtype), device);
+    const DType wanted = ctx.grad_dtype(1);
+    gw = Tensor::empty(saved.w_shape, result_dtype(operands, wanted), device);
     if (out_in) {
       run_gemm(op, g_op, true, x2, false, gw);
     } else {
       run_gemm(op, x2, true, g_op, false, gw);
     }
-    gw = as_dtype(gw, saved.w_dtype);
+    gw = as_dtype(gw, wanted);
   }
   if (saved.has_bias && ctx.needs_input_grad(2)) {
-    gb = Tensor::empty({out}, result_dtype(g.dtype(), saved.bias_dtype), device);
+    const DType wanted = ctx.grad_dtype(2);
+    gb = Tensor::empty({out}, result_dtype(g.dtype(), wanted), device);
     need_kernel(op, device, &ReductionKernels::sum_middle)(g, 1, rows, out, 1.0, gb);
-    gb = as_dtype(gb, saved.bias_dtype);
+    gb = as_dtype(gb, wanted);
   }
   return {gx, gw, gb};
 }
@@ -280,10 +283,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
     saved.rows = leading_numel(x);
     saved.x_shape = x.shape();
     saved.w_shape = weight.shape();
-    saved.x_dtype = x.dtype();
-    saved.w_dtype = weight.dtype();
     saved.has_bias = bias.defined();
-    saved.bias_dtype = saved.has_bias ? bias.dtype() : DType::f32;
     node->set_backward([dims, layout, saved](BackwardContext& ctx) -> std::vector<Tensor> {
       return linear_backward(ctx, layout, dims, saved);
     });

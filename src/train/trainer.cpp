@@ -36,6 +36,7 @@
 #include "nn/linear_4bit.h"
 #include "nn/linear_fp8.h"
 #include "nn/model_presets.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
 #include "optim/clip_grad.h"
 #include "optim/optimizer_factory.h"
@@ -69,6 +70,23 @@ std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the stop flag is set from signal handlers");
 
 using Clock = std::chrono::steady_clock;
+
+// The positions in `params` of the tensors among `sources` (by autograd identity), in the
+// sources' order; tensors that are not parameters (ZeRO-3's gathered copies) are left out.
+std::vector<size_t> positions_of(const std::vector<Tensor>& sources,
+                                 const std::vector<Tensor>& params) {
+  std::unordered_map<const AutogradMeta*, size_t> position;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].autograd_meta()) position.emplace(params[i].autograd_meta(), i);
+  }
+  std::vector<size_t> out;
+  for (const Tensor& source : sources) {
+    if (auto it = position.find(source.autograd_meta()); it != position.end()) {
+      out.push_back(it->second);
+    }
+  }
+  return out;
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -847,7 +865,20 @@ Tensor Trainer::train_step(int64_t& tokens) {
     Tensor loss;
     {
       Autocast region(device_.type, autocast_dtype, autocast_dtype.has_value());
+      // ZeRO-3 and parameter offload bring each block's weights in only while it runs: casting
+      // them all at the start would hold a low-precision copy of the whole model.
+      const bool prefetch = autocast_dtype && zero_stage_ < 3 && !offload_.params;
+      std::vector<Tensor> params;
+      if (prefetch) {
+        params = model_->parameters();
+        std::vector<Tensor> weights;
+        for (size_t i : autocast_weights_) {
+          if (i < params.size()) weights.push_back(params[i]);
+        }
+        prefetch_autocast_casts(weights);
+      }
       loss = model_->loss(batch.input_ids, batch.targets);
+      if (prefetch) autocast_weights_ = positions_of(autocast_cached_sources(), params);
     }
     // TE: forward scales move when the (outermost) fp8_autocast region exits.
     if (fp8_) fp8_->end_forward();

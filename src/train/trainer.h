@@ -241,6 +241,9 @@ class Trainer {
   // What clip_grad_norm_ folds, in the model's order (HF Trainer clips model.parameters()): the
   // optimizer's tensors, without ZeRO (whose optimizer clips its shares in that order).
   std::vector<Tensor> clip_params_;
+  // Under autocast: the positions in model_->parameters() of the weights the last forward cast,
+  // which the next forward casts together at its start (ops/autocast.h: prefetch_autocast_casts).
+  std::vector<size_t> autocast_weights_;
   std::unique_ptr<LRScheduler> scheduler_;
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<Fp8Training> fp8_;  // with fp8: the FP8 layers' scales and weight copies

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <thread>
 
 #include "amp/autocast.h"
 #include "autograd/engine.h"
+#include "core/kernel_census.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
 #include "memory/memory_history.h"
@@ -303,6 +305,106 @@ TEST(Autocast, MetaDeviceAllocatesAsTheCpuDoes) {
     return std::pair{after_forward, max_memory_allocated(device) - base};
   };
   EXPECT_EQ(run(kCPU), run(Device{DeviceType::meta, 0}));
+}
+
+// Launches of `family` ("cast", "elementwise", ...) in a census, of `entry` when given.
+int64_t launches_of(const KernelCensus& census, const std::string& family,
+                    const std::string& entry = "") {
+  int64_t n = 0;
+  for (const KernelLaunch& launch : census.launches()) {
+    n += family == launch.family && (entry.empty() || entry == launch.entry);
+  }
+  return n;
+}
+
+// The weight's and bias's gradients of an autocast linear come out of the GEMM and the column sum
+// in fp32 (BackwardContext::grad_dtype): not rounded to bf16 and widened again, so backward
+// launches no cast, and dW is the fp32 sum of the bf16 products, to fp32's precision (a bf16
+// round trip is off by up to 2^-9 of it).
+TEST(Autocast, GradientsOfCastWeightsAreWrittenInFp32) {
+  Generator gen(3);
+  const Tensor x = Tensor::randn({8, 64}, DType::f32, kCPU, &gen);
+  const Tensor w = parameter({16, 64});
+  const Tensor b = parameter({16}, kCPU, 2);
+  const Tensor g = Tensor::randn({8, 16}, DType::f32, kCPU, &gen);
+  Tensor y;
+  {
+    Autocast region(DeviceType::cpu);
+    y = linear(x, w, b);
+  }
+  const Tensor grad = g.to(DType::bf16);
+  KernelCensus census;
+  {
+    KernelCensusScope scope(census);
+    backward(y, grad);
+  }
+  EXPECT_EQ(launches_of(census, "cast"), 0);
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  const std::vector<float> xb = x.to(DType::bf16).to_float_vector();
+  const std::vector<float> gb = g.to(DType::bf16).to_float_vector();
+  const std::vector<float> gw = w.grad().to_float_vector();
+  const std::vector<float> gbias = b.grad().to_float_vector();
+  for (int64_t j = 0; j < 16; ++j) {
+    double bias = 0.0, scale_sum = 0.0;
+    for (int64_t r = 0; r < 8; ++r) bias += gb[r * 16 + j];
+    for (int64_t i = 0; i < 64; ++i) {
+      double e = 0.0, magnitude = 0.0;
+      for (int64_t r = 0; r < 8; ++r) {
+        e += double{gb[r * 16 + j]} * xb[r * 64 + i];
+        magnitude += std::abs(double{gb[r * 16 + j]} * xb[r * 64 + i]);
+      }
+      scale_sum += magnitude;
+      EXPECT_NEAR(gw[j * 64 + i], e, magnitude * 1e-6 + 1e-30) << j << "," << i;
+    }
+    EXPECT_NEAR(gbias[j], bias, 1e-6 * (std::abs(bias) + 1.0)) << j;
+    EXPECT_GT(scale_sum, 0.0);
+  }
+}
+
+// Prefetched casts (one list launch for all the weights) are the casts the forward would have
+// made one at a time: the same outputs and gradients bit for bit, the same cache entries, and
+// the forward itself casts nothing more.
+TEST(Autocast, PrefetchedCastsEqualTheLazyOnesInOneLaunch) {
+  Generator gen(5);
+  const Tensor x = Tensor::randn({6, 32}, DType::f32, kCPU, &gen);
+  const std::vector<Tensor> lazy = {parameter({48, 32}, kCPU, 7), parameter({48}, kCPU, 8),
+                                    parameter({8, 48}, kCPU, 9)};
+  std::vector<Tensor> early;
+  for (const Tensor& p : lazy) early.push_back(p.detach().clone().set_requires_grad(true));
+  auto forward = [&](const std::vector<Tensor>& p) {
+    return sum(linear(gelu(linear(x, p[0], p[1])), p[2]));
+  };
+  Tensor lazy_loss, early_loss;
+  std::vector<Tensor> sources;
+  KernelCensus census;
+  {
+    Autocast region(DeviceType::cpu);
+    lazy_loss = forward(lazy);
+  }
+  {
+    Autocast region(DeviceType::cpu);
+    const AutocastCacheStats before = autocast_cache_stats();
+    KernelCensusScope scope(census);
+    prefetch_autocast_casts({early[0], early[1], early[2], early[0]});  // a repeat is cast once
+    EXPECT_EQ(autocast_cache_stats().misses - before.misses, 3);
+    early_loss = forward(early);
+    EXPECT_EQ(autocast_cache_stats().hits - before.hits, 3);
+    sources = autocast_cached_sources();
+  }
+  EXPECT_EQ(launches_of(census, "elementwise", "cast_list"), 1);
+  EXPECT_EQ(launches_of(census, "cast"), 2);  // x and the sum's input, which are no leaves
+  ASSERT_EQ(sources.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(sources[i].autograd_meta(), early[i].autograd_meta());
+  EXPECT_EQ(early_loss.to_float_vector(), lazy_loss.to_float_vector());
+  backward(lazy_loss);
+  backward(early_loss);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(early[i].grad().to_float_vector(), lazy[i].grad().to_float_vector()) << i;
+  }
+  // Outside a region nothing is cast.
+  prefetch_autocast_casts(early);
+  EXPECT_EQ(autocast_cache_stats().entries, 0);
 }
 
 }  // namespace

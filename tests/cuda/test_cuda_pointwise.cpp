@@ -239,6 +239,33 @@ TEST(CudaPointwise, ScaleMatchesTheCpuBitForBit) {
   }
 }
 
+// One list launch casts tensors of several sizes (an empty one among them) between f32, bf16
+// and f16, rounding as the CPU's copy does: bit for bit. The values span f16's overflow.
+TEST(CudaPointwise, CastListMatchesTheCpuBitForBit) {
+  REQUIRE_GPU();
+  const std::vector<Shape> shapes = {Shape{1}, Shape{0}, Shape{7, 333}, Shape{(1 << 20) + 5}};
+  for (DType from : kDtypes) {
+    for (DType to : kDtypes) {
+      if (from == to) continue;
+      std::vector<Tensor> cpu_src, cpu_dst, gpu_src, gpu_dst;
+      uint64_t seed = 51;
+      for (const Shape& shape : shapes) {
+        cpu_src.push_back(random(shape, from, seed++, 3e4));
+        cpu_dst.push_back(Tensor::empty(shape, to));
+        gpu_src.push_back(cpu_src.back().to(kGpu));
+        gpu_dst.push_back(Tensor::empty(shape, to, kGpu));
+      }
+      need_kernel("test", kCPU, &ElementwiseKernels::cast_list)(cpu_src, cpu_dst);
+      need_kernel("test", kGpu, &ElementwiseKernels::cast_list)(gpu_src, gpu_dst);
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        EXPECT_EQ(gpu_dst[i].to(kCPU).to_float_vector(), cpu_dst[i].to_float_vector())
+            << dtype_name(from) << " -> " << dtype_name(to) << " " << shapes[i];
+        EXPECT_EQ(cpu_dst[i].to_float_vector(), cpu_src[i].to(to).to_float_vector());
+      }
+    }
+  }
+}
+
 TEST(CudaPointwise, FullReductionsMatchTheCpu) {
   REQUIRE_GPU();
   using Reduce = Tensor (*)(const Tensor&);

@@ -14,6 +14,7 @@
 #include "backend/cpu/denormals.h"
 #include "backend/cpu/widen_rows.h"
 #include "backend/elementwise_kernels.h"
+#include "core/device_kernels.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
 #include "core/strided_dims.h"
@@ -139,11 +140,28 @@ void scale_tensor(const Tensor& x, float factor, const Tensor& out) {
   }
 }
 
+// Each pair through the CPU's copy kernel: the rounding of Tensor::to, bit for bit.
+void cast_list(TensorList src, TensorList dst) {
+  HEADROOM_CHECK(src.size() == dst.size(), "cpu cast_list: ", src.size(), " sources but ",
+                 dst.size(), " destinations");
+  const DeviceKernels& tensor = device_kernels(kCPU);
+  for (size_t i = 0; i < src.size(); ++i) {
+    check_dtype("cast_list", "src", src[i].dtype());
+    check_dtype("cast_list", "dst", dst[i].dtype());
+    HEADROOM_CHECK(src[i].is_contiguous() && dst[i].is_contiguous() &&
+                       src[i].numel() == dst[i].numel(),
+                   "cpu cast_list: pair ", i, ": src ", src[i].shape(), " and dst ",
+                   dst[i].shape(), " must be contiguous with as many elements");
+    if (dst[i].numel() > 0) tensor.copy(dst[i], src[i], Overflow::ieee);
+  }
+}
+
 }  // namespace
 
 void fill_elementwise_kernels(ElementwiseKernels& kernels) {
   kernels.binary = binary;
   kernels.scale = scale_tensor;
+  kernels.cast_list = cast_list;
 }
 
 }  // namespace headroom::cpu

@@ -3,6 +3,8 @@
 // (backend/cpu/elementwise.cpp) bit for bit.
 #include "backend/cuda/backend_parts.h"
 #include "backend/cuda/elementwise_map.cuh"
+#include "backend/cuda/tensor_list.cuh"
+#include "core/element_io.h"
 #include "core/error.h"
 #include "core/strided_dims.h"
 
@@ -93,11 +95,58 @@ void scale(const Tensor& x, float factor, const Tensor& out) {
   map<1, 1>("scale", {x}, {out}, ScaleFn{factor});
 }
 
+// ---- list casts
+
+// Pairs of a cast list; the blocks follow the sources' sizes (each destination has its source's).
+struct CastPairs {
+  ListTensor src[kTensorListCapacity];
+  ListTensor dst[kTensorListCapacity];
+  ListBlocks blocks;
+};
+static_assert(sizeof(CastPairs) + 64 <= kMaxKernelParameterBytes);
+
+// Rounds as the copy kernel does (core/element_io.h), so a list cast equals Tensor::to.
+__global__ void cast_list_kernel(const CastPairs pairs) {
+  const ListRange range = pairs.blocks.range_of(pairs.src, blockIdx.x);
+  const ListTensor& src = pairs.src[range.index];
+  const ListTensor& dst = pairs.dst[range.index];
+  const int64_t size = dst.dtype == DType::f32 ? 4 : 2;
+  for (int64_t i = range.begin + threadIdx.x; i < range.end; i += blockDim.x) {
+    store_from_f32(static_cast<char*>(dst.data) + i * size, dst.dtype, list_load(src, i),
+                   Overflow::ieee);
+  }
+}
+
+void cast_list(TensorList src, TensorList dst) {
+  HEADROOM_CHECK(src.size() == dst.size() && src.size() <= kTensorListCapacity,
+                 "cuda cast_list: ", src.size(), " sources and ", dst.size(),
+                 " destinations; one each, at most ", kTensorListCapacity);
+  if (src.empty()) return;
+  CastPairs pairs;
+  for (size_t i = 0; i < src.size(); ++i) {
+    check_kernel_dtype("cast_list", "src", src[i].dtype());
+    check_kernel_dtype("cast_list", "dst", dst[i].dtype());
+    HEADROOM_CHECK(src[i].is_contiguous() && dst[i].is_contiguous() &&
+                       src[i].numel() == dst[i].numel(),
+                   "cuda cast_list: pair ", i, ": src ", src[i].shape(), " and dst ",
+                   dst[i].shape(), " must be contiguous with as many elements");
+    pairs.src[i] = ListTensor{src[i].data_ptr(), src[i].numel(), src[i].dtype()};
+    pairs.dst[i] = ListTensor{dst[i].data_ptr(), dst[i].numel(), dst[i].dtype()};
+  }
+  const int32_t blocks = pairs.blocks.plan(static_cast<int32_t>(src.size()),
+                                           [&](int32_t i) { return pairs.src[i].n; });
+  if (blocks == 0) return;
+  DeviceGuard guard(src.front().device().index);
+  cast_list_kernel<<<blocks, kThreads, 0, current_stream()>>>(pairs);
+  check_launch();
+}
+
 }  // namespace
 
 void fill_elementwise_kernels(ElementwiseKernels& kernels) {
   kernels.binary = binary;
   kernels.scale = scale;
+  kernels.cast_list = cast_list;
 }
 
 }  // namespace headroom::cuda
