@@ -42,10 +42,11 @@ class BackwardContext {
   // False when the saved tensors are released right after this backward (no retain_graph): the
   // backward may then overwrite a saved buffer that only it reads and hand it on as a gradient.
   bool retains_saved() const;
-  // The dtype input i's gradient may be returned in: the input's own, or, when the input is a
-  // narrowing cast (an autocast copy of an fp32 parameter or activation), the dtype it was cast
-  // from. A GEMM then writes the wide gradient directly, and the cast's backward has nothing to
-  // do: one rounding and one launch fewer than rounding to the narrow dtype and widening again.
+  // The dtype input i's gradient may be returned in: the input's own, or the wider one its
+  // producer accepts (FunctionNode::accept_grad_in): for a narrowing cast (an autocast copy of
+  // an fp32 parameter or activation) the dtype it was cast from. A GEMM then writes the wide
+  // gradient directly, and the cast's backward has nothing to do: one rounding and one launch
+  // fewer than rounding to the narrow dtype and widening again.
   DType grad_dtype(size_t i) const;
 
  private:
@@ -76,9 +77,10 @@ class FunctionNode final : public Node {
   Tensor unpack_saved(size_t i) const;
   DType grad_dtype(size_t i) const { return inputs_.at(i).grad_dtype; }
 
-  // Marks this node (a cast from `dtype`) as taking its output's gradient in `dtype` as well as
-  // in the output's own: its consumers may then return that gradient wide (BackwardContext::
-  // grad_dtype). Set before the outputs are used.
+  // Marks this node as taking its output's gradient in `dtype` (wider than the output's) as well
+  // as in the output's own: its consumers may then return that gradient wide (BackwardContext::
+  // grad_dtype) and no cast is made between. A cast from `dtype` does (its backward widens
+  // anyway), and dropout (its kernel reads any dtype). Set before the outputs are used.
   void accept_grad_in(DType dtype) { accepts_grad_in_ = dtype; }
   std::optional<DType> accepted_grad_dtype() const { return accepts_grad_in_; }
 
@@ -87,7 +89,7 @@ class FunctionNode final : public Node {
     Shape shape;
     DType dtype;
     Device device;
-    DType grad_dtype;  // dtype, or the wider one the input's cast node accepts
+    DType grad_dtype;  // dtype, or the wider one the input's producer accepts
   };
   std::optional<DType> accepts_grad_in_;
   std::string name_;

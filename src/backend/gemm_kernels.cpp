@@ -41,7 +41,7 @@ bool is_gemm_dtype(DType dtype) {
 }  // namespace
 
 GemmProblem gemm_problem(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
-                         const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) {
+                         const Tensor& c, GemmEpilogue epilogue, const Tensor& bias, float alpha) {
   GemmProblem p;
   p.a = matrix_of("a", a);
   p.b = matrix_of("b", b);
@@ -76,10 +76,24 @@ GemmProblem gemm_problem(bool trans_a, bool trans_b, const Tensor& a, const Tens
     throw ValueError(str_cat("gemm: c is ", dtype_name(c.dtype()), "; it must be f32 or the ",
                              "operands' ", dtype_name(a.dtype())));
   }
+  if (is_bias_grad(epilogue)) {
+    const bool of_a = epilogue == GemmEpilogue::bias_grad_a;
+    const Tensor& reduced = of_a ? a : b;
+    const GemmMatrix& mr = of_a ? p.a : p.b;
+    if ((of_a ? !trans_a : trans_b) || p.batch != 1 || mr.batch != 1 ||
+        (mr.rows > 1 && mr.ld != mr.cols) || alpha != 1.0f) {
+      throw ValueError(str_cat("gemm: a bias gradient of op(", of_a ? "a" : "b",
+                               ") needs one matrix stored [k, ", of_a ? "m" : "n",
+                               "] packed (got ", reduced.shape(), " with strides ",
+                               reduced.strides(), ", ", of_a ? "trans_a " : "trans_b ",
+                               of_a ? trans_a : trans_b, ") and alpha 1 (got ", alpha, ")"));
+    }
+  }
   if (epilogue != GemmEpilogue::none) {
-    if (!bias.defined() || bias.ndim() != 1 || bias.size(0) != p.n ||
-        (p.n > 1 && bias.stride(0) != 1)) {
-      throw ValueError(str_cat("gemm: the epilogue needs a packed bias [", p.n, "]"));
+    const int64_t length = epilogue == GemmEpilogue::bias_grad_a ? p.m : p.n;
+    if (!bias.defined() || bias.ndim() != 1 || bias.size(0) != length ||
+        (length > 1 && bias.stride(0) != 1)) {
+      throw ValueError(str_cat("gemm: the epilogue needs a packed bias [", length, "]"));
     }
     if (bias.dtype() != DType::f32 && bias.dtype() != c.dtype()) {
       throw ValueError(str_cat("gemm: bias is ", dtype_name(bias.dtype()), "; it must be f32 or ",
@@ -112,15 +126,15 @@ std::string gemm_shape(const GemmProblem& p, const char* epilogue, bool accumula
 
 }  // namespace
 
-KernelWork gemm_cost(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float,
+KernelWork gemm_cost(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha,
                      float beta, const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) {
-  const GemmProblem p = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias);
+  const GemmProblem p = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias, alpha);
   KernelWork w;
   w.flops = 2.0 * static_cast<double>(p.batch) * static_cast<double>(p.m) *
             static_cast<double>(p.n) * static_cast<double>(p.k);
   w.precision = a.dtype() == DType::f32 ? FlopPrecision::fp32 : FlopPrecision::sixteen_bit;
   w.bytes = bytes_of(a) + bytes_of(b) + bytes_of(c) * (beta != 0.0f ? 2 : 1) + bytes_of(bias);
-  const char* names[] = {"", " +bias", " +bias+gelu"};
+  const char* names[] = {"", " +bias", " +bias+gelu", " +dbias", " +dbias"};
   w.shape = gemm_shape(p, names[static_cast<int>(epilogue)], beta != 0.0f);
   return w;
 }

@@ -7,8 +7,15 @@
 
 namespace headroom {
 
-// What a GEMM adds to alpha * op(a) @ op(b) + beta * c before it stores c.
-enum class GemmEpilogue { none, bias, bias_gelu };
+// What a GEMM adds to alpha * op(a) @ op(b) + beta * c before it stores c (bias, bias_gelu), or
+// writes beside it: the bias gradient, bias[i] = sum over k of op(a)[i, k] (bias_grad_a, [m]) or
+// bias[j] = sum over k of op(b)[k, j] (bias_grad_b, [n]), which is a linear's db next to its dW
+// (cuBLASLt's BGRADB and BGRADA: their A is our b).
+enum class GemmEpilogue { none, bias, bias_gelu, bias_grad_a, bias_grad_b };
+
+inline bool is_bias_grad(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::bias_grad_a || epilogue == GemmEpilogue::bias_grad_b;
+}
 
 // The kernel census's figures for a call (Note [Kernel costs]): 2 m n k FLOPs a matrix, A, B and
 // the bias read, C written (and read when beta is not 0).
@@ -25,7 +32,10 @@ struct GemmKernels {
   // each has a unit stride in its last dimension and any leading stride. a and b share a dtype
   // (f32, bf16 or f16; f32 runs without TF32); c is f32 or their dtype; bias is f32 or c's
   // dtype. k is at least 1 (the op fills c for an empty inner dimension). A workspace, when
-  // needed, comes from the device's caching allocator.
+  // needed, comes from the device's caching allocator. The bias gradients are written (summed in
+  // fp32 or wider, rounded once) for one matrix, alpha 1, and a reduced operand stored [k, m] or
+  // [k, n] packed: op(a) = a^T for bias_grad_a, op(b) = b for bias_grad_b, as a linear's
+  // dW = g^T x ([out, in] weights) and x^T g ([in, out]) have them.
   Kernel<void(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
               const Tensor& c, GemmEpilogue epilogue, const Tensor& bias)>
       gemm{"gemm", nullptr, gemm_cost};
@@ -62,7 +72,7 @@ struct GemmProblem {
 // What every backend's gemm entry requires of its arguments (shapes, strides, dtypes, devices,
 // the epilogue's bias), checked once for all: the problem, or ValueError naming the argument.
 GemmProblem gemm_problem(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
-                         const Tensor& c, GemmEpilogue epilogue, const Tensor& bias);
+                         const Tensor& c, GemmEpilogue epilogue, const Tensor& bias, float alpha);
 
 // What every backend's gemm_fp8 entry requires of its bias: undefined, or bf16 / f16 of c's
 // dtype (cuBLASLt's FP8 kernels take no f32 bias); ValueError otherwise.

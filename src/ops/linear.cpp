@@ -89,25 +89,28 @@ GemmOperand gemm_operand(const Tensor& x, bool trans) {
   return {x.contiguous(), trans};
 }
 
-// c (fresh, contiguous) = op(a) @ op(b) (+ bias[col]); a, b and c 2-D or [batch, R, C] with a
-// batch of 1 broadcast.
+// c (fresh, contiguous) = op(a) @ op(b), with the epilogue: + bias[col], or the bias gradient
+// written to `bias` (backend/gemm_kernels.h); a, b and c 2-D or [batch, R, C] with a batch of 1
+// broadcast.
 void run_gemm(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-              const Tensor& c, const Tensor& bias = Tensor()) {
+              const Tensor& c, GemmEpilogue epilogue = GemmEpilogue::none,
+              const Tensor& bias = Tensor()) {
   const GemmOperand oa = gemm_operand(a, trans_a);
   const GemmOperand ob = gemm_operand(b, trans_b);
-  if (c.numel() == 0) return;
+  if (c.numel() == 0 && !is_bias_grad(epilogue)) return;
   if ((trans_a ? a.size(-2) : a.size(-1)) == 0) {
-    // An empty inner dimension: the entry takes none, and the product is zero.
-    if (bias.defined()) {
+    // An empty inner dimension: the entry takes none, and the product (and a sum over it) is zero.
+    if (epilogue == GemmEpilogue::bias) {
       c.copy_(bias.expand(c.shape()));
     } else {
       c.zero_();
+      if (is_bias_grad(epilogue)) bias.zero_();
     }
     return;
   }
-  need_kernel(op, c.device(), &GemmKernels::gemm)(
-      oa.trans, ob.trans, oa.t, ob.t, 1.0f, 0.0f, c,
-      bias.defined() ? GemmEpilogue::bias : GemmEpilogue::none, bias);
+  if (c.numel() == 0) return;
+  need_kernel(op, c.device(), &GemmKernels::gemm)(oa.trans, ob.trans, oa.t, ob.t, 1.0f, 0.0f, c,
+                                                  epilogue, bias);
 }
 
 // The batched product of a [batch..., R, C] (or its transpose) and b, expanded to the batch, into
@@ -142,7 +145,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
   // The bias is read in the output's dtype, as cuBLASLt's bias epilogue reads it.
   const Tensor b = bias.defined() ? as_dtype(bias, result).contiguous() : Tensor();
   run_gemm("linear", x2, false, as_dtype(weight, operands), layout == WeightLayout::out_in,
-           out.view({rows, dims.out}), b);
+           out.view({rows, dims.out}), b.defined() ? GemmEpilogue::bias : GemmEpilogue::none, b);
   return as_dtype(out, x.dtype());
 }
 
@@ -158,9 +161,10 @@ struct LinearSaved {
 };
 
 // The gradients of a linear, each in its input's gradient dtype (its own, or fp32 for an
-// autocast copy of an fp32 tensor: BackwardContext::grad_dtype): dx = g @ W and dW = g^T @ x (or x^T @ g
-// for [in, out]) as one GEMM each over all rows, db the column sums of g (the reduction table's
-// sum_middle: summed in fp64, rounded once, no copy of g), as PyTorch's grad.sum(0).
+// autocast copy of an fp32 tensor: BackwardContext::grad_dtype): dx = g @ W and dW = g^T @ x (or
+// x^T @ g for [in, out]) as one GEMM each over all rows, db the column sums of g, as PyTorch's
+// grad.sum(0): in dW's GEMM (the bias-gradient epilogue; on the CPU the reduction table's
+// sum_middle, summed in fp64 and rounded once), or by sum_middle itself when no dW is wanted.
 std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
                                     const LinearDims& dims, const LinearSaved& saved) {
   const char* op = "linear backward";
@@ -177,6 +181,7 @@ std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
     run_gemm(op, as_dtype(g, operands), false, as_dtype(w, operands), !out_in, gx);
     gx = as_dtype(gx, wanted).view(saved.x_shape);
   }
+  const bool wants_db = saved.has_bias && ctx.needs_input_grad(2);
   if (ctx.needs_input_grad(1)) {
     const Tensor x = ctx.saved(static_cast<size_t>(saved.x_slot));
     const DType operands = operand_dtype(g, x);
@@ -184,14 +189,23 @@ std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
     const Tensor x2 = as_dtype(x, operands).reshape({rows, in});
     const DType wanted = ctx.grad_dtype(1);
     gw = Tensor::empty(saved.w_shape, result_dtype(operands, wanted), device);
+    // db, the column sums of g, comes out of dW's GEMM (its bias-gradient epilogue: g is op(a)
+    // for [out, in] weights, op(b) for [in, out]) when the entry can write its dtype.
+    GemmEpilogue epilogue = GemmEpilogue::none;
+    const DType db_dtype = wants_db ? result_dtype(g.dtype(), ctx.grad_dtype(2)) : DType::f32;
+    if (wants_db && (db_dtype == DType::f32 || db_dtype == gw.dtype())) {
+      gb = Tensor::empty({out}, db_dtype, device);
+      epilogue = out_in ? GemmEpilogue::bias_grad_a : GemmEpilogue::bias_grad_b;
+    }
     if (out_in) {
-      run_gemm(op, g_op, true, x2, false, gw);
+      run_gemm(op, g_op, true, x2, false, gw, epilogue, gb);
     } else {
-      run_gemm(op, x2, true, g_op, false, gw);
+      run_gemm(op, x2, true, g_op, false, gw, epilogue, gb);
     }
     gw = as_dtype(gw, wanted);
+    if (gb.defined()) gb = as_dtype(gb, ctx.grad_dtype(2));
   }
-  if (saved.has_bias && ctx.needs_input_grad(2)) {
+  if (wants_db && !gb.defined()) {
     const DType wanted = ctx.grad_dtype(2);
     gb = Tensor::empty({out}, result_dtype(g.dtype(), wanted), device);
     need_kernel(op, device, &ReductionKernels::sum_middle)(g, 1, rows, out, 1.0, gb);

@@ -26,6 +26,7 @@
 #include "ops/linear.h"
 #include "ops/view_ops.h"
 #include "ops/op_support.h"
+#include "ops/reduction.h"
 
 namespace headroom {
 namespace {
@@ -214,6 +215,40 @@ TEST(CudaGemm, EntryBiasAndGeluEpilogues) {
       const double rtol = gelu_applied ? std::max(tolerance(dtype), 1e-4) : tolerance(dtype);
       expect_close(gelu_applied ? gelu(reference) : reference, c, rtol,
                    std::string(dtype_name(dtype)) + (gelu_applied ? " bias+gelu" : " bias"));
+    }
+  }
+}
+
+// The bias-gradient epilogues beside dW = g^T x ([out, in] weights: the sums of op(a) = g^T)
+// and x^T g ([in, out]: of op(b) = g), with c and the sums in the operands' dtype or in f32 (an
+// autocast weight's gradient); the sums are g's column sums, computed here in f32 from g.
+TEST(CudaGemm, EntryBiasGradientEpilogues) {
+  REQUIRE_GPU();
+  const GemmKernels& ops = cuda_ops();
+  const int64_t rows = 300, in = 96, out = 130;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType result : {dtype, DType::f32}) {
+      const Tensor x = random({rows, in}, dtype, 8);
+      const Tensor g = random({rows, out}, dtype, 9);
+      const Tensor column_sums = sum(g.to(DType::f32), 0);
+      for (GemmEpilogue epilogue : {GemmEpilogue::bias_grad_a, GemmEpilogue::bias_grad_b}) {
+        const bool of_a = epilogue == GemmEpilogue::bias_grad_a;
+        const Tensor c = Tensor::empty(of_a ? Shape{out, in} : Shape{in, out}, result, kGpu);
+        const Tensor db = Tensor::empty({out}, result, kGpu);
+        if (of_a) {
+          ops.gemm(true, false, g.to(kGpu), x.to(kGpu), 1.0f, 0.0f, c, epilogue, db);
+        } else {
+          ops.gemm(true, false, x.to(kGpu), g.to(kGpu), 1.0f, 0.0f, c, epilogue, db);
+        }
+        const Tensor zero = Tensor::zeros(c.shape());
+        const std::vector<double> reference =
+            of_a ? reference_gemm(true, false, g, x, 1.0f, 0.0f, zero)
+                 : reference_gemm(true, false, x, g, 1.0f, 0.0f, zero);
+        const std::string what = std::string(dtype_name(dtype)) + " into " +
+                                 dtype_name(result) + (of_a ? " dbias of a" : " dbias of b");
+        expect_near_reference(reference, c, tolerance(result), what);
+        expect_close(column_sums.to(result), db, tolerance(result), what + " sums");
+      }
     }
   }
 }

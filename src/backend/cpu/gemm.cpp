@@ -22,6 +22,7 @@
 
 #include "backend/cpu/backend_parts.h"
 #include "backend/cpu/pointwise_simd.h"
+#include "backend/cpu/reduction.h"
 #include "backend/gemm_kernels.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
@@ -538,12 +539,19 @@ void gemm_f32(bool trans_a, bool trans_b, const GemmProblem& p, const float* a, 
 
 void gemm_entry(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha,
                 float beta, const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) {
-  const GemmProblem p = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias);
+  const GemmProblem p = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias, alpha);
   const int64_t m = p.m, n = p.n, k = p.k, batch = p.batch;
-  const bool has_bias = epilogue != GemmEpilogue::none;
   if (m == 0 || n == 0 || batch == 0) return;
   // As on CUDA: c is then beta * c (+ bias), which the op writes with a fill or a copy.
   if (k == 0) throw ValueError("gemm: k is 0; fill c instead");
+  if (is_bias_grad(epilogue)) {
+    // The reduced operand is one packed [k, len] matrix (gemm_problem checked it).
+    const bool of_a = epilogue == GemmEpilogue::bias_grad_a;
+    sum_middle_tensor(of_a ? a : b, 1, k, of_a ? m : n, 1.0, bias);
+    gemm_entry(trans_a, trans_b, a, b, alpha, beta, c, GemmEpilogue::none, Tensor());
+    return;
+  }
+  const bool has_bias = epilogue != GemmEpilogue::none;
   const float* bias_f32 = has_bias ? bias_as_f32(bias) : nullptr;
   const bool gelu = epilogue == GemmEpilogue::bias_gelu;
   if (a.dtype() == DType::f32) {

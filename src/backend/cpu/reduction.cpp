@@ -13,6 +13,7 @@
 
 #include "backend/cpu/backend_parts.h"
 #include "backend/cpu/denormals.h"
+#include "backend/cpu/reduction.h"
 #include "backend/cpu/widen_rows.h"
 #include "backend/reduction_kernels.h"
 #include "core/error.h"
@@ -117,15 +118,6 @@ void sum_all(const Tensor& x, double factor, const Tensor& partial, const Tensor
   store_one(out, 0, total * factor);
 }
 
-void sum_middle_tensor(const Tensor& x, int64_t outer, int64_t n, int64_t inner, double factor,
-                       const Tensor& out) {
-  ensure_flush_denormal();
-  check_dtype("sum_middle", "x", x.dtype());
-  check_dtype("sum_middle", "out", out.dtype());
-  sum_middle_with(outer, n, inner, reader_of(x),
-                  [&out, factor](int64_t index, double s) { store_one(out, index, s * factor); });
-}
-
 void fill_scaled(const Tensor& dst, const Tensor& scalar, double factor) {
   check_dtype("fill_scaled", "dst", dst.dtype());
   check_dtype("fill_scaled", "scalar", scalar.dtype());
@@ -145,6 +137,15 @@ void fill_scaled(const Tensor& dst, const Tensor& scalar, double factor) {
 }
 
 }  // namespace
+
+void sum_middle_tensor(const Tensor& x, int64_t outer, int64_t n, int64_t inner, double factor,
+                       const Tensor& out) {
+  ensure_flush_denormal();
+  check_dtype("sum_middle", "x", x.dtype());
+  check_dtype("sum_middle", "out", out.dtype());
+  sum_middle_with(outer, n, inner, reader_of(x),
+                  [&out, factor](int64_t index, double s) { store_one(out, index, s * factor); });
+}
 
 void fill_reduction_kernels(ReductionKernels& kernels) {
   kernels.sum_all = sum_all;

@@ -1,7 +1,8 @@
 // The gemm entry of the CUDA op table through cuBLASLt: row-major tensors handed to a
 // column-major library by swapping the operands, strided batches with broadcast (stride 0)
-// operands, bias / bias+GELU epilogues, one algorithm per problem chosen by cuBLASLt's heuristic
-// and cached, one handle per device per thread, and the workspace of Note [cuBLASLt workspace].
+// operands, bias / bias+GELU / bias-gradient epilogues, one algorithm per problem chosen by
+// cuBLASLt's heuristic and cached, one handle per device per thread, and the workspace of Note
+// [cuBLASLt workspace].
 
 #include <compare>
 #include <cstdint>
@@ -211,13 +212,14 @@ void check_fits_int32(const char* what, int64_t value) {
 
 // cuBLASLt's first heuristic choice for the problem, cached by key (the alignments the
 // preferences promise are the key's; cuBLASLt's A is our b). NotImplementedError with
-// describe()'s words when it has none.
+// describe()'s words when it has none, or with allow_missing a result whose state is
+// CUBLAS_STATUS_NOT_SUPPORTED (cached too, so the heuristic is asked once).
 template <typename Describe>
 cublasLtMatmulHeuristicResult_t chosen_algorithm(cublasLtHandle_t handle, const MatmulDesc& desc,
                                                  const LayoutDesc& layout_a,
                                                  const LayoutDesc& layout_b,
                                                  const LayoutDesc& layout_c, const ProblemKey& key,
-                                                 Describe describe) {
+                                                 Describe describe, bool allow_missing = false) {
   return algorithm_cache().get(key, [&] {
     PreferenceDesc preference;
     HEADROOM_CUBLAS_CHECK(cublaslt().matmul_preference_create(&preference.raw));
@@ -238,7 +240,10 @@ cublasLtMatmulHeuristicResult_t chosen_algorithm(cublasLtHandle_t handle, const 
     HEADROOM_CUBLAS_CHECK(cublaslt().matmul_algo_get_heuristic(handle, desc.raw, layout_a.raw,
                                                          layout_b.raw, layout_c.raw, layout_c.raw,
                                                          preference.raw, 1, &result, &found));
-    if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) throw NotImplementedError(describe());
+    if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+      if (!allow_missing) throw NotImplementedError(describe());
+      result.state = CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     return result;
   });
 }
@@ -259,7 +264,7 @@ void run_matmul(cublasLtHandle_t handle, const MatmulDesc& desc, float alpha, fl
 void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
           const Tensor& c, GemmEpilogue epilogue, const Tensor& bias) {
   // ---- what is asked: shapes, strides, dtypes, devices
-  const GemmProblem problem = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias);
+  const GemmProblem problem = gemm_problem(trans_a, trans_b, a, b, c, epilogue, bias, alpha);
   const GemmMatrix &ma = problem.a, &mb = problem.b, &mc = problem.c;
   const int64_t m = problem.m, n = problem.n, k = problem.k, batch = problem.batch;
   const bool has_bias = epilogue != GemmEpilogue::none;
@@ -292,10 +297,17 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
   HEADROOM_CUBLAS_CHECK(cublaslt().matmul_desc_create(&desc.raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set(desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(op_a));
   set(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(op_b));
+  const bool bias_grad = is_bias_grad(epilogue);
   if (has_bias) {
-    // cuBLASLt's bias runs along D's rows, which are c's columns: bias[col], as asked.
-    const cublasLtEpilogue_t lt_epilogue =
-        epilogue == GemmEpilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+    // cuBLASLt's bias runs along D's rows, which are c's columns: bias[col], as asked. Its
+    // gradient of our a ([m], D's columns) is BGRADB, of our b ([n], D's rows) BGRADA.
+    cublasLtEpilogue_t lt_epilogue = CUBLASLT_EPILOGUE_BIAS;
+    switch (epilogue) {
+      case GemmEpilogue::bias_gelu: lt_epilogue = CUBLASLT_EPILOGUE_GELU_BIAS; break;
+      case GemmEpilogue::bias_grad_a: lt_epilogue = CUBLASLT_EPILOGUE_BGRADB; break;
+      case GemmEpilogue::bias_grad_b: lt_epilogue = CUBLASLT_EPILOGUE_BGRADA; break;
+      default: break;
+    }
     set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(lt_epilogue));
     set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.data_ptr()));
     set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(cuda_type(bias.dtype())));
@@ -317,7 +329,16 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
                        " operands, ", dtype_name(c.dtype()), " c",
                        has_bias ? str_cat(", ", dtype_name(bias.dtype()), " bias") : "", ", m ",
                        m, " n ", n, " k ", k, " batch ", batch);
-      });
+      }, bias_grad);
+  if (chosen.state != CUBLAS_STATUS_SUCCESS) {
+    // No fused kernel for this bias gradient: the product, then the reduction table's column
+    // sums of the reduced operand ([k, len], packed: gemm_problem checked it).
+    gemm(trans_a, trans_b, a, b, alpha, beta, c, GemmEpilogue::none, Tensor());
+    const bool of_a = epilogue == GemmEpilogue::bias_grad_a;
+    std::get<ReductionKernels>(*find_kernel_tables(DeviceType::cuda))
+        .sum_middle(of_a ? a : b, 1, k, of_a ? m : n, 1.0, bias);
+    return;
+  }
   run_matmul(handle, desc, alpha, beta, a, b, c, layout_a, layout_b, layout_c, chosen, device,
              stream);
 }
