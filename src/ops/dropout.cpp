@@ -57,6 +57,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
     node->set_backward([mask, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
       return {dropout_apply(ctx.grad_output(), mask, dtype)};
     });
+    // The kernel reads the gradient in any dtype: a residual add's fp32 gradient of a bf16
+    // branch is masked and rounded once, with no cast to bf16 before (function_node.h).
+    if (dtype == DType::bf16 || dtype == DType::f16) node->accept_grad_in(DType::f32);
     node->set_outputs({out});
   }
   return out;

@@ -362,6 +362,48 @@ TEST(Autocast, GradientsOfCastWeightsAreWrittenInFp32) {
   }
 }
 
+// A bf16 branch added to the fp32 residual stream takes the add's fp32 gradient through its
+// dropout unrounded: the mask and scale are applied in fp32 and the result rounded to bf16 once
+// (DropoutBackward0 accepts fp32), with no cast launched between the add and the dropout.
+TEST(Autocast, DropoutOfABranchTakesTheResidualGradientInFp32) {
+  Generator gen(11);
+  Tensor x = Tensor::randn({3, 1031}, DType::f32, kCPU, &gen).to(DType::bf16);
+  x.set_requires_grad();
+  const Tensor residual = Tensor::randn({3, 1031}, DType::f32, kCPU, &gen);
+  // Gradients with bits below bf16's precision, so a rounding before the scale would show.
+  const Tensor dy = Tensor::randn({3, 1031}, DType::f32, kCPU, &gen);
+  const Tensor branch = dropout(x, 0.3, true, &gen);
+  const Tensor y = add(residual, branch);
+  ASSERT_EQ(y.dtype(), DType::f32);
+  KernelCensus census;
+  {
+    KernelCensusScope scope(census);
+    backward(y, dy);
+  }
+  EXPECT_EQ(launches_of(census, "cast"), 0);
+  ASSERT_EQ(x.grad().dtype(), DType::bf16);
+  const std::vector<float> kept = branch.to_float_vector(), dyv = dy.to_float_vector();
+  const float scale = static_cast<float>(1.0 / 0.7);
+  const auto to_bf16 = [](const std::vector<float>& v) {
+    return Tensor::from_floats(v, {static_cast<int64_t>(v.size())}).to(DType::bf16)
+        .to_float_vector();
+  };
+  const std::vector<float> rounded = to_bf16(dyv);
+  std::vector<float> once(dyv.size()), twice(dyv.size());
+  for (size_t i = 0; i < dyv.size(); ++i) {
+    once[i] = kept[i] != 0.0f ? dyv[i] * scale : 0.0f;
+    twice[i] = kept[i] != 0.0f ? rounded[i] * scale : 0.0f;
+  }
+  const std::vector<float> gx = x.grad().to_float_vector(), e = to_bf16(once);
+  const std::vector<float> e2 = to_bf16(twice);
+  int64_t once_differs_from_twice = 0;
+  for (size_t i = 0; i < gx.size(); ++i) {
+    ASSERT_EQ(gx[i], e[i]) << "element " << i;
+    once_differs_from_twice += e2[i] != e[i];
+  }
+  EXPECT_GT(once_differs_from_twice, 0) << "the test cannot tell one rounding from two";
+}
+
 // Prefetched casts (one list launch for all the weights) are the casts the forward would have
 // made one at a time: the same outputs and gradients bit for bit, the same cache entries, and
 // the forward itself casts nothing more.
