@@ -16,8 +16,9 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
   CLI::App* eval = app.add_subcommand(
       "eval", "Loss and perplexity of a model on a text file (consecutive windows, no shuffling)");
   auto last = CLI::MultiOptionPolicy::TakeLast;
-  eval->add_option("--model", o.model, "a preset or a model directory (config.json + weights)")
-      ->required()
+  eval->add_option("--model", o.model,
+                   "a preset or a model directory (config.json + weights); with --adapter, "
+                   "default: the base its adapter_base.json records")
       ->multi_option_policy(last);
   eval->add_option("--data", o.data, "a text file, a directory of them, or JSONL with \"text\"")
       ->required()
@@ -41,6 +42,7 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
                    "a LoRA adapter directory (adapter_config.json + adapter_model.safetensors, as "
                    "PEFT saves it) applied to the model")
       ->multi_option_policy(last);
+  add_adapter_base_options(*eval, o.base);
   eval->add_flag("--json", o.json, "print one JSON object instead of the line");
   return eval;
 }
@@ -85,7 +87,8 @@ int run_eval(const EvalOptions& o) {
   if (!o.adapter.empty() && !std::filesystem::is_directory(o.adapter, ec)) {
     throw ValueError(str_cat("--adapter: '", o.adapter, "' is not a directory"));
   }
-  const EvalResult result = evaluate_file(o.model, o.data, length, batch, o.device, o.adapter);
+  const EvalResult result = evaluate_file(adapter_base_request(o.model, o.base), o.data, length,
+                                          batch, o.device, o.adapter);
   std::printf("%s\n", format_eval_result(result, o.json).c_str());
   return 0;
 }

@@ -3,6 +3,8 @@
 // object.
 #pragma once
 
+#include "apps/adapter_base_options.h"
+
 #include <cstdint>
 #include <string>
 
@@ -22,6 +24,7 @@ struct EvalOptions {
   std::string per_device_eval_batch_size = "8";
   std::string device = "auto";
   std::string adapter;  // a PEFT LoRA adapter directory applied to the model; empty: none
+  AdapterBaseOptions base;  // the base under the adapter (Note [The base of an adapter])
   bool json = false;
 };
 

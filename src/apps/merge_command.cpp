@@ -10,8 +10,9 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
+#include "nn/linear_4bit.h"
 #include "peft/lora_model.h"
-#include "train/model_source.h"
+#include "train/adapter_base.h"
 
 namespace headroom {
 namespace {
@@ -42,11 +43,12 @@ bool within(const fs::path& inner, const fs::path& outer) {
   return true;
 }
 
-void check_merge_output(const MergeOptions& o) {
-  const fs::path out = resolved(o.output_dir);
+void check_merge_output(const std::string& output_dir, const std::string& model,
+                        const std::string& adapter) {
+  const fs::path out = resolved(output_dir);
   std::error_code ec;
-  const std::pair<const char*, const std::string*> inputs[] = {{"--model", &o.model},
-                                                               {"--adapter", &o.adapter}};
+  const std::pair<const char*, const std::string*> inputs[] = {{"--model", &model},
+                                                               {"--adapter", &adapter}};
   for (const auto& [option, value] : inputs) {
     if (!fs::is_directory(*value, ec)) continue;  // a preset: nothing on disk
     const fs::path in = resolved(*value);
@@ -55,7 +57,7 @@ void check_merge_output(const MergeOptions& o) {
                            : within(in, out) ? "contains"
                                              : nullptr;
     if (!relation) continue;
-    throw ValueError(str_cat("--output_dir: '", o.output_dir, "' ", relation, " ", option, " '",
+    throw ValueError(str_cat("--output_dir: '", output_dir, "' ", relation, " ", option, " '",
                              *value, "' (resolved: ", out.string(), " and ", in.string(),
                              "); the merged model must go to a directory of its own"));
   }
@@ -67,8 +69,9 @@ CLI::App* add_merge_command(CLI::App& app, MergeOptions& o) {
   CLI::App* merge = app.add_subcommand(
       "merge", "Merge a LoRA adapter into its base model and save a plain HF model directory");
   auto last = CLI::MultiOptionPolicy::TakeLast;
-  merge->add_option("--model", o.model, "the base: a preset or a model directory")
-      ->required()
+  merge->add_option("--model", o.model,
+                    "the base: a preset or a model directory (default: the one the adapter's "
+                    "adapter_base.json records)")
       ->multi_option_policy(last);
   merge->add_option("--adapter", o.adapter,
                     "the adapter directory (adapter_config.json + adapter_model.safetensors)")
@@ -80,6 +83,7 @@ CLI::App* add_merge_command(CLI::App& app, MergeOptions& o) {
   merge->add_option("--dtype", o.dtype,
                     "dtype of the saved weights: fp32, bf16 or fp16 (default: the base's)")
       ->multi_option_policy(last);
+  add_adapter_base_options(*merge, o.base);
   return merge;
 }
 
@@ -99,10 +103,15 @@ int run_merge(const MergeOptions& o) {
   if (!std::filesystem::is_directory(o.adapter, ec)) {
     throw ValueError(str_cat("--adapter: '", o.adapter, "' is not a directory"));
   }
-  check_merge_output(o);
-  ModelAndTokenizer loaded = load_model_and_tokenizer(o.model, kCPU, 0);
+  const AdapterBase base = resolve_adapter_base(adapter_base_request(o.model, o.base), o.adapter);
+  check_merge_output(o.output_dir, base.model, o.adapter);
+  ModelAndTokenizer loaded = load_adapter_base(base, kCPU);
   CausalLM& model = *loaded.model;
-  load_lora_adapter(model, o.adapter);
+  // Made as training made it, merged in fp32 (the conversion is exact; the adapters load as
+  // fp32 then, as training keeps them under autocast); a 4-bit base is dequantized to fp32.
+  model.to(DType::f32);
+  dequantize_linears(model, DType::f32);
+  load_lora_adapter(model, o.adapter, DType::f32);
   const int64_t merged = merge_lora(model);
   HfConfig config = model.config();
   if (dtype) {

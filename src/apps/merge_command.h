@@ -2,6 +2,8 @@
 // (PEFT's merge_and_unload followed by save_pretrained).
 #pragma once
 
+#include "apps/adapter_base_options.h"
+
 #include <string>
 
 namespace CLI {
@@ -14,6 +16,7 @@ struct MergeOptions {
   std::string model;
   std::string adapter;
   std::string output_dir;
+  AdapterBaseOptions base;  // the base under the adapter (Note [The base of an adapter])
   std::string dtype;  // f32 / fp32, bf16, f16 / fp16; empty: the base's parameter dtype
 };
 

@@ -75,6 +75,9 @@ class Linear : public AdaptableLinear {
   void set_weight_4bit(Quant4bitWeight weight, DType compute_dtype);
   // The 4-bit weight, or null for a full-precision layer.
   const Quant4bitWeight* weight_4bit() const { return quant_.get(); }
+  // Makes a 4-bit layer a full-precision one again, with `weight` (in the layer's layout) its
+  // trainable parameter: a merge into a dequantized base. ValueError for another shape.
+  void set_weight(Tensor weight);
 
   // Makes forward compute through fp8_linear with `state` (TE's te.Linear; see nn/linear_fp8.h),
   // or in full precision again with null. Not for a 4-bit layer (ValueError).

@@ -44,6 +44,18 @@ std::vector<std::string> convert_linears_to_4bit(Module& root, const Quant4bitCo
   return converted;
 }
 
+int64_t dequantize_linears(Module& root, DType dtype) {
+  NoGradGuard no_grad;
+  int64_t count = 0;
+  for (auto& [name, module] : root.named_modules()) {
+    auto* layer = dynamic_cast<Linear*>(module);
+    if (!layer || !is_linear_4bit(*layer)) continue;
+    layer->set_weight(linear_weight_as(*layer, dtype));
+    ++count;
+  }
+  return count;
+}
+
 std::vector<const Quant4bitWeight*> weights_4bit(Module& root) {
   std::vector<const Quant4bitWeight*> weights;
   for (auto& [name, module] : root.named_modules()) {

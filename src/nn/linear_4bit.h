@@ -35,6 +35,11 @@ std::vector<std::string> convert_linears_to_4bit(Module& root, const Quant4bitCo
                                                  const std::vector<std::string>& skip_modules = {
                                                      "lm_head"});
 
+// The converse, for a merge: every 4-bit Linear below `root` made full precision, its weight
+// dequantized whole to `dtype` (Linear::set_weight), one layer at a time; frozen as before.
+// Returns how many.
+int64_t dequantize_linears(Module& root, DType dtype);
+
 // True when `name` ("model.layers.0.mlp.up_proj") is listed in `skip_modules`, whole or as its
 // last component(s).
 bool is_skipped_module(const std::string& name, const std::vector<std::string>& skip_modules);

@@ -196,7 +196,8 @@ void save_lora_adapter(const CausalLM& model, const LoraConfig& config, const st
                         lora_adapter_config_json(config, model.config()));
 }
 
-LoraConfig load_lora_adapter(CausalLM& model, const std::string& dir) {
+LoraConfig load_lora_adapter(CausalLM& model, const std::string& dir,
+                             std::optional<DType> adapter_dtype) {
   const fs::path config_path = fs::path(dir) / kAdapterConfigFile;
   const fs::path weights_path = fs::path(dir) / kAdapterWeightsFile;
   for (const fs::path& p : {config_path, weights_path}) {
@@ -208,7 +209,7 @@ LoraConfig load_lora_adapter(CausalLM& model, const std::string& dir) {
   const LoraConfig config =
       parse_lora_adapter_config(parse_json(read_text_file(config_file), config_file), config_file);
   try {
-    apply_lora(model, config);
+    apply_lora(model, config, nullptr, adapter_dtype);
   } catch (const ValueError& e) {
     // Named as the file's fields: target_modules, modules_to_save.
     std::string message = e.what();
@@ -249,8 +250,8 @@ int64_t merge_lora(CausalLM& model) {
     auto* linear = dynamic_cast<Linear*>(layer);
     if (!linear || linear->weight_4bit()) {
       throw NotImplementedError(str_cat("merge: layer '", path,
-                                        "' is not a full-precision Linear (merging into a 4-bit "
-                                        "base is not built)"));
+                                        "' is not a full-precision Linear (dequantize_linears "
+                                        "makes a 4-bit base one first)"));
     }
     // PEFT's get_delta_weight: transpose(B @ A, fan_in_fan_out) * scaling, in fp32 here.
     Tensor delta = matmul(lora->lora_B().to(DType::f32), lora->lora_A().to(DType::f32));

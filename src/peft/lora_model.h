@@ -62,7 +62,9 @@ void save_lora_adapter(const CausalLM& model, const LoraConfig& config, const st
 // PeftModel.from_pretrained: reads `dir`'s adapter_config.json, applies it to `model` and copies
 // the adapter's tensors in. A missing file, a tensor the model lacks or does not hold, a shape
 // that differs: ValueError naming the file, the tensor (or field) and the value.
-LoraConfig load_lora_adapter(CausalLM& model, const std::string& dir);
+// `adapter_dtype`: the adapters' dtype (unset: each layer's compute dtype, as apply_lora).
+LoraConfig load_lora_adapter(CausalLM& model, const std::string& dir,
+                             std::optional<DType> adapter_dtype = std::nullopt);
 
 // Copies an adapter's tensors (keys base_model.model.<name>) into `model`'s trainable parameters,
 // which must match them one to one (a Trainer checkpoint's resume uses it too). A parameter
@@ -71,7 +73,8 @@ void load_lora_weights(CausalLM& model, const SafetensorsCheckpoint& weights);
 
 // merge_and_unload: W += (B @ A)·scaling (transposed for GPT-2's [in, out] weights) in every
 // wrapped layer, then the adapters are removed, leaving a plain model. Returns the merged count.
-// NotImplementedError for an adapter on a base that is not a full-precision Linear (4-bit).
+// NotImplementedError for an adapter on a base that is not a full-precision Linear (4-bit:
+// dequantize_linears first).
 int64_t merge_lora(CausalLM& model);
 
 }  // namespace headroom

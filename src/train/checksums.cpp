@@ -19,16 +19,6 @@ namespace headroom {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string hex8(uint32_t value) {
-  char text[9];
-  std::snprintf(text, sizeof text, "%08x", value);
-  return text;
-}
-
-}  // namespace
-
 uint32_t crc32c(const void* data, size_t size, uint32_t previous) {
   // ISA-L's crc32_iscsi works on the CRC register, without the standard's inversions, and takes
   // an int length: larger buffers go in pieces. It only reads the bytes (its pointer is not const).
@@ -42,6 +32,12 @@ uint32_t crc32c(const void* data, size_t size, uint32_t previous) {
     size -= piece;
   }
   return ~crc;
+}
+
+std::string crc32c_hex(uint32_t crc) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", crc);
+  return text;
 }
 
 uint32_t file_crc32c(const std::string& path) {
@@ -68,7 +64,7 @@ void write_checkpoint_checksums(const std::string& dir) {
   std::sort(paths.begin(), paths.end());
   for (const fs::path& path : paths) {
     files[path.filename().string()] = {{"bytes", fs::file_size(path)},
-                                       {"crc32c", hex8(file_crc32c(path.string()))}};
+                                       {"crc32c", crc32c_hex(file_crc32c(path.string()))}};
   }
   const nlohmann::ordered_json manifest = {{"algorithm", "crc32c"}, {"files", files}};
   write_file_atomically((fs::path(dir) / kChecksumsFile).string(), manifest.dump(2) + "\n");
@@ -102,7 +98,7 @@ bool verify_checkpoint_checksums(const std::string& dir) {
       throw ValueError(str_cat(path.string(), ": ", fs::file_size(path), " bytes, ", bytes,
                                " when it was saved (", kChecksumsFile, "): the file changed"));
     }
-    const std::string actual = hex8(file_crc32c(path.string()));
+    const std::string actual = crc32c_hex(file_crc32c(path.string()));
     if (actual != entry["crc32c"].get<std::string>()) {
       throw ValueError(str_cat(path.string(), ": CRC-32C ", actual, ", ",
                                entry["crc32c"].get<std::string>(), " when it was saved (",

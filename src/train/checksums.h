@@ -17,6 +17,9 @@ inline constexpr const char* kChecksumsFile = "checksums.json";
 // libisal-dev), which uses the CPU's crc32 instruction where it has one.
 uint32_t crc32c(const void* data, size_t size, uint32_t previous = 0);
 
+// A CRC as checksums.json writes it: 8 lowercase hex digits.
+std::string crc32c_hex(uint32_t crc);
+
 // The CRC-32C of a whole file; headroom::Error naming the file when it cannot be read.
 uint32_t file_crc32c(const std::string& path);
 

@@ -386,6 +386,10 @@ void Trainer::build() {
   }
   ModelAndTokenizer loaded =
       load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed), load);
+  adapter_base_.reset();
+  if (args_.use_peft) {
+    adapter_base_ = describe_adapter_base(args_.model, static_cast<uint64_t>(args_.seed), load);
+  }
   model_ = std::move(loaded.model);
   tokenizer_ = std::move(loaded.tokenizer);
   const int64_t context = context_length(model_->config());
@@ -733,7 +737,13 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), device_,
                                                    lora_.has_value(), optimizer_file, fp8_file);
   const fs::path root(dir);
-  // FP8's state first: a run whose FP8 options differ is refused before anything is applied.
+  // The adapters' base first: adapters resumed on other weights would train on silently.
+  if (adapter_base_) {
+    if (const std::optional<AdapterBase> recorded = read_adapter_base(dir)) {
+      check_adapter_base(*recorded, *adapter_base_, (root / kAdapterBaseFile).string());
+    }
+  }
+  // FP8's state: a run whose FP8 options differ is refused before anything is applied.
   if (fp8_ && saved.fp8_state) {
     with_checkpoint_file((root / fp8_file).string(), [&] {
       fp8_->load_state_dict(saved.fp8_state->first, saved.fp8_state->second);
@@ -1224,6 +1234,7 @@ int Trainer::train() {
 void Trainer::save_model_files(const std::string& dir) const {
   if (lora_) {
     save_lora_adapter(*model_, *lora_, dir);  // PEFT's save_pretrained: the adapter only
+    if (adapter_base_) write_adapter_base(dir, *adapter_base_);
   } else {
     save_pretrained(*model_, dir);
   }
@@ -1365,24 +1376,30 @@ int run_training(const TrainingArguments& args,
   return code;
 }
 
-EvalResult evaluate_file(const std::string& model, const std::string& data,
+EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size, const std::string& device,
                          const std::string& adapter) {
   if (batch_size < 1) throw ValueError(str_cat("batch_size: ", batch_size, " is below 1"));
   const Device target = resolve_device(device);
-  if (fs::is_directory(model)) {
+  const AdapterBase base = resolve_adapter_base(request, adapter);
+  if (!base.preset) {
     // Training may start from a config alone (HF initialises the weights); scoring such a model
-    // would report a random model's loss as this directory's.
-    const fs::path dir(model);
-    if (!fs::exists(dir / kSafetensorsWeightsName) && !fs::exists(dir / kSafetensorsIndexName)) {
-      throw ValueError(str_cat("model: directory '", model, "' has no weights (",
+    // would report a random model's loss as this directory's, but for an adapter trained on
+    // that draw (its record names the seed).
+    const fs::path dir(base.model);
+    const bool drawn = !adapter.empty() && read_adapter_base(adapter);
+    if (!base.weights_loaded && !drawn) {
+      throw ValueError(str_cat("model: directory '", base.model, "' has no weights (",
                                (dir / kSafetensorsWeightsName).string(), " or ",
                                kSafetensorsIndexName, " is missing): nothing to evaluate"));
     }
-    verify_checkpoint_checksums(model);  // a checkpoint's files as they were saved
+    verify_checkpoint_checksums(base.model);  // a checkpoint's files as they were saved
   }
-  ModelAndTokenizer loaded = load_model_and_tokenizer(model, target, 0);
-  if (!adapter.empty()) load_lora_adapter(*loaded.model, adapter);
+  ModelAndTokenizer loaded = load_adapter_base(base, target);
+  // Made as training made it (a bf16 frozen base, say), scored in fp32: the conversion is exact,
+  // and the adapters then load in fp32 as training keeps them under autocast.
+  loaded.model->to(DType::f32);
+  if (!adapter.empty()) load_lora_adapter(*loaded.model, adapter, DType::f32);
   const int64_t context = context_length(loaded.model->config());
   const int64_t t = max_seq_length > 0 ? max_seq_length : context;
   if (t > context) {

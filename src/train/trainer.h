@@ -21,6 +21,7 @@
 #include "peft/lora_config.h"
 #include "quant/fp8_linear.h"
 #include "quant/quant_4bit.h"
+#include "train/adapter_base.h"
 #include "train/batch_source.h"
 #include "train/memory_report.h"
 #include "train/trainer_callback.h"
@@ -51,12 +52,14 @@ struct EvalResult {
 };
 
 // `headroom eval`: the data's token stream cut, in order, into consecutive windows of
-// max_seq_length + 1 tokens (the incomplete tail dropped), scored by `model` (a preset or a
-// model directory) in batches of `batch_size` windows. max_seq_length <= 0: the model's context.
-// ValueError naming the data when it holds less than one window.
+// max_seq_length + 1 tokens (the incomplete tail dropped), scored in fp32 by the model `base`
+// asks for (a preset or a model directory, resolve_adapter_base) in batches of `batch_size`
+// windows. max_seq_length <= 0: the model's context. ValueError naming the data when it holds
+// less than one window.
 // `adapter`: a directory with a PEFT LoRA adapter (adapter_config.json +
-// adapter_model.safetensors) applied to the model first; empty: none.
-EvalResult evaluate_file(const std::string& model, const std::string& data,
+// adapter_model.safetensors) applied to the model first, made as its adapter_base.json
+// records (Note [The base of an adapter]); empty: none.
+EvalResult evaluate_file(const AdapterBaseRequest& base, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size,
                          const std::string& device = "auto", const std::string& adapter = "");
 
@@ -235,6 +238,9 @@ class Trainer {
   int64_t window_ = 0;
   std::unique_ptr<CausalLM> model_;
   std::optional<LoraConfig> lora_;  // set with use_peft: the model carries these adapters
+  // With use_peft: the base the adapters train on, saved beside them (Note [The base of an
+  // adapter]) and compared with a resumed checkpoint's.
+  std::optional<AdapterBase> adapter_base_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<BatchSource> data_;
   std::unique_ptr<Optimizer> optimizer_;

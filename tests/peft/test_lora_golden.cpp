@@ -73,8 +73,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(LoraGolden, EvalWithAPeftAdapterGivesPeftsLoss) {
   const std::string dir = kFixtures + "peft/";
-  const EvalResult r = evaluate_file(dir + "llama_bytes", dir + "llama_bytes/eval.txt", 16, 4,
-                                     "cpu", dir + "llama_bytes_lora");
+  const EvalResult r = evaluate_file(base_request(dir + "llama_bytes"),
+                                     dir + "llama_bytes/eval.txt", 16, 4, "cpu",
+                                     dir + "llama_bytes_lora");
   const SafetensorsFile reference(dir + "llama_bytes_lora/reference.safetensors");
   EXPECT_EQ(r.tokens, static_cast<int64_t>(reference.load("eval_tokens").item()));
   // fp32 on both sides, summed in other orders: 1e-5 absolute on a loss near 5.

@@ -66,7 +66,7 @@ TEST(EvalSafety, ModelDirectoryWithoutWeightsIsRefusedNamingTheFile) {
   TempDir tmp("eval_no_weights");
   const TrainingArguments args = tiny_training_args(tmp.path());
   const std::string message = error_of<ValueError>(
-      [&] { evaluate_file(args.model, args.data, 16, 4, "cpu"); });
+      [&] { evaluate_file(base_request(args.model), args.data, 16, 4, "cpu"); });
   EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
   EXPECT_NE(message.find(args.model), std::string::npos) << message;
 }
@@ -331,7 +331,7 @@ TEST_F(CheckedState, AChangedByteInTheWeightsIsRefusedOnResumeAndEval) {
   }
   expect_refused("model.safetensors");
   const std::string message = error_of<ValueError>(
-      [&] { evaluate_file(newest_.string(), args_.data, 16, 4, "cpu"); });
+      [&] { evaluate_file(base_request(newest_.string()), args_.data, 16, 4, "cpu"); });
   EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
 }
 

@@ -37,7 +37,8 @@ TEST(EvaluateFile, EqualsTheMeanCrossEntropyOfConsecutiveWindows) {
   std::ofstream((tmp.path() / "eval.txt").string()) << text;
   const int64_t t = 8;  // 100 bytes: 11 windows of 9, a tail of 1 dropped
 
-  const EvalResult result = evaluate_file(model_dir, (tmp.path() / "eval.txt").string(), t, 4, "cpu");
+  const EvalResult result =
+      evaluate_file(base_request(model_dir), (tmp.path() / "eval.txt").string(), t, 4, "cpu");
   EXPECT_EQ(result.tokens, 11 * t);
 
   auto model = load_pretrained(model_dir, kCPU, 0);
@@ -66,7 +67,7 @@ TEST(EvaluateFile, TooLittleDataNamesTheFile) {
   const std::string model_dir = model_with_weights(tmp.path());
   std::ofstream((tmp.path() / "short.txt").string()) << "abc";
   try {
-    evaluate_file(model_dir, (tmp.path() / "short.txt").string(), 8, 1, "cpu");
+    evaluate_file(base_request(model_dir), (tmp.path() / "short.txt").string(), 8, 1, "cpu");
     ADD_FAILURE();
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("short.txt"), std::string::npos) << e.what();
