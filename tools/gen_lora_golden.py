@@ -6,6 +6,10 @@ outputs headroom must reproduce, so that the C++ tests check headroom's LoRA wit
                     alpha 8, targets c_attn and c_proj (attention and MLP), bias "all".
   llama_tiny_lora/  on tests/fixtures/models/llama_tiny: r 4, alpha 16, rsLoRA, "all-linear",
                     modules_to_save ["lm_head"].
+  gpt2_tiny_lora_head/   on gpt2_tiny: r 4, alpha 8, targets c_attn and lm_head (the output
+                    projection tied to wte; PEFT also saves its base weight,
+                    lm_head.base_layer.weight, as save_embedding_layers "auto" does).
+  llama_tiny_lora_head/  on llama_tiny (untied lm_head): r 4, alpha 8, targets q_proj, lm_head.
   llama_bytes/      a byte-vocabulary Llama made and saved by transformers (config.json,
                     model.safetensors), and eval.txt, for `headroom eval`.
   llama_bytes_lora/ a PEFT adapter on it (q_proj, v_proj; r 8, alpha 16).
@@ -64,6 +68,13 @@ TINY_CASES = {
         base="llama_tiny", seed=12,
         config=dict(r=4, lora_alpha=16, target_modules="all-linear", lora_dropout=0.0,
                     use_rslora=True, modules_to_save=["lm_head"])),
+    "gpt2_tiny_lora_head": dict(
+        base="gpt2_tiny", seed=13,
+        config=dict(r=4, lora_alpha=8, target_modules=["c_attn", "lm_head"], lora_dropout=0.0,
+                    fan_in_fan_out=True)),
+    "llama_tiny_lora_head": dict(
+        base="llama_tiny", seed=14,
+        config=dict(r=4, lora_alpha=8, target_modules=["q_proj", "lm_head"], lora_dropout=0.0)),
 }
 
 
@@ -125,7 +136,10 @@ def write_tiny_cases(out_root):
                 assert key in saved, (key, sorted(saved))
                 assert torch.equal(saved[key], p.detach()), key
                 tensors["grad." + key] = p.grad.detach().contiguous()
-        assert len(tensors) - 4 == len(saved), (len(tensors), len(saved))
+        # Besides the trainable tensors, PEFT saves the base weight of a wrapped output layer.
+        extra = [k for k in saved if "grad." + k not in tensors]
+        assert all(k.endswith("lm_head.base_layer.weight") for k in extra), extra
+        assert len(tensors) - 4 + len(extra) == len(saved), (len(tensors), len(saved))
         save_file(tensors, os.path.join(out, "reference.safetensors"))
         print(f"{name}: loss {loss.item():.6f}, {len(saved)} adapter tensors")
 

@@ -109,7 +109,8 @@ Tensor GPT2Model::forward(const Tensor& input_ids) const {
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Device device, uint64_t seed)
     : config_(config),
-      transformer_(register_module("transformer", std::make_unique<GPT2Model>(config, device, runners()))) {
+      transformer_(register_module("transformer", std::make_unique<GPT2Model>(config, device, runners()))),
+      lm_head_(register_module("lm_head", std::make_unique<TiedLinear>(transformer_.wte()))) {
   if (config.n_embd % config.n_head != 0) {
     throw ValueError(str_cat("GPT-2 config: n_embd ", config.n_embd,
                              " is not a multiple of n_head ", config.n_head));
@@ -143,11 +144,11 @@ Tensor GPT2LMHeadModel::hidden_states(const Tensor& input_ids) {
 }
 
 Tensor GPT2LMHeadModel::forward(const Tensor& input_ids) {
-  return linear(hidden_states(input_ids), transformer_.wte().weight());
+  return output_head_logits(lm_head_, lm_head_.weight(), hidden_states(input_ids));
 }
 
 Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& targets) {
-  return linear_cross_entropy(hidden_states(input_ids), transformer_.wte().weight(), targets);
+  return output_head_loss(lm_head_, lm_head_.weight(), hidden_states(input_ids), targets);
 }
 
 }  // namespace headroom

@@ -87,6 +87,7 @@ class GPT2LMHeadModel : public CausalLM {
  private:
   const GPT2Config config_;
   GPT2Model& transformer_;
+  TiedLinear& lm_head_;  // wte's weight; an adapter may wrap it
 };
 
 }  // namespace headroom

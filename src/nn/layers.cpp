@@ -1,9 +1,11 @@
-// Linear, Embedding, LayerNorm, RMSNorm.
+// Linear, Embedding, the tied output head, LayerNorm, RMSNorm.
 #include "nn/layers.h"
 
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cast.h"
+#include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/norm.h"
@@ -69,6 +71,20 @@ void Linear::set_weight(Tensor weight) {
 std::vector<std::pair<std::string, Tensor>> Linear::own_buffers() const {
   if (!quant_) return {};
   return quant_4bit_state_dict("", *quant_);
+}
+
+Tensor TiedLinear::forward(const Tensor& x) const { return with_adapter(x, linear(x, weight())); }
+
+Tensor output_head_loss(const AdaptableLinear& head, const Tensor& weight, const Tensor& h,
+                        const Tensor& targets) {
+  if (!head.adapter()) return linear_cross_entropy(h, weight, targets);
+  Tensor logits = head.forward(h);
+  if (logits.dtype() != DType::f32) logits = cast(logits, DType::f32);
+  return cross_entropy(logits, targets);
+}
+
+Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h) {
+  return head.adapter() ? head.forward(h) : linear(h, weight);
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Device device) {

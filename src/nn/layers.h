@@ -32,6 +32,8 @@ class AdaptableLinear : public Module {
   // Where and in which dtype an adapter of this layer computes (a 4-bit base: its compute dtype).
   virtual Device device() const = 0;
   virtual DType compute_dtype() const = 0;
+  // x [..., in] -> [..., out]: the layer's own output with the adapter's branch added.
+  virtual Tensor forward(const Tensor& x) const = 0;
 
   // Attaches `adapter` (its parameters named beside the layer's, e.g. "lora_A.weight"); one at
   // most.
@@ -58,7 +60,7 @@ class Linear : public AdaptableLinear {
  public:
   // Weight [out, in] (out_in, nn.Linear) or [in, out] (in_out, GPT-2's Conv1D); uninitialised.
   Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device device);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
   // Undefined for a 4-bit layer.
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
@@ -113,6 +115,32 @@ class Embedding : public Module {
   Tensor weight_;
   double neftune_noise_alpha_ = 0.0;
 };
+
+// The output projection of a model whose lm_head shares the input embedding's weight (GPT-2,
+// tie_word_embeddings): no parameter of its own, registered as "lm_head" so that an adapter can
+// wrap it as PEFT wraps the tied nn.Linear. logits = x @ embedding.weight^T.
+class TiedLinear : public AdaptableLinear {
+ public:
+  explicit TiedLinear(const Embedding& embedding) : embedding_(embedding) {}
+  Tensor forward(const Tensor& x) const override;
+  const Tensor& weight() const { return embedding_.weight(); }
+  int64_t in_features() const override { return weight().size(1); }
+  int64_t out_features() const override { return weight().size(0); }
+  Device device() const override { return weight().device(); }
+  DType compute_dtype() const override { return weight().dtype(); }
+
+ private:
+  const Embedding& embedding_;
+};
+
+// A causal LM's loss over its final hidden states h [B, T, D] through its output head `head`
+// (weight [V, D]): the fused, chunked linear_cross_entropy, which never holds the logits; when
+// the head holds an adapter (LoRA on lm_head), the head's forward and cross_entropy of its fp32
+// logits, as transformers computes it (the adapter's branch is not in the fused op).
+Tensor output_head_loss(const AdaptableLinear& head, const Tensor& weight, const Tensor& h,
+                        const Tensor& targets);
+// The logits of the same head: linear(h, weight), or the head's forward with its adapter.
+Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h);
 
 class LayerNorm : public Module {
  public:

@@ -99,6 +99,9 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Device device, uint64_t
   }
   if (!c.tie_word_embeddings) {
     lm_head_ = &register_module("lm_head", projection(c.hidden_size, c.vocab_size, false, device));
+    head_ = lm_head_;
+  } else {
+    head_ = &register_module("lm_head", std::make_unique<TiedLinear>(model_.embed_tokens()));
   }
   // HF's _init_weights: N(0, initializer_range) for Linear and Embedding weights, zero biases,
   // RMSNorm weights 1, and the embedding's padding_idx row (pad_token_id) zero. nn.Embedding
@@ -136,11 +139,11 @@ std::vector<std::string> LlamaForCausalLM::tied_parameter_names() const {
 Tensor LlamaForCausalLM::hidden_states(const Tensor& input_ids) { return model_.forward(input_ids); }
 
 Tensor LlamaForCausalLM::forward(const Tensor& input_ids) {
-  return linear(hidden_states(input_ids), head_weight());
+  return output_head_logits(*head_, head_weight(), hidden_states(input_ids));
 }
 
 Tensor LlamaForCausalLM::loss(const Tensor& input_ids, const Tensor& targets) {
-  return linear_cross_entropy(hidden_states(input_ids), head_weight(), targets);
+  return output_head_loss(*head_, head_weight(), hidden_states(input_ids), targets);
 }
 
 }  // namespace headroom

@@ -87,6 +87,7 @@ class LlamaForCausalLM : public CausalLM {
   const LlamaConfig config_;
   LlamaModel& model_;
   Linear* lm_head_ = nullptr;  // null when tied to the embedding
+  AdaptableLinear* head_ = nullptr;  // lm_head_, or the tied one (an adapter may wrap either)
 };
 
 }  // namespace headroom

@@ -233,6 +233,19 @@ void load_lora_weights(CausalLM& model, const SafetensorsCheckpoint& file) {
     if (!p.storage()->materialized()) continue;
     file.copy_into(key, p);
   }
+  // PEFT saves the base weight of an output or embedding layer it wraps (save_embedding_layers
+  // "auto": <layer>.base_layer.weight) and loads it back into the base: so does this.
+  for (auto& [path, layer] : base_linears(model)) {
+    const std::string key = str_cat(kAdapterKeyPrefix, path, ".base_layer.weight");
+    if (!layer->adapter() || used.count(key) || !file.contains(key)) continue;
+    const Tensor* weight = nullptr;
+    if (auto* tied = dynamic_cast<TiedLinear*>(layer)) weight = &tied->weight();
+    auto* linear = dynamic_cast<Linear*>(layer);
+    if (linear && !linear->weight_4bit()) weight = &linear->weight();
+    if (!weight) continue;  // a 4-bit base: refused below as unexpected
+    if (weight->storage()->materialized()) file.copy_into(key, *weight);
+    used.insert(key);
+  }
   for (const std::string& key : file.names()) {
     if (!used.count(key)) {
       throw ValueError(str_cat(file.path(), ": unexpected tensor '", key,
@@ -247,6 +260,11 @@ int64_t merge_lora(CausalLM& model) {
   for (auto& [path, layer] : base_linears(model)) {
     const auto* lora = dynamic_cast<const LoraLayer*>(layer->adapter());
     if (!lora) continue;
+    if (dynamic_cast<TiedLinear*>(layer)) {
+      throw NotImplementedError(str_cat(
+          "merge: layer '", path, "' shares the input embedding's weight (tied word "
+          "embeddings); merging its adapter would change the embedding too (not built)"));
+    }
     auto* linear = dynamic_cast<Linear*>(layer);
     if (!linear || linear->weight_4bit()) {
       throw NotImplementedError(str_cat("merge: layer '", path,

@@ -97,7 +97,7 @@ TEST(Lora, UnknownTargetsAndModulesAreRefusedByName) {
   GPT2LMHeadModel gpt2(test_data::tiny_text_gpt2(), kCPU, 1);
   EXPECT_EQ(error_of([&] { apply_lora(gpt2, LoraConfig{.target_modules = {"q_proj"}}); }),
             "lora_target_modules: 'q_proj' matches no linear layer of the gpt2 model (it has "
-            "c_attn, c_fc, c_proj)");
+            "c_attn, c_fc, c_proj, lm_head)");
   GPT2LMHeadModel other(test_data::tiny_text_gpt2(), kCPU, 1);
   EXPECT_EQ(error_of([&] { apply_lora(other, LoraConfig{.modules_to_save = {"score"}}); }),
             "lora_modules_to_save: 'score' matches no module of the gpt2 model");

@@ -1,6 +1,7 @@
 // LoRA against the real peft + transformers (tools/gen_lora_golden.py, fixtures in
 // tests/fixtures/peft): adapters PEFT saved load into headroom's GPT-2 (Conv1D, fan_in_fan_out,
-// bias "all") and Llama (all-linear, rsLoRA, modules_to_save lm_head) and give PEFT's logits,
+// bias "all") and Llama (all-linear, rsLoRA, modules_to_save lm_head), and LoRA on either's
+// lm_head (GPT-2's tied to wte), and give PEFT's logits,
 // loss and adapter gradients; `headroom eval --adapter` gives PEFT's loss; adapter_config.json
 // is written as PEFT writes it.
 #include <gtest/gtest.h>
@@ -68,8 +69,12 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftsLogitsLossAndGradients) {
 INSTANTIATE_TEST_SUITE_P(
     Peft, LoraGolden,
     ::testing::Values(GoldenCase{"gpt2_tiny", "gpt2_tiny_lora", 25},
-                      GoldenCase{"llama_tiny", "llama_tiny_lora", 29}),
-    [](const auto& info) { return std::string(info.param.base); });
+                      GoldenCase{"llama_tiny", "llama_tiny_lora", 29},
+                      // LoRA on lm_head: GPT-2's tied to wte, Llama's its own; PEFT's files hold
+                      // lm_head.base_layer.weight too.
+                      GoldenCase{"gpt2_tiny", "gpt2_tiny_lora_head", 6},
+                      GoldenCase{"llama_tiny", "llama_tiny_lora_head", 6}),
+    [](const auto& info) { return std::string(info.param.adapter); });
 
 TEST(LoraGolden, EvalWithAPeftAdapterGivesPeftsLoss) {
   const std::string dir = kFixtures + "peft/";

@@ -167,6 +167,43 @@ TEST(LoraTrainer, OutputDirHoldsPeftsFilesWhichLoadBack) {
             trainer.model().forward(ids).to_float_vector());
 }
 
+// LoRA on GPT-2's lm_head (tied to wte) alone: the loss goes through the head's adapter, so B
+// leaves zero and the base stays; the saved adapter scores in eval what the trained model does;
+// merge refuses it (the merged weight would be the embedding's too).
+TEST(LoraTrainer, AnAdapterOnTheTiedOutputHeadTrains) {
+  TempDir tmp("lora_head");
+  TrainingArguments args = lora_args(tmp.path());
+  args.lora_target_modules = "lm_head";
+  args.lora_dropout = 0.0;
+  args.save_strategy = "no";
+  Trainer trainer(args);
+  ASSERT_EQ(trainer.train(), 0);
+  bool b_moved = false;
+  for (const auto& [name, p] : trainer.model().named_parameters()) {
+    if (name == "lm_head.lora_B.weight") {
+      for (float v : p.to_float_vector()) b_moved = b_moved || v != 0.0f;
+    } else if (name != "lm_head.lora_A.weight") {
+      EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
+    }
+  }
+  EXPECT_TRUE(b_moved);
+  ModelAndTokenizer loaded =
+      load_model_and_tokenizer(args.model, kCPU, static_cast<uint64_t>(args.seed));
+  load_lora_adapter(*loaded.model, args.output_dir);
+  const auto [ids, targets] = test_data::tiny_text_batch(0, 2, 16);
+  NoGradGuard no_grad;
+  trainer.model().eval();
+  loaded.model->eval();
+  EXPECT_EQ(loaded.model->loss(ids, targets).item(), trainer.model().loss(ids, targets).item());
+  EXPECT_EQ(loaded.model->forward(ids).to_float_vector(),
+            trainer.model().forward(ids).to_float_vector());
+  const CliRun merge = run_cli("merge --adapter " + args.output_dir + " --output_dir " +
+                              (tmp.path() / "merged").string());
+  EXPECT_NE(merge.exit_code, 0);
+  EXPECT_NE(merge.err.find("shares the input embedding's weight"), std::string::npos) << merge.err;
+  EXPECT_FALSE(fs::exists(tmp.path() / "merged"));
+}
+
 // The optimizer's state is the adapters': AdamW's two fp32 moments per adapter element, and
 // nothing for the frozen base (a full fine-tune keeps them for every weight).
 TEST(LoraTrainer, OptimizerStateIsTheAdaptersOnly) {

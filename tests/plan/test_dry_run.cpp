@@ -233,6 +233,12 @@ std::vector<GridCase> grid() {
     c.optim = "adamw_8bit";
     c.lora_targets = "c_attn,c_fc";
   });
+  // LoRA on lm_head (GPT-2's tied to wte): the logits are made whole then, as transformers does.
+  add("gpt2_lora_head_bf16", "gpt2", [](GridCase& c) {
+    c.precision = "bf16";
+    c.lora_targets = "c_attn,lm_head";
+  });
+  add("llama_lora_head_only_fp32", "llama", [](GridCase& c) { c.lora_targets = "lm_head"; });
   // QLoRA: the adapters on a frozen NF4 base computing in bf16.
   add("llama_qlora_bf16_all_linear_every_2", "llama", [](GridCase& c) {
     c.width = 128;
