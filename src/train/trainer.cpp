@@ -351,6 +351,16 @@ void Trainer::build() {
   manual_seed(static_cast<uint64_t>(args_.seed));
   // Each weight is made in the recipe's dtype (a 4-bit base layer quantized as it is made), so
   // no full-precision copy of the model exists (Note [Materializing one tensor at a time]).
+  // A directory saved in 4 bits loads 4-bit whatever the options; its weights have no gradient,
+  // so only adapters can train on it (transformers' Trainer refuses "purely quantized models"
+  // too). Accepted, the run would train the rest and save checkpoints no resume could read.
+  if (const fs::path config = fs::path(args_.model) / "config.json";
+      !args_.use_peft && fs::is_regular_file(config) &&
+      read_quantization_config(config.string())) {
+    throw ValueError(str_cat(config.string(), ": quantization_config: the model is saved in 4 "
+                             "bits, and full fine-tuning cannot update 4-bit weights; add "
+                             "--use_peft to train LoRA adapters on it"));
+  }
   LoadOptions load;
   load.dtype = recipe_.param_dtype;
   load.load_in_4bit = training_quant_4bit_config(args_, recipe_);

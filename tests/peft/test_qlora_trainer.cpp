@@ -224,6 +224,12 @@ TEST(QloraTrainer, BadFourBitOptionsAreRefusedNamingTheOption) {
   args = qlora_args(tmp.path());
   args.bnb_4bit_quant_storage = "float64";
   refused(args, "bnb_4bit_quant_storage");
+  // A model saved in 4 bits by bitsandbytes: adapters only, as with --load_in_4bit.
+  args = qlora_args(tmp.path());
+  args.model = std::string(HEADROOM_FIXTURES_DIR) + "/models/llama_tiny_4bit";
+  args.use_peft = false;
+  args.load_in_4bit = false;
+  refused(args, "llama_tiny_4bit/config.json: quantization_config: the model is saved in 4 bits");
 }
 
 // HF's names on the command line and in config files, TRL's use_bnb_nested_quant as an alias;
