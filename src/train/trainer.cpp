@@ -747,7 +747,16 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), device_,
                                                    lora_.has_value(), optimizer_file, fp8_file);
   const fs::path root(dir);
-  // The adapters' base first: adapters resumed on other weights would train on silently.
+  // The adapters' options and base first: adapters resumed with another scaling or on other
+  // weights would train on silently.
+  if (lora_) {
+    const std::string config_file = (root / kAdapterConfigFile).string();
+    with_checkpoint_file(config_file, [&] {
+      const LoraConfig saved = parse_lora_adapter_config(
+          parse_json(read_text_file(config_file), config_file), config_file);
+      check_resumed_lora_config(saved, *lora_, model_->config(), config_file);
+    });
+  }
   if (adapter_base_) {
     if (const std::optional<AdapterBase> recorded = read_adapter_base(dir)) {
       check_adapter_base(*recorded, *adapter_base_, (root / kAdapterBaseFile).string());

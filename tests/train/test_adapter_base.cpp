@@ -149,7 +149,8 @@ TEST(AdapterBase, ABaseThatDiffersIsRefusedNamingTheFieldAndBothValues) {
 }
 
 // A resume trains the saved adapters on: on another base (a seed that draws other weights,
-// another precision's frozen projections) it is refused before anything is loaded.
+// another precision's frozen projections, 4 bits) or with other LoRA options it is refused
+// before anything is loaded.
 TEST(AdapterBase, AResumeOnAnotherBaseIsRefused) {
   TempDir tmp("adapter_base_resume");
   TrainingArguments args = adapter_args(tmp.path());
@@ -171,6 +172,28 @@ TEST(AdapterBase, AResumeOnAnotherBaseIsRefused) {
   e = value_error_of([&] { Trainer(bf16).train(); });
   EXPECT_NE(e.find("precision: the adapter was trained on a base in f32, not a base in f32 with "
                    "the frozen projections in bf16"),
+            std::string::npos)
+      << e;
+  // The adapters' own options: another scaling or rank.
+  TrainingArguments other_alpha = args;
+  other_alpha.lora_alpha = 16;
+  e = value_error_of([&] { Trainer(other_alpha).train(); });
+  EXPECT_NE(e.find("checkpoint-2/adapter_config.json: lora_alpha is 8 in the checkpoint and 16 in "
+                   "this run"),
+            std::string::npos)
+      << e;
+  TrainingArguments other_targets = args;
+  other_targets.lora_target_modules = "c_attn";
+  e = value_error_of([&] { Trainer(other_targets).train(); });
+  EXPECT_NE(e.find("lora_target_modules is c_attn,c_fc in the checkpoint and c_attn"),
+            std::string::npos)
+      << e;
+  // A 4-bit base where a full-precision one trained.
+  TrainingArguments four_bit = args;
+  four_bit.load_in_4bit = true;
+  e = value_error_of([&] { Trainer(four_bit).train(); });
+  EXPECT_NE(e.find("--load_in_4bit: the adapter was trained on a full-precision base, not a "
+                   "4-bit base (fp4"),
             std::string::npos)
       << e;
   Trainer same(args);
