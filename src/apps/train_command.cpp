@@ -109,7 +109,7 @@ int run_train_command(const CLI::App& train) {
         args.logging_dir.empty() ? default_logging_dir(args.output_dir) : args.logging_dir,
         training_arguments_json(args).dump(2)));
   }
-  return run_training(args, std::move(callbacks));
+  return run_training(args, std::move(callbacks), training_arguments_json(args));
 }
 
 TrainingArguments parse_train_arguments(const std::vector<std::string>& args) {

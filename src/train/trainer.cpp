@@ -53,6 +53,7 @@
 #include "data/token_corpus.h"
 #include "dist/gradient_reducer.h"
 #include "dist/mpi_communicator.h"
+#include "dist/rank_options.h"
 #include "dist/zero_optimizer.h"
 #include "dist/zero_parameters.h"
 #include "train/zero_checkpoint.h"
@@ -1332,7 +1333,8 @@ void Trainer::print_sample() {
 }
 
 int run_training(const TrainingArguments& args,
-                 std::vector<std::shared_ptr<TrainerCallback>> callbacks) {
+                 std::vector<std::shared_ptr<TrainerCallback>> callbacks,
+                 const nlohmann::ordered_json& options) {
   // Before the Trainer starts any thread (Note [Stop signals are taken by one thread]).
   const StopSignalWatcher stop_signals;
   const LaunchEnvironment launch = launch_environment();
@@ -1352,6 +1354,14 @@ int run_training(const TrainingArguments& args,
     }
     try {
       std::shared_ptr<Communicator> communicator = make_communicator(launch, device);
+      if (!options.empty()) {
+        // Note [Every rank runs rank 0's options]: before any rank can wait for another.
+        const std::string difference = rank_options_difference(*communicator, options);
+        if (!difference.empty()) {
+          if (launch.rank == 0) std::fprintf(stderr, "headroom: error: %s\n", difference.c_str());
+          return 2;
+        }
+      }
       Trainer trainer(rank_args, {}, communicator);
       for (auto& callback : callbacks) trainer.add_callback(std::move(callback));
       return trainer.train();

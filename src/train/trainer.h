@@ -41,9 +41,13 @@ class CachingAllocator;    // memory/caching_allocator.h
 // Returns the process exit code: 0, or 128 + the signal (130, 143) after a stop.
 // Launched by mpirun (or with torchrun's variables) with more than one rank it trains data-parallel
 // (DDP, Trainer's `communicator`), one GPU per local rank; an error on any rank ends every rank
-// (MPI_Abort) with a message naming it.
+// (MPI_Abort) with a message naming it. `options` (every option's resolved value, as the command
+// read them) is first compared with rank 0's on every rank: a rank started with other options
+// makes every rank return 2, rank 0 printing the one line that names the option and the ranks
+// (Note [Every rank runs rank 0's options]).
 int run_training(const TrainingArguments& args,
-                 std::vector<std::shared_ptr<TrainerCallback>> callbacks = {});
+                 std::vector<std::shared_ptr<TrainerCallback>> callbacks = {},
+                 const nlohmann::ordered_json& options = {});
 
 struct EvalResult {
   double loss = 0.0;        // mean cross-entropy over every predicted token
