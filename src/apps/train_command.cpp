@@ -9,11 +9,13 @@
 #include "apps/train_options.h"
 #include "apps/unknown_option.h"
 #include "core/error.h"
+#include "dist/launch_environment.h"
 #include "integrations/loss_plot_callback.h"
 #include "integrations/report_to.h"
 #include "integrations/tensorboard_callback.h"
 #include "memory/alloc_config.h"
 #include "memory/device_memory.h"
+#include "plan/machine_fit.h"
 #include "profile/profiler_callback.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
@@ -101,6 +103,9 @@ int run_train_command(const CLI::App& train) {
     set_memory_limit(resolve_device(args.device), parse_byte_size(args.memory_limit, "--memory_limit"));
   }
   if (args.expandable_segments) caching_allocator(resolve_device(args.device)).set_expandable_segments(true);
+  // Note [A run that cannot fit is refused before it allocates]; one process (a rank's share
+  // needs the world's dry run).
+  if (!launch_environment().distributed()) check_run_fits_the_machine(args);
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
   callbacks.push_back(std::make_shared<LossPlotCallback>());
   if (args.profile) callbacks.push_back(std::make_shared<ProfilerCallback>(args));

@@ -25,8 +25,9 @@ struct DryRunOptions {
   bool include_eval = true;
   // At most this many micro-batches per step (0: gradient_accumulation_steps). From the second
   // micro-batch on, each repeats the allocations of the one before (the gradients exist), so
-  // two give the peak of any accumulation; the grid test checks that against real runs.
-  int64_t max_micro_batches = 0;
+  // two give the peak of any accumulation (the grid test checks that against real runs of 2 and
+  // 4), and a plan's time does not grow with gradient_accumulation_steps.
+  int64_t max_micro_batches = 2;
   // With loss scaling, also dry-run a first step that overflows and report the larger peaks
   // (Note [Planning loss-scaled runs]).
   bool cover_first_step_overflow = true;

@@ -272,6 +272,22 @@ TEST(HeadroomCli, OutOfMemoryStillWritesTheMemorySnapshot) {
   EXPECT_TRUE(oom);
 }
 
+// Note [A run that cannot fit is refused before it allocates]: FP8 histories of 1e9 entries
+// (179 GiB on this tiny model) are refused by the dry run, one line and exit 2, before anything
+// is allocated; without the check the CPU run grew until the kernel's OOM killer ended it.
+TEST(HeadroomCli, ARunThatCannotFitIsRefusedBeforeItAllocates) {
+  TempDir dir;
+  const std::string data = dir.file("data.txt");
+  write_bytes(data, std::string(kTinyText) + "\n");
+  const std::string run = "train --model gpt2-tiny --data " + data + " --output_dir " +
+                          dir.file("run") + " --max_steps 1 --max_seq_length 16 --device cpu"
+                          " --per_device_train_batch_size 2 --disable_tqdm --fp8"
+                          " --fp8_amax_history_len 1000000000";
+  expect_usage_error(run, "the run needs 178.");
+  expect_usage_error(run, "GiB of memory at its peak");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run") + "/metrics.jsonl"));
+}
+
 TEST(HeadroomCli, EvalReport) {
   const EvalResult result{.loss = 2.0, .perplexity = 7.38905609893065, .tokens = 1024};
   EXPECT_EQ(format_eval_result(result, false), "loss: 2.0000  perplexity: 7.39  tokens: 1024");

@@ -2,6 +2,7 @@
 // device predicts the peak allocated and reserved bytes that the real CPU run then measures.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -19,6 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test_data::TempDir;
+using test_data::tiny_training_args;
 
 struct GridCase {
   std::string name;
@@ -333,13 +335,30 @@ class DryRunGrid : public testing::TestWithParam<GridCase> {
   static inline WorstErrors worst_;
 };
 
+// A plan's time does not grow with gradient_accumulation_steps (1e9 ran on for ever): two
+// micro-batches a step stand for any number (DryRunOptions::max_micro_batches), and the step's
+// tokens count them all.
+TEST(DryRun, AnyAccumulationIsPlannedFromTwoMicroBatches) {
+  TempDir tmp("dry_run_accumulation");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.gradient_accumulation_steps = 2;
+  const DryRunResult two = dry_run_training(args);
+  args.gradient_accumulation_steps = 1000000000;
+  const auto start = std::chrono::steady_clock::now();
+  const DryRunResult many = dry_run_training(args);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_EQ(many.peak_allocated_bytes, two.peak_allocated_bytes);
+  EXPECT_EQ(many.peak_reserved_bytes, two.peak_reserved_bytes);
+  EXPECT_EQ(many.tokens_per_step, two.tokens_per_step / 2 * 1000000000);
+}
+
 // The real run trains 3 steps (the dry run 2: the third repeats the second) and evaluates after
 // each; its figures are the ones metrics.jsonl logs.
 TEST_P(DryRunGrid, PredictsTheRealRunsPeaks) {
   const GridCase& c = GetParam();
   TempDir tmp("dry_run_" + c.name);
   TrainingArguments args = case_arguments(c, tmp.path());
-  const DryRunResult plan = dry_run_training(args);
+  const DryRunResult plan = dry_run_training(args, {.max_micro_batches = 0});  // all of them
   args.max_steps = 3;
   empty_cache(kCPU);  // as a fresh process: nothing cached by earlier tests
   const auto [measured_allocated, measured_reserved] = train_and_measure(args);
@@ -392,9 +411,9 @@ TEST_P(DryRunGrid, PredictsTheRealRunsPeaks) {
     EXPECT_EQ(plan.peak_reserved_bytes, measured_reserved);
   }
   if (c.accumulation > 2) {
-    // The search's shortcut (DryRunOptions::max_micro_batches): two micro-batches a step give
-    // the same peaks as all of them.
-    const DryRunResult capped = dry_run_training(args, {.max_micro_batches = 2});
+    // The plans' shortcut (DryRunOptions::max_micro_batches, two micro-batches a step by
+    // default) gives the same peaks as all of them.
+    const DryRunResult capped = dry_run_training(args);
     EXPECT_EQ(capped.peak_allocated_bytes, plan.peak_allocated_bytes);
     EXPECT_EQ(capped.peak_reserved_bytes, plan.peak_reserved_bytes);
   }
