@@ -195,6 +195,7 @@ void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
                                    format_bytes(kMaxRequest), ")"));
   }
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!events_.empty()) flush_reserved_peak();
   process_events();
   const size_t size = round_size(nbytes, config_);
   BlockPool& pool = pool_for(size);
@@ -217,8 +218,19 @@ void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
   }
   if (!block) raise_out_of_memory(size, segment, stream);
   block = alloc_found_block(block, size, nbytes, stream);
-  if (stats_.reserved_bytes[static_cast<size_t>(StatType::all)].current > reserved_peak_.reserved) {
-    capture_reserved_peak(size, reserved_ > reserved_before ? reserved_ - reserved_before : 0);
+  // Note [A deferred peak capture]
+  // A new reserved peak's state (Note [Slack report]) is a walk over the cached blocks' segments.
+  // Taken at every new peak, a load of thousands of layers (a new segment at nearly every
+  // allocation) walked a growing cache each time: its dry run grew with the square of the
+  // layers. The walk waits instead until something first changes the blocks after the peak (a
+  // block taken from the cache, a free, a release, an event, a category) or the state is read;
+  // a next allocation that makes a new segment makes a new peak, which replaces the pending one
+  // unwalked. The state captured is the same: nothing changed between the peak and the walk.
+  if (const int64_t current = stats_.reserved_bytes[static_cast<size_t>(StatType::all)].current;
+      current > reserved_peak_.reserved) {
+    reserved_peak_.reserved = current;
+    pending_peak_ =
+        PendingPeak{size, reserved_ > reserved_before ? reserved_ - reserved_before : 0};
   }
   void* ptr = reinterpret_cast<void*>(block->ptr);
   if (memory_observers().any()) [[unlikely]] {
@@ -266,6 +278,7 @@ CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, size_
   if (size >= config_.max_split_size && block->size >= size + config_.max_non_split_rounding_size) {
     return nullptr;
   }
+  flush_reserved_peak();  // Note [A deferred peak capture]
   pool.blocks.erase(it);
   return block;
 }
@@ -394,6 +407,7 @@ bool CachingAllocator::map_block(Block* to_map, size_t size) {
 CachingAllocator::Block* CachingAllocator::try_allocate_expandable_block(BlockPool& pool,
                                                                         size_t size,
                                                                         StreamId stream) {
+  flush_reserved_peak();  // Note [A deferred peak capture]: it may take mapped free blocks
   // The candidate starts a row of free and unmapped blocks holding `size`: unmapped, or free
   // followed by unmapped. Mapping merges each newly mapped range into the free block before it.
   Block* candidate = find_expandable_block(pool, size, stream);
@@ -540,6 +554,7 @@ CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_
 void CachingAllocator::free(void* ptr) {
   if (!ptr) return;
   std::unique_lock<std::mutex> lock(mutex_);
+  flush_reserved_peak();
   auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == active_blocks_.end()) {
     throw Error(str_cat("free: pointer ", ptr, " was not allocated by the ", device(),
@@ -609,6 +624,7 @@ void CachingAllocator::free_block(Block* block) {
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  flush_reserved_peak();
   auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == active_blocks_.end()) {
     throw Error(str_cat("record_stream: pointer ", ptr, " is not a live allocation of the ",
@@ -682,6 +698,7 @@ size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& poo
 
 bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, size_t size,
                                                        StreamId stream) {
+  flush_reserved_peak();
   if (config_.max_split_size == std::numeric_limits<size_t>::max()) return false;
   Block key;
   key.stream = stream;
@@ -710,6 +727,7 @@ bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, size_t s
 }
 
 void CachingAllocator::release_cached_blocks() {
+  flush_reserved_peak();
   // Blocks waiting for events first go back to their pools, so that their segments can go too.
   synchronize_and_free_events();
   device_allocator_->synchronize();
@@ -752,6 +770,7 @@ void CachingAllocator::release_block(Block* block) {
 }
 
 void CachingAllocator::garbage_collect_cached_blocks() {
+  flush_reserved_peak();
   // Free cached whole segments that have waited longest for reuse, oldest (by the number of
   // free-block searches since they were cached) above the average first, until reserved memory
   // is back under the threshold. Only the large pool: small segments are cheap to keep.
@@ -839,6 +858,7 @@ void CachingAllocator::add_category_bytes(MemoryCategory category, int64_t bytes
 
 bool CachingAllocator::set_category(const void* ptr, MemoryCategory category) {
   std::lock_guard<std::mutex> lock(mutex_);
+  flush_reserved_peak();
   auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == active_blocks_.end()) return false;
   Block* block = it->second;
@@ -858,11 +878,21 @@ DeviceStats CachingAllocator::stats() const {
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.reset_peak();
+  pending_peak_.reset();
   capture_reserved_peak(0, 0);
+}
+
+void CachingAllocator::flush_reserved_peak() {
+  if (!pending_peak_) return;
+  const PendingPeak peak = *pending_peak_;
+  pending_peak_.reset();
+  capture_reserved_peak(peak.request, peak.added);
 }
 
 ReservedPeakState CachingAllocator::reserved_peak_state() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Reading is no change to the blocks: the pending capture is the state at the peak.
+  const_cast<CachingAllocator*>(this)->flush_reserved_peak();
   return reserved_peak_;
 }
 
@@ -919,19 +949,24 @@ void CachingAllocator::capture_reserved_peak(size_t request, size_t added) {
       }
     }
   };
+  // Only a segment holding a free block adds to the state, and every free block is in a pool:
+  // walking the segments of the pools' blocks, not every active block's, keeps a new peak's
+  // capture proportional to the cache, not to all that is allocated (a dry run of thousands of
+  // layers reaches a new reserved peak at nearly every allocation of its load).
+  std::set<const Block*> heads;
   for (const BlockPool* pool : {large_blocks_.get(), small_blocks_.get()}) {
-    for (const Block* b : pool->blocks) walk(b);
-    for (const Block* b : pool->unmapped) walk(b);
+    for (const Block* b : pool->blocks) {
+      if (!is_free(b)) continue;
+      while (b->prev) b = b->prev;
+      heads.insert(b);
+    }
   }
-  for (const auto& [ptr, b] : active_blocks_) walk(b);
+  for (const Block* head : heads) walk(head);
   std::set<const Block*> pending;
   for (const auto& [stream, events] : events_) {
     for (const auto& [event, b] : events) pending.insert(b);
   }
-  for (const Block* b : pending) {
-    state.pending_free_bytes += static_cast<int64_t>(b->size);
-    walk(b);
-  }
+  for (const Block* b : pending) state.pending_free_bytes += static_cast<int64_t>(b->size);
   for (auto& [key, s] : stranding) state.stranding.push_back(std::move(s));
   std::sort(state.stranding.begin(), state.stranding.end(), [](const auto& a, const auto& b) {
     return a.stranded_bytes > b.stranded_bytes;

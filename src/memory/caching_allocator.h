@@ -39,6 +39,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -177,6 +178,9 @@ class CachingAllocator final : public Allocator {
   [[noreturn]] void raise_out_of_memory(size_t size, size_t segment, StreamId stream);
   void add_category_bytes(MemoryCategory category, int64_t bytes);
   void capture_reserved_peak(size_t request, size_t added);
+  // Note [A deferred peak capture]: captures a new reserved peak noted by malloc, before the
+  // first change to the blocks after it.
+  void flush_reserved_peak();
   // For memory observers (memory/memory_observer.h): built under the lock, sent after it.
   MemoryUsageEvent usage_event(uintptr_t address, int64_t bytes, MemoryCategory category) const;
   static void notify_memory_observers(const MemoryUsageEvent& usage);
@@ -200,6 +204,11 @@ class CachingAllocator final : public Allocator {
   std::map<StreamId, std::deque<std::pair<EventId, Block*>>> events_;
   TraceRing trace_;
   ReservedPeakState reserved_peak_;
+  struct PendingPeak {
+    size_t request;
+    size_t added;
+  };
+  std::optional<PendingPeak> pending_peak_;
 };
 
 }  // namespace headroom
