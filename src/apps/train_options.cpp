@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <set>
 
@@ -11,6 +12,7 @@
 #include "apps/option_value.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "io/json_file.h"
 #include "integrations/report_to.h"
 #include "memory/alloc_config.h"
 #include "optim/lr_scheduler.h"
@@ -384,7 +386,7 @@ void apply_config_file(TrainingArguments& args, const std::string& path, OptionO
     const TrainOption* option = find_train_option(entry.key);
     if (!option) {
       throw ValueError(
-          str_cat(path, ": unknown key '", entry.key, "' (see headroom train --help)"));
+          str_cat(path, ": unknown key '", shortened(entry.key), "' (see headroom train --help)"));
     }
     if (auto [it, inserted] = seen.emplace(option->name, entry.key); !inserted) {
       throw ValueError(str_cat(path, ": ", option->name, " is given twice (as '", it->second,
@@ -429,7 +431,8 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   check(!a.output_dir.empty(), "output_dir", "must not be empty");
   if (a.device != "auto") rethrow_named("device", [&] { Device::parse(a.device); });
   if (!a.memory_limit.empty()) {
-    (void)parse_byte_size(a.memory_limit, where("memory_limit").c_str());
+    check(parse_byte_size(a.memory_limit, where("memory_limit").c_str()) > 0, "memory_limit",
+          "'", a.memory_limit, "' is no memory at all (leave the option out for no cap)");
   }
   check(!a.max_seq_length || *a.max_seq_length > 0, "max_seq_length", a.max_seq_length.value_or(0),
         " is not positive");
@@ -463,6 +466,11 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
         " is negative (0 turns clipping off)");
   check(a.neftune_noise_alpha >= 0, "neftune_noise_alpha", format_real(a.neftune_noise_alpha),
         " is negative (0 adds no noise)");
+  // The noise's bound is alpha / sqrt(T * d): beyond fp32's range it is infinite, and every
+  // weight the first step touches becomes NaN.
+  check(a.neftune_noise_alpha <= std::numeric_limits<float>::max(), "neftune_noise_alpha",
+        format_real(a.neftune_noise_alpha), " is beyond fp32's range (3.4e38): the noise would be "
+        "infinite");
   rethrow_named("lr_scheduler_type", [&] { parse_scheduler_type(a.lr_scheduler_type); });
   check(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "warmup_ratio", format_real(a.warmup_ratio),
         " is outside [0, 1]");

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace headroom {
 
@@ -32,6 +33,11 @@ std::string nearest_name(const std::string& name, const std::vector<std::string>
   std::string best;
   size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
   for (const std::string& candidate : candidates) {
+    // Lengths further apart than the distance allowed cannot be near (and a 10 MB name would
+    // cost a 10 MB row per candidate).
+    const size_t gap = name.size() > candidate.size() ? name.size() - candidate.size()
+                                                      : candidate.size() - name.size();
+    if (gap >= best_distance) continue;
     const size_t d = edit_distance(name, candidate);
     if (d < best_distance) {
       best = candidate;
@@ -52,11 +58,14 @@ std::string unexpected_arguments_message(const CLI::App& command,
       for (const std::string& long_name : option->get_lnames()) candidates.push_back("--" + long_name);
     }
     const std::string suggestion = nearest_name(name, candidates);
-    return suggestion.empty() ? str_cat("unknown option ", name)
-                              : str_cat("unknown option ", name, "; did you mean ", suggestion, "?");
+    return suggestion.empty()
+               ? str_cat("unknown option ", shortened(name))
+               : str_cat("unknown option ", shortened(name), "; did you mean ", suggestion, "?");
   }
   std::string values;
-  for (const std::string& extra : extras) values += str_cat(values.empty() ? "'" : " '", extra, "'");
+  for (const std::string& extra : extras) {
+    values += str_cat(values.empty() ? "'" : " '", shortened(extra), "'");
+  }
   return str_cat("unexpected argument", extras.size() > 1 ? "s " : " ", values,
                  ": each option takes at most one value (--name value); quote a value with spaces");
 }

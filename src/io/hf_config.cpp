@@ -138,6 +138,15 @@ void require_probability(const std::string& source, const char* field, double va
   }
 }
 
+// Attention dropout of 1 would drop every attention weight (SDPA divides by 1 - p): the layer's
+// output would be all zeros, and the attention op refuses it.
+void require_attention_dropout(const std::string& source, const char* field, double value) {
+  if (!(value >= 0 && value < 1)) {
+    throw ValueError(str_cat(source, ": field '", field, "' is ", value,
+                             "; an attention dropout probability lies in [0, 1)"));
+  }
+}
+
 void require_divisible(const std::string& source, const char* field, int64_t value,
                        const char* by_field, int64_t by) {
   if (value % by != 0) {
@@ -227,7 +236,7 @@ GPT2Config parse_gpt2(const FieldReader& in) {
   require_divisible(s, "n_embd", c.n_embd, "n_head", c.n_head);
   require_probability(s, "resid_pdrop", c.resid_pdrop);
   require_probability(s, "embd_pdrop", c.embd_pdrop);
-  require_probability(s, "attn_pdrop", c.attn_pdrop);
+  require_attention_dropout(s, "attn_pdrop", c.attn_pdrop);
   require_positive(s, "layer_norm_epsilon", c.layer_norm_epsilon);
   require_non_negative(s, "initializer_range", c.initializer_range);
   // Both are GELU's tanh approximation; "gelu" (erf) and others have no kernel here.
@@ -279,11 +288,17 @@ LlamaConfig parse_llama(const FieldReader& in) {
     require_divisible(s, "hidden_size", c.hidden_size, "num_attention_heads",
                       c.num_attention_heads);
   }
+  // Rotary embeddings rotate pairs of a head's dimensions.
+  if (c.effective_head_dim() % 2 != 0) {
+    throw ValueError(str_cat(s, ": the head dimension is ", c.effective_head_dim(),
+                             c.head_dim ? " (field 'head_dim')" : " (hidden_size / num_attention_heads)",
+                             "; rotary embeddings need an even one"));
+  }
   require_positive(s, "max_position_embeddings", c.max_position_embeddings);
   require_positive(s, "pretraining_tp", c.pretraining_tp);
   require_positive(s, "rms_norm_eps", c.rms_norm_eps);
   require_positive(s, "rope_theta", c.rope_theta);
-  require_probability(s, "attention_dropout", c.attention_dropout);
+  require_attention_dropout(s, "attention_dropout", c.attention_dropout);
   require_non_negative(s, "initializer_range", c.initializer_range);
   require_implemented(s, "hidden_act", c.hidden_act, {"silu"});
   return c;

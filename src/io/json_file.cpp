@@ -24,13 +24,12 @@ std::string read_text_file(const std::string& path) {
   return text.str();
 }
 
-namespace {
-
-// A key or excerpt as an error shows it: at most 40 characters.
 std::string shortened(std::string_view text) {
   constexpr size_t kMax = 40;
   return text.size() > kMax ? str_cat(text.substr(0, kMax - 3), "...") : std::string(text);
 }
+
+namespace {
 
 // Note [Bounded JSON]: the parser's callback sees each object and array open (at its depth, the
 // outermost 0) and each key, and throws before the value nests deeper or takes a key twice.

@@ -29,6 +29,10 @@ nlohmann::json parse_json(std::string_view text, const std::string& source);
 // The same, keeping the objects' keys in the file's order.
 nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& source);
 
+// A key, name or excerpt as an error line shows it: at most 40 characters (a 10 MB key from a
+// stranger's file is not echoed whole).
+std::string shortened(std::string_view text);
+
 // A value as an error message shows it: its JSON type and, shortened, its text, e.g.
 // `string "768"`, `number -3`, `null`, `array [1,2,3]`.
 std::string describe_json(const nlohmann::json& value);

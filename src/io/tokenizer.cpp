@@ -37,6 +37,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
                              "tokenizer from)"));
   }
   const auto file = [&](const char* name) { return (fs::path(model_dir) / name).string(); };
+  // Saved beside the tokenizer's files into every checkpoint (save_tokenizer): checked here, at
+  // the start, as JSON objects, not copied on unread.
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    if (!fs::is_regular_file(file(name))) continue;
+    if (!parse_json(read_text_file(file(name)), file(name)).is_object()) {
+      throw ValueError(str_cat(file(name), ": expected a JSON object"));
+    }
+  }
   if (fs::exists(file("tokenizer.json"))) {
     return Gpt2BpeTokenizer::from_tokenizer_json(file("tokenizer.json"));
   }
@@ -73,7 +81,10 @@ void save_tokenizer(const Tokenizer& tokenizer, const std::string& dir) {
     const fs::path source_dir = fs::path(files.front().path).parent_path();
     for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
       if (fs::is_regular_file(source_dir / name)) {
-        writes.emplace_back(name, read_text_file((source_dir / name).string()));
+        const std::string path = (source_dir / name).string();
+        std::string text = read_text_file(path);
+        (void)parse_json(text, path);  // as load_tokenizer checked it: still JSON
+        writes.emplace_back(name, std::move(text));
       }
     }
   }

@@ -227,6 +227,20 @@ TEST_F(TrainArguments, ChecksNameTheOptionAndValue) {
   expect_invalid({"--no_such_option", "1"}, {"unknown option --no_such_option"});
   expect_invalid({"--lerning_rate", "1"}, {"unknown option --lerning_rate; did you mean --learning_rate?"});
   expect_invalid({"--memory_limit", "lots"}, {"--memory_limit", "'lots' is not a byte size"});
+  // A cap of no bytes meant no cap at all (issue 39, item 10).
+  expect_invalid({"--memory_limit", "0"}, {"--memory_limit", "'0' is no memory at all"});
+  // Noise beyond fp32's range saved a NaN model.
+  expect_invalid({"--neftune_noise_alpha", "1e308"},
+                 {"--neftune_noise_alpha", "1e+308", "beyond fp32's range"});
+  // A 10 MB option name is neither echoed whole nor compared letter by letter.
+  const std::string huge = "--" + std::string(10 << 20, 'x');
+  try {
+    (void)parse_train_arguments({"--data", data_, huge, "1"});
+    ADD_FAILURE() << "a 10 MB option was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 200u);
+    EXPECT_NE(std::string(e.what()).find("unknown option --xxx"), std::string::npos);
+  }
 
   const std::string config = dir_.file("run.toml");
   write_bytes(config, "per-device-train-batch-size = -1\n");

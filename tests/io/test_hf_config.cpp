@@ -298,6 +298,16 @@ TEST(HfConfig, RejectsBadValues) {
       {"config.json", "field 'n_embd' (770) is not divisible by field 'n_head' (12)"});
   expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"resid_pdrop", 1.5}})); },
                            {"field 'resid_pdrop' is 1.5", "[0, 1]"});
+  // Attention dropout of 1 failed inside the attention op, naming no file (issue 39, item 10).
+  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"attn_pdrop", 1.0}})); },
+                           {"config.json", "field 'attn_pdrop' is 1", "[0, 1)"});
+  expect_error<ValueError>(
+      [] { parse_llama(patched(kTinyLlamaJson, {{"attention_dropout", 1.0}})); },
+      {"config.json", "field 'attention_dropout' is 1", "[0, 1)"});
+  // An odd head dimension was refused by the model, naming no file.
+  expect_error<ValueError>(
+      [] { parse_llama(patched(kTinyLlamaJson, {{"head_dim", 7}})); },
+      {"config.json", "the head dimension is 7 (field 'head_dim')", "even"});
   expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"layer_norm_epsilon", 0}})); },
                            {"field 'layer_norm_epsilon' is 0; it must be positive"});
   expect_error<ValueError>(

@@ -71,6 +71,22 @@ TEST(TokenizerLoad, CorruptOrIncompleteFilesAreErrors) {
                            {dir.file("no-such-model"), "is not a directory"});
 }
 
+// tokenizer_config.json and special_tokens_map.json go into every checkpoint: a malformed one is
+// refused when the tokenizer loads, naming it, not copied on unread (issue 39, item 10).
+TEST(TokenizerLoad, AMalformedTokenizerConfigIsRefusedNamingIt) {
+  TempDir dir;
+  copy_fixture("gpt2_bpe/vocab.json", dir, "vocab.json");
+  copy_fixture("gpt2_bpe/merges.txt", dir, "merges.txt");
+  io_test::write_bytes(dir.file("tokenizer_config.json"), "{\"model_max_length\": 1024,");
+  expect_error<ValueError>([&] { load_tokenizer(dir.str()); },
+                           {dir.file("tokenizer_config.json"), "invalid JSON"});
+  io_test::write_bytes(dir.file("tokenizer_config.json"), "[1, 2]");
+  expect_error<ValueError>([&] { load_tokenizer(dir.str()); },
+                           {dir.file("tokenizer_config.json"), "expected a JSON object"});
+  io_test::write_bytes(dir.file("tokenizer_config.json"), "{\"model_max_length\": 1024}");
+  EXPECT_EQ(load_tokenizer(dir.str())->kind(), "gpt2_bpe");
+}
+
 // The tokenizer load_tokenizer finds in `dir` equals `expected`: kind, fingerprint, ids.
 void expect_same_tokenizer(const std::string& dir, const Tokenizer& expected) {
   SCOPED_TRACE(dir);
