@@ -1424,6 +1424,8 @@ EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& d
     }
     verify_checkpoint_checksums(base.model);  // a checkpoint's files as they were saved
   }
+  // An adapter checkpoint's files as they were saved, as a model checkpoint's.
+  if (!adapter.empty()) verify_checkpoint_checksums(adapter);
   ModelAndTokenizer loaded = load_adapter_base(base, target);
   // Made as training made it (a bf16 frozen base, say), scored in fp32: the conversion is exact,
   // and the adapters then load in fp32 as training keeps them under autocast.

@@ -198,6 +198,18 @@ TEST(AdapterBase, AResumeOnAnotherBaseIsRefused) {
       << e;
   Trainer same(args);
   EXPECT_EQ(same.train(), 0);
+  // eval of an adapter checkpoint checks its checksums.json, as a model checkpoint's.
+  const fs::path checkpoint = fs::path(args.output_dir) / "checkpoint-4";
+  const std::string weights = (checkpoint / "adapter_model.safetensors").string();
+  EXPECT_NO_THROW(evaluate_file(base_request(""), args.data, 16, 4, "cpu", checkpoint.string()));
+  {
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  e = value_error_of(
+      [&] { evaluate_file(base_request(""), args.data, 16, 4, "cpu", checkpoint.string()); });
+  EXPECT_NE(e.find("adapter_model.safetensors"), std::string::npos) << e;
 }
 
 // A base with weights may move (a copy scores the same, the seed does not enter it); the same
