@@ -7,12 +7,14 @@
 #include <limits>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 #include "amp/precision.h"
 #include "apps/option_value.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "io/json_file.h"
+#include "train/deepspeed_config.h"
 #include "integrations/report_to.h"
 #include "memory/alloc_config.h"
 #include "optim/lr_scheduler.h"
@@ -585,6 +587,21 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   check(a.profile_active > 0, "profile_active", a.profile_active, " is not positive");
   check(a.profile_repeat >= 0, "profile_repeat", a.profile_repeat,
         " is negative (0 repeats until the run ends)");
+
+  // An explicit `--offload_optimizer false` (or offload_params) against a DeepSpeed file that
+  // offloads: the file used to win silently. Refused as transformers refuses a DeepSpeed value
+  // that mismatches TrainingArguments; left at its default, the option lets the file decide.
+  if (!a.deepspeed.empty()) {
+    const DeepSpeedConfig ds = read_deepspeed_config(a.deepspeed);
+    const std::tuple<const char*, bool, std::optional<bool>, const char*> pairs[] = {
+        {"offload_optimizer", a.offload_optimizer, ds.offload_optimizer, "offload_optimizer"},
+        {"offload_params", a.offload_params, ds.offload_param, "offload_param"}};
+    for (const auto& [name, value, file_value, section] : pairs) {
+      check(!origins.count(name) || value || !file_value.value_or(false), name, "false, and ",
+            a.deepspeed, "'s zero_optimization.", section,
+            " offloads to the CPU; leave one of them out, or make them agree");
+    }
+  }
 }
 
 }  // namespace headroom

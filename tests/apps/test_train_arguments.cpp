@@ -227,6 +227,15 @@ TEST_F(TrainArguments, ChecksNameTheOptionAndValue) {
   expect_invalid({"--no_such_option", "1"}, {"unknown option --no_such_option"});
   expect_invalid({"--lerning_rate", "1"}, {"unknown option --lerning_rate; did you mean --learning_rate?"});
   expect_invalid({"--memory_limit", "lots"}, {"--memory_limit", "'lots' is not a byte size"});
+  // A DeepSpeed file that offloads against an explicit --offload_optimizer false: the file won
+  // silently (issue 39, item 10). Left out, the option lets the file decide.
+  const std::string ds = dir_.file("ds.json");
+  write_bytes(ds, R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})");
+  expect_invalid({"--deepspeed", ds, "--offload_optimizer", "false"},
+                 {"--offload_optimizer", "false, and ", "zero_optimization.offload_optimizer"});
+  EXPECT_NO_THROW(parse_train_arguments({"--data", data_, "--deepspeed", ds}));
+  EXPECT_NO_THROW(
+      parse_train_arguments({"--data", data_, "--deepspeed", ds, "--offload_optimizer", "true"}));
   // A cap of no bytes meant no cap at all (issue 39, item 10).
   expect_invalid({"--memory_limit", "0"}, {"--memory_limit", "'0' is no memory at all"});
   // Noise beyond fp32's range saved a NaN model.
