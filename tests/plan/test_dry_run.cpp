@@ -335,6 +335,30 @@ class DryRunGrid : public testing::TestWithParam<GridCase> {
   static inline WorstErrors worst_;
 };
 
+// Note [A model's structure takes host memory]: a config of 1e9 layers never returned; its
+// blocks' modules alone exceed any host, so it is refused before one is built.
+TEST(DryRun, AModelDeeperThanTheHostCanHoldIsRefused) {
+  TempDir tmp("dry_run_deep");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  LlamaConfig config;
+  config.vocab_size = 256;
+  config.hidden_size = 32;
+  config.intermediate_size = 64;
+  config.num_attention_heads = 4;
+  config.num_hidden_layers = 1000000000;
+  write_hf_config(args.model, config);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    dry_run_training(args);
+    ADD_FAILURE() << "1e9 layers were planned";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_hidden_layers: 1000000000 blocks"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 // A plan's time does not grow with gradient_accumulation_steps (1e9 ran on for ever): two
 // micro-batches a step stand for any number (DryRunOptions::max_micro_batches), and the step's
 // tokens count them all.
