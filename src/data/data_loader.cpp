@@ -277,6 +277,8 @@ TokenBatch DataLoader::assemble(const std::vector<int64_t>* order, int64_t index
     std::copy(sequence.begin(), sequence.end() - 1, inputs + r * t);
     std::copy(sequence.begin() + 1, sequence.end(), targets + r * t);
   }
+  batch.target_count = static_cast<int64_t>(
+      std::count_if(targets, targets + rows * t, [](int64_t id) { return id != -100; }));
   if (options_.pin_memory && options_.pin_memory_device.is_cuda()) {
     batch.input_ids = batch.input_ids.pin_memory();
     batch.targets = batch.targets.pin_memory();

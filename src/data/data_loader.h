@@ -27,6 +27,9 @@ namespace headroom {
 struct TokenBatch {
   Tensor input_ids;  // [B, T] i64 on the CPU, from its CachingAllocator (or pinned: pin_memory)
   Tensor targets;    // [B, T] i64: input_ids shifted left by one token
+  // The targets that are not -100, counted on the host as the batch was assembled (every id of
+  // a TokenCorpus lies in its tokenizer's vocabulary); -1: not counted (the loss counts them).
+  int64_t target_count = -1;
 };
 
 // Where a loader is: the next batch it yields is batch `batch_index` of epoch `epoch`, in the

@@ -50,6 +50,8 @@ class TokenCorpus {
 
   int64_t size() const { return count_; }
   int token_bytes() const { return token_bytes_; }  // 2 or 4, as in the cache file
+  // Every token lies in [0, the tokenizer's vocab_size): checked as it was encoded, and a cache
+  // file is only read when its checksum matches the tokens so written.
   int64_t at(int64_t index) const;
   // Tokens [start, start + count) widened to i64; the range must lie inside the stream.
   void copy_to(int64_t start, int64_t count, int64_t* out) const;

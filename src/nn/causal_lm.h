@@ -18,8 +18,10 @@ class CausalLM : public Module {
   // input_ids [B, T] (i64 / i32) -> logits [B, T, vocab].
   virtual Tensor forward(const Tensor& input_ids) = 0;
   // Mean cross-entropy of next-token `targets` [B, T] (-100 = ignore), through the fused LM head
-  // and loss: the [B, T, vocab] logits are never materialised.
-  virtual Tensor loss(const Tensor& input_ids, const Tensor& targets) = 0;
+  // and loss: the [B, T, vocab] logits are never materialised. `target_count` >= 0: the targets
+  // that are not -100, counted by the caller (Note [Targets counted by the caller]).
+  virtual Tensor loss(const Tensor& input_ids, const Tensor& targets,
+                      int64_t target_count = -1) = 0;
   virtual HfConfig config() const = 0;
   // The token embedding (HF's get_input_embeddings: GPT-2's wte, Llama's embed_tokens).
   virtual Embedding& input_embeddings() = 0;

@@ -147,8 +147,10 @@ Tensor GPT2LMHeadModel::forward(const Tensor& input_ids) {
   return output_head_logits(lm_head_, lm_head_.weight(), hidden_states(input_ids));
 }
 
-Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& targets) {
-  return output_head_loss(lm_head_, lm_head_.weight(), hidden_states(input_ids), targets);
+Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& targets,
+                             int64_t target_count) {
+  return output_head_loss(lm_head_, lm_head_.weight(), hidden_states(input_ids), targets,
+                          target_count);
 }
 
 }  // namespace headroom

@@ -76,11 +76,11 @@ std::vector<std::pair<std::string, Tensor>> Linear::own_buffers() const {
 Tensor TiedLinear::forward(const Tensor& x) const { return with_adapter(x, linear(x, weight())); }
 
 Tensor output_head_loss(const AdaptableLinear& head, const Tensor& weight, const Tensor& h,
-                        const Tensor& targets) {
-  if (!head.adapter()) return linear_cross_entropy(h, weight, targets);
+                        const Tensor& targets, int64_t target_count) {
+  if (!head.adapter()) return linear_cross_entropy(h, weight, targets, -100, target_count);
   Tensor logits = head.forward(h);
   if (logits.dtype() != DType::f32) logits = cast(logits, DType::f32);
-  return cross_entropy(logits, targets);
+  return cross_entropy(logits, targets, -100, target_count);
 }
 
 Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h) {

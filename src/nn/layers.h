@@ -103,7 +103,13 @@ class Linear : public AdaptableLinear {
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Device device);
-  Tensor forward(const Tensor& ids, IdCheck check = IdCheck::read_back) const;
+  // With the layer's id check (set_id_check; read_back by default), or the one given.
+  Tensor forward(const Tensor& ids) const { return forward(ids, id_check_); }
+  Tensor forward(const Tensor& ids, IdCheck check) const;
+  // by_caller: whoever feeds this layer has checked every id on the host (the Trainer's batches
+  // come from a TokenCorpus, whose ids lie in the tokenizer's vocabulary, which fits the model's):
+  // no read-back, which on a GPU is a host sync a step (Note [Targets counted by the caller]).
+  void set_id_check(IdCheck check) { id_check_ = check; }
   const Tensor& weight() const { return weight_; }
   // NEFTune (transformers' neftune_post_forward_hook): in training mode only, the output
   // [..., T, d] gets uniform noise in [-m, m), m = alpha / sqrt(T * d), drawn from the default
@@ -114,6 +120,7 @@ class Embedding : public Module {
  private:
   Tensor weight_;
   double neftune_noise_alpha_ = 0.0;
+  IdCheck id_check_ = IdCheck::read_back;
 };
 
 // The output projection of a model whose lm_head shares the input embedding's weight (GPT-2,
@@ -137,8 +144,9 @@ class TiedLinear : public AdaptableLinear {
 // (weight [V, D]): the fused, chunked linear_cross_entropy, which never holds the logits; when
 // the head holds an adapter (LoRA on lm_head), the head's forward and cross_entropy of its fp32
 // logits, as transformers computes it (the adapter's branch is not in the fused op).
+// `target_count`: as linear_cross_entropy's.
 Tensor output_head_loss(const AdaptableLinear& head, const Tensor& weight, const Tensor& h,
-                        const Tensor& targets);
+                        const Tensor& targets, int64_t target_count = -1);
 // The logits of the same head: linear(h, weight), or the head's forward with its adapter.
 Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h);
 

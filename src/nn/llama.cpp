@@ -142,8 +142,10 @@ Tensor LlamaForCausalLM::forward(const Tensor& input_ids) {
   return output_head_logits(*head_, head_weight(), hidden_states(input_ids));
 }
 
-Tensor LlamaForCausalLM::loss(const Tensor& input_ids, const Tensor& targets) {
-  return output_head_loss(*head_, head_weight(), hidden_states(input_ids), targets);
+Tensor LlamaForCausalLM::loss(const Tensor& input_ids, const Tensor& targets,
+                              int64_t target_count) {
+  return output_head_loss(*head_, head_weight(), hidden_states(input_ids), targets,
+                          target_count);
 }
 
 }  // namespace headroom

@@ -69,7 +69,8 @@ class LlamaForCausalLM : public CausalLM {
  public:
   LlamaForCausalLM(const LlamaConfig& config, Device device = kCPU, uint64_t seed = 0);
   Tensor forward(const Tensor& input_ids) override;
-  Tensor loss(const Tensor& input_ids, const Tensor& targets) override;
+  Tensor loss(const Tensor& input_ids, const Tensor& targets,
+              int64_t target_count = -1) override;
   Tensor hidden_states(const Tensor& input_ids);
   HfConfig config() const override { return config_; }
   Embedding& input_embeddings() override { return model_.embed_tokens(); }

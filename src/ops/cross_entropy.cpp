@@ -108,12 +108,13 @@ struct LossAndGrads {
 // device.
 LossAndGrads chunked_loss_and_grads(const FunctionNode* node, const Tensor& x,
                                     const Tensor& weight, const Tensor& t, int64_t ignore_index,
-                                    int64_t chunk_rows, int64_t rows) {
+                                    int64_t chunk_rows, int64_t rows, int64_t target_count) {
   const char* op = "linear_cross_entropy";
   const Device device = x.device();
   const int64_t vocab = weight.size(0);
   const int64_t dim = weight.size(1);
-  const int64_t count = count_targets(op, t, vocab, ignore_index);
+  const int64_t count =
+      target_count >= 0 ? target_count : count_targets(op, t, vocab, ignore_index);
   const DType operand = x.dtype() == weight.dtype() ? x.dtype() : DType::f32;
   const Tensor xc = (x.dtype() == operand ? x : x.to(operand)).contiguous().reshape({rows, dim});
   const Tensor wc = (weight.dtype() == operand ? weight : weight.to(operand)).contiguous();
@@ -205,7 +206,8 @@ void save_linear_cross_entropy_grads(const std::shared_ptr<FunctionNode>& node, 
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     int64_t target_count) {
   RecordFunction record("cross_entropy", logits, targets);
   const char* op = "cross_entropy";
   check_floating(op, "logits", logits);
@@ -222,7 +224,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const int64_t vocab = logits.size(-1);
   const int64_t rows = logits.numel() / vocab;
   const Tensor t = targets.contiguous();
-  const int64_t count = count_targets(op, t, vocab, ignore_index);
+  const int64_t count =
+      target_count >= 0 ? target_count : count_targets(op, t, vocab, ignore_index);
   Tensor lse = Tensor::empty({rows}, DType::f32, device);
   Tensor out = Tensor::empty(Shape{}, DType::f32, device);
   {
@@ -246,15 +249,17 @@ int64_t linear_cross_entropy_chunk_rows(int64_t vocab, int64_t rows, int64_t byt
 }
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index) {
-  return linear_cross_entropy_chunked(x, weight, targets, ignore_index, 0);
+                            int64_t ignore_index, int64_t target_count) {
+  return linear_cross_entropy_chunked(x, weight, targets, ignore_index, 0, target_count);
 }
 
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                                    int64_t ignore_index, int64_t chunk_rows) {
+                                    int64_t ignore_index, int64_t chunk_rows,
+                                    int64_t target_count) {
   RecordFunction record("linear_cross_entropy", x, weight, targets);
   if (auto cast = autocast_inputs("linear_cross_entropy", {x, weight})) {
-    return linear_cross_entropy_chunked((*cast)[0], (*cast)[1], targets, ignore_index, chunk_rows);
+    return linear_cross_entropy_chunked((*cast)[0], (*cast)[1], targets, ignore_index, chunk_rows,
+                                        target_count);
   }
   const char* op = "linear_cross_entropy";
   check_floating(op, "x", x);
@@ -274,7 +279,7 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
   const int64_t rows = dim == 0 ? targets.numel() : x.numel() / dim;
   auto node = make_function_node("LinearCrossEntropyBackward0", {x, weight});
   const LossAndGrads result = chunked_loss_and_grads(node.get(), x, weight, targets.contiguous(),
-                                                     ignore_index, chunk_rows, rows);
+                                                     ignore_index, chunk_rows, rows, target_count);
   save_linear_cross_entropy_grads(node, result.dx, result.dweight, result.out);
   return result.out;
 }

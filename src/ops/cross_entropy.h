@@ -8,7 +8,12 @@ namespace headroom {
 
 // logits [..., V], targets (i32 / i64) [...]; mean over targets != ignore_index (as
 // torch.nn.functional.cross_entropy). A 0-d fp32 result.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// Note [Targets counted by the caller]: `target_count` >= 0 is the number of targets that are
+// not ignore_index, counted where they were made (on the host, TokenBatch), every other one
+// known to lie in [0, V): the op then neither counts nor checks them, which on a GPU is a
+// read-back (a host sync) a step. -1: counted and checked here (IndexError naming one outside).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     int64_t target_count = -1);
 
 // The LM head and the loss in one op: cross_entropy(linear(x, weight), targets) with x [..., D]
 // and weight [V, D], computed over chunks of tokens so that at most chunk x V logits exist at a
@@ -20,8 +25,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // (a loss scale, 1/N for accumulation) in place, so no copy is made unless the graph is retained.
 // bf16 / f16 x and weight run the GEMMs in their dtype (the logits stay fp32; their gradient is
 // rounded to the operands' dtype for the two backward GEMMs).
+// `target_count`: as cross_entropy's (Note [Targets counted by the caller]).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index = -100);
+                            int64_t ignore_index = -100, int64_t target_count = -1);
 
 // Note [Loss chunks]
 // The tokens per chunk linear_cross_entropy uses for `rows` tokens of vocabulary V, whose chunk
@@ -35,6 +41,7 @@ inline constexpr int64_t kLossChunkBytes = int64_t{256} << 20;
 int64_t linear_cross_entropy_chunk_rows(int64_t vocab, int64_t rows, int64_t bytes_per_logit);
 // linear_cross_entropy with an explicit number of tokens per chunk (> 0; 0: Note [Loss chunks]).
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                                    int64_t ignore_index, int64_t chunk_rows);
+                                    int64_t ignore_index, int64_t chunk_rows,
+                                    int64_t target_count = -1);
 
 }  // namespace headroom

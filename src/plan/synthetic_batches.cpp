@@ -18,7 +18,8 @@ SyntheticBatchSource::SyntheticBatchSource(const SyntheticBatchOptions& options)
 TokenBatch SyntheticBatchSource::make(int64_t rows) const {
   // As DataLoader::assemble: inputs, then targets.
   return {Tensor::empty({rows, options_.seq_length}, DType::i64, kMeta),
-          Tensor::empty({rows, options_.seq_length}, DType::i64, kMeta)};
+          Tensor::empty({rows, options_.seq_length}, DType::i64, kMeta),
+          rows * options_.seq_length};
 }
 
 TokenBatch SyntheticBatchSource::next_batch() {

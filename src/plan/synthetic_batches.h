@@ -27,9 +27,11 @@ struct SyntheticBatchOptions {
 
 // Batches are meta tensors. For a CPU plan they are what the loader assembles on the CPU (two
 // [B, T] i64 tensors); for a GPU plan, the copies that DataLoaderBatchSource makes on the device.
+// Its batches stand for DataLoaderBatchSource's: ids checked on the host, targets counted.
 class SyntheticBatchSource final : public BatchSource {
  public:
   explicit SyntheticBatchSource(const SyntheticBatchOptions& options);
+  bool ids_checked() const override { return true; }
 
   TokenBatch next_batch() override;
   void skip_batch() override;

@@ -36,6 +36,11 @@ class BatchSource {
   // saved source stood. ValueError naming the key when the state does not fit this source.
   virtual nlohmann::json state_dict() const = 0;
   virtual void load_state_dict(const nlohmann::json& state) = 0;
+
+  // True when every id and target it hands out lies in the tokenizer's vocabulary (checked where
+  // the tokens were made) and every batch carries its target_count: the model then checks no id
+  // and the loss counts no target on the device (Note [Targets counted by the caller]).
+  virtual bool ids_checked() const { return false; }
 };
 
 }  // namespace headroom

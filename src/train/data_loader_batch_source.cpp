@@ -40,7 +40,7 @@ DataLoaderBatchSource::DataLoaderBatchSource(TrainEvalSplit split,
 TokenBatch DataLoaderBatchSource::to_device(TokenBatch batch) const {
   if (device_.is_cpu()) return batch;
   if (!batch.input_ids.is_pinned() || !batch.targets.is_pinned()) {
-    return {batch.input_ids.to(device_), batch.targets.to(device_)};
+    return {batch.input_ids.to(device_), batch.targets.to(device_), batch.target_count};
   }
   // Note [Batches on the copy stream]
   // A pinned batch is allocated and copied on the device's copy stream, so the copy runs while
@@ -51,6 +51,7 @@ TokenBatch DataLoaderBatchSource::to_device(TokenBatch batch) const {
   // until its copy is done (HostCachingAllocator).
   const StreamId compute = current_stream(device_);
   TokenBatch out;
+  out.target_count = batch.target_count;
   {
     StreamGuard on_copy_stream(device_, copy_stream(device_));
     out.input_ids = batch.input_ids.to(device_, /*non_blocking=*/true);

@@ -26,6 +26,8 @@ class DataLoaderBatchSource final : public BatchSource {
                         Device device = kCPU);
 
   TokenBatch next_batch() override;
+  // A TokenCorpus's ids lie in its tokenizer's vocabulary; DataLoader counts the targets.
+  bool ids_checked() const override { return true; }
   void skip_batch() override;  // not copied to the device
   int64_t batches_per_epoch() const override { return loader_->size(); }
   int64_t batches_consumed() const override;

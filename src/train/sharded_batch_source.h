@@ -37,6 +37,7 @@ class ShardedBatchSource final : public BatchSource {
     return inner_->eval_batch(index, batch_size);
   }
   nlohmann::json state_dict() const override { return inner_->state_dict(); }
+  bool ids_checked() const override { return inner_->ids_checked(); }
   void load_state_dict(const nlohmann::json& state) override { inner_->load_state_dict(state); }
 
  private:

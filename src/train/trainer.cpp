@@ -145,7 +145,8 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
   for (int64_t i = 0; i < count; ++i) {
     const TokenBatch batch = batch_at(i);
     Autocast region(device.type, autocast_dtype, autocast_dtype.has_value());
-    const double loss = host_value(model.loss(batch.input_ids, batch.targets));
+    const double loss =
+        host_value(model.loss(batch.input_ids, batch.targets, batch.target_count));
     const int64_t tokens = batch.targets.numel();
     total += loss * static_cast<double>(tokens);
     result.tokens += tokens;
@@ -461,6 +462,9 @@ void Trainer::build() {
     data_ = std::make_unique<ShardedBatchSource>(std::move(data_), communicator_->rank(),
                                                  communicator_->world_size());
   }
+  // Note [Targets counted by the caller]: the batches' ids were checked against the tokenizer's
+  // vocabulary (which fits the model's, load_model_and_tokenizer) as the tokens were made.
+  if (data_->ids_checked()) model_->input_embeddings().set_id_check(IdCheck::by_caller);
 
   // Optimizers: the single call site; make_optimizer knows every `optim` name. The pure bf16
   // recipe keeps AdamW's moments in bf16 (Note [Precision recipes]).
@@ -907,7 +911,7 @@ Tensor Trainer::train_step(int64_t& tokens) {
         }
         prefetch_autocast_casts(weights);
       }
-      loss = model_->loss(batch.input_ids, batch.targets);
+      loss = model_->loss(batch.input_ids, batch.targets, batch.target_count);
       if (prefetch) autocast_weights_ = positions_of(autocast_cached_sources(), params);
     }
     // TE: forward scales move when the (outermost) fp8_autocast region exits.
@@ -1450,7 +1454,9 @@ EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& d
   const DataLoader loader(windows, {.batch_size = batch_size, .shuffle = false});
   auto batch_at = [&](int64_t index) {
     TokenBatch batch = loader.batch_at(0, index);
-    if (!target.is_cpu()) batch = {batch.input_ids.to(target), batch.targets.to(target)};
+    if (!target.is_cpu()) {
+      batch = {batch.input_ids.to(target), batch.targets.to(target), batch.target_count};
+    }
     return batch;
   };
   return evaluate_batches(*loaded.model, loader.size(), batch_at, target,

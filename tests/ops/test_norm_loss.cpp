@@ -8,11 +8,13 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "autograd/engine.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
+#include "core/kernel_census.h"
 #include "memory/device_memory.h"
 #include "ops/ops.h"
 
@@ -359,6 +361,41 @@ TEST(LinearCrossEntropy, EqualsCrossEntropyOfLinear) {
       expect_vectors_close(got.dweight, ref.dweight, "dweight");
     }
   }
+}
+
+// Note [Targets counted by the caller]: a count given by the caller replaces the op's own (one
+// read-back on a GPU, a host sync in the census) and gives the same loss and gradients.
+TEST(LinearCrossEntropy, ACountedTargetCountSkipsTheReadBack) {
+  const int64_t tokens = 50, dim = 24, vocab = 37;
+  const Tensor w = randn({vocab, dim}, 2, 0.3);
+  const Tensor targets = random_ids(tokens, vocab, 0.2, 3);
+  int64_t counted = 0;
+  for (int64_t t : targets.to_int64_vector()) counted += t != -100;
+  ASSERT_LT(counted, tokens);  // some are ignored
+  auto run = [&](int64_t count, KernelCensus& census) {
+    const Tensor x = randn({tokens, dim}, 1).set_requires_grad();
+    Tensor loss, logits_loss;
+    {
+      KernelCensusScope scope(census);
+      loss = linear_cross_entropy(x, w, targets, -100, count);
+      logits_loss = cross_entropy(linear(x, w), targets, -100, count);
+    }
+    backward(loss);
+    return std::tuple(loss.item(), logits_loss.item(), x.grad().to_float_vector());
+  };
+  KernelCensus own, given;
+  const auto [loss, unfused, dx] = run(-1, own);
+  const auto [loss_given, unfused_given, dx_given] = run(counted, given);
+  EXPECT_EQ(loss_given, loss);
+  EXPECT_EQ(unfused_given, unfused);
+  EXPECT_EQ(dx_given, dx);
+  auto syncs = [](const KernelCensus& c) {
+    int64_t n = 0;
+    for (const KernelLaunch& launch : c.launches()) n += launch.host_sync;
+    return n;
+  };
+  EXPECT_EQ(syncs(own), 2);  // each op counted its targets
+  EXPECT_EQ(syncs(given), 0);
 }
 
 // 512 tokens x vocab 4096: full logits are 8 MiB (and the unfused loss holds them and their
