@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench_support.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/tokenizer.h"
 
 namespace {

@@ -13,7 +13,7 @@
 #include "apps/option_value.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "train/deepspeed_config.h"
 #include "integrations/report_to.h"
 #include "memory/alloc_config.h"

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 
 namespace headroom {
 

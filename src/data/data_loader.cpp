@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "data/permutation.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 
 namespace headroom {
 

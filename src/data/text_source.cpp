@@ -11,7 +11,7 @@
 #include <system_error>
 
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/unicode_classes.h"
 
 namespace headroom {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/unicode_classes.h"
 
 namespace headroom {

@@ -12,7 +12,7 @@
 #include "core/storage.h"
 #include "core/atomic_file.h"
 #include "io/hf_config.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/safetensors.h"
 #include "nn/linear_4bit.h"
 

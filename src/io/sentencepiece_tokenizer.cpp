@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 
 namespace headroom {
 

@@ -7,7 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/gpt2_bpe_tokenizer.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/sentencepiece_tokenizer.h"
 
 namespace headroom {

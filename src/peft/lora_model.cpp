@@ -9,7 +9,7 @@
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/storage.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/safetensors.h"
 #include "nn/layers.h"
 #include "ops/elementwise.h"

@@ -10,7 +10,7 @@
 #include "backend/cpu/blockwise_quant.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 
 namespace headroom {
 

@@ -9,7 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/safetensors.h"
 #include "nn/model_presets.h"
 #include "quant/quant_4bit.h"

@@ -16,7 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/text_value.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "train/checksums.h"
 
 namespace headroom {

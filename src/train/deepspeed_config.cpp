@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 
 namespace headroom {
 namespace {

@@ -57,7 +57,7 @@
 #include "dist/zero_optimizer.h"
 #include "dist/zero_parameters.h"
 #include "train/zero_checkpoint.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "train/data_loader_batch_source.h"
 #include "train/sharded_batch_source.h"
 

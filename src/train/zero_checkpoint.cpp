@@ -7,7 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "train/checkpoint.h"
 
 namespace headroom {

@@ -20,7 +20,7 @@
 #include "core/tensor.h"
 #include "data/data_loader.h"
 #include "fuzz_support.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/safetensors.h"
 #include "ops/ops.h"
 #include "optim/lr_scheduler.h"

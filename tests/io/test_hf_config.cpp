@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "io/hf_config.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io_test_helpers.h"
 
 namespace headroom {

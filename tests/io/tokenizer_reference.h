@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/json_file.h"
+#include "core/json_file.h"
 
 namespace headroom::io_test {
 

@@ -14,7 +14,7 @@
 #include "autograd/engine.h"
 #include "core/atomic_file.h"
 #include "core/grad_mode.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/pretrained.h"
 #include "io/safetensors.h"
 #include "nn/expect_close.h"

@@ -8,7 +8,7 @@
 
 #include "apps/cli_run.h"
 #include "core/error.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/safetensors.h"
 #include "memory/device_memory.h"
 #include "peft/lora_model.h"

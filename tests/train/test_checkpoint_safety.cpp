@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "io/hf_config.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/checksums.h"

@@ -14,7 +14,7 @@
 #include "autograd/engine.h"
 #include "core/error.h"
 #include "io/hf_config.h"
-#include "io/json_file.h"
+#include "core/json_file.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "memory/device_memory.h"

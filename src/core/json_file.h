@@ -1,5 +1,6 @@
-// JSON reading shared by the io/ readers (safetensors headers, index files, config.json): parse
-// errors and type complaints that name the file, as every io/ error does.
+// JSON reading shared by every reader of files from strangers (safetensors headers, index files,
+// config.json, adapter and DeepSpeed files, a 4-bit quant state): parse errors and type
+// complaints that name the file.
 #pragma once
 
 #include <string>

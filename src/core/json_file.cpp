@@ -1,5 +1,5 @@
 // Reading and parsing JSON files with errors that name the file.
-#include "io/json_file.h"
+#include "core/json_file.h"
 
 #include <cerrno>
 #include <fstream>
