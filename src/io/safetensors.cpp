@@ -459,11 +459,16 @@ void SafetensorsCheckpoint::open_index(const std::string& index_path) {
   const fs::path dir = fs::path(index_path).parent_path();
   for (const auto& [file, listed] : shards) {
     const fs::path shard_path = dir / file;
-    if (!fs::exists(shard_path)) {
-      throw ValueError(str_cat(index_path, ": shard '", file, "' (holding '", listed.front(), "'",
+    // The error_code form: a name the file system refuses (too long, say) is this file's error,
+    // not std::filesystem's exception.
+    std::error_code ec;
+    if (!fs::exists(shard_path, ec)) {
+      throw ValueError(str_cat(index_path, ": shard '", shortened(file), "' (holding '",
+                               shortened(listed.front()), "'",
                                listed.size() > 1 ? str_cat(" and ", listed.size() - 1, " more")
                                                  : "",
-                               ") does not exist"));
+                               ") does not exist",
+                               ec ? str_cat(" (", ec.message(), ")") : std::string()));
     }
     SafetensorsFile shard(shard_path.string());
     for (const std::string& name : listed) {

@@ -417,6 +417,15 @@ TEST(Safetensors, ShardedCheckpointRejectsInconsistentIndex) {
   expect_error<ValueError>([&] { SafetensorsCheckpoint c(dir.str()); },
                            {kSafetensorsIndexName, "'weight_map'"});
 
+  // A shard name the file system refuses (over NAME_MAX) was std::filesystem's exception, found
+  // by the safetensors_index fuzz target (its corpus keeps the reproducer): now this file's error.
+  index = nlohmann::json::parse(index_text);
+  index["weight_map"]["lm_head.weight"] = std::string(5000, 'x') + ".safetensors";
+  write_bytes(index_path, index.dump());
+  expect_error<ValueError>([&] { SafetensorsCheckpoint c(dir.str()); },
+                           {kSafetensorsIndexName, "shard 'xxx", "...' (holding 'lm_head.weight'",
+                            "does not exist", "File name too long"});
+
   write_bytes(index_path, index_text);
   fs::remove(dir.file("model-00003-of-00003.safetensors"));
   expect_error<ValueError>([&] { SafetensorsCheckpoint c(dir.str()); },
