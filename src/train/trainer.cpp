@@ -399,7 +399,9 @@ void Trainer::build() {
   ModelAndTokenizer loaded =
       load_model_and_tokenizer(args_.model, device_, static_cast<uint64_t>(args_.seed), load);
   adapter_base_.reset();
-  if (args_.use_peft) {
+  // Rank 0 alone reads the base's files for their checksums: it writes the record, and a resume
+  // it refuses ends every rank (run_training).
+  if (args_.use_peft && is_main_process()) {
     adapter_base_ = describe_adapter_base(args_.model, static_cast<uint64_t>(args_.seed), load);
   }
   model_ = std::move(loaded.model);

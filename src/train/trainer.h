@@ -242,8 +242,8 @@ class Trainer {
   int64_t window_ = 0;
   std::unique_ptr<CausalLM> model_;
   std::optional<LoraConfig> lora_;  // set with use_peft: the model carries these adapters
-  // With use_peft: the base the adapters train on, saved beside them (Note [The base of an
-  // adapter]) and compared with a resumed checkpoint's.
+  // With use_peft, on rank 0: the base the adapters train on, saved beside them (Note [The base
+  // of an adapter]) and compared with a resumed checkpoint's.
   std::optional<AdapterBase> adapter_base_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<BatchSource> data_;

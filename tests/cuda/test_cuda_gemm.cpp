@@ -246,6 +246,7 @@ TEST(CudaGemm, EntryBiasGradientEpilogues) {
                  : reference_gemm(true, false, x, g, 1.0f, 0.0f, zero);
         const std::string what = std::string(dtype_name(dtype)) + " into " +
                                  dtype_name(result) + (of_a ? " dbias of a" : " dbias of b");
+        // The result dtype's rounding over fp32 accumulation (tolerance() above).
         expect_near_reference(reference, c, tolerance(result), what);
         expect_close(column_sums.to(result), db, tolerance(result), what + " sums");
       }
