@@ -484,16 +484,6 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
                              " are both true: choose one (or set precision)"));
   }
   if (!a.precision.empty()) rethrow_named("precision", [&] { parse_precision(a.precision); });
-  const std::string& policy = a.gradient_checkpointing_policy;
-  bool every_n = false;
-  if (policy.starts_with("every_")) {
-    const std::string n = policy.substr(6);
-    every_n = !n.empty() && n.size() <= 9 &&
-              n.find_first_not_of("0123456789") == std::string::npos && std::stoll(n) > 0;
-  }
-  check(policy == "full" || policy == "selective" || every_n, "gradient_checkpointing_policy",
-        "unknown value '", policy, "' (expected full, selective or every_N with N >= 1)");
-
   // LoRA: the fields LoraConfig::validate checks, named as the user wrote them.
   if (a.use_peft) {
     check(a.lora_r > 0, "lora_r", a.lora_r, " must be > 0");
@@ -501,57 +491,17 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
           " is not a finite number");
     check(a.lora_dropout >= 0 && a.lora_dropout < 1, "lora_dropout", format_real(a.lora_dropout),
           " is outside [0, 1)");
-    try {
-      training_lora_config(a).validate();
-    } catch (const ValueError& e) {  // "lora_target_modules: ...": name it as the user wrote it
-      std::string message = e.what();
-      for (const std::string field : {"lora_target_modules", "lora_modules_to_save"}) {
-        if (message.starts_with(field + ":")) {
-          message = where(field.c_str()) + message.substr(field.size());
-        }
-      }
-      throw ValueError(message);
-    }
-  }
-  if (a.fp8) {
-    try {
-      training_fp8_recipe(a);
-    } catch (const ValueError& e) {  // "fp8_recipe: ...": named as the user wrote it
-      std::string message = e.what();
-      for (const std::string field : {"fp8_recipe", "fp8_format", "fp8_amax_history_len",
-                                      "fp8_amax_compute_algo", "fp8_margin"}) {
-        if (message.starts_with(field + ":")) {
-          message = where(field.c_str()) + message.substr(field.size());
-        }
-      }
-      throw ValueError(message);
-    }
-  }
-  if (a.load_in_4bit) {
-    try {
-      training_quant_4bit_config(a, training_precision(a));
-    } catch (const ValueError& e) {  // "bnb_4bit_quant_type: ...": named as the user wrote it
-      std::string message = e.what();
-      for (const std::string field : {"load_in_4bit", "bnb_4bit_quant_type",
-                                      "bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"}) {
-        if (message.starts_with(field + ":")) {
-          message = where(field.c_str()) + message.substr(field.size());
-        }
-      }
-      throw ValueError(message);
-    }
   }
 
   // Logging, evaluation, checkpoints. HF's eval_strategy "steps" without eval_steps evaluates
   // every logging_steps (TrainingArguments.__post_init__); eval_steps with eval_strategy "no"
   // is ignored, as in HF.
   check(a.logging_steps > 0, "logging_steps", a.logging_steps, " is not positive");
-  one_of(a.eval_strategy, "eval_strategy", {"no", "steps"});
   check(!a.eval_steps || *a.eval_steps > 0, "eval_steps", a.eval_steps.value_or(0),
         " is not positive");
   check(!a.max_eval_samples || *a.max_eval_samples > 0, "max_eval_samples",
         a.max_eval_samples.value_or(0), " is not positive");
-  one_of(a.save_strategy, "save_strategy", {"no", "steps"});
+  // eval_strategy and save_strategy: resolve_training_config, below.
   check(a.save_steps > 0 || a.save_strategy == "no", "save_steps", a.save_steps,
         " is not positive");
   check(!a.save_total_limit || *a.save_total_limit > 0, "save_total_limit",
@@ -601,6 +551,22 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
             a.deepspeed, "'s zero_optimization.", section,
             " offloads to the CPU; leave one of them out, or make them agree");
     }
+  }
+
+  // The rest is typed once, by the resolver the run uses (precision, checkpointing policy,
+  // optimizer, LoRA's modules, FP8, 4-bit, ZeRO, offload, strategies): its errors start with the
+  // option's name, named here as the user wrote it.
+  try {
+    resolve_training_config(a);
+  } catch (const Error& e) {
+    std::string message = e.what();
+    for (const auto& [name, origin] : origins) {
+      if (message.starts_with(name + ":")) {
+        message = origin + message.substr(name.size());
+        break;
+      }
+    }
+    throw ValueError(message);
   }
 }
 

@@ -1,7 +1,7 @@
 // AdamW's kernel table (Note [Kernel tables] in backend/kernel_table.h).
 #pragma once
 
-#include "backend/cpu/adamw.h"
+#include "backend/optimizer_coefficients.h"
 #include "backend/kernel_table.h"
 #include "core/philox.h"
 #include "core/tensor.h"
@@ -18,7 +18,7 @@ struct AdamWKernels {
   // (rngs: one per parameter when stochastic, else empty).
   Kernel<void(TensorList params, TensorList grads, TensorList exp_avgs, TensorList exp_avg_sqs,
               TensorList compensations, bool stochastic, std::span<const PhiloxState> rngs,
-              const cpu::AdamWCoefficients& c)>
+              const AdamWCoefficients& c)>
       update{"update"};
 };
 

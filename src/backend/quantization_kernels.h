@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "backend/cpu/quant_4bit.h"
+#include "backend/quant_4bit_type.h"
 #include "backend/kernel_table.h"
 #include "core/tensor.h"
 
@@ -24,7 +24,7 @@ struct Quant4bitOperand {
   Tensor nested_code;    // undefined unless nested
   float offset = 0.0f;
   bool nested = false;
-  cpu::Quant4bitType type = cpu::Quant4bitType::nf4;
+  Quant4bitType type = Quant4bitType::nf4;
   int64_t blocksize = 64;
   int64_t rows = 0, cols = 0;
 };

@@ -149,4 +149,31 @@ void write_directory_atomically(const std::string& path,
   fs::remove_all(old, ec);  // a leftover at worst: the new directory is in place
 }
 
+void append_line(const std::string& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    throw Error(str_cat(path, ": cannot open it to append a log line: ",
+                        std::generic_category().message(errno)));
+  }
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  size_t written = 0;
+  int error = 0;
+  while (written < line.size()) {
+    const ssize_t n = ::write(fd, line.data() + written, line.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (error != 0 && written > 0 && end >= 0) (void)::ftruncate(fd, end);
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    throw Error(str_cat(path, ": writing a log line failed: ",
+                        std::generic_category().message(error),
+                        " (the run stops: its metrics would be lost)"));
+  }
+}
+
 }  // namespace headroom

@@ -29,4 +29,8 @@ void fsync_directory(const std::string& dir, const std::string& what = "director
 void write_directory_atomically(const std::string& path,
                                 const std::function<void(const std::string& dir)>& write_files);
 
+// Appends `line` to the file at `path` (made if missing). A failed write (a full disk) is an
+// Error naming the path, and the file is cut back to its old end so that it holds no torn line.
+void append_line(const std::string& path, const std::string& line);
+
 }  // namespace headroom

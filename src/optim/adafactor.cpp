@@ -80,6 +80,19 @@ std::pair<double, double> read_rms_lr(const Tensor& rms_lr) {
 
 }  // namespace
 
+std::vector<StateTensor> Adafactor::state_layout(const Shape& shape,
+                                                 const AdafactorOptions& options) {
+  std::vector<StateTensor> out;
+  if (shape.ndim() >= 2) {
+    out.push_back({"exp_avg_sq_row", row_shape(shape), DType::f32});
+    out.push_back({"exp_avg_sq_col", col_shape(shape), DType::f32});
+  } else {
+    out.push_back({"exp_avg_sq", shape, DType::f32});
+  }
+  if (options.beta1) out.push_back({"exp_avg", shape, DType::f32});
+  return out;
+}
+
 Adafactor::Adafactor(const std::vector<Tensor>& params, const AdafactorOptions& options)
     : Adafactor(numbered_params(params), options) {}
 

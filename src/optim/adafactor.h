@@ -54,6 +54,10 @@ class Adafactor final : public Optimizer {
   // HF's messages, for an lr given with relative_step or warmup_init without relative_step; also
   // for no lr without relative_step and for values out of range, naming the option.
   explicit Adafactor(const std::vector<Tensor>& params, const AdafactorOptions& options = {});
+  // What step() allocates for a parameter of `shape` (AdafactorState's statistics; the two
+  // scalars of rms_lr aside).
+  static std::vector<StateTensor> state_layout(const Shape& shape,
+                                               const AdafactorOptions& options);
   explicit Adafactor(const std::vector<NamedTensor>& named_params,
                      const AdafactorOptions& options = {});
   explicit Adafactor(std::vector<ParamGroup> groups, const AdafactorOptions& options = {});

@@ -61,6 +61,16 @@ void check_adam_hyperparameters(const char* optimizer, double lr, double beta1, 
   }
 }
 
+std::vector<StateTensor> AdamW::state_layout(const Shape& shape, DType param_dtype,
+                                             const AdamWOptions& options) {
+  std::vector<StateTensor> out{{"exp_avg", shape, options.state_dtype},
+                               {"exp_avg_sq", shape, options.state_dtype}};
+  if (param_dtype != DType::f32 && options.kahan_summation) {
+    out.push_back({"compensation", shape, DType::bf16});
+  }
+  return out;
+}
+
 AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
     : AdamW(numbered_params(params), options) {}
 
@@ -154,7 +164,7 @@ void AdamW::step() {
       const double step = static_cast<double>(call.step);
       const double bias_correction1 = 1.0 - std::pow(options_.beta1, step);
       const double bias_correction2 = 1.0 - std::pow(options_.beta2, step);
-      const cpu::AdamWCoefficients c{
+      const AdamWCoefficients c{
           .decay = static_cast<float>(1.0 - lr * weight_decay),
           .beta1 = static_cast<float>(options_.beta1),
           .one_minus_beta1 = static_cast<float>(1.0 - options_.beta1),

@@ -54,6 +54,9 @@ class AdamW final : public Optimizer {
   // may be f32, bf16 or f16 whatever the parameter's dtype. ValueError for options
   // outside torch's ranges, naming the option and its value.
   explicit AdamW(const std::vector<Tensor>& params, const AdamWOptions& options = {});
+  // What step() allocates for a parameter of `shape` and `param_dtype` (AdamWState).
+  static std::vector<StateTensor> state_layout(const Shape& shape, DType param_dtype,
+                                               const AdamWOptions& options);
   explicit AdamW(const std::vector<NamedTensor>& named_params, const AdamWOptions& options = {});
   explicit AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options = {});
 

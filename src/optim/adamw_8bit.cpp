@@ -29,7 +29,7 @@ void check_param(const std::string& name, const Tensor& param) {
 
 // bitsandbytes passes lr, betas, eps and weight_decay to its kernels as fp32 and computes the
 // bias corrections there (powf; here pow in double, rounded once, which is within an ulp).
-cpu::BnbAdamCoefficients coefficients(const AdamW8bitOptions& o, double lr, double weight_decay,
+BnbAdamCoefficients coefficients(const AdamW8bitOptions& o, double lr, double weight_decay,
                                       int64_t step) {
   const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
   const float lr_f = static_cast<float>(lr);
@@ -47,6 +47,18 @@ cpu::BnbAdamCoefficients coefficients(const AdamW8bitOptions& o, double lr, doub
 }
 
 }  // namespace
+
+std::vector<StateTensor> AdamW8bit::state_layout(const Shape& shape,
+                                                 const AdamW8bitOptions& options) {
+  if (shape.numel() < options.min_8bit_size) {
+    return {{"state1", shape, DType::f32}, {"state2", shape, DType::f32}};
+  }
+  const Shape blocks{bnb_block_count(shape.numel())};
+  return {{"state1", shape, DType::u8},
+          {"state2", shape, DType::u8},
+          {"absmax1", blocks, DType::f32},
+          {"absmax2", blocks, DType::f32}};
+}
 
 AdamW8bit::AdamW8bit(const std::vector<Tensor>& params, const AdamW8bitOptions& options)
     : AdamW8bit(numbered_params(params), options) {}
@@ -85,7 +97,7 @@ void AdamW8bit::step() {
         }
       }
       ++state.step;
-      const cpu::BnbAdamCoefficients c =
+      const BnbAdamCoefficients c =
           coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay, state.step);
       if (eight_bit) {
         need_kernel("AdamW8bit", param.device(), &AdamW8bitKernels::update_8bit)(

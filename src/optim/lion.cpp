@@ -28,6 +28,10 @@ using LionCoefficients = LionKernels::Coefficients;  // See Note [Lion update]
 
 }  // namespace
 
+std::vector<StateTensor> Lion::state_layout(const Shape& shape, const LionOptions&) {
+  return {{"exp_avg", shape, DType::f32}};
+}
+
 Lion::Lion(const std::vector<Tensor>& params, const LionOptions& options)
     : Lion(numbered_params(params), options) {}
 

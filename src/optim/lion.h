@@ -33,6 +33,8 @@ class Lion final : public Optimizer {
   // device, where step() allocates the state and computes nothing. ValueError for lr < 0, betas
   // outside [0, 1) or weight_decay < 0, naming the option and its value.
   explicit Lion(const std::vector<Tensor>& params, const LionOptions& options = {});
+  // What step() allocates for a parameter of `shape` (LionState).
+  static std::vector<StateTensor> state_layout(const Shape& shape, const LionOptions& options);
   explicit Lion(const std::vector<NamedTensor>& named_params, const LionOptions& options = {});
   explicit Lion(std::vector<ParamGroup> groups, const LionOptions& options = {});
 

@@ -29,7 +29,7 @@ void check_options(const Lion8bitOptions& o) {
 
 // bitsandbytes passes lr, the betas and weight_decay to its kernels as fp32, which compute
 // 1 - beta and 1 - lr * weight_decay in fp32.
-cpu::BnbLionCoefficients coefficients(const Lion8bitOptions& o, double lr, double weight_decay) {
+BnbLionCoefficients coefficients(const Lion8bitOptions& o, double lr, double weight_decay) {
   const float lr_f = static_cast<float>(lr), wd_f = static_cast<float>(weight_decay);
   const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
   return {.lr = lr_f,
@@ -42,6 +42,12 @@ cpu::BnbLionCoefficients coefficients(const Lion8bitOptions& o, double lr, doubl
 }
 
 }  // namespace
+
+std::vector<StateTensor> Lion8bit::state_layout(const Shape& shape, const Lion8bitOptions& options) {
+  if (shape.numel() < options.min_8bit_size) return {{"state1", shape, DType::f32}};
+  return {{"state1", shape, DType::u8},
+          {"absmax1", Shape{bnb_block_count(shape.numel())}, DType::f32}};
+}
 
 Lion8bit::Lion8bit(const std::vector<Tensor>& params, const Lion8bitOptions& options)
     : Lion8bit(numbered_params(params), options) {}
@@ -69,7 +75,7 @@ Lion8bit::Lion8bit(std::vector<ParamGroup> groups, const Lion8bitOptions& option
 void Lion8bit::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const cpu::BnbLionCoefficients c =
+    const BnbLionCoefficients c =
         coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay);
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const auto& [name, param] = groups_[g].params[i];

@@ -39,6 +39,8 @@ class Lion8bit final : public Optimizer {
   // bitsandbytes rounds it (Note [bitsandbytes 16-bit parameters]). ValueError for lr < 0, betas
   // outside [0, 1), weight_decay < 0 or min_8bit_size < 0, naming the option and its value.
   explicit Lion8bit(const std::vector<Tensor>& params, const Lion8bitOptions& options = {});
+  // What step() allocates for a parameter of `shape` (Lion8bitState).
+  static std::vector<StateTensor> state_layout(const Shape& shape, const Lion8bitOptions& options);
   explicit Lion8bit(const std::vector<NamedTensor>& named_params,
                     const Lion8bitOptions& options = {});
   explicit Lion8bit(std::vector<ParamGroup> groups, const Lion8bitOptions& options = {});

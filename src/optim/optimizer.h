@@ -12,6 +12,15 @@
 
 namespace headroom {
 
+// One tensor an optimizer keeps for a parameter once it has stepped, as its state_layout()
+// describes it: the planner's formulas sum these instead of knowing each optimizer's layout.
+struct StateTensor {
+  std::string name;  // the state key ("exp_avg", "absmax1")
+  Shape shape;
+  DType dtype = DType::f32;
+  int64_t bytes() const { return shape.numel() * static_cast<int64_t>(dtype_size(dtype)); }
+};
+
 // What an optimizer checkpoints, as torch's optimizer.state_dict(): its state tensors by name
 // ("state.<group>.<index>.<key>", e.g. "state.0.3.exp_avg") and everything else as JSON:
 // {"optimizer": name, "param_groups": [{"lr": .., "weight_decay": .., "params": [names]}],

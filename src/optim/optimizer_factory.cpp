@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/text_value.h"
@@ -39,19 +41,12 @@ Options adam_options(const OptimizerArguments& args) {
   return options;
 }
 
-std::unique_ptr<Optimizer> make_adamw(const OptimizerArguments& args,
-                                      std::vector<ParamGroup> groups, DType state_dtype) {
+AdamWOptions adamw_options(const OptimizerArguments& args, DType state_dtype) {
   AdamWOptions options = adam_options<AdamWOptions>(args);
   options.state_dtype = state_dtype;
   options.kahan_summation = args.kahan_summation;
   options.rounding_seed = args.seed ^ 0x5eedull;
-  return std::make_unique<AdamW>(std::move(groups), options);
-}
-
-// bitsandbytes' AdamW8bit, as HF builds it for adamw_8bit and adamw_bnb_8bit.
-std::unique_ptr<Optimizer> make_adamw_8bit(const OptimizerArguments& args,
-                                           std::vector<ParamGroup> groups) {
-  return std::make_unique<AdamW8bit>(std::move(groups), adam_options<AdamW8bitOptions>(args));
+  return options;
 }
 
 // Takes `key` out of `extras`, if present, and parses it: a number, or a Python bool.
@@ -88,8 +83,7 @@ std::optional<bool> take_bool(const std::string& optim,
 }
 
 // HF's sgd: torch.optim.SGD with learning_rate; momentum 0 unless optim_args sets it.
-std::unique_ptr<Optimizer> make_sgd(const OptimizerArguments& args,
-                                    std::vector<ParamGroup> groups) {
+SGDOptions sgd_options(const OptimizerArguments& args) {
   auto extras = parse_optim_args(args.optim_args);
   SGDOptions options;
   options.lr = args.learning_rate;
@@ -98,34 +92,30 @@ std::unique_ptr<Optimizer> make_sgd(const OptimizerArguments& args,
   options.dampening = take_number(args.optim, extras, "dampening").value_or(0.0);
   options.nesterov = take_bool(args.optim, extras, "nesterov").value_or(false);
   check_no_extras(args.optim, extras);
-  return std::make_unique<SGD>(std::move(groups), options);
+  return options;
 }
 
 // HF's lion_32bit: betas from adam_beta1 / adam_beta2.
-std::unique_ptr<Optimizer> make_lion(const OptimizerArguments& args,
-                                     std::vector<ParamGroup> groups) {
+LionOptions lion_options(const OptimizerArguments& args) {
   check_no_extras(args.optim, parse_optim_args(args.optim_args));
-  return std::make_unique<Lion>(std::move(groups), LionOptions{.lr = args.learning_rate,
-                                                               .beta1 = args.adam_beta1,
-                                                               .beta2 = args.adam_beta2,
-                                                               .weight_decay = args.weight_decay});
+  return LionOptions{.lr = args.learning_rate,
+                     .beta1 = args.adam_beta1,
+                     .beta2 = args.adam_beta2,
+                     .weight_decay = args.weight_decay};
 }
 
 // HF's lion_8bit: bitsandbytes' Lion with optim_bits=8, betas from adam_beta1 / adam_beta2.
-std::unique_ptr<Optimizer> make_lion_8bit(const OptimizerArguments& args,
-                                          std::vector<ParamGroup> groups) {
+Lion8bitOptions lion_8bit_options(const OptimizerArguments& args) {
   check_no_extras(args.optim, parse_optim_args(args.optim_args));
-  return std::make_unique<Lion8bit>(std::move(groups),
-                                    Lion8bitOptions{.lr = args.learning_rate,
-                                                    .beta1 = args.adam_beta1,
-                                                    .beta2 = args.adam_beta2,
-                                                    .weight_decay = args.weight_decay});
+  return Lion8bitOptions{.lr = args.learning_rate,
+                         .beta1 = args.adam_beta1,
+                         .beta2 = args.adam_beta2,
+                         .weight_decay = args.weight_decay};
 }
 
 // HF Trainer's adafactor: scale_parameter and relative_step off, lr = learning_rate; optim_args
 // may set HF's Adafactor options (relative_step=True drops the lr, as HF requires).
-std::unique_ptr<Optimizer> make_adafactor(const OptimizerArguments& args,
-                                          std::vector<ParamGroup> groups) {
+AdafactorOptions adafactor_options(const OptimizerArguments& args) {
   auto extras = parse_optim_args(args.optim_args);
   AdafactorOptions options;
   options.lr = args.learning_rate;
@@ -141,26 +131,60 @@ std::unique_ptr<Optimizer> make_adafactor(const OptimizerArguments& args,
   options.decay_rate = take_number(args.optim, extras, "decay_rate").value_or(options.decay_rate);
   options.beta1 = take_number(args.optim, extras, "beta1");
   check_no_extras(args.optim, extras);
-  return std::make_unique<Adafactor>(std::move(groups), options);
+  return options;
 }
 
 // HF's lomo: Lomo with learning_rate and weight_decay; clipping from optim_args.
-std::unique_ptr<Optimizer> make_lomo(const OptimizerArguments& args,
-                                     std::vector<ParamGroup> groups) {
+LomoOptions lomo_options(const OptimizerArguments& args) {
   auto extras = parse_optim_args(args.optim_args);
   LomoOptions options{.lr = args.learning_rate, .weight_decay = args.weight_decay};
   options.clip_grad_norm = take_number(args.optim, extras, "clip_grad_norm");
   options.clip_grad_value = take_number(args.optim, extras, "clip_grad_value");
   check_no_extras(args.optim, extras);
-  return std::make_unique<Lomo>(std::move(groups), options);
+  return options;
 }
+
+// The table of `optim` names: HF's spellings, aliases after the name they stand for.
+struct NamedKind {
+  const char* name;
+  OptimizerKind kind;
+};
+constexpr NamedKind kOptimizerNames[] = {
+    {"adamw_torch", OptimizerKind::adamw},         {"adamw_torch_fused", OptimizerKind::adamw},
+    {"adamw_bf16", OptimizerKind::adamw_bf16},     {"adamw_8bit", OptimizerKind::adamw_8bit},
+    {"adamw_bnb_8bit", OptimizerKind::adamw_8bit}, {"sgd", OptimizerKind::sgd},
+    {"lion", OptimizerKind::lion},                 {"lion_32bit", OptimizerKind::lion},
+    {"lion_8bit", OptimizerKind::lion_8bit},       {"adafactor", OptimizerKind::adafactor},
+    {"lomo", OptimizerKind::lomo}};
 
 }  // namespace
 
 std::vector<std::string> optimizer_names() {
-  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adamw_bnb_8bit", "sgd", "lion",
-          "lion_32bit", "lion_8bit", "adafactor", "lomo"};
+  // adamw_torch_fused is accepted but not listed: it is adamw_torch here.
+  std::vector<std::string> names;
+  for (const NamedKind& entry : kOptimizerNames) {
+    if (std::string_view(entry.name) != "adamw_torch_fused") names.emplace_back(entry.name);
+  }
+  return names;
 }
+
+OptimizerKind parse_optimizer_kind(const std::string& optim) {
+  for (const NamedKind& entry : kOptimizerNames) {
+    if (optim == entry.name) return entry.kind;
+  }
+  std::string known;
+  for (const std::string& name : optimizer_names()) known += (known.empty() ? "" : ", ") + name;
+  throw ValueError(str_cat("optim: unknown optimizer '", optim, "' (one of ", known, ")"));
+}
+
+const char* optimizer_kind_name(OptimizerKind kind) {
+  for (const NamedKind& entry : kOptimizerNames) {
+    if (entry.kind == kind) return entry.name;
+  }
+  return "?";
+}
+
+bool updates_in_backward(OptimizerKind kind) { return kind == OptimizerKind::lomo; }
 
 std::map<std::string, std::string> parse_optim_args(const std::string& optim_args) {
   std::map<std::string, std::string> result;
@@ -186,31 +210,49 @@ std::map<std::string, std::string> parse_optim_args(const std::string& optim_arg
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
                                           const std::vector<NamedTensor>& named_params) {
+  const OptimizerKind kind = parse_optimizer_kind(args.optim);
   std::vector<ParamGroup> groups = weight_decay_param_groups(named_params, args.weight_decay);
-  const bool adamw = args.optim == "adamw_torch" || args.optim == "adamw_torch_fused" ||
-                     args.optim == "adamw_bf16";
-  if (args.kahan_summation && !adamw && std::ranges::count(optimizer_names(), args.optim) > 0) {
+  if (args.kahan_summation && kind != OptimizerKind::adamw && kind != OptimizerKind::adamw_bf16) {
     // Note [Precision recipes]: the Kahan update is AdamW's; silently rounding instead would
     // hand back another recipe than the one asked for.
     throw ValueError(str_cat("optim ", args.optim, " has no Kahan-compensated update (precision "
                              "pure_bf16+kahan is for adamw_torch; use pure_bf16 with ",
                              args.optim, ")"));
   }
-  if (args.optim == "adamw_torch" || args.optim == "adamw_torch_fused") {
-    return make_adamw(args, std::move(groups), DType::f32);
+  switch (kind) {
+    case OptimizerKind::adamw:
+      return std::make_unique<AdamW>(std::move(groups), adamw_options(args, DType::f32));
+    case OptimizerKind::adamw_bf16:
+      return std::make_unique<AdamW>(std::move(groups), adamw_options(args, DType::bf16));
+    case OptimizerKind::adamw_8bit:  // bitsandbytes' AdamW8bit, as HF builds it
+      return std::make_unique<AdamW8bit>(std::move(groups), adam_options<AdamW8bitOptions>(args));
+    case OptimizerKind::sgd: return std::make_unique<SGD>(std::move(groups), sgd_options(args));
+    case OptimizerKind::lion: return std::make_unique<Lion>(std::move(groups), lion_options(args));
+    case OptimizerKind::lion_8bit:
+      return std::make_unique<Lion8bit>(std::move(groups), lion_8bit_options(args));
+    case OptimizerKind::adafactor:
+      return std::make_unique<Adafactor>(std::move(groups), adafactor_options(args));
+    case OptimizerKind::lomo: return std::make_unique<Lomo>(std::move(groups), lomo_options(args));
   }
-  if (args.optim == "adamw_bf16") return make_adamw(args, std::move(groups), DType::bf16);
-  if (args.optim == "adamw_8bit" || args.optim == "adamw_bnb_8bit") {
-    return make_adamw_8bit(args, std::move(groups));
+  throw std::logic_error("make_optimizer: an OptimizerKind without a case");
+}
+
+std::vector<StateTensor> optimizer_state_layout(const OptimizerArguments& args, const Shape& shape,
+                                                DType param_dtype) {
+  switch (parse_optimizer_kind(args.optim)) {
+    case OptimizerKind::adamw:
+      return AdamW::state_layout(shape, param_dtype, adamw_options(args, DType::f32));
+    case OptimizerKind::adamw_bf16:
+      return AdamW::state_layout(shape, param_dtype, adamw_options(args, DType::bf16));
+    case OptimizerKind::adamw_8bit:
+      return AdamW8bit::state_layout(shape, adam_options<AdamW8bitOptions>(args));
+    case OptimizerKind::sgd: return SGD::state_layout(shape, sgd_options(args));
+    case OptimizerKind::lion: return Lion::state_layout(shape, lion_options(args));
+    case OptimizerKind::lion_8bit: return Lion8bit::state_layout(shape, lion_8bit_options(args));
+    case OptimizerKind::adafactor: return Adafactor::state_layout(shape, adafactor_options(args));
+    case OptimizerKind::lomo: lomo_options(args); return {};  // updates in backward, keeps none
   }
-  if (args.optim == "sgd") return make_sgd(args, std::move(groups));
-  if (args.optim == "lion" || args.optim == "lion_32bit") return make_lion(args, std::move(groups));
-  if (args.optim == "lion_8bit") return make_lion_8bit(args, std::move(groups));
-  if (args.optim == "adafactor") return make_adafactor(args, std::move(groups));
-  if (args.optim == "lomo") return make_lomo(args, std::move(groups));
-  std::string known;
-  for (const std::string& name : optimizer_names()) known += (known.empty() ? "" : ", ") + name;
-  throw ValueError(str_cat("optim: unknown optimizer '", args.optim, "' (one of ", known, ")"));
+  throw std::logic_error("optimizer_state_layout: an OptimizerKind without a case");
 }
 
 }  // namespace headroom

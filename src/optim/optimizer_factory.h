@@ -31,8 +31,21 @@ struct OptimizerArguments {
   uint64_t seed = 0;
 };
 
+// The optimizers `optim` names (HF's aliases map to one: adamw_torch_fused is adamw,
+// adamw_bnb_8bit adamw_8bit, lion_32bit lion).
+enum class OptimizerKind { adamw, adamw_bf16, adamw_8bit, sgd, lion, lion_8bit, adafactor, lomo };
+
 // The names `optim` accepts, in the order --help lists them.
 std::vector<std::string> optimizer_names();
+
+// The optimizer an `optim` name means; ValueError "optim: unknown optimizer ..." listing the names.
+OptimizerKind parse_optimizer_kind(const std::string& optim);
+
+// The name HF's `optim` gives `kind` (its first spelling in optimizer_names()).
+const char* optimizer_kind_name(OptimizerKind kind);
+
+// Whether `kind` updates each parameter inside backward (LOMO) and keeps no gradients.
+bool updates_in_backward(OptimizerKind kind);
 
 // HF's optim_args parsed: "a=1,b=True" -> {a: "1", b: "True"}. ValueError for an entry without '='.
 std::map<std::string, std::string> parse_optim_args(const std::string& optim_args);
@@ -41,5 +54,11 @@ std::map<std::string, std::string> parse_optim_args(const std::string& optim_arg
 // ValueError naming the option for an unknown name or a bad optim_args entry.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
                                           const std::vector<NamedTensor>& named_params);
+
+// The state tensors make_optimizer(args, ...)'s optimizer allocates for a parameter of `shape`
+// and `param_dtype` once it has stepped (each optimizer's state_layout). Errors as
+// make_optimizer's for a bad name or optim_args.
+std::vector<StateTensor> optimizer_state_layout(const OptimizerArguments& args, const Shape& shape,
+                                                DType param_dtype);
 
 }  // namespace headroom

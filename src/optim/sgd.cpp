@@ -27,6 +27,11 @@ using SGDCoefficients = SgdKernels::Coefficients;
 
 }  // namespace
 
+std::vector<StateTensor> SGD::state_layout(const Shape& shape, const SGDOptions& options) {
+  if (options.momentum == 0.0) return {};
+  return {{"momentum_buffer", shape, DType::f32}};
+}
+
 SGD::SGD(const std::vector<Tensor>& params, const SGDOptions& options)
     : SGD(numbered_params(params), options) {}
 

@@ -35,6 +35,8 @@ class SGD final : public Optimizer {
   // device, where step() allocates the state and computes nothing. ValueError for options outside
   // torch's ranges, with torch's messages.
   explicit SGD(const std::vector<Tensor>& params, const SGDOptions& options = {});
+  // What step() allocates for a parameter of `shape` (SGDState: nothing without momentum).
+  static std::vector<StateTensor> state_layout(const Shape& shape, const SGDOptions& options);
   explicit SGD(const std::vector<NamedTensor>& named_params, const SGDOptions& options = {});
   explicit SGD(std::vector<ParamGroup> groups, const SGDOptions& options = {});
 

@@ -13,6 +13,7 @@
 #include "core/shape.h"
 #include "nn/model_config.h"
 #include "train/training_arguments.h"
+#include "train/training_config.h"
 
 namespace headroom {
 
@@ -47,11 +48,16 @@ struct FormulaMemory {
   nlohmann::ordered_json to_json() const;
 };
 
-// The formula figures of training `config` with `args` (optim, optim_args,
-// per_device_train_batch_size, max_seq_length (unset: the context), gradient_checkpointing and
-// its policy) in `recipe`, over the model's parameter shapes (unique tensors: tied weights once).
-// trainable_shapes (LoRA: the adapters): gradients and optimizer states are counted over those
-// only; null: over every parameter.
+// The formula figures of training `config` as `run` resolves it (the optimizer and its
+// states, per_device_train_batch_size, max_seq_length (unset: the context), checkpointing,
+// offload, the recipe), over the model's parameter shapes (unique tensors: tied weights once).
+// The optimizer's states are those its state_layout() describes. trainable_shapes (LoRA: the
+// adapters): gradients and optimizer states are counted over those only; null: over every
+// parameter.
+FormulaMemory formula_training_memory(const HfConfig& config, const TrainingConfig& run,
+                                      const std::vector<Shape>& parameter_shapes,
+                                      const std::vector<Shape>* trainable_shapes = nullptr);
+// The same for `args` in `recipe` (which replaces the precision options of `args`).
 FormulaMemory formula_training_memory(const HfConfig& config, const TrainingArguments& args,
                                       const PrecisionRecipe& recipe,
                                       const std::vector<Shape>& parameter_shapes,

@@ -22,8 +22,13 @@ std::vector<std::string> default_precisions(const PlanTarget& target) {
 }
 
 std::vector<std::string> default_optims() {
-  return {"adamw_torch", "adamw_bf16", "adamw_8bit", "adafactor", "lion", "lion_8bit", "sgd",
-          "lomo"};
+  using K = OptimizerKind;
+  std::vector<std::string> names;
+  for (const K kind : {K::adamw, K::adamw_bf16, K::adamw_8bit, K::adafactor, K::lion,
+                       K::lion_8bit, K::sgd, K::lomo}) {
+    names.emplace_back(optimizer_kind_name(kind));
+  }
+  return names;
 }
 
 std::vector<std::string> default_policies() { return {"none", "selective", "every_2", "full"}; }
@@ -45,7 +50,7 @@ std::vector<std::string> default_allocators(const TrainingArguments& base) {
 
 std::vector<int64_t> default_zero_stages(const TrainingArguments& base, const PlanTarget& target) {
   if (target.world_size <= 1) return {};
-  if (base.zero_stage || !base.deepspeed.empty()) return {training_zero_stage(base)};
+  if (base.zero_stage || !base.deepspeed.empty()) return {resolve_training_config(base).zero_stage};
   return {0, 1, 2, 3};
 }
 
@@ -120,10 +125,47 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   const auto start = std::chrono::steady_clock::now();
   SearchResult result;
   result.effective_batch = base.per_device_train_batch_size * base.gradient_accumulation_steps;
-  const auto precisions = space.precisions.empty() ? default_precisions(target) : space.precisions;
-  const auto optims = space.optims.empty() ? default_optims() : space.optims;
-  const auto policies = space.policies.empty() ? default_policies() : space.policies;
-  const auto adapters = space.adapters.empty() ? default_adapters(base) : space.adapters;
+  // The search space typed once: each choice's name (as the table prints it) and its meaning.
+  struct PrecisionChoice {
+    std::string name;
+    PrecisionRecipe recipe;
+  };
+  std::vector<PrecisionChoice> precisions;
+  for (const std::string& name :
+       space.precisions.empty() ? default_precisions(target) : space.precisions) {
+    precisions.push_back({name, parse_precision(name)});
+  }
+  struct OptimizerChoice {
+    std::string name;
+    OptimizerKind kind;
+  };
+  std::vector<OptimizerChoice> optims;
+  const std::vector<std::string> known = optimizer_names();
+  for (const std::string& name : space.optims.empty() ? default_optims() : space.optims) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw ValueError(str_cat("search optim: unknown optimizer '", name, "'"));
+    }
+    optims.push_back({name, parse_optimizer_kind(name)});
+  }
+  struct PolicyChoice {
+    std::string name;
+    CheckpointPolicy policy;
+  };
+  std::vector<PolicyChoice> policies;
+  for (const std::string& name : space.policies.empty() ? default_policies() : space.policies) {
+    policies.push_back({name, parse_checkpoint_policy(name)});
+  }
+  struct AdapterChoice {
+    std::string name;
+    bool full;  // a full fine-tune, no adapters
+  };
+  std::vector<AdapterChoice> adapters;
+  for (const std::string& name : space.adapters.empty() ? default_adapters(base) : space.adapters) {
+    TrainingArguments check = base;
+    apply_adapter_choice(check, name);
+    adapters.push_back({name, !check.use_peft});
+  }
+  const bool base_offloads = resolve_training_config(base).offload.any();
   // The allocator policies in the order tried, as expandable_segments on or off.
   std::vector<bool> expandable_choices;
   for (const std::string& allocator :
@@ -133,10 +175,6 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
                                "' is not native or expandable_segments"));
     }
     expandable_choices.push_back(allocator == "expandable_segments");
-  }
-  for (const std::string& adapter : adapters) {
-    TrainingArguments check = base;
-    apply_adapter_choice(check, adapter);
   }
   // std::nullopt: one process, the base's zero_stage as it is.
   std::vector<std::optional<int64_t>> stage_choices;
@@ -149,12 +187,6 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   }
   if (stage_choices.empty()) stage_choices.emplace_back(std::nullopt);
   result.world_size = target.world_size;
-  const std::vector<std::string> known = optimizer_names();
-  for (const std::string& optim : optims) {
-    if (std::find(known.begin(), known.end(), optim) == known.end()) {
-      throw ValueError(str_cat("search optim: unknown optimizer '", optim, "'"));
-    }
-  }
   const DryRunOptions options{.steps = 2, .include_eval = false, .max_micro_batches = 2};
   auto faster = [](const TrainingPlan& a, const TrainingPlan& b) {
     const double ta = a.cost ? a.cost->seconds() : 0.0;
@@ -165,18 +197,20 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   // One row: the micro-batches from the smallest up; the fastest split that fits is kept.
   // False when the engine refuses the precision x optimizer.
   std::optional<TrainingPlan> closest_of_adapter;  // the adapter choice's, that did not fit
-  auto search_row = [&](const std::string& adapter, const std::string& precision,
-                        const std::string& optim, const std::string& policy) {
+  auto search_row = [&](const AdapterChoice& adapter, const PrecisionChoice& precision,
+                        const OptimizerChoice& optim, const PolicyChoice& policy) {
     std::optional<TrainingPlan> best;
+    const bool checkpointing = policy.policy.kind != CheckpointPolicy::Kind::none;
     for (int64_t micro : divisors(result.effective_batch)) {
-      if (optim == "lomo" && micro != result.effective_batch) continue;
+      // LOMO updates in backward: no accumulation.
+      if (updates_in_backward(optim.kind) && micro != result.effective_batch) continue;
       TrainingArguments args = base;
-      apply_adapter_choice(args, adapter);
-      args.precision = precision;
+      apply_adapter_choice(args, adapter.name);
+      args.precision = precision.name;
       args.bf16 = args.fp16 = false;
-      args.optim = optim;
-      args.gradient_checkpointing = policy != "none";
-      if (policy != "none") args.gradient_checkpointing_policy = policy;
+      args.optim = optim.name;
+      args.gradient_checkpointing = checkpointing;
+      if (checkpointing) args.gradient_checkpointing_policy = policy.name;
       args.per_device_train_batch_size = micro;
       args.gradient_accumulation_steps = result.effective_batch / micro;
       args.eval_strategy = "no";
@@ -185,7 +219,7 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
       // first, then the saved activations too. A full fine-tune's optimizer only (LoRA's states
       // are small, LOMO keeps none), and not where the base arguments offload already.
       std::vector<int> offload_levels = {0};
-      if (adapter == "full" && optim != "lomo" && !training_offload(base).any()) {
+      if (adapter.full && !updates_in_backward(optim.kind) && !base_offloads) {
         offload_levels = {0, 1, 2};
       }
       for (const int offload : offload_levels) {
@@ -206,8 +240,8 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
             } catch (const Error& e) {
               // A combination the engine refuses; its error says why.
               result.unsupported.push_back(
-                  str_cat(adapter == "full" ? "" : adapter + " + ", precision, " + ", optim, ": ",
-                          e.what()));
+                  str_cat(adapter.full ? "" : adapter.name + " + ", precision.name, " + ",
+                          optim.name, ": ", e.what()));
               return false;
             }
             ++result.dry_runs;
@@ -230,17 +264,21 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
     if (best) result.fitting.push_back(std::move(*best));
     return true;
   };
-  for (const std::string& adapter : adapters) {
+  for (const AdapterChoice& adapter : adapters) {
     const size_t fitting_before = result.fitting.size();
     closest_of_adapter.reset();
-    for (const std::string& precision : precisions) {
-      parse_precision(precision);
-      for (const std::string& optim : optims) {
-        if (optim == "lomo" && precision == "fp16") continue;  // no loss scaling inside backward
-        if (optim == "adamw_bf16" && precision.starts_with("pure_bf16")) continue;
-        if (precision == "pure_bf16+kahan" && optim != "adamw_torch") continue;  // AdamW's update
-        if (adapter != "full" && optim != "adamw_torch") continue;  // see the Note
-        for (const std::string& policy : policies) {
+    for (const PrecisionChoice& precision : precisions) {
+      const PrecisionRecipe& recipe = precision.recipe;
+      for (const OptimizerChoice& optim : optims) {
+        // No loss scaling inside backward.
+        if (updates_in_backward(optim.kind) && recipe.loss_scaling) continue;
+        // Pure bf16 makes adamw_torch's moments bf16 already.
+        if (optim.kind == OptimizerKind::adamw_bf16 && recipe.precision == Precision::pure_bf16) {
+          continue;
+        }
+        if (recipe.kahan_summation && optim.kind != OptimizerKind::adamw) continue;  // AdamW's
+        if (!adapter.full && optim.kind != OptimizerKind::adamw) continue;  // see the Note
+        for (const PolicyChoice& policy : policies) {
           if (!search_row(adapter, precision, optim, policy)) break;
         }
       }
@@ -248,7 +286,7 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
     if (target.world_size > 1 && result.fitting.size() == fitting_before && closest_of_adapter) {
       std::vector<int64_t> tried;
       for (const auto& stage : stage_choices) tried.push_back(stage.value_or(0));
-      result.notes.push_back(zero3_note(adapter, *closest_of_adapter, target, tried));
+      result.notes.push_back(zero3_note(adapter.name, *closest_of_adapter, target, tried));
     }
   }
   std::stable_sort(result.fitting.begin(), result.fitting.end(), faster);

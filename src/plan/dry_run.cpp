@@ -88,10 +88,10 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     dry.gradient_accumulation_steps =
         std::min(dry.gradient_accumulation_steps, options.max_micro_batches);
   }
-  if (dry.data.empty()) dry.data = "(dry run)";  // never read: the batches are synthetic
   dry.resume_from_checkpoint.clear();
   dry.sample_max_new_tokens = 0;
-  const bool eval = options.include_eval && args.eval_strategy == "steps";
+  const TrainingConfig config = resolve_training_config(dry);
+  const bool eval = options.include_eval && config.eval_strategy == IntervalStrategy::steps;
   int64_t prefetched = 0;
   if (result.target.is_cpu() && args.dataloader_num_workers > 0) {
     prefetched = args.dataloader_num_workers * args.dataloader_prefetch_factor.value_or(2);
@@ -147,7 +147,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     // the device's.
     host.set_expandable_segments(AllocatorConfig::from_env().expandable_segments);
     host.reset_peak_stats();
-    Trainer trainer(dry, batches, communicator);
+    Trainer trainer(config, batches, communicator);
     result.load_peak_allocated_bytes = static_cast<int64_t>(max_memory_allocated(kMeta));
     result.load_peak_reserved_bytes = static_cast<int64_t>(max_memory_reserved(kMeta));
     result.host_load_peak_reserved_bytes =
@@ -201,11 +201,11 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
       result.config = trainer.model().config();
       result.loss_scaling = trainer.recipe().loss_scaling;
       result.formula =
-          formula_training_memory(trainer.model().config(), args, trainer.recipe(), shapes,
-                                  args.use_peft ? &trainable : nullptr);
+          formula_training_memory(trainer.model().config(), config, shapes,
+                                  config.lora ? &trainable : nullptr);
       // The packed weights and their block statistics, as bitsandbytes lays them out.
       result.formula.parameters += bytes_4bit;
-      result.zero_stage = options.world_size > 1 ? training_zero_stage(args) : 0;
+      result.zero_stage = options.world_size > 1 ? config.zero_stage : 0;
       // ZeRO per rank: stage 1 shards the optimizer states over the ranks, stage 2 the gradients,
       // stage 3 the weights (the blocks'; the formula counts them all as the paper's).
       FormulaMemory& f = result.formula;

@@ -18,10 +18,11 @@ nlohmann::ordered_json StepCost::to_json() const {
           {"host_optimizer_seconds", host_optimizer_seconds}};
 }
 
-StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
+StepCost estimate_step_cost(const HfConfig& config, const TrainingConfig& run,
                             int64_t num_parameters, const StepKernels& kernels,
                             const GpuSpec& gpu, int64_t host_transfer_bytes,
                             int64_t host_state_bytes) {
+  const TrainingArguments& args = run.args;
   StepCost cost;
   const ModelDims d = model_dims(config);
   const auto layers = static_cast<double>(d.layers);
@@ -37,10 +38,7 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& arg
   const double backward = args.use_peft ? 2.0 * n + 2.0 * attention_forward : 2.0 * forward;
   cost.model_flops = (forward + backward) * tokens;
 
-  CheckpointPolicy policy;
-  if (args.gradient_checkpointing) {
-    policy = parse_checkpoint_policy(args.gradient_checkpointing_policy);
-  }
+  const CheckpointPolicy policy = run.checkpointing.value_or(CheckpointPolicy{});
   double recomputed_blocks = 0.0;
   for (int64_t l = 0; l < d.layers; ++l) recomputed_blocks += policy.checkpoints_block(l) ? 1 : 0;
   const double block_share = layers > 0 ? recomputed_blocks / layers : 0.0;
@@ -50,7 +48,8 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& arg
     cost.recompute_flops = forward * block_share * tokens;
   }
   int passes = 1;
-  if (args.optim == "lomo" && args.max_grad_norm > 0.0) passes = 2;
+  // LOMO clips with a first backward that measures the norm (Note [LOMO backward passes]).
+  if (run.updates_in_backward() && args.max_grad_norm > 0.0) passes = 2;
   cost.recompute_flops += (passes - 1) * (cost.model_flops + cost.recompute_flops);
 
   cost.launches = kernels.total.launches;
@@ -60,6 +59,14 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& arg
   cost.host_transfer_seconds = cost.host_transfer_bytes / (gpu.host_link_gb_per_s * 1e9);
   cost.host_optimizer_seconds = 2.0 * static_cast<double>(host_state_bytes) / kHostBytesPerSecond;
   return cost;
+}
+
+StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
+                            int64_t num_parameters, const StepKernels& kernels,
+                            const GpuSpec& gpu, int64_t host_transfer_bytes,
+                            int64_t host_state_bytes) {
+  return estimate_step_cost(config, resolve_training_config(args), num_parameters, kernels, gpu,
+                            host_transfer_bytes, host_state_bytes);
 }
 
 }  // namespace headroom

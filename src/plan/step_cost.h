@@ -10,7 +10,7 @@
 #include "nn/model_config.h"
 #include "plan/gpu_specs.h"
 #include "plan/step_kernels.h"
-#include "train/training_arguments.h"
+#include "train/training_config.h"
 
 namespace headroom {
 
@@ -46,10 +46,15 @@ struct StepCost {
   nlohmann::ordered_json to_json() const;
 };
 
-// The estimate for training `config` with `args` (batch, accumulation, max_seq_length,
-// checkpointing, optim) on `gpu`, whose step launches `kernels` (the dry run's census); with
+// The estimate for training `config` as `run` resolves it (batch, accumulation, max_seq_length,
+// checkpointing, optimizer) on `gpu`, whose step launches `kernels` (the dry run's census); with
 // `num_parameters` unique parameters; with offload, `host_transfer_bytes` cross the host link
 // per step and the optimizer's `host_state_bytes` live on the host.
+StepCost estimate_step_cost(const HfConfig& config, const TrainingConfig& run,
+                            int64_t num_parameters, const StepKernels& kernels,
+                            const GpuSpec& gpu, int64_t host_transfer_bytes = 0,
+                            int64_t host_state_bytes = 0);
+// The same for `args` (resolve_training_config).
 StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
                             int64_t num_parameters, const StepKernels& kernels,
                             const GpuSpec& gpu, int64_t host_transfer_bytes = 0,

@@ -63,7 +63,7 @@ PlanTarget plan_target(const std::string& device, const std::string& gpu,
 }
 
 std::string offload_label(const TrainingArguments& args) {
-  const OffloadSettings o = training_offload(args);
+  const OffloadSettings o = resolve_training_config(args).offload;
   std::string label;
   auto add = [&label](const std::string& part) { label += (label.empty() ? "" : " + ") + part; };
   if (o.optimizer) {
@@ -104,7 +104,8 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
   // Note [Planning data-parallel ranks]
   DryRunOptions rank_options = options;
   rank_options.world_size = target.world_size;
-  const int ranks = target.world_size > 1 && training_zero_stage(args) >= 1 ? target.world_size : 1;
+  const TrainingConfig config = resolve_training_config(plan.args);
+  const int ranks = target.world_size > 1 && config.zero_stage >= 1 ? target.world_size : 1;
   for (int rank = 0; rank < ranks; ++rank) {
     rank_options.rank = rank;
     DryRunResult dry = dry_run_training(plan.args, rank_options);
@@ -121,10 +122,10 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
     if (!plan.fits()) break;
   }
   if (target.device.is_cuda()) {
-    plan.cost = estimate_step_cost(plan.dry.config, plan.args, plan.dry.num_parameters,
+    plan.cost = estimate_step_cost(plan.dry.config, config, plan.dry.num_parameters,
                                    plan.kernels(), target.rates(),
                                    2 * plan.dry.host_bytes_per_step,
-                                   training_offload(plan.args).optimizer
+                                   config.offload.optimizer
                                        ? plan.dry.host_peak_allocated_bytes
                                        : 0);
   }

@@ -15,8 +15,6 @@
 
 namespace headroom {
 
-using cpu::Quant4bitType;
-
 // "nf4" / "fp4"; ValueError naming `field` and the value otherwise.
 Quant4bitType parse_quant_4bit_type(const std::string& name, const std::string& field);
 const char* quant_4bit_type_name(Quant4bitType type);

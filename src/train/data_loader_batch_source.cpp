@@ -121,6 +121,7 @@ void DataLoaderBatchSource::load_state_dict(const nlohmann::json& state) {
 std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArguments& args,
                                                            const Tokenizer& tokenizer,
                                                            int64_t window, Device device) {
+  if (args.data.empty()) throw ValueError("data: no training data given");
   const std::string cache_dir = (std::filesystem::path(args.output_dir) / "cache").string();
   std::shared_ptr<const TokenCorpus> corpus =
       load_token_corpus(args.data, tokenizer, {.cache_dir = cache_dir, .output_dir = args.output_dir});

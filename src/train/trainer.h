@@ -23,9 +23,12 @@
 #include "quant/quant_4bit.h"
 #include "train/adapter_base.h"
 #include "train/batch_source.h"
+#include "train/evaluation.h"
 #include "train/memory_report.h"
 #include "train/trainer_callback.h"
 #include "train/training_arguments.h"
+#include "train/run_training.h"  // run_training, for the Trainer's callers
+#include "train/training_config.h"
 
 namespace headroom {
 
@@ -34,74 +37,6 @@ class GradientReducer;  // dist/gradient_reducer.h
 class ZeroParameterSharding;  // dist/zero_parameters.h
 class OffloadedOptimizer;  // optim/optimizer_offload.h
 class CachingAllocator;    // memory/caching_allocator.h
-
-// Runs `headroom train` with `args` and `callbacks`: SIGINT / SIGTERM stop it after the current
-// step with a checkpoint. With args.memory_snapshot it records the allocator's history from the
-// start and writes the snapshot there at the end, or at an OutOfMemoryError before rethrowing it.
-// Returns the process exit code: 0, or 128 + the signal (130, 143) after a stop.
-// Launched by mpirun (or with torchrun's variables) with more than one rank it trains data-parallel
-// (DDP, Trainer's `communicator`), one GPU per local rank; an error on any rank ends every rank
-// (MPI_Abort) with a message naming it. `options` (every option's resolved value, as the command
-// read them) is first compared with rank 0's on every rank: a rank started with other options
-// makes every rank return 2, rank 0 printing the one line that names the option and the ranks
-// (Note [Every rank runs rank 0's options]).
-int run_training(const TrainingArguments& args,
-                 std::vector<std::shared_ptr<TrainerCallback>> callbacks = {},
-                 const nlohmann::ordered_json& options = {});
-
-struct EvalResult {
-  double loss = 0.0;        // mean cross-entropy over every predicted token
-  double perplexity = 0.0;  // exp(loss)
-  int64_t tokens = 0;       // predicted tokens
-};
-
-// `headroom eval`: the data's token stream cut, in order, into consecutive windows of
-// max_seq_length + 1 tokens (the incomplete tail dropped), scored in fp32 by the model `base`
-// asks for (a preset or a model directory, resolve_adapter_base) in batches of `batch_size`
-// windows. max_seq_length <= 0: the model's context. ValueError naming the data when it holds
-// less than one window.
-// `adapter`: a directory with a PEFT LoRA adapter (adapter_config.json +
-// adapter_model.safetensors) applied to the model first, made as its adapter_base.json
-// records (Note [The base of an adapter]); empty: none.
-EvalResult evaluate_file(const AdapterBaseRequest& base, const std::string& data,
-                         int64_t max_seq_length, int64_t batch_size,
-                         const std::string& device = "auto", const std::string& adapter = "");
-
-// The ZeRO stage of `args`: zero_stage, or the `deepspeed` file's zero_optimization.stage (ValueError
-// naming the file when they differ or it is malformed); 0 when neither. NotImplementedError for 2
-// and 3.
-int64_t training_zero_stage(const TrainingArguments& args);
-
-// What `args` offloads to host memory (memsave): the offload_* options, with the `deepspeed`
-// file's zero_optimization.offload_optimizer / offload_param turning them on and giving the
-// ratio and pin_memory (ValueError naming the file when its ratio differs from an explicit one).
-struct OffloadSettings {
-  bool optimizer = false;
-  double optimizer_ratio = 1.0;
-  bool activations = false;
-  bool params = false;
-  bool pin_memory = true;
-  bool any() const { return optimizer || activations || params; }
-};
-OffloadSettings training_offload(const TrainingArguments& args);
-
-// The recipe `args` asks for: `precision` when set (parse_precision), else bf16 / fp16
-// (ValueError for both), else fp32.
-PrecisionRecipe training_precision(const TrainingArguments& args);
-
-// The LoraConfig of `args`' TRL options (use_peft, lora_r, ...); base_model_name_or_path is
-// args.model. Not validated (LoraConfig::validate does that).
-LoraConfig training_lora_config(const TrainingArguments& args);
-
-// The Quant4bitConfig of `args`' 4-bit options (load_in_4bit, bnb_4bit_*) under `recipe`, or
-// nullopt without load_in_4bit. ValueError naming the option for a bad value, and for
-// load_in_4bit without use_peft.
-std::optional<Quant4bitConfig> training_quant_4bit_config(const TrainingArguments& args,
-                                                          const PrecisionRecipe& recipe);
-
-// The FP8 recipe of `args`' fp8_* options, or nullopt without fp8. ValueError naming the option
-// for a bad value.
-std::optional<Fp8Recipe> training_fp8_recipe(const TrainingArguments& args);
 
 // Asks the running Trainer to stop after its current step, save a checkpoint and return
 // 128 + signal_number. Only stores to a lock-free atomic, so signal handlers may call it.
@@ -127,7 +62,10 @@ class Trainer {
   // micro-batch's backward (Note [Gradient averaging during backward]), found_inf and the
   // stop request reduced over the ranks; rank 0 alone prints, logs, and writes metrics,
   // checkpoints and the model. The communicator's device must be the run's.
-  explicit Trainer(TrainingArguments args, BatchSourceFactory make_data = {},
+  explicit Trainer(TrainingConfig config, BatchSourceFactory make_data = {},
+                   std::shared_ptr<Communicator> communicator = nullptr);
+  // resolve_training_config(args), then as above.
+  explicit Trainer(const TrainingArguments& args, BatchSourceFactory make_data = {},
                    std::shared_ptr<Communicator> communicator = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -174,7 +112,8 @@ class Trainer {
   // optimizer step is skipped as after an overflow (GradScaler::record_overflow).
   StepResult step(bool assume_overflow = false);
 
-  const TrainingArguments& args() const { return args_; }
+  const TrainingArguments& args() const { return config_.args; }
+  const TrainingConfig& config() const { return config_; }
   // Rank 0 of a data-parallel run, or a single process: the one that logs and writes files.
   bool is_main_process() const { return !communicator_ || communicator_->rank() == 0; }
   // ZeRO-1/2/3 over several ranks: each rank's optimizer holds its share (Note [ZeRO checkpoints]).
@@ -211,7 +150,16 @@ class Trainer {
   // The trained model's files in `dir`: the adapter (use_peft) or the whole model, and the
   // tokenizer's.
   void save_model_files(const std::string& dir) const;
+  // The run's pieces from config_: the model (assemble_model), data, optimizer
+  // (assemble_optimizer), data parallel, schedule, counters.
   void build();
+  // DDP's start (rank 0's parameters broadcast, the gradient reducer) and ZeRO-3's sharding.
+  void start_data_parallel(const std::vector<NamedTensor>& trainable,
+                           std::vector<int> gradient_owners);
+  // max_steps from the data, the LR scheduler and the scaler.
+  void start_schedule();
+  // The step counters and logs of a fresh run; the parameters tagged for the memory report.
+  void reset_run_state();
   // ZeRO-3: shards the blocks over the ranks, each trainable parameter by its optimizer owner.
   void shard_parameters(const std::vector<std::pair<std::string, Tensor>>& trainable,
                         const std::vector<int>& owners);
@@ -235,7 +183,8 @@ class Trainer {
   double epoch() const;
   void finish_run(bool stopped);
 
-  TrainingArguments args_;
+  TrainingConfig config_;
+  const TrainingArguments& args_ = config_.args;  // the options as given (config_.args)
   BatchSourceFactory make_data_;
   Device device_;
   PrecisionRecipe recipe_;

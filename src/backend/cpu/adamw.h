@@ -4,24 +4,14 @@
 
 #include <cstdint>
 
+#include "backend/optimizer_coefficients.h"
 #include "core/dtype.h"
 #include "core/float_formats.h"
 #include "core/philox.h"
 
 namespace headroom::cpu {
 
-// The step's scalars, each rounded to float from the double the optimizer computes, as PyTorch
-// turns its Python-float scalars into the tensor's dtype. See Note [AdamW order of operations].
-struct AdamWCoefficients {
-  float decay;                  // 1 - lr * weight_decay
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
-  float eps;
-  float neg_step_size;          // -lr / (1 - beta1^step)
-};
+using AdamWCoefficients = headroom::AdamWCoefficients;
 
 // Updates n elements in place: OpenMP over large arrays, vectorised with FMA where the CPU has it.
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,

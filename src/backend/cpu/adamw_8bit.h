@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/optimizer_coefficients.h"
 #include "backend/cpu/blockwise_quant.h"
 #include "core/dtype.h"
 
@@ -13,18 +14,7 @@ namespace headroom::cpu {
 // bitsandbytes' state block: one absmax per 256 elements of each state.
 constexpr int64_t kAdam8bitBlockSize = 256;
 
-// The step's scalars in fp32, as bitsandbytes' kernels receive and compute them:
-// correction2 = sqrt(1 - beta2^step), step_size = -lr * correction2 / (1 - beta1^step),
-// decay = 1 - lr * weight_decay. See Note [bitsandbytes AdamW order of operations].
-struct BnbAdamCoefficients {
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float eps_correction2;  // eps * correction2
-  float step_size;
-  float decay;
-};
+using BnbAdamCoefficients = headroom::BnbAdamCoefficients;
 
 // The 32-bit update (kOptimizer32bit2State) of n elements in place; `param` and `grad` are f32,
 // bf16 or f16 (a 16-bit parameter is widened a block at a time, updated in fp32 and rounded to

@@ -5,22 +5,13 @@
 
 #include <cstdint>
 
+#include "backend/optimizer_coefficients.h"
 #include "backend/cpu/adamw_8bit.h"
 #include "core/dtype.h"
 
 namespace headroom::cpu {
 
-// The step's scalars in fp32, as bitsandbytes' kernels receive and compute them (lr, betas and
-// weight_decay are fp32 kernel arguments; 1 - beta and 1 - lr*wd are computed in fp32).
-struct BnbLionCoefficients {
-  float lr;
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float decay;             // 1 - lr * weight_decay
-  bool decays;             // weight_decay > 0: only then does the kernel multiply (and round)
-};
+using BnbLionCoefficients = headroom::BnbLionCoefficients;
 
 // The 32-bit update (kOptimizer32bit1State, LION) of n elements in place, See Note [bitsandbytes
 // Lion]; `param` and `grad` f32, bf16 or f16.

@@ -6,11 +6,12 @@
 #include <array>
 #include <cstdint>
 
+#include "backend/quant_4bit_type.h"
 #include "core/host_device.h"
 
 namespace headroom::cpu {
 
-enum class Quant4bitType : uint8_t { nf4, fp4 };
+using Quant4bitType = headroom::Quant4bitType;
 
 // bitsandbytes' get_4bit_type: NF4 ascending; FP4 (E2M1, bit 3 the sign) by its bit pattern,
 // [0, 0.0625, 8, 12, 4, 6, 2, 3, -0, -0.0625, -8, -12, -4, -6, -2, -3] / 12 in fp32, where its

@@ -18,7 +18,7 @@
 namespace headroom::cuda {
 namespace {
 
-using AdamWCoefficients = cpu::AdamWCoefficients;
+using AdamWCoefficients = AdamWCoefficients;
 
 __device__ __forceinline__ float load_f32(const void* p, DType dtype, int64_t i) {
   switch (dtype) {

@@ -18,7 +18,7 @@
 namespace headroom::cuda {
 namespace {
 
-using BnbAdamCoefficients = cpu::BnbAdamCoefficients;
+using BnbAdamCoefficients = BnbAdamCoefficients;
 
 
 // The parameter after the Adam step `step` and the decay, rounded into P after each.

@@ -16,7 +16,7 @@
 namespace headroom::cuda {
 namespace {
 
-using BnbLionCoefficients = cpu::BnbLionCoefficients;
+using BnbLionCoefficients = BnbLionCoefficients;
 
 __device__ __forceinline__ float sign_of(float x) {
   return static_cast<float>((0.0f < x) - (x < 0.0f));
