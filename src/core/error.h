@@ -37,6 +37,13 @@ class OutOfMemoryError : public Error {
   using Error::Error;
 };
 
+// A broken invariant of headroom's own code (HEADROOM_INTERNAL_ASSERT): a bug, never a user's
+// mistake; the message names the source line.
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Concatenates anything streamable; used to build error messages.
 template <typename... Args>
 std::string str_cat(const Args&... args) {
@@ -55,4 +62,16 @@ std::string str_cat(const Args&... args) {
 #define HEADROOM_CHECK_VALUE(cond, ...)                                 \
   do {                                                                  \
     if (!(cond)) throw ::headroom::ValueError(::headroom::str_cat(__VA_ARGS__)); \
+  } while (0)
+
+// For invariants that only a bug in headroom can break (user errors use HEADROOM_CHECK_VALUE and
+// name the option or file): InternalError "internal error at FILE:LINE (COND): MESSAGE; this is
+// a bug in headroom".
+#define HEADROOM_INTERNAL_ASSERT(cond, ...)                                               \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      throw ::headroom::InternalError(::headroom::str_cat(                               \
+          "internal error at ", __FILE__, ":", __LINE__, " (" #cond "): ", __VA_ARGS__,   \
+          "; this is a bug in headroom"));                                                \
+    }                                                                                     \
   } while (0)

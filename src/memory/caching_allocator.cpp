@@ -360,9 +360,9 @@ bool CachingAllocator::map_block(Block* to_map, size_t size) {
   const size_t end = segment.page_right(to_map->ptr + size);
   const uintptr_t start = segment.page_address(begin);
   const size_t mapped = (end - begin) * segment.page_size;
-  HEADROOM_CHECK(start == to_map->ptr && mapped <= to_map->size,
+  HEADROOM_INTERNAL_ASSERT(start == to_map->ptr && mapped <= to_map->size,
                  "map_block: an unmapped block at ", to_map->ptr, " of ", to_map->size,
-                 " bytes does not hold the pages from ", start, " (this is a bug)");
+                 " bytes does not hold the pages from ", start, "");
   // The capacity limit acts as the device's end of memory, page by page.
   if (memory_limit_ > 0 && reserved_ + mapped > memory_limit_) return false;
   if (!device_allocator_->map_pages(reinterpret_cast<void*>(start), mapped, segment.page_size)) {
@@ -479,9 +479,9 @@ void CachingAllocator::unmap_block(Block* block) {
 
 void CachingAllocator::release_expandable_segment(Block* block) {
   ExpandableSegment* segment = block->expandable;
-  HEADROOM_CHECK(!block->mapped && block->size == segment->size,
+  HEADROOM_INTERNAL_ASSERT(!block->mapped && block->size == segment->size,
                  "release_expandable_segment: ", block->size, " of ", segment->size,
-                 " bytes unmapped (this is a bug)");
+                 " bytes unmapped");
   block->pool->unmapped.erase(block);
   device_allocator_->release_address_space(reinterpret_cast<void*>(segment->base), segment->size);
   delete block;

@@ -36,8 +36,8 @@ struct ComputeDtype {
   DType dtype;
   bool bf16, f16;
   explicit ComputeDtype(DType d) : dtype(d), bf16(d == DType::bf16), f16(d == DType::f16) {
-    HEADROOM_CHECK(d == DType::f32 || bf16 || f16, "linear_4bit: compute dtype ", dtype_name(d),
-                   " (this is a bug: the op checks it)");
+    HEADROOM_INTERNAL_ASSERT(d == DType::f32 || bf16 || f16, "linear_4bit: compute dtype ", dtype_name(d),
+                   " (the op checks it)");
   }
   bool f32() const { return !bf16 && !f16; }
 };
@@ -72,8 +72,8 @@ void forward(const Tensor& x, const Quant4bitOperand& w, const Tensor& bias,
   const int64_t in = w.cols, out = w.rows, rows = in > 0 ? x.numel() / in : 0;
   const int64_t tile = std::min(out, kLinear4bitWeightTile);
   const int64_t row_tile = std::min(rows, kLinear4bitRowTile);
-  HEADROOM_CHECK(workspace.numel() >= linear_4bit_forward_workspace(rows, in, out),
-                 "linear_4bit_forward: workspace too small (this is a bug)");
+  HEADROOM_INTERNAL_ASSERT(workspace.numel() >= linear_4bit_forward_workspace(rows, in, out),
+                 "linear_4bit_forward: workspace too small");
   float* w_tile = workspace.data<float>();
   float* x_tile = w_tile + tile * in;
   float* y_tile = x_tile + row_tile * in;
@@ -110,8 +110,8 @@ void backward_input(const Tensor& grad_y, const Quant4bitOperand& w, const Tenso
   const int64_t in = w.cols, out = w.rows, rows = out > 0 ? grad_y.numel() / out : 0;
   const int64_t tile = std::min(in, kLinear4bitWeightTile);
   const int64_t row_tile = std::min(rows, kLinear4bitRowTile);
-  HEADROOM_CHECK(workspace.numel() >= linear_4bit_backward_workspace(rows, in, out),
-                 "linear_4bit_backward_input: workspace too small (this is a bug)");
+  HEADROOM_INTERNAL_ASSERT(workspace.numel() >= linear_4bit_backward_workspace(rows, in, out),
+                 "linear_4bit_backward_input: workspace too small");
   float* w_tile = workspace.data<float>();
   float* g_tile = w_tile + out * tile;
   float* x_tile = g_tile + row_tile * out;
