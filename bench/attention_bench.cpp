@@ -54,8 +54,8 @@ void naive_forward(const Shape4& s, const float* q, const float* k, const float*
 }
 
 void naive_backward(const Shape4& s, const float* q, const float* k, const float* v, float scale,
-                    const float* probs, const float* grad_out, float* dprobs, float* gq,
-                    float* gk, float* gv) {
+                    const float* probs, const float* grad_out, float* dprobs, float* gq, float* gk,
+                    float* gv) {
   const int64_t td = s.t * s.d, tt = s.t * s.t;
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.b * s.h; ++bh) {
@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   using namespace headroom;
   Shape4 s{8, 6, 256, 64};
   int reps = 10;
-  if (argc >= 5) s = {std::atoll(argv[1]), std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4])};
+  if (argc >= 5)
+    s = {std::atoll(argv[1]), std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4])};
   if (argc >= 6) reps = std::atoi(argv[5]);
   const DType op_dtype = argc >= 7 ? dtype_from_name(argv[6]) : DType::f32;
   const int64_t n = s.b * s.h * s.t * s.d, nt = s.b * s.h * s.t * s.t;
@@ -137,8 +138,8 @@ int main(int argc, char** argv) {
   const double flash_bwd = best_ms(
       reps,
       [&] {
-        cpu::attention_backward(tq, tk, tv, tout, tg, tlse, true, scale, {}, tdelta, tgq, tgk,
-                                tgv, Tensor());
+        cpu::attention_backward(tq, tk, tv, tout, tg, tlse, true, scale, {}, tdelta, tgq, tgk, tgv,
+                                Tensor());
       },
       &cpu[1]);
   const std::vector<float> out = tout.to_float_vector(), gq = tgq.to_float_vector(),
@@ -150,8 +151,8 @@ int main(int argc, char** argv) {
   const double naive_bwd = best_ms(
       reps,
       [&] {
-        naive_backward(s, q, k, v, scale, probs.data(), g, dprobs.data(), ngq.data(),
-                       ngk.data(), ngv.data());
+        naive_backward(s, q, k, v, scale, probs.data(), g, dprobs.data(), ngq.data(), ngk.data(),
+                       ngv.data());
       },
       &cpu[3]);
 
@@ -165,15 +166,14 @@ int main(int argc, char** argv) {
   });
 
   std::printf("attention B %lld H %lld T %lld D %lld causal, %d threads, best of %d (ms)\n",
-              static_cast<long long>(s.b), static_cast<long long>(s.h),
-              static_cast<long long>(s.t), static_cast<long long>(s.d), omp_get_max_threads(),
-              reps);
-  std::printf("  %-28s %9s %9s %9s %12s %12s\n", "", "forward", "backward", "total",
-              "cpu forward", "cpu backward");
-  std::printf("  %-28s %9.2f %9.2f %9.2f %12.2f %12.2f\n", "flash (kernels)", flash_fwd,
-              flash_bwd, flash_fwd + flash_bwd, cpu[0], cpu[1]);
-  std::printf("  %-28s %9.2f %9.2f %9.2f %12.2f %12.2f\n", "naive materialised (gemm)",
-              naive_fwd, naive_bwd, naive_fwd + naive_bwd, cpu[2], cpu[3]);
+              static_cast<long long>(s.b), static_cast<long long>(s.h), static_cast<long long>(s.t),
+              static_cast<long long>(s.d), omp_get_max_threads(), reps);
+  std::printf("  %-28s %9s %9s %9s %12s %12s\n", "", "forward", "backward", "total", "cpu forward",
+              "cpu backward");
+  std::printf("  %-28s %9.2f %9.2f %9.2f %12.2f %12.2f\n", "flash (kernels)", flash_fwd, flash_bwd,
+              flash_fwd + flash_bwd, cpu[0], cpu[1]);
+  std::printf("  %-28s %9.2f %9.2f %9.2f %12.2f %12.2f\n", "naive materialised (gemm)", naive_fwd,
+              naive_bwd, naive_fwd + naive_bwd, cpu[2], cpu[3]);
   const std::string op_row = std::string("op + autograd, ") + dtype_name(op_dtype);
   std::printf("  %-28s %9s %9s %9.2f\n", op_row.c_str(), "", "", op_total);
   std::printf("  naive keeps %.1f MiB of probabilities; flash keeps %.1f KiB of lse\n",

@@ -161,12 +161,12 @@ inline std::optional<std::map<std::string, std::string>> run_train_step_peer(
   const std::string threads = std::to_string(omp_get_max_threads());
   setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
   setenv("OMP_NUM_THREADS", threads.c_str(), 1);
-  const std::string command = str_cat(
-      python, " ", script.string(), " --layers ", run.layers, " --d-model ", run.d_model,
-      " --heads ", run.heads, " --context ", run.context, " --batch ", run.batch, " --vocab ",
-      run.vocab, " --steps ", run.steps, " --warmup ", run.warmup, " --threads ", threads,
-      " --seed ", run.seed, " --lr ", run.lr, " --weight-decay ", run.weight_decay, " ",
-      run.extra_args);
+  const std::string command =
+      str_cat(python, " ", script.string(), " --layers ", run.layers, " --d-model ", run.d_model,
+              " --heads ", run.heads, " --context ", run.context, " --batch ", run.batch,
+              " --vocab ", run.vocab, " --steps ", run.steps, " --warmup ", run.warmup,
+              " --threads ", threads, " --seed ", run.seed, " --lr ", run.lr, " --weight-decay ",
+              run.weight_decay, " ", run.extra_args);
   int status = 0;
   const auto results = run_peer_command(command, status);
   if (status != 0 || results.empty() || !results.back().count("step_ms")) {

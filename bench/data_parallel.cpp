@@ -89,8 +89,8 @@ RunResult run(const std::string& command, const fs::path& output_dir) {
   if (state && steps > 0) {
     const auto summary = nlohmann::json::parse(state)["log_history"].back();
     if (summary.contains("train_communication_wait_seconds")) {
-      r.wait_per_step = summary["train_communication_wait_seconds"].get<double>() /
-                        static_cast<double>(steps);
+      r.wait_per_step =
+          summary["train_communication_wait_seconds"].get<double>() / static_cast<double>(steps);
     }
   }
   r.tokens_per_s = headroom::bench::median(rates);
@@ -122,7 +122,8 @@ int main_(int argc, char** argv) {
            " --per_device_train_batch_size " + std::to_string(per_device) + " --max_steps " +
            std::to_string(o.steps) +
            " --logging_steps 1 --save_strategy no --sample_max_new_tokens 0 --disable_tqdm"
-           " --validation_split_percentage 0 --seed 7 --output_dir " + out.string();
+           " --validation_split_percentage 0 --seed 7 --output_dir " +
+           out.string();
   };
   const std::string mpirun = std::string("mpirun -np 2 --oversubscribe --bind-to none ") +
                              (geteuid() == 0 ? "--allow-run-as-root " : "") +
@@ -132,22 +133,22 @@ int main_(int argc, char** argv) {
     RunResult result;
   };
   std::vector<Row> rows;
-  rows.push_back({"1 process x 2 threads",
-                  run("OMP_NUM_THREADS=2 " + train_args(o.global_batch, work / "single"),
-                      work / "single")});
+  rows.push_back(
+      {"1 process x 2 threads",
+       run("OMP_NUM_THREADS=2 " + train_args(o.global_batch, work / "single"), work / "single")});
   for (int stage = 0; stage <= 3; ++stage) {
     const fs::path out = work / ("zero" + std::to_string(stage));
     const std::string name = stage == 0 ? "DDP" : "ZeRO-" + std::to_string(stage);
-    rows.push_back({"2 ranks x 1 thread, " + name,
-                    run(mpirun + train_args(o.global_batch / 2, out) + " --zero_stage " +
-                            std::to_string(stage),
-                        out)});
+    rows.push_back(
+        {"2 ranks x 1 thread, " + name, run(mpirun + train_args(o.global_batch / 2, out) +
+                                                " --zero_stage " + std::to_string(stage),
+                                            out)});
   }
-  std::printf("\n%s, %lld x %lld tokens a step (global), %lld steps, fp32 AdamW; medians over "
-              "steps 3-%lld\n",
-              o.model.c_str(), static_cast<long long>(o.global_batch),
-              static_cast<long long>(o.context), static_cast<long long>(o.steps),
-              static_cast<long long>(o.steps));
+  std::printf(
+      "\n%s, %lld x %lld tokens a step (global), %lld steps, fp32 AdamW; medians over "
+      "steps 3-%lld\n",
+      o.model.c_str(), static_cast<long long>(o.global_batch), static_cast<long long>(o.context),
+      static_cast<long long>(o.steps), static_cast<long long>(o.steps));
   std::printf("  %-30s %10s %9s %21s %10s %12s %12s\n", "", "tokens/s", "step ms",
               "all-reduce wait/step", "peak MiB", "loss step 1", "last loss");
   int status = 0;
@@ -178,14 +179,12 @@ int main_(int argc, char** argv) {
           " --steps " + std::to_string(o.steps),
       peer_status);
   if (peer.empty()) {
-    std::printf("peer: no result (exit status %d; it needs torch and transformers)\n",
-                peer_status);
+    std::printf("peer: no result (exit status %d; it needs torch and transformers)\n", peer_status);
     return status;
   }
-  const std::map<std::string, std::string> names = {
-      {"single", "PyTorch 1 process x 2 threads"},
-      {"ddp", "PyTorch 2 ranks x 1 thread, DDP"},
-      {"fsdp", "PyTorch 2 ranks x 1 thread, FSDP2"}};
+  const std::map<std::string, std::string> names = {{"single", "PyTorch 1 process x 2 threads"},
+                                                    {"ddp", "PyTorch 2 ranks x 1 thread, DDP"},
+                                                    {"fsdp", "PyTorch 2 ranks x 1 thread, FSDP2"}};
   std::printf("\nthe peer, transformers' GPT2LMHeadModel, the same batch and steps:\n");
   std::printf("  %-33s %10s %9s\n", "", "tokens/s", "step ms");
   for (const auto& fields : peer) {

@@ -143,8 +143,7 @@ int main(int argc, char** argv) {
   using headroom::DType;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Shape& s = shapes[i];
-    const int lda = (s.ta ? s.m : s.k) + s.pad, ldb = (s.tb ? s.k : s.n) + s.pad,
-              ldc = s.n + s.pad;
+    const int lda = (s.ta ? s.m : s.k) + s.pad, ldb = (s.tb ? s.k : s.n) + s.pad, ldc = s.n + s.pad;
     const size_t a_size = static_cast<size_t>(s.ta ? s.k : s.m) * lda,
                  b_size = static_cast<size_t>(s.tb ? s.n : s.k) * ldb,
                  c_size = static_cast<size_t>(s.m) * ldc;

@@ -61,9 +61,14 @@ Options parse_options(int argc, char** argv) {
       "[--warmup N] [--steps N] [--python PATH] [--no-peer] [--no-compile]",
       argc, argv, {{"--no-peer", &no_peer}, {"--no-compile", &no_compile}},
       {{"--python", &o.python}},
-      {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
-       {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
-       {"--warmup", &o.warmup}, {"--steps", &o.steps}});
+      {{"--layers", &o.layers},
+       {"--d-model", &o.d_model},
+       {"--heads", &o.heads},
+       {"--context", &o.context},
+       {"--batch", &o.batch},
+       {"--vocab", &o.vocab},
+       {"--warmup", &o.warmup},
+       {"--steps", &o.steps}});
   o.peer = !no_peer;
   o.compile = !no_compile;
   return o;
@@ -181,12 +186,11 @@ Result run_headroom(const Options& o, const TrainingArguments& args) {
 std::optional<nlohmann::json> run_peer(const Options& o) {
   const std::filesystem::path script =
       std::filesystem::path(HEADROOM_SOURCE_DIR) / "tools" / "peer_gpt2_cuda.py";
-  const std::string command =
-      str_cat(o.python, " ", script.string(), " --json --layers ", o.layers, " --d-model ",
-              o.d_model, " --heads ", o.heads, " --context ", o.context, " --batch ", o.batch,
-              " --vocab ", o.vocab, " --warmup ", o.warmup, " --steps ", o.steps, " --seed ",
-              kSeed, " --lr ", kLr, " --weight-decay ", kWeightDecay, " --modes ",
-              o.compile ? "eager,compile" : "eager");
+  const std::string command = str_cat(
+      o.python, " ", script.string(), " --json --layers ", o.layers, " --d-model ", o.d_model,
+      " --heads ", o.heads, " --context ", o.context, " --batch ", o.batch, " --vocab ", o.vocab,
+      " --warmup ", o.warmup, " --steps ", o.steps, " --seed ", kSeed, " --lr ", kLr,
+      " --weight-decay ", kWeightDecay, " --modes ", o.compile ? "eager,compile" : "eager");
   std::fflush(stdout);
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) {
@@ -218,8 +222,9 @@ void print_row(const Options& o, const Result& r) {
 int main(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   if (!cuda_is_available()) {
-    std::printf("gpu_train_step: no CUDA device present (a CPU-only build, or no GPU or driver); "
-                "nothing to measure\n");
+    std::printf(
+        "gpu_train_step: no CUDA device present (a CPU-only build, or no GPU or driver); "
+        "nothing to measure\n");
     return 0;
   }
   try {
@@ -251,16 +256,17 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("\nGPT-2 %lld layers, d_model %lld, %lld heads, context %lld, vocab %lld, "
-                "micro-batch %lld: %.2fM parameters; bf16 autocast, fp32 master weights, "
-                "AdamW; %lld timed steps after %lld warm-up; torch %s on %s\n\n",
-                static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
-                static_cast<long long>(o.heads), static_cast<long long>(o.context),
-                static_cast<long long>(o.vocab), static_cast<long long>(o.batch),
-                static_cast<double>(ours.parameters) / 1e6, static_cast<long long>(o.steps),
-                static_cast<long long>(o.warmup), torch_version.c_str(), gpu_name.c_str());
-    std::printf("| %-22s | %12s | %9s | %7s | %12s | %9s | %9s |\n", "", "tokens/s",
-                "step ms", "MFU", "peak MiB", "loss 0", "loss last");
+    std::printf(
+        "\nGPT-2 %lld layers, d_model %lld, %lld heads, context %lld, vocab %lld, "
+        "micro-batch %lld: %.2fM parameters; bf16 autocast, fp32 master weights, "
+        "AdamW; %lld timed steps after %lld warm-up; torch %s on %s\n\n",
+        static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
+        static_cast<long long>(o.heads), static_cast<long long>(o.context),
+        static_cast<long long>(o.vocab), static_cast<long long>(o.batch),
+        static_cast<double>(ours.parameters) / 1e6, static_cast<long long>(o.steps),
+        static_cast<long long>(o.warmup), torch_version.c_str(), gpu_name.c_str());
+    std::printf("| %-22s | %12s | %9s | %7s | %12s | %9s | %9s |\n", "", "tokens/s", "step ms",
+                "MFU", "peak MiB", "loss 0", "loss last");
     std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(),
                 std::string(14, '-').c_str(), std::string(11, '-').c_str(),
                 std::string(9, '-').c_str(), std::string(14, '-').c_str(),
@@ -268,11 +274,12 @@ int main(int argc, char** argv) {
     for (const Result& r : rows) print_row(o, r);
     std::printf("| %-22s | %12s | %9s | %7s | %12.1f | %9s | %9s |\n", "headroom plan (dry run)",
                 "", "", "", static_cast<double>(plan.peak_allocated_bytes) / kMiB, "", "");
-    std::printf("\nMFU = tokens/s x (6N + 12 L d T) / 989 TFLOP/s (H100 SXM bf16 dense). Peak: "
-                "allocated bytes of the caching allocator over the steps (torch: "
-                "max_memory_allocated); the plan's figure leaves out what the GPU keeps for the "
-                "process (GEMM workspaces), measured %+.1f MiB from it.\n",
-                (ours.peak_allocated - static_cast<double>(plan.peak_allocated_bytes)) / kMiB);
+    std::printf(
+        "\nMFU = tokens/s x (6N + 12 L d T) / 989 TFLOP/s (H100 SXM bf16 dense). Peak: "
+        "allocated bytes of the caching allocator over the steps (torch: "
+        "max_memory_allocated); the plan's figure leaves out what the GPU keeps for the "
+        "process (GEMM workspaces), measured %+.1f MiB from it.\n",
+        (ours.peak_allocated - static_cast<double>(plan.peak_allocated_bytes)) / kMiB);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_train_step: %s\n", e.what());
     return 1;

@@ -55,9 +55,16 @@ Options parse_options(int argc, char** argv) {
       "[--layers N] [--hidden N] [--intermediate N] [--heads N] [--context N] [--batch N] "
       "[--vocab N] [--r N] [--targets LIST] [--steps N] [--threads N] [--no-peer]",
       argc, argv, {{"--no-peer", &no_peer}}, {{"--targets", &o.targets}, {"--only", &o.only}},
-      {{"--layers", &o.layers}, {"--hidden", &o.hidden}, {"--intermediate", &o.intermediate},
-       {"--heads", &o.heads}, {"--context", &o.context}, {"--batch", &o.batch},
-       {"--vocab", &o.vocab}, {"--r", &o.r}, {"--steps", &o.steps}, {"--threads", &o.threads}});
+      {{"--layers", &o.layers},
+       {"--hidden", &o.hidden},
+       {"--intermediate", &o.intermediate},
+       {"--heads", &o.heads},
+       {"--context", &o.context},
+       {"--batch", &o.batch},
+       {"--vocab", &o.vocab},
+       {"--r", &o.r},
+       {"--steps", &o.steps},
+       {"--threads", &o.threads}});
   o.peer = !no_peer;
   return o;
 }
@@ -78,7 +85,8 @@ void run_mode(const Options& o) {
   std::unique_ptr<CausalLM> model = make_causal_lm(llama_config(o), kCPU, kSeed);
   model->train();
   if (o.only == "lora") {
-    apply_lora(*model, LoraConfig{.r = o.r, .lora_alpha = 2.0 * static_cast<double>(o.r),
+    apply_lora(*model, LoraConfig{.r = o.r,
+                                  .lora_alpha = 2.0 * static_cast<double>(o.r),
                                   .target_modules = split_module_names(o.targets)});
   }
   std::vector<std::pair<std::string, Tensor>> trainable;
@@ -113,17 +121,17 @@ void run_mode(const Options& o) {
     if (step >= kWarmupSteps) times.push_back(seconds);
   }
   const size_t peak = max_memory_allocated(kCPU);
-  std::printf("RESULT step_ms=%.3f peak_rss_growth_bytes=%zu peak_allocated_bytes=%zu "
-              "allocated_before_bytes=%zu first_loss=%.6f last_loss=%.6f\n",
-              bench::median(times) * 1e3, bench::peak_rss() - std::min(bench::peak_rss(), rss_before),
-              peak, allocated_before, first_loss, last_loss);
+  std::printf(
+      "RESULT step_ms=%.3f peak_rss_growth_bytes=%zu peak_allocated_bytes=%zu "
+      "allocated_before_bytes=%zu first_loss=%.6f last_loss=%.6f\n",
+      bench::median(times) * 1e3, bench::peak_rss() - std::min(bench::peak_rss(), rss_before), peak,
+      allocated_before, first_loss, last_loss);
 }
 
 std::string common_args(const Options& o) {
-  return str_cat(" --layers ", o.layers, " --hidden ", o.hidden, " --intermediate ",
-                 o.intermediate, " --heads ", o.heads, " --context ", o.context, " --batch ",
-                 o.batch, " --vocab ", o.vocab, " --r ", o.r, " --targets ", o.targets,
-                 " --steps ", o.steps);
+  return str_cat(" --layers ", o.layers, " --hidden ", o.hidden, " --intermediate ", o.intermediate,
+                 " --heads ", o.heads, " --context ", o.context, " --batch ", o.batch, " --vocab ",
+                 o.vocab, " --r ", o.r, " --targets ", o.targets, " --steps ", o.steps);
 }
 
 std::map<std::string, std::string> run_child(const std::string& command) {
@@ -157,34 +165,37 @@ int main(int argc, char** argv) {
     const std::string self = std::filesystem::canonical("/proc/self/exe").string();
     std::map<std::string, std::map<std::string, std::string>> ours, theirs;
     for (const char* mode : {"full", "lora"}) {
-      ours[mode] = run_child(str_cat(self, " --only ", mode, " --threads ", threads, common_args(o)));
+      ours[mode] =
+          run_child(str_cat(self, " --only ", mode, " --threads ", threads, common_args(o)));
     }
     const char* env_python = std::getenv("HEADROOM_PEER_PYTHON");
     const std::string python = env_python ? env_python : "python3";
     const auto script = std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "lora_peer.py";
     const bool peer = o.peer && access(python.c_str(), X_OK) == 0;
     if (o.peer && !peer) std::printf("peer: skipped (%s missing)\n", python.c_str());
-    for (const char* mode : peer ? std::vector<const char*>{"full", "lora"} : std::vector<const char*>{}) {
+    for (const char* mode :
+         peer ? std::vector<const char*>{"full", "lora"} : std::vector<const char*>{}) {
       theirs[mode] = run_child(str_cat(python, " ", script.string(), " --mode ", mode,
                                        " --threads ", threads, common_args(o)));
     }
-    std::printf("\nLlama %lld layers, hidden %lld, vocab %lld, batch %lld x %lld tokens, fp32 AdamW, "
-                "LoRA r %lld alpha %lld on %s; %s threads; medians of %lld steps\n",
-                static_cast<long long>(o.layers), static_cast<long long>(o.hidden),
-                static_cast<long long>(o.vocab), static_cast<long long>(o.batch),
-                static_cast<long long>(o.context), static_cast<long long>(o.r),
-                static_cast<long long>(2 * o.r), o.targets.c_str(), threads.c_str(),
-                static_cast<long long>(o.steps));
+    std::printf(
+        "\nLlama %lld layers, hidden %lld, vocab %lld, batch %lld x %lld tokens, fp32 AdamW, "
+        "LoRA r %lld alpha %lld on %s; %s threads; medians of %lld steps\n",
+        static_cast<long long>(o.layers), static_cast<long long>(o.hidden),
+        static_cast<long long>(o.vocab), static_cast<long long>(o.batch),
+        static_cast<long long>(o.context), static_cast<long long>(o.r),
+        static_cast<long long>(2 * o.r), o.targets.c_str(), threads.c_str(),
+        static_cast<long long>(o.steps));
     std::printf("  %-22s %12s %16s %18s %12s %12s\n", "", "step ms", "peak RSS growth",
                 "peak allocated", "loss first", "loss last");
     auto row = [&](const std::string& what, const std::map<std::string, std::string>& f) {
       if (f.empty()) return;
       const double allocated = field(f, "peak_allocated_bytes");
-      std::printf("  %-22s %12.1f %12.1f MiB %14s %12.4f %12.4f\n", what.c_str(),
-                  field(f, "step_ms"), field(f, "peak_rss_growth_bytes") / kMiB,
-                  allocated > 0 ? str_cat(static_cast<int64_t>(allocated / kMiB), " MiB").c_str()
-                                : "-",
-                  field(f, "first_loss"), field(f, "last_loss"));
+      std::printf(
+          "  %-22s %12.1f %12.1f MiB %14s %12.4f %12.4f\n", what.c_str(), field(f, "step_ms"),
+          field(f, "peak_rss_growth_bytes") / kMiB,
+          allocated > 0 ? str_cat(static_cast<int64_t>(allocated / kMiB), " MiB").c_str() : "-",
+          field(f, "first_loss"), field(f, "last_loss"));
     };
     row("headroom full", ours["full"]);
     row("headroom LoRA", ours["lora"]);

@@ -73,7 +73,9 @@ std::vector<Row> all_rows() {
   return {
       {.name = "fp32+adamw", .peer = "fp32"},
       {.name = "bf16", .precision = "bf16", .peer = "bf16"},
-      {.name = "bf16+full+adamw_8bit", .precision = "bf16", .optim = "adamw_8bit",
+      {.name = "bf16+full+adamw_8bit",
+       .precision = "bf16",
+       .optim = "adamw_8bit",
        .checkpointing = "full"},
       {.name = "ckpt full", .checkpointing = "full", .peer = "fp32"},
       {.name = "ckpt every_2", .checkpointing = "every_2", .peer = "fp32"},
@@ -117,8 +119,12 @@ Options parse_options(int argc, char** argv) {
       "[--text FILE] [--rows a,b,...] [--out DIR] [--no-peer] | --replot CSV",
       argc, argv, {{"--no-peer", &no_peer}},
       {{"--rows", &rows}, {"--text", &o.text}, {"--out", &o.out}, {"--replot", &o.replot}},
-      {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
-       {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
+      {{"--layers", &o.layers},
+       {"--d-model", &o.d_model},
+       {"--heads", &o.heads},
+       {"--context", &o.context},
+       {"--batch", &o.batch},
+       {"--vocab", &o.vocab},
        {"--steps", &o.steps}});
   o.peer = !no_peer;
   std::stringstream list(rows);
@@ -144,8 +150,8 @@ std::string read_text(const Options& o) {
 std::vector<std::vector<int64_t>> make_batches(const Options& o, const std::string& text) {
   const int64_t span = static_cast<int64_t>(text.size()) - o.context - 1;
   if (span < 1) {
-    throw ValueError(str_cat("memory_tradeoff: the text has ", text.size(),
-                             " bytes; --context ", o.context, " needs at least ", o.context + 2));
+    throw ValueError(str_cat("memory_tradeoff: the text has ", text.size(), " bytes; --context ",
+                             o.context, " needs at least ", o.context + 2));
   }
   std::vector<std::vector<int64_t>> batches;
   for (int64_t step = 0; step < kWarmupSteps + o.steps; ++step) {
@@ -188,8 +194,10 @@ Result run_row(const Options& o, const Row& row, const std::vector<std::vector<i
   model->to(recipe.param_dtype);
   enable_gradient_checkpointing(*model, parse_checkpoint_policy(row.checkpointing));
   std::unique_ptr<Optimizer> optimizer =
-      make_optimizer({.optim = row.optim, .learning_rate = row.optim == "lion" ? kLr / 4 : kLr,
-                      .weight_decay = kWeightDecay, .seed = kSeed},
+      make_optimizer({.optim = row.optim,
+                      .learning_rate = row.optim == "lion" ? kLr / 4 : kLr,
+                      .weight_decay = kWeightDecay,
+                      .seed = kSeed},
                      model->named_parameters());
   GradScaler scaler({.enabled = recipe.loss_scaling});
   const int64_t micro = o.batch / row.accumulation;
@@ -242,9 +250,17 @@ Result run_row(const Options& o, const Row& row, const std::vector<std::vector<i
 void run_peer(const Options& o, const Row& row, const std::string& batches_file, Result& r) {
   if (row.peer.empty()) return;
   const auto fields = bench::run_train_step_peer(
-      {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
-       .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
-       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay,
+      {.layers = o.layers,
+       .d_model = o.d_model,
+       .heads = o.heads,
+       .context = o.context,
+       .batch = o.batch,
+       .vocab = o.vocab,
+       .steps = o.steps,
+       .warmup = kWarmupSteps,
+       .seed = kSeed,
+       .lr = kLr,
+       .weight_decay = kWeightDecay,
        .extra_args = str_cat("--precision ", row.peer, " --checkpointing ", row.checkpointing,
                              " --max-grad-norm 1 --batches ", batches_file)});
   if (!fields) return;
@@ -256,14 +272,15 @@ void run_peer(const Options& o, const Row& row, const std::string& batches_file,
 // The trade-off curve: our rows only, as PyTorch's figures are resident-set growth, not
 // allocator peaks (and its bf16 rows on CPUs without bf16 instructions are off the scale).
 PlotSeries tradeoff_series() {
-  return {.label = "headroom (peak allocated)", .lines = false, .markers = true,
-          .point_labels = true};
+  return {
+      .label = "headroom (peak allocated)", .lines = false, .markers = true, .point_labels = true};
 }
 
 void write_tradeoff_plot(const std::string& path, const PlotSeries& ours) {
   write_plot_png(path, {ours},
                  {.title = "GPT-2 training step: peak memory against step time",
-                  .x_label = "step time (ms)", .y_label = "peak allocated (MiB)"});
+                  .x_label = "step time (ms)",
+                  .y_label = "peak allocated (MiB)"});
 }
 
 // --replot CSV: the plot again from a table this program wrote, without training.
@@ -278,8 +295,8 @@ int replot(const std::string& csv_path) {
     std::stringstream cells(line);
     for (std::string cell; std::getline(cells, cell, ',');) fields.push_back(cell);
     if (fields.size() < 8) {
-      throw ValueError(str_cat(csv_path, ":", line_number, ": ", fields.size(),
-                               " fields, expected at least 8"));
+      throw ValueError(
+          str_cat(csv_path, ":", line_number, ": ", fields.size(), " fields, expected at least 8"));
     }
     ours.labels.push_back(fields[0]);
     ours.y.push_back(std::atof(fields[5].c_str()) / kMiB);
@@ -306,7 +323,8 @@ int main(int argc, char** argv) try {
   const std::string text = read_text(o);
   const std::vector<std::vector<int64_t>> batches = make_batches(o, text);
   std::filesystem::create_directories(o.out);
-  const std::string batches_file = (std::filesystem::path(o.out) / "memory_tradeoff_batches.bin").string();
+  const std::string batches_file =
+      (std::filesystem::path(o.out) / "memory_tradeoff_batches.bin").string();
   {
     std::string bytes;
     for (const auto& batch : batches) {
@@ -314,14 +332,14 @@ int main(int argc, char** argv) try {
     }
     write_file_atomically(batches_file, bytes);
   }
-  std::printf("memory_tradeoff: GPT-2 %lld layers, d %lld, %lld heads, vocab %lld; batch %lld x "
-              "%lld tokens; %lld timed steps (+%d warm-up); %d threads; lr %g, wd %g, "
-              "max_grad_norm 1\n",
-              static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
-              static_cast<long long>(o.heads), static_cast<long long>(o.vocab),
-              static_cast<long long>(o.batch), static_cast<long long>(o.context),
-              static_cast<long long>(o.steps), kWarmupSteps, omp_get_max_threads(), kLr,
-              kWeightDecay);
+  std::printf(
+      "memory_tradeoff: GPT-2 %lld layers, d %lld, %lld heads, vocab %lld; batch %lld x "
+      "%lld tokens; %lld timed steps (+%d warm-up); %d threads; lr %g, wd %g, "
+      "max_grad_norm 1\n",
+      static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
+      static_cast<long long>(o.heads), static_cast<long long>(o.vocab),
+      static_cast<long long>(o.batch), static_cast<long long>(o.context),
+      static_cast<long long>(o.steps), kWarmupSteps, omp_get_max_threads(), kLr, kWeightDecay);
   std::vector<Result> results;
   for (const Row& row : rows) {
     Result r;
@@ -332,10 +350,11 @@ int main(int argc, char** argv) try {
     }
     if (o.peer) run_peer(o, row, batches_file, r);
     if (r.ran) {
-      std::printf("  %-22s peak allocated %8.1f MiB  reserved %8.1f MiB  %8.1f ms/step  "
-                  "%7.0f tokens/s  final loss %.4f\n",
-                  row.name.c_str(), r.peak_allocated / kMiB, r.peak_reserved / kMiB, r.step_ms,
-                  r.tokens_per_s, r.final_loss);
+      std::printf(
+          "  %-22s peak allocated %8.1f MiB  reserved %8.1f MiB  %8.1f ms/step  "
+          "%7.0f tokens/s  final loss %.4f\n",
+          row.name.c_str(), r.peak_allocated / kMiB, r.peak_reserved / kMiB, r.step_ms,
+          r.tokens_per_s, r.final_loss);
     } else {
       std::printf("  %-22s not run: %s\n", row.name.c_str(), r.error.c_str());
     }
@@ -344,9 +363,10 @@ int main(int argc, char** argv) try {
   }
   std::filesystem::remove(batches_file);
 
-  std::printf("\n| configuration | peak allocated MiB | peak reserved MiB | step ms | tokens/s | "
-              "final loss | torch step ms | torch RSS growth MiB |\n|---|---:|---:|---:|---:|---:|"
-              "---:|---:|\n");
+  std::printf(
+      "\n| configuration | peak allocated MiB | peak reserved MiB | step ms | tokens/s | "
+      "final loss | torch step ms | torch RSS growth MiB |\n|---|---:|---:|---:|---:|---:|"
+      "---:|---:|\n");
   std::string csv =
       "configuration,precision,optim,checkpointing,accumulation,peak_allocated_bytes,"
       "peak_reserved_bytes,step_ms,tokens_per_s,final_loss,torch_step_ms,"
@@ -357,15 +377,14 @@ int main(int argc, char** argv) try {
     const Result& r = results[i];
     if (!r.ran) continue;
     const std::string torch_ms = r.peer_ran ? str_cat(std::lround(r.peer_step_ms)) : "";
-    const std::string torch_mib =
-        r.peer_ran ? str_cat(std::lround(r.peer_rss_growth / kMiB)) : "";
+    const std::string torch_mib = r.peer_ran ? str_cat(std::lround(r.peer_rss_growth / kMiB)) : "";
     std::printf("| %s | %.1f | %.1f | %.0f | %.0f | %.3f | %s | %s |\n", row.name.c_str(),
                 r.peak_allocated / kMiB, r.peak_reserved / kMiB, r.step_ms, r.tokens_per_s,
                 r.final_loss, torch_ms.c_str(), torch_mib.c_str());
     csv += str_cat(row.name, ",", row.precision, ",", row.optim, ",", row.checkpointing, ",",
                    row.accumulation, ",", static_cast<int64_t>(r.peak_allocated), ",",
-                   static_cast<int64_t>(r.peak_reserved), ",", r.step_ms, ",", r.tokens_per_s,
-                   ",", r.final_loss, ",", r.peer_ran ? str_cat(r.peer_step_ms) : "", ",",
+                   static_cast<int64_t>(r.peak_reserved), ",", r.step_ms, ",", r.tokens_per_s, ",",
+                   r.final_loss, ",", r.peer_ran ? str_cat(r.peer_step_ms) : "", ",",
                    r.peer_ran ? str_cat(static_cast<int64_t>(r.peer_rss_growth)) : "", "\n");
     ours.x.push_back(r.step_ms);
     ours.y.push_back(r.peak_allocated / kMiB);

@@ -1,9 +1,9 @@
 // Offload's cost on this machine: the same GPT-2-shaped model trained with the Trainer without
-// offload and with each kind (the optimizer, the saved activations, the parameters, all), side by side from one
-// run: the median step time and its overhead over no offload, the device pool's and the host
-// pool's peak allocated. On a machine without a GPU the compute device is the CPU and the host
-// pool a second allocator over CPU memory (Note [The host pool]), so the figures give the cost of
-// the moves and of the host-side step, not of a PCIe link.
+// offload and with each kind (the optimizer, the saved activations, the parameters, all), side by
+// side from one run: the median step time and its overhead over no offload, the device pool's and
+// the host pool's peak allocated. On a machine without a GPU the compute device is the CPU and the
+// host pool a second allocator over CPU memory (Note [The host pool]), so the figures give the cost
+// of the moves and of the host-side step, not of a PCIe link.
 //
 // Run (Release build):
 //   ninja -C build offload && build/bench/offload [--layers 4] [--width 512] [--context 256]
@@ -82,14 +82,17 @@ int main(int argc, char** argv) {
       "[--layers N] [--width N] [--context N] [--batch N] [--steps N] [--precision P] "
       "[--checkpointing]",
       argc, argv, {{"--checkpointing", &o.checkpointing}}, {{"--precision", &o.precision}},
-      {{"--layers", &o.layers}, {"--width", &o.width}, {"--context", &o.context},
-       {"--batch", &o.batch}, {"--steps", &o.steps}});
+      {{"--layers", &o.layers},
+       {"--width", &o.width},
+       {"--context", &o.context},
+       {"--batch", &o.batch},
+       {"--steps", &o.steps}});
   if (o.steps <= kWarmupSteps) {
     std::fprintf(stderr, "offload: --steps must exceed the %d warm-up steps\n", kWarmupSteps);
     return 2;
   }
-  const std::filesystem::path root =
-      std::filesystem::temp_directory_path() / ("headroom_offload_bench_" + std::to_string(getpid()));
+  const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                     ("headroom_offload_bench_" + std::to_string(getpid()));
   std::filesystem::create_directories(root / "model");
   GPT2Config config;
   config.vocab_size = 256;
@@ -130,16 +133,18 @@ int main(int argc, char** argv) {
       {"optimizer+activations",
        [](TrainingArguments& a) { a.offload_optimizer = a.offload_activations = true; }},
       {"params (+optimizer)", [](TrainingArguments& a) { a.offload_params = true; }},
-      {"all three", [](TrainingArguments& a) {
+      {"all three",
+       [](TrainingArguments& a) {
          a.offload_optimizer = a.offload_activations = a.offload_params = true;
        }},
   };
-  std::printf("offload bench: GPT-2 %lld layers x %lld wide, batch %lld x %lld tokens, %s, "
-              "checkpointing %s, AdamW; median of %lld steps after %d warm-up, on the CPU\n",
-              static_cast<long long>(o.layers), static_cast<long long>(o.width),
-              static_cast<long long>(o.batch), static_cast<long long>(o.context),
-              o.precision.c_str(), o.checkpointing ? "full" : "none",
-              static_cast<long long>(o.steps - kWarmupSteps), kWarmupSteps);
+  std::printf(
+      "offload bench: GPT-2 %lld layers x %lld wide, batch %lld x %lld tokens, %s, "
+      "checkpointing %s, AdamW; median of %lld steps after %d warm-up, on the CPU\n",
+      static_cast<long long>(o.layers), static_cast<long long>(o.width),
+      static_cast<long long>(o.batch), static_cast<long long>(o.context), o.precision.c_str(),
+      o.checkpointing ? "full" : "none", static_cast<long long>(o.steps - kWarmupSteps),
+      kWarmupSteps);
   std::printf("%-24s %10s %10s %16s %16s\n", "offload", "step s", "overhead", "device peak MiB",
               "host peak MiB");
   double baseline = 0.0;
@@ -149,8 +154,8 @@ int main(int argc, char** argv) {
     const Figures f = measure(a, o);
     if (baseline == 0.0) baseline = f.step_seconds;
     std::printf("%-24s %10.4f %9.1f%% %16.2f %16.2f\n", mode.name, f.step_seconds,
-                100.0 * (f.step_seconds / baseline - 1.0), static_cast<double>(f.device_peak) / kMiB,
-                static_cast<double>(f.host_peak) / kMiB);
+                100.0 * (f.step_seconds / baseline - 1.0),
+                static_cast<double>(f.device_peak) / kMiB, static_cast<double>(f.host_peak) / kMiB);
     std::fflush(stdout);
   }
   std::filesystem::remove_all(root);

@@ -85,9 +85,15 @@ Options parse_options(int argc, char** argv) {
       "[--recipes a,b,...] | --fp8 [--curve-steps N] [--text FILE]",
       argc, argv, {{"--no-peer", &no_peer}, {"--curves", &o.curves}, {"--fp8", &o.fp8}},
       {{"--recipes", &recipes}, {"--text", &o.text}},
-      {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
-       {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
-       {"--steps", &o.steps}, {"--threads", &o.threads}, {"--curve-steps", &o.curve_steps}});
+      {{"--layers", &o.layers},
+       {"--d-model", &o.d_model},
+       {"--heads", &o.heads},
+       {"--context", &o.context},
+       {"--batch", &o.batch},
+       {"--vocab", &o.vocab},
+       {"--steps", &o.steps},
+       {"--threads", &o.threads},
+       {"--curve-steps", &o.curve_steps}});
   o.peer = !no_peer;
   if (o.fp8) {
     o.curves = true;
@@ -153,20 +159,28 @@ Result run_headroom(const Options& o, const PrecisionRecipe& recipe) {
   r.tokens_per_s = static_cast<double>(o.batch * o.context) / bench::median(step_s);
   r.peak_allocated = static_cast<double>(max_memory_allocated(kCPU) - allocated_before);
   r.ran = true;
-  std::printf("headroom %-16s %8.1f ms/step  %7.0f tokens/s  peak allocated %8.1f MiB  "
-              "last loss %.4f  skipped %d\n",
-              recipe.name().c_str(), r.step_ms, r.tokens_per_s, r.peak_allocated / kMiB,
-              r.last_loss, r.skipped);
+  std::printf(
+      "headroom %-16s %8.1f ms/step  %7.0f tokens/s  peak allocated %8.1f MiB  "
+      "last loss %.4f  skipped %d\n",
+      recipe.name().c_str(), r.step_ms, r.tokens_per_s, r.peak_allocated / kMiB, r.last_loss,
+      r.skipped);
   return r;
 }
 
 Result run_peer(const Options& o, const std::string& precision) {
   Result r;
-  const auto fields = bench::run_train_step_peer(
-      {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
-       .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
-       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay,
-       .extra_args = "--precision " + precision});
+  const auto fields = bench::run_train_step_peer({.layers = o.layers,
+                                                  .d_model = o.d_model,
+                                                  .heads = o.heads,
+                                                  .context = o.context,
+                                                  .batch = o.batch,
+                                                  .vocab = o.vocab,
+                                                  .steps = o.steps,
+                                                  .warmup = kWarmupSteps,
+                                                  .seed = kSeed,
+                                                  .lr = kLr,
+                                                  .weight_decay = kWeightDecay,
+                                                  .extra_args = "--precision " + precision});
   if (!fields || !fields->count("tokens_per_s")) return r;
   r.step_ms = std::atof(fields->at("step_ms").c_str());
   r.tokens_per_s = std::atof(fields->at("tokens_per_s").c_str());
@@ -207,18 +221,21 @@ std::vector<double> loss_curve(const Options& o, const CurveRecipe& curve,
     fp8.emplace(*curve.fp8);
     enable_fp8_linears(*model, *fp8);
   }
-  AdamW optimizer(model->named_parameters(),
-                  {.lr = 2e-3, .weight_decay = 0.0, .state_dtype = recipe.optimizer_state_dtype,
-                   .kahan_summation = recipe.kahan_summation,
-                   .stochastic_rounding = recipe.stochastic_rounding});
+  AdamW optimizer(model->named_parameters(), {.lr = 2e-3,
+                                              .weight_decay = 0.0,
+                                              .state_dtype = recipe.optimizer_state_dtype,
+                                              .kahan_summation = recipe.kahan_summation,
+                                              .stochastic_rounding = recipe.stochastic_rounding});
   GradScaler scaler({.enabled = recipe.loss_scaling});
-  LRScheduler scheduler(optimizer, {.type = SchedulerType::linear,
-                                    .num_training_steps = o.curve_steps, .warmup_ratio = 0.05});
+  LRScheduler scheduler(
+      optimizer,
+      {.type = SchedulerType::linear, .num_training_steps = o.curve_steps, .warmup_ratio = 0.05});
   std::vector<double> losses;
   const size_t span = text.size() - static_cast<size_t>(context) - 1;
   for (int64_t step = 0; step < o.curve_steps; ++step) {
     std::vector<int64_t> ids, targets;
-    const std::vector<int64_t> starts = bench::batch_tokens(kSeed, batch, 0, static_cast<int64_t>(span), step);
+    const std::vector<int64_t> starts =
+        bench::batch_tokens(kSeed, batch, 0, static_cast<int64_t>(span), step);
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t t = 0; t < context; ++t) {
         ids.push_back(static_cast<unsigned char>(text[static_cast<size_t>(starts[b]) + t]));
@@ -248,9 +265,9 @@ std::vector<double> loss_curve(const Options& o, const CurveRecipe& curve,
 }
 
 int print_curves(const Options& o) {
-  const std::filesystem::path path =
-      o.text.empty() ? std::filesystem::path(HEADROOM_SOURCE_DIR) / "README.md"
-                     : std::filesystem::path(o.text);
+  const std::filesystem::path path = o.text.empty()
+                                         ? std::filesystem::path(HEADROOM_SOURCE_DIR) / "README.md"
+                                         : std::filesystem::path(o.text);
   std::ifstream file(path, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   if (text.size() < 1000) {
@@ -258,9 +275,10 @@ int print_curves(const Options& o) {
                  text.size());
     return 2;
   }
-  std::printf("loss curves: byte-level GPT-2 (4 layers, d 128) on %s (%zu bytes), %lld steps, "
-              "batch 8 x 64 tokens, AdamW lr 2e-3 linear decay, max_grad_norm 1\n",
-              path.c_str(), text.size(), static_cast<long long>(o.curve_steps));
+  std::printf(
+      "loss curves: byte-level GPT-2 (4 layers, d 128) on %s (%zu bytes), %lld steps, "
+      "batch 8 x 64 tokens, AdamW lr 2e-3 linear decay, max_grad_norm 1\n",
+      path.c_str(), text.size(), static_cast<long long>(o.curve_steps));
   std::vector<std::vector<double>> curves;
   for (const std::string& name : o.recipes) {
     curves.push_back(loss_curve(o, parse_curve_recipe(name), text));
@@ -308,12 +326,13 @@ int main(int argc, char** argv) {
   if (o.threads > 0) omp_set_num_threads(static_cast<int>(o.threads));
   try {
     if (o.curves) return print_curves(o);
-    std::printf("GPT-2 %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, vocab "
-                "%lld; AdamW lr %g; %d threads; medians over %lld steps after %d warm-up\n",
-                static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
-                static_cast<long long>(o.heads), static_cast<long long>(o.context),
-                static_cast<long long>(o.batch), static_cast<long long>(o.vocab), kLr,
-                omp_get_max_threads(), static_cast<long long>(o.steps), kWarmupSteps);
+    std::printf(
+        "GPT-2 %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, vocab "
+        "%lld; AdamW lr %g; %d threads; medians over %lld steps after %d warm-up\n",
+        static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
+        static_cast<long long>(o.heads), static_cast<long long>(o.context),
+        static_cast<long long>(o.batch), static_cast<long long>(o.vocab), kLr,
+        omp_get_max_threads(), static_cast<long long>(o.steps), kWarmupSteps);
     std::vector<std::pair<std::string, std::pair<Result, Result>>> rows;
     for (const std::string& name : o.recipes) {
       const PrecisionRecipe recipe = parse_precision(name);

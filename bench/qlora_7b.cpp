@@ -40,8 +40,7 @@ Options parse_options(int argc, char** argv) {
       "qlora_7b",
       "[--model llama-7b] [--context N] [--r N] [--targets LIST] [--quant nf4|fp4] [--steps N] "
       "[--threads N]",
-      argc, argv, {},
-      {{"--model", &o.model}, {"--targets", &o.targets}, {"--quant", &o.quant}},
+      argc, argv, {}, {{"--model", &o.model}, {"--targets", &o.targets}, {"--quant", &o.quant}},
       {{"--context", &o.context}, {"--r", &o.r}, {"--steps", &o.steps}, {"--threads", &o.threads}});
   return o;
 }
@@ -87,8 +86,8 @@ int run(const Options& o) {
   const TrainingArguments args = training_arguments(o, output_dir);
 
   const auto plan_start = Clock::now();
-  const DryRunResult plan = dry_run_training(
-      args, {.steps = static_cast<int>(o.steps), .include_eval = false});
+  const DryRunResult plan =
+      dry_run_training(args, {.steps = static_cast<int>(o.steps), .include_eval = false});
   const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
   std::printf("plan (dry run on meta, %.2f s): %s, %.2f B parameters, %lld B of weights\n",
               plan_seconds, plan.recipe.c_str(), static_cast<double>(plan.num_parameters) / 1e9,
@@ -118,12 +117,12 @@ int run(const Options& o) {
   }
   std::filesystem::remove_all(output_dir);
 
-  std::printf("\n%s, QLoRA %s + double quantization, LoRA r %lld alpha %lld on %s, pure_bf16, "
-              "full checkpointing, batch 1 x %lld tokens, %lld step(s), %d threads\n",
-              o.model.c_str(), o.quant.c_str(), static_cast<long long>(o.r),
-              static_cast<long long>(2 * o.r), o.targets.c_str(),
-              static_cast<long long>(o.context), static_cast<long long>(o.steps),
-              omp_get_max_threads());
+  std::printf(
+      "\n%s, QLoRA %s + double quantization, LoRA r %lld alpha %lld on %s, pure_bf16, "
+      "full checkpointing, batch 1 x %lld tokens, %lld step(s), %d threads\n",
+      o.model.c_str(), o.quant.c_str(), static_cast<long long>(o.r),
+      static_cast<long long>(2 * o.r), o.targets.c_str(), static_cast<long long>(o.context),
+      static_cast<long long>(o.steps), omp_get_max_threads());
   std::printf("  %-34s %18s %18s  %s\n", "", "run", "plan", "run - plan");
   auto row = [](const char* name, int64_t run, int64_t plan) {
     std::printf("  %-34s %18lld %18lld  %s  (%.3f GiB)\n", name, static_cast<long long>(run),
@@ -136,8 +135,8 @@ int run(const Options& o) {
   std::printf("  peak resident set of the process: %.3f GiB\n",
               static_cast<double>(bench::peak_rss()) / kGiB);
   std::printf("  load %.1f s, training %.1f s (%.1f tokens/s), loss %.4f, exit status %d\n",
-              load_seconds, train_seconds,
-              static_cast<double>(o.steps * o.context) / train_seconds, loss, status);
+              load_seconds, train_seconds, static_cast<double>(o.steps * o.context) / train_seconds,
+              loss, status);
   const bool exact = run_allocated == plan.peak_allocated_bytes &&
                      run_reserved == plan.peak_reserved_bytes &&
                      load_allocated == plan.load_peak_allocated_bytes &&

@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
   std::printf("%-22s %12s %12s\n", "", "MB/s", "Mtokens/s");
   std::printf("%-22s %12.2f %12.2f\n", "encode (first pass)", bytes / cold / 1e6,
               tokens / cold / 1e6);
-  std::printf("%-22s %12.2f %12.2f\n", "encode (cache warm)", bytes / warm / 1e6, tokens / warm / 1e6);
+  std::printf("%-22s %12.2f %12.2f\n", "encode (cache warm)", bytes / warm / 1e6,
+              tokens / warm / 1e6);
   std::printf("%-22s %12.2f %12.2f\n", "decode", decoded / decode_s / 1e6, tokens / decode_s / 1e6);
   std::printf("tokens %zu, id digest %016llx\n", tokens, static_cast<unsigned long long>(digest));
 

@@ -78,11 +78,15 @@ Options parse_options(int argc, char** argv) {
       "[--layers N] [--d-model N] [--heads N] [--context N] [--batch N] [--vocab N] [--steps N] "
       "[--threads N] [--no-peer] [--precision fp32|bf16|pure_bf16|pure_bf16+kahan] "
       "[--optim NAME]",
-      argc, argv, {{"--no-peer", &no_peer}},
-      {{"--precision", &o.precision}, {"--optim", &o.optim}},
-      {{"--layers", &o.layers}, {"--d-model", &o.d_model}, {"--heads", &o.heads},
-       {"--context", &o.context}, {"--batch", &o.batch}, {"--vocab", &o.vocab},
-       {"--steps", &o.steps}, {"--threads", &o.threads}});
+      argc, argv, {{"--no-peer", &no_peer}}, {{"--precision", &o.precision}, {"--optim", &o.optim}},
+      {{"--layers", &o.layers},
+       {"--d-model", &o.d_model},
+       {"--heads", &o.heads},
+       {"--context", &o.context},
+       {"--batch", &o.batch},
+       {"--vocab", &o.vocab},
+       {"--steps", &o.steps},
+       {"--threads", &o.threads}});
   o.peer = !no_peer && o.optim.empty();
   return o;
 }
@@ -129,13 +133,13 @@ Result run_headroom(const Options& o) {
   model->train();
   std::unique_ptr<Optimizer> optimizer;
   if (o.optim.empty()) {
-    optimizer = std::make_unique<AdamW>(
-        weight_decay_param_groups(model->named_parameters(), kWeightDecay),
-        AdamWOptions{.lr = kLr,
-                     .weight_decay = kWeightDecay,
-                     .state_dtype = recipe.optimizer_state_dtype,
-                     .kahan_summation = recipe.kahan_summation,
-                     .stochastic_rounding = recipe.stochastic_rounding});
+    optimizer =
+        std::make_unique<AdamW>(weight_decay_param_groups(model->named_parameters(), kWeightDecay),
+                                AdamWOptions{.lr = kLr,
+                                             .weight_decay = kWeightDecay,
+                                             .state_dtype = recipe.optimizer_state_dtype,
+                                             .kahan_summation = recipe.kahan_summation,
+                                             .stochastic_rounding = recipe.stochastic_rounding});
   } else {
     optimizer = make_optimizer({.optim = o.optim,
                                 .learning_rate = kLr,
@@ -144,14 +148,15 @@ Result run_headroom(const Options& o) {
                                 .seed = kSeed},
                                model->named_parameters());
   }
-  std::printf("headroom: GPT-2 %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, "
-              "vocab %lld: %.2fM parameters, precision %s, %s; %d threads; 1024^3 matmul "
-              "%.1f GFLOP/s\n",
-              static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
-              static_cast<long long>(o.heads), static_cast<long long>(o.context),
-              static_cast<long long>(o.batch), static_cast<long long>(o.vocab),
-              static_cast<double>(model->num_parameters()) / 1e6, recipe.name().c_str(),
-              optimizer->name().c_str(), omp_get_max_threads(), r.gflops);
+  std::printf(
+      "headroom: GPT-2 %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, "
+      "vocab %lld: %.2fM parameters, precision %s, %s; %d threads; 1024^3 matmul "
+      "%.1f GFLOP/s\n",
+      static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
+      static_cast<long long>(o.heads), static_cast<long long>(o.context),
+      static_cast<long long>(o.batch), static_cast<long long>(o.vocab),
+      static_cast<double>(model->num_parameters()) / 1e6, recipe.name().c_str(),
+      optimizer->name().c_str(), omp_get_max_threads(), r.gflops);
 
   const size_t allocated_before = memory_allocated(kCPU);
   const size_t rss_before = current_rss();
@@ -181,10 +186,11 @@ Result run_headroom(const Options& o) {
     if (step == 0) r.first_loss = value;
     r.last_loss = value;
     const bool timed = step >= kWarmupSteps;
-    std::printf("headroom: step %2lld%s loss %.4f  %8.1f ms (forward %.1f, backward %.1f, "
-                "optimizer %.1f)\n",
-                static_cast<long long>(step), timed ? "        " : " warm-up", value,
-                (f + b + u) * 1e3, f * 1e3, b * 1e3, u * 1e3);
+    std::printf(
+        "headroom: step %2lld%s loss %.4f  %8.1f ms (forward %.1f, backward %.1f, "
+        "optimizer %.1f)\n",
+        static_cast<long long>(step), timed ? "        " : " warm-up", value, (f + b + u) * 1e3,
+        f * 1e3, b * 1e3, u * 1e3);
     if (!timed) continue;
     step_s.push_back(f + b + u);
     forward_s.push_back(f);
@@ -199,12 +205,13 @@ Result run_headroom(const Options& o) {
   const size_t peak = max_memory_allocated(kCPU);
   r.allocated_growth = static_cast<double>(peak - allocated_before);
   r.rss_growth = static_cast<double>(peak_rss() - std::min(peak_rss(), rss_before));
-  std::printf("headroom: peak allocated %zu B = %.1f MiB (%.1f MiB before the first step: "
-              "parameters; +%.1f MiB gradients, optimizer state, activations); peak reserved "
-              "%.1f MiB; peak RSS growth %.1f MiB\n",
-              peak, static_cast<double>(peak) / kMiB, static_cast<double>(allocated_before) / kMiB,
-              r.allocated_growth / kMiB, static_cast<double>(max_memory_reserved(kCPU)) / kMiB,
-              r.rss_growth / kMiB);
+  std::printf(
+      "headroom: peak allocated %zu B = %.1f MiB (%.1f MiB before the first step: "
+      "parameters; +%.1f MiB gradients, optimizer state, activations); peak reserved "
+      "%.1f MiB; peak RSS growth %.1f MiB\n",
+      peak, static_cast<double>(peak) / kMiB, static_cast<double>(allocated_before) / kMiB,
+      r.allocated_growth / kMiB, static_cast<double>(max_memory_reserved(kCPU)) / kMiB,
+      r.rss_growth / kMiB);
   return r;
 }
 
@@ -212,13 +219,23 @@ Result run_headroom(const Options& o) {
 // "RESULT key=value ..." line that is parsed here.
 bool run_peer(const Options& o, Result& peer, std::string& torch_version) {
   const auto result = bench::run_train_step_peer(
-      {.layers = o.layers, .d_model = o.d_model, .heads = o.heads, .context = o.context,
-       .batch = o.batch, .vocab = o.vocab, .steps = o.steps, .warmup = kWarmupSteps,
-       .seed = kSeed, .lr = kLr, .weight_decay = kWeightDecay,
+      {.layers = o.layers,
+       .d_model = o.d_model,
+       .heads = o.heads,
+       .context = o.context,
+       .batch = o.batch,
+       .vocab = o.vocab,
+       .steps = o.steps,
+       .warmup = kWarmupSteps,
+       .seed = kSeed,
+       .lr = kLr,
+       .weight_decay = kWeightDecay,
        .extra_args = "--precision " + precision_name(parse_precision(o.precision).precision)});
   if (!result) return false;
   std::map<std::string, std::string> fields = *result;
-  auto number = [&](const char* key) { return fields.count(key) ? std::atof(fields[key].c_str()) : 0.0; };
+  auto number = [&](const char* key) {
+    return fields.count(key) ? std::atof(fields[key].c_str()) : 0.0;
+  };
   peer.tokens_per_s = number("tokens_per_s");
   peer.step_ms = number("step_ms");
   peer.forward_ms = number("forward_ms");
@@ -265,8 +282,9 @@ int main(int argc, char** argv) {
     print_row("1024^3 matmul", ours.gflops, peer.gflops, "GFLOP/s", 1);
     print_row("loss, first step", ours.first_loss, peer.first_loss, "", 4);
     print_row("loss, last step", ours.last_loss, peer.last_loss, "", 4);
-    std::printf("  (headroom's forward includes most of the LM head's backward: linear_cross_entropy "
-                "computes its gradients chunk by chunk in the forward pass)\n");
+    std::printf(
+        "  (headroom's forward includes most of the LM head's backward: linear_cross_entropy "
+        "computes its gradients chunk by chunk in the forward pass)\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_step: %s\n", e.what());
     return 1;

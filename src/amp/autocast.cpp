@@ -14,8 +14,8 @@ Autocast::Autocast(DeviceType device_type, std::optional<DType> dtype, bool enab
     throw ValueError(str_cat("autocast: dtype ", dtype_name(target), " for ",
                              device_type_name(device_type), "; only bf16 and f16 are supported"));
   }
-  AutocastMode::set(device_type, {.enabled = enabled, .dtype = target,
-                                  .cache_enabled = cache_enabled});
+  AutocastMode::set(device_type,
+                    {.enabled = enabled, .dtype = target, .cache_enabled = cache_enabled});
   AutocastMode::increment_nesting();
 }
 

@@ -9,7 +9,7 @@ namespace headroom {
 
 DType Fp8Recipe::dtype(Fp8Role role) const {
   return role == Fp8Role::grad_output && format == Fp8Format::hybrid ? DType::f8_e5m2
-                                                                      : DType::f8_e4m3fn;
+                                                                     : DType::f8_e4m3fn;
 }
 
 Fp8Block Fp8Recipe::block(Fp8Role role) const {
@@ -28,7 +28,8 @@ Fp8Block Fp8Recipe::block(Fp8Role role) const {
 float fp8_max(DType dtype) {
   if (dtype == DType::f8_e4m3fn) return kFp8E4M3Max;
   if (dtype == DType::f8_e5m2) return kFp8E5M2Max;
-  throw ValueError(str_cat("fp8: ", dtype_name(dtype), " is not an FP8 dtype (f8_e4m3fn, f8_e5m2)"));
+  throw ValueError(
+      str_cat("fp8: ", dtype_name(dtype), " is not an FP8 dtype (f8_e4m3fn, f8_e5m2)"));
 }
 
 float Fp8Recipe::scaled_max(DType dtype) const {
@@ -67,7 +68,8 @@ Fp8RecipeKind parse_fp8_recipe_kind(std::string_view name) {
   if (n == "current") return Fp8RecipeKind::current;
   if (n == "mxfp8") return Fp8RecipeKind::mxfp8;
   if (n == "block") return Fp8RecipeKind::block;
-  throw ValueError(str_cat("fp8_recipe: '", name, "' is not one of delayed, current, mxfp8, block"));
+  throw ValueError(
+      str_cat("fp8_recipe: '", name, "' is not one of delayed, current, mxfp8, block"));
 }
 
 Fp8Format parse_fp8_format(std::string_view name) {
@@ -85,10 +87,14 @@ AmaxComputeAlgo parse_amax_compute_algo(std::string_view name) {
 
 const char* fp8_recipe_kind_name(Fp8RecipeKind kind) {
   switch (kind) {
-    case Fp8RecipeKind::delayed: return "delayed";
-    case Fp8RecipeKind::current: return "current";
-    case Fp8RecipeKind::mxfp8: return "mxfp8";
-    case Fp8RecipeKind::block: return "block";
+    case Fp8RecipeKind::delayed:
+      return "delayed";
+    case Fp8RecipeKind::current:
+      return "current";
+    case Fp8RecipeKind::mxfp8:
+      return "mxfp8";
+    case Fp8RecipeKind::block:
+      return "block";
   }
   return "?";
 }

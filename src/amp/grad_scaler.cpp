@@ -140,7 +140,8 @@ Tensor GradScaler::scale(const Tensor& loss) {
 
 void GradScaler::check_started(const char* function) const {
   if (!started_) {
-    throw Error(str_cat("Attempted ", function, " but the scale is not initialized.  This may "
+    throw Error(str_cat("Attempted ", function,
+                        " but the scale is not initialized.  This may "
                         "indicate your script did not use scaler.scale(loss or outputs) earlier "
                         "in the iteration."));
   }
@@ -164,10 +165,9 @@ void GradScaler::unscale_(Optimizer& optimizer) {
       if (grad.dtype() == DType::f16 && !options_.allow_fp16_grads) {
         throw ValueError("Attempting to unscale FP16 gradients.");
       }
-      if (grad.dtype() != DType::f32 && grad.dtype() != DType::bf16 &&
-          grad.dtype() != DType::f16) {
-        throw NotImplementedError(str_cat("GradScaler.unscale_: the gradient of '", name,
-                                          "' is ", dtype_name(grad.dtype()),
+      if (grad.dtype() != DType::f32 && grad.dtype() != DType::bf16 && grad.dtype() != DType::f16) {
+        throw NotImplementedError(str_cat("GradScaler.unscale_: the gradient of '", name, "' is ",
+                                          dtype_name(grad.dtype()),
                                           "; f32, bf16 and f16 gradients are supported"));
       }
       grads.push_back(std::move(grad));
@@ -267,10 +267,8 @@ bool GradScaler::found_inf(const Optimizer& optimizer) const {
 nlohmann::json GradScaler::state_dict() const {
   if (!options_.enabled) return nlohmann::json::object();
   nlohmann::json state = {
-      {"scale", static_cast<double>(scale_)},
-      {"growth_factor", options_.growth_factor},
-      {"backoff_factor", options_.backoff_factor},
-      {"growth_interval", options_.growth_interval},
+      {"scale", static_cast<double>(scale_)},      {"growth_factor", options_.growth_factor},
+      {"backoff_factor", options_.backoff_factor}, {"growth_interval", options_.growth_interval},
       {"_growth_tracker", growth_tracker_},
   };
   if (options_.hysteresis != 1) {
@@ -285,12 +283,13 @@ nlohmann::json GradScaler::state_dict() const {
 void GradScaler::load_state_dict(const nlohmann::json& state) {
   if (!options_.enabled) return;
   if (!state.is_object()) {
-    throw ValueError(str_cat("GradScaler.load_state_dict: expected an object, not ",
-                             state.type_name()));
+    throw ValueError(
+        str_cat("GradScaler.load_state_dict: expected an object, not ", state.type_name()));
   }
   if (state.empty()) {
-    throw Error("The source state dict is empty, possibly because it was saved from a disabled "
-                "instance of GradScaler.");
+    throw Error(
+        "The source state dict is empty, possibly because it was saved from a disabled "
+        "instance of GradScaler.");
   }
   GradScalerOptions options = options_;
   const double scale = number_at(state, "scale");

@@ -86,10 +86,10 @@ class GradScaler {
   // fp32) and records whether any held inf or NaN: one pass per gradient, in place in its own
   // dtype (GradCheckKernels::unscale_and_check), that sets one flag on the gradients' device;
   // nothing is read back here: step() or update() reads it once. On the meta device nothing is
-  // computed and no inf is found. Error "unscale_() has already been called on this optimizer since the
-  // last update()." or "unscale_() is being called after step()." as torch; ValueError "Attempting to unscale
-  // FP16 gradients." (see GradScalerOptions); NotImplementedError for gradients other than f32,
-  // bf16, f16. See Note [Loss scaling and skipped steps].
+  // computed and no inf is found. Error "unscale_() has already been called on this optimizer since
+  // the last update()." or "unscale_() is being called after step()." as torch; ValueError
+  // "Attempting to unscale FP16 gradients." (see GradScalerOptions); NotImplementedError for
+  // gradients other than f32, bf16, f16. See Note [Loss scaling and skipped steps].
   void unscale_(Optimizer& optimizer);
 
   // Unscales the gradients unless unscale_ already did, then calls optimizer.step() unless they

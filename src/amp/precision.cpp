@@ -17,10 +17,14 @@ PrecisionRecipe parse_precision(std::string_view name) {
 
 std::string precision_name(Precision precision) {
   switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
-    case Precision::pure_bf16: return "pure_bf16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
+    case Precision::pure_bf16:
+      return "pure_bf16";
   }
   return "?";
 }

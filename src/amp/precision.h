@@ -31,12 +31,12 @@ enum class Precision { fp32, bf16, fp16, pure_bf16 };
 
 struct PrecisionRecipe {
   Precision precision = Precision::fp32;
-  DType param_dtype = DType::f32;             // what Module::to makes the weights
-  std::optional<DType> autocast_dtype;        // the autocast region's dtype, if any
-  bool loss_scaling = false;                  // dynamic loss scaling (GradScaler)
+  DType param_dtype = DType::f32;       // what Module::to makes the weights
+  std::optional<DType> autocast_dtype;  // the autocast region's dtype, if any
+  bool loss_scaling = false;            // dynamic loss scaling (GradScaler)
   DType optimizer_state_dtype = DType::f32;
-  bool kahan_summation = false;               // pure_bf16 only
-  bool stochastic_rounding = false;           // pure_bf16 without Kahan
+  bool kahan_summation = false;      // pure_bf16 only
+  bool stochastic_rounding = false;  // pure_bf16 without Kahan
 
   // Bytes per parameter between steps with AdamW, as in Note [Precision recipes].
   int adamw_bytes_per_parameter() const;

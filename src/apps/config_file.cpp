@@ -150,7 +150,9 @@ std::vector<ConfigEntry> read_yaml(const std::string& path, const std::string& c
   for (const auto& item : root) {
     if (!item.first.IsScalar()) {  // `{}: 1`: YAML allows any node as a key
       throw ValueError(str_cat(path, ": line ", item.first.Mark().line + 1, ": the key is ",
-                               item.first.IsMap() ? "a mapping" : item.first.IsSequence() ? "a sequence" : "null",
+                               item.first.IsMap()        ? "a mapping"
+                               : item.first.IsSequence() ? "a sequence"
+                                                         : "null",
                                ", not an option name"));
     }
     const YAML::Node& value = item.second;

@@ -19,13 +19,18 @@ std::vector<Shape> gpt2_parameter_shapes(const DemoOptions& o) {
   const int64_t d = o.d_model;
   std::vector<Shape> shapes = {{o.vocab, d}, {o.context, d}};  // wte, wpe
   for (int l = 0; l < o.layers; ++l) {
-    for (Shape s : std::initializer_list<Shape>{
-             {d}, {d},                // ln_1
-             {d, 3 * d}, {3 * d},     // attn.c_attn (Conv1D layout)
-             {d, d}, {d},             // attn.c_proj
-             {d}, {d},                // ln_2
-             {d, 4 * d}, {4 * d},     // mlp.c_fc
-             {4 * d, d}, {d}}) {      // mlp.c_proj
+    for (Shape s : std::initializer_list<Shape>{{d},
+                                                {d},  // ln_1
+                                                {d, 3 * d},
+                                                {3 * d},  // attn.c_attn (Conv1D layout)
+                                                {d, d},
+                                                {d},  // attn.c_proj
+                                                {d},
+                                                {d},  // ln_2
+                                                {d, 4 * d},
+                                                {4 * d},  // mlp.c_fc
+                                                {4 * d, d},
+                                                {d}}) {  // mlp.c_proj
       shapes.push_back(s);
     }
   }
@@ -47,11 +52,21 @@ CLI::App* add_demo_command(CLI::App& app, DemoOptions& o) {
   CLI::App* demo = app.add_subcommand(
       "demo", "Allocate a GPT-2-shaped training state (no compute) and print the memory summary");
   demo->add_option("--device", o.device, "cpu, meta or cuda:N")->capture_default_str();
-  demo->add_option("--layers", o.layers, "transformer blocks")->capture_default_str()->check(CLI::PositiveNumber);
-  demo->add_option("--d-model,--d_model", o.d_model, "hidden size")->capture_default_str()->check(CLI::PositiveNumber);
-  demo->add_option("--vocab", o.vocab, "vocabulary size")->capture_default_str()->check(CLI::PositiveNumber);
-  demo->add_option("--context", o.context, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
-  demo->add_option("--batch", o.batch, "micro-batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  demo->add_option("--layers", o.layers, "transformer blocks")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--d-model,--d_model", o.d_model, "hidden size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--vocab", o.vocab, "vocabulary size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--context", o.context, "sequence length")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--batch", o.batch, "micro-batch size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   demo->add_option("--memory-limit,--memory_limit", o.memory_limit,
                    "cap the device's memory, e.g. 24GiB (default: HEADROOM_MEMORY_LIMIT)");
   demo->add_option("--snapshot", o.snapshot, "write a memory_viz pickle of the run to this path");
@@ -65,7 +80,8 @@ CLI::App* add_demo_command(CLI::App& app, DemoOptions& o) {
 int run_demo(const DemoOptions& o) {
   const Device device = Device::parse(o.device);
   caching_allocator(device);  // fail on an unavailable device before printing anything
-  if (!o.memory_limit.empty()) set_memory_limit(device, parse_byte_size(o.memory_limit, "--memory-limit"));
+  if (!o.memory_limit.empty())
+    set_memory_limit(device, parse_byte_size(o.memory_limit, "--memory-limit"));
   if (!o.snapshot.empty()) record_memory_history(100000);
 
   const std::vector<Shape> shapes = gpt2_parameter_shapes(o);
@@ -110,8 +126,10 @@ int run_demo(const DemoOptions& o) {
     report(label);
   }
   if (o.empty_cache) empty_cache(device);
-  std::printf("  %-36s %12s\n", "peak allocated", format_bytes(max_memory_allocated(device)).c_str());
-  std::printf("  %-36s %12s\n\n", "peak reserved", format_bytes(max_memory_reserved(device)).c_str());
+  std::printf("  %-36s %12s\n", "peak allocated",
+              format_bytes(max_memory_allocated(device)).c_str());
+  std::printf("  %-36s %12s\n\n", "peak reserved",
+              format_bytes(max_memory_reserved(device)).c_str());
   std::fputs(memory_summary(device, o.abbreviated).c_str(), stdout);
   if (!o.snapshot.empty()) {
     dump_memory_snapshot(o.snapshot);

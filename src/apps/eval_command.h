@@ -23,7 +23,7 @@ struct EvalOptions {
                                // the model's context length
   std::string per_device_eval_batch_size = "8";
   std::string device = "auto";
-  std::string adapter;  // a PEFT LoRA adapter directory applied to the model; empty: none
+  std::string adapter;      // a PEFT LoRA adapter directory applied to the model; empty: none
   AdapterBaseOptions base;  // the base under the adapter (Note [The base of an adapter])
   bool json = false;
 };

@@ -52,7 +52,7 @@ void check_merge_output(const std::string& output_dir, const std::string& model,
   for (const auto& [option, value] : inputs) {
     if (!fs::is_directory(*value, ec)) continue;  // a preset: nothing on disk
     const fs::path in = resolved(*value);
-    const char* relation = out == in           ? "is"
+    const char* relation = out == in         ? "is"
                            : within(out, in) ? "lies inside"
                            : within(in, out) ? "contains"
                                              : nullptr;
@@ -69,19 +69,22 @@ CLI::App* add_merge_command(CLI::App& app, MergeOptions& o) {
   CLI::App* merge = app.add_subcommand(
       "merge", "Merge a LoRA adapter into its base model and save a plain HF model directory");
   auto last = CLI::MultiOptionPolicy::TakeLast;
-  merge->add_option("--model", o.model,
-                    "the base: a preset or a model directory (default: the one the adapter's "
-                    "adapter_base.json records)")
+  merge
+      ->add_option("--model", o.model,
+                   "the base: a preset or a model directory (default: the one the adapter's "
+                   "adapter_base.json records)")
       ->multi_option_policy(last);
-  merge->add_option("--adapter", o.adapter,
-                    "the adapter directory (adapter_config.json + adapter_model.safetensors)")
+  merge
+      ->add_option("--adapter", o.adapter,
+                   "the adapter directory (adapter_config.json + adapter_model.safetensors)")
       ->required()
       ->multi_option_policy(last);
   merge->add_option("--output_dir,--output-dir", o.output_dir, "where the merged model goes")
       ->required()
       ->multi_option_policy(last);
-  merge->add_option("--dtype", o.dtype,
-                    "dtype of the saved weights: fp32, bf16 or fp16 (default: the base's)")
+  merge
+      ->add_option("--dtype", o.dtype,
+                   "dtype of the saved weights: fp32, bf16 or fp16 (default: the base's)")
       ->multi_option_policy(last);
   add_adapter_base_options(*merge, o.base);
   return merge;

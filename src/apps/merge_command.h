@@ -17,7 +17,7 @@ struct MergeOptions {
   std::string adapter;
   std::string output_dir;
   AdapterBaseOptions base;  // the base under the adapter (Note [The base of an adapter])
-  std::string dtype;  // f32 / fp32, bf16, f16 / fp16; empty: the base's parameter dtype
+  std::string dtype;        // f32 / fp32, bf16, f16 / fp16; empty: the base's parameter dtype
 };
 
 CLI::App* add_merge_command(CLI::App& app, MergeOptions& options);

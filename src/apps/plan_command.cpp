@@ -50,8 +50,9 @@ std::string gpu_names() {
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
   CLI::App* plan = app.add_subcommand(
-      "plan", "Predict a run's memory by dry run on the meta device (the options of train), "
-              "and search the configurations that fit a GPU");
+      "plan",
+      "Predict a run's memory by dry run on the meta device (the options of train), "
+      "and search the configurations that fit a GPU");
   add_training_options(*plan, TrainingOptionsHelp::read_by_plan);
   const char* group = "Plan";
   auto last = CLI::MultiOptionPolicy::TakeLast;
@@ -105,8 +106,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group(group);
-  plan->add_option("--steps", o.steps, "training steps to dry-run (the second counts the "
-                                       "optimizer states created in the first)")
+  plan->add_option("--steps", o.steps,
+                   "training steps to dry-run (the second counts the "
+                   "optimizer states created in the first)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group(group);
@@ -126,7 +128,8 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   target.world_size = o.world_size;
   if (o.inference) {
     if (o.world_size > 1) {
-      throw ValueError(str_cat("world_size: ", o.world_size, " with --inference, which plans one "
+      throw ValueError(str_cat("world_size: ", o.world_size,
+                               " with --inference, which plans one "
                                "process (data parallel is for training)"));
     }
     const InferencePlan plan = plan_inference(args, target);
@@ -139,7 +142,8 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   if (!args.memory_snapshot.empty()) {
     dump_memory_snapshot(args.memory_snapshot);
     record_memory_history(0);
-    if (!o.json) std::printf("dry run's memory snapshot written to %s\n", args.memory_snapshot.c_str());
+    if (!o.json)
+      std::printf("dry run's memory snapshot written to %s\n", args.memory_snapshot.c_str());
   }
   // Note [Slack report]: what the fix would give, measured (after the snapshot is written, so
   // that it holds the configuration asked for).
@@ -150,7 +154,7 @@ int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   if (!o.json && o.kernels) std::printf("%s", plan.kernels().format().c_str());
   if (target.capacity_bytes > 0 && !o.no_search) {
     const SearchSpace space{comma_list(o.search_precisions), comma_list(o.search_optims),
-                            comma_list(o.search_policies), comma_list(o.search_adapters),
+                            comma_list(o.search_policies),   comma_list(o.search_adapters),
                             comma_list(o.search_allocators), zero_stage_list(o.search_zero_stages)};
     const bool tty = isatty(STDERR_FILENO) != 0;
     const SearchResult search = search_configurations(args, target, space, [&](int64_t runs) {

@@ -62,8 +62,10 @@ void add_training_options(CLI::App& train, TrainingOptionsHelp help) {
       "per-device-train-batch-size = 4).\nBooleans: --bf16 alone means true; --bf16 false, 0, no "
       "turn it off.";
   if (!unlisted.empty()) {
-    footer += str_cat("\nAccepted and ignored, as the dry run does not read them (so that a train "
-                      "command line plans as it is): ", unlisted, ".");
+    footer += str_cat(
+        "\nAccepted and ignored, as the dry run does not read them (so that a train "
+        "command line plans as it is): ",
+        unlisted, ".");
   }
   train.footer(footer);
 }
@@ -100,9 +102,11 @@ int run_train_command(const CLI::App& train) {
     std::fprintf(stderr, "headroom: warning: eval_steps is ignored with eval_strategy no\n");
   }
   if (!args.memory_limit.empty()) {
-    set_memory_limit(resolve_device(args.device), parse_byte_size(args.memory_limit, "--memory_limit"));
+    set_memory_limit(resolve_device(args.device),
+                     parse_byte_size(args.memory_limit, "--memory_limit"));
   }
-  if (args.expandable_segments) caching_allocator(resolve_device(args.device)).set_expandable_segments(true);
+  if (args.expandable_segments)
+    caching_allocator(resolve_device(args.device)).set_expandable_segments(true);
   // Note [A run that cannot fit is refused before it allocates]; one process (a rank's share
   // needs the world's dry run).
   if (!launch_environment().distributed()) check_run_fits_the_machine(args);

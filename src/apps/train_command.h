@@ -21,8 +21,7 @@ CLI::App* add_train_command(CLI::App& app);
 // are still accepted, so that a train command line plans as it is, and named in the footer).
 enum class TrainingOptionsHelp { all, read_by_plan };
 // --config and one option per TrainingArguments field, on `command` (train, plan).
-void add_training_options(CLI::App& command,
-                          TrainingOptionsHelp help = TrainingOptionsHelp::all);
+void add_training_options(CLI::App& command, TrainingOptionsHelp help = TrainingOptionsHelp::all);
 // The parsed subcommand's arguments: defaults, then --config, then flags; validated (the data
 // file too, unless `data` says it is not read).
 TrainingArguments train_arguments_from(const CLI::App& train, DataCheck data = DataCheck::required);

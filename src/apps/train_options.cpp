@@ -182,9 +182,8 @@ std::vector<TrainOption> make_train_options() {
        "QLoRA: every linear layer but lm_head a frozen 4-bit layer under the adapters",
        &A::load_in_4bit},
       {"bnb_4bit_quant_type", peft, "fp4 or nf4", &A::bnb_4bit_quant_type},
-      {"bnb_4bit_use_double_quant", peft,
-       "quantize the 4-bit blocks' absmax too", &A::bnb_4bit_use_double_quant,
-       "use_bnb_nested_quant"},
+      {"bnb_4bit_use_double_quant", peft, "quantize the 4-bit blocks' absmax too",
+       &A::bnb_4bit_use_double_quant, "use_bnb_nested_quant"},
       {"bnb_4bit_compute_dtype", peft,
        "float32, bfloat16 or float16 (default: the precision recipe's compute dtype)",
        &A::bnb_4bit_compute_dtype},
@@ -207,8 +206,7 @@ std::vector<TrainOption> make_train_options() {
        "(every integration: tensorboard) or none",
        &A::report_to},
       {"logging_dir", logging,
-       "TensorBoard's log directory (default: output_dir/runs/<date>_<hostname>)",
-       &A::logging_dir},
+       "TensorBoard's log directory (default: output_dir/runs/<date>_<hostname>)", &A::logging_dir},
       {"dataloader_num_workers", loading, "worker threads loading batches; 0: the main thread",
        &A::dataloader_num_workers},
       {"dataloader_prefetch_factor", loading,
@@ -258,17 +256,47 @@ const std::vector<TrainOption>& train_options() {
 }
 
 bool read_by_plan(const TrainOption& option) {
-  static const std::set<std::string_view> not_read = {
-      "data", "output_dir", "overwrite_output_dir", "validation_split_percentage",
-      "max_eval_samples", "max_steps", "num_train_epochs", "learning_rate", "weight_decay",
-      "adam_beta1", "adam_beta2", "adam_epsilon", "lr_scheduler_type", "warmup_ratio",
-      "warmup_steps", "memory_limit", "lora_alpha", "use_rslora", "logging_steps",
-      "logging_first_step", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
-      "resume_from_checkpoint", "disable_tqdm", "report_to", "logging_dir",
-      "dataloader_persistent_workers",
-      "dataloader_pin_memory", "dataloader_drop_last", "seed", "data_seed", "sample_prompt",
-      "sample_max_new_tokens", "profile", "profile_skip_first", "profile_wait", "profile_warmup",
-      "profile_active", "profile_repeat"};
+  static const std::set<std::string_view> not_read = {"data",
+                                                      "output_dir",
+                                                      "overwrite_output_dir",
+                                                      "validation_split_percentage",
+                                                      "max_eval_samples",
+                                                      "max_steps",
+                                                      "num_train_epochs",
+                                                      "learning_rate",
+                                                      "weight_decay",
+                                                      "adam_beta1",
+                                                      "adam_beta2",
+                                                      "adam_epsilon",
+                                                      "lr_scheduler_type",
+                                                      "warmup_ratio",
+                                                      "warmup_steps",
+                                                      "memory_limit",
+                                                      "lora_alpha",
+                                                      "use_rslora",
+                                                      "logging_steps",
+                                                      "logging_first_step",
+                                                      "eval_steps",
+                                                      "save_strategy",
+                                                      "save_steps",
+                                                      "save_total_limit",
+                                                      "resume_from_checkpoint",
+                                                      "disable_tqdm",
+                                                      "report_to",
+                                                      "logging_dir",
+                                                      "dataloader_persistent_workers",
+                                                      "dataloader_pin_memory",
+                                                      "dataloader_drop_last",
+                                                      "seed",
+                                                      "data_seed",
+                                                      "sample_prompt",
+                                                      "sample_max_new_tokens",
+                                                      "profile",
+                                                      "profile_skip_first",
+                                                      "profile_wait",
+                                                      "profile_warmup",
+                                                      "profile_active",
+                                                      "profile_repeat"};
   return !not_read.contains(option.name);
 }
 
@@ -426,15 +454,16 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   std::error_code ec;
   if (data == DataCheck::required) {
     if (a.data.empty()) {
-      throw ValueError("--data is required: a text file, a directory of text files or a JSONL file");
+      throw ValueError(
+          "--data is required: a text file, a directory of text files or a JSONL file");
     }
     check(std::filesystem::exists(a.data, ec), "data", "'", a.data, "' does not exist");
   }
   check(!a.output_dir.empty(), "output_dir", "must not be empty");
   if (a.device != "auto") rethrow_named("device", [&] { Device::parse(a.device); });
   if (!a.memory_limit.empty()) {
-    check(parse_byte_size(a.memory_limit, where("memory_limit").c_str()) > 0, "memory_limit",
-          "'", a.memory_limit, "' is no memory at all (leave the option out for no cap)");
+    check(parse_byte_size(a.memory_limit, where("memory_limit").c_str()) > 0, "memory_limit", "'",
+          a.memory_limit, "' is no memory at all (leave the option out for no cap)");
   }
   check(!a.max_seq_length || *a.max_seq_length > 0, "max_seq_length", a.max_seq_length.value_or(0),
         " is not positive");
@@ -471,7 +500,8 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   // The noise's bound is alpha / sqrt(T * d): beyond fp32's range it is infinite, and every
   // weight the first step touches becomes NaN.
   check(a.neftune_noise_alpha <= std::numeric_limits<float>::max(), "neftune_noise_alpha",
-        format_real(a.neftune_noise_alpha), " is beyond fp32's range (3.4e38): the noise would be "
+        format_real(a.neftune_noise_alpha),
+        " is beyond fp32's range (3.4e38): the noise would be "
         "infinite");
   rethrow_named("lr_scheduler_type", [&] { parse_scheduler_type(a.lr_scheduler_type); });
   check(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "warmup_ratio", format_real(a.warmup_ratio),

@@ -55,7 +55,8 @@ std::string unexpected_arguments_message(const CLI::App& command,
     const std::string name = extra.substr(0, extra.find('='));
     std::vector<std::string> candidates;
     for (const CLI::Option* option : command.get_options()) {
-      for (const std::string& long_name : option->get_lnames()) candidates.push_back("--" + long_name);
+      for (const std::string& long_name : option->get_lnames())
+        candidates.push_back("--" + long_name);
     }
     const std::string suggestion = nearest_name(name, candidates);
     return suggestion.empty()

@@ -25,8 +25,8 @@ void add_to_buffer(std::vector<Tensor>& buffer, uint32_t i, Tensor grad) {
   }
   // Accumulate into whichever buffer we own alone, else into a fresh one; in the wider dtype
   // when a cast's consumers returned its gradient in both (BackwardContext::grad_dtype).
-  const DType wide = dtype_size(grad.dtype()) > dtype_size(slot.dtype()) ? grad.dtype()
-                                                                          : slot.dtype();
+  const DType wide =
+      dtype_size(grad.dtype()) > dtype_size(slot.dtype()) ? grad.dtype() : slot.dtype();
   if (slot.dtype() == wide && slot.storage().use_count() == 1 && slot.is_contiguous()) {
     slot.add_(grad);
   } else if (grad.dtype() == wide && grad.storage().use_count() == 1 && grad.is_contiguous()) {
@@ -71,8 +71,8 @@ void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
               bool retain_graph) {
   if (roots.size() != grad_outputs.size()) {
-    throw ValueError(str_cat("backward: ", roots.size(), " roots but ", grad_outputs.size(),
-                             " gradients"));
+    throw ValueError(
+        str_cat("backward: ", roots.size(), " roots but ", grad_outputs.size(), " gradients"));
   }
   NoGradGuard no_grad;
   AutocastOffGuard autocast_off;
@@ -88,8 +88,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     Tensor grad = grad_outputs[r];
     if (!grad.defined()) {
       if (root.numel() != 1) {
-        throw Error(str_cat("backward: grad can be implicitly created only for one-element "
-                            "outputs; root ", r, " has shape ", root.shape()));
+        throw Error(
+            str_cat("backward: grad can be implicitly created only for one-element "
+                    "outputs; root ",
+                    r, " has shape ", root.shape()));
       }
       grad = Tensor::ones(root.shape(), root.dtype(), root.device());
     } else if (grad.shape() != root.shape()) {

@@ -36,7 +36,8 @@ SavedTensor::SavedTensor(const Tensor& tensor) : defined_(tensor.defined()) {
 
 Tensor SavedTensor::unpack(const std::string& node) const {
   if (released_) {
-    throw Error(str_cat(node, ": trying to backward through the graph a second time (its saved "
+    throw Error(str_cat(node,
+                        ": trying to backward through the graph a second time (its saved "
                         "tensors were freed after the first backward); pass retain_graph=true "
                         "to the first backward if you need a second"));
   }
@@ -44,8 +45,8 @@ Tensor SavedTensor::unpack(const std::string& node) const {
   if (hooks_) return hooks_->unpack(packed_);
   if (data_.storage()->version() != version_) {
     throw Error(str_cat(node, ": a tensor it saved for backward (shape ", data_.shape(),
-                        ") was modified in place after it was saved (version ", version_,
-                        ", now ", data_.storage()->version(), ")"));
+                        ") was modified in place after it was saved (version ", version_, ", now ",
+                        data_.storage()->version(), ")"));
   }
   return data_;
 }

@@ -58,8 +58,8 @@ inline void check_attention_backward_buffers(const char* entry, const Tensor& q,
   check_attention_rows(entry, "grad_v", grad_v, q.dtype(), k.shape());
   if (q.dtype() != DType::f32) {
     if (!grad_q_accum.defined()) {
-      throw ValueError(str_cat(entry, ": grad_q_accum is required for a ", dtype_name(q.dtype()),
-                               " q"));
+      throw ValueError(
+          str_cat(entry, ": grad_q_accum is required for a ", dtype_name(q.dtype()), " q"));
     }
     check_attention_buffer(entry, "grad_q_accum", grad_q_accum, DType::f32, q.numel());
   }

@@ -23,8 +23,8 @@ KernelWork attention_work(const Tensor& q, const Tensor& k, bool causal, double 
   w.flops = passes * 4.0 * b * h * t * s * d * (causal ? 0.5 : 1.0);
   w.precision = q.dtype() == DType::f32 ? FlopPrecision::fp32 : FlopPrecision::sixteen_bit;
   w.bytes = bytes;
-  w.shape = str_cat(q.size(0), " x ", q.size(1), "/", k.size(1), " x ", q.size(2), " x ",
-                    q.size(3), causal ? " causal" : "");
+  w.shape = str_cat(q.size(0), " x ", q.size(1), "/", k.size(1), " x ", q.size(2), " x ", q.size(3),
+                    causal ? " causal" : "");
   return w;
 }
 
@@ -38,8 +38,8 @@ KernelWork attention_forward_cost(const Tensor& q, const Tensor& k, const Tensor
 KernelWork attention_backward_cost(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out, const Tensor& grad_out, const Tensor& lse,
                                    bool causal, float, DropoutParams, const Tensor& delta,
-                                   const Tensor& grad_q, const Tensor& grad_k,
-                                   const Tensor& grad_v, const Tensor& grad_q_accum) {
+                                   const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                                   const Tensor& grad_q_accum) {
   return attention_work(q, k, causal, 2.5,
                         bytes_of({&q, &k, &v, &out, &grad_out, &lse, &delta, &grad_q, &grad_k,
                                   &grad_v, &grad_q_accum}));

@@ -26,9 +26,9 @@ void register_backend(const Backend& backend) {
   Registry& r = registry();
   const size_t i = static_cast<size_t>(backend.type);
   // Each entry learns its family's name, for the kernel census (Note [Kernel costs]).
-  r.tables[i] = std::apply(
-      [](const auto&... family) { return KernelTables{named_kernels(family)...}; },
-      backend.kernels);
+  r.tables[i] =
+      std::apply([](const auto&... family) { return KernelTables{named_kernels(family)...}; },
+                 backend.kernels);
   r.registered[i] = true;
 }
 
@@ -43,9 +43,7 @@ const void* find_kernel_family(DeviceType type, const std::type_info& family) {
   if (!tables) return nullptr;
   const void* found = nullptr;
   std::apply(
-      [&](const auto&... table) {
-        ((typeid(table) == family ? (found = &table, 0) : 0), ...);
-      },
+      [&](const auto&... table) { ((typeid(table) == family ? (found = &table, 0) : 0), ...); },
       *tables);
   return found;
 }

@@ -1,4 +1,5 @@
-// The argument checks every backend's cross-entropy entries share (backend/cross_entropy_kernels.h).
+// The argument checks every backend's cross-entropy entries share
+// (backend/cross_entropy_kernels.h).
 #include "backend/cross_entropy_kernels.h"
 
 #include "core/error.h"
@@ -28,10 +29,12 @@ void check_rows_f32(const char* op, const char* name, const Tensor& t, int64_t r
 
 void check_targets(const char* op, const Tensor& targets, int64_t rows) {
   if (targets.dtype() != DType::i64 && targets.dtype() != DType::i32) {
-    throw ValueError(str_cat(op, ": targets must be i32 or i64, not ", dtype_name(targets.dtype())));
+    throw ValueError(
+        str_cat(op, ": targets must be i32 or i64, not ", dtype_name(targets.dtype())));
   }
   if (targets.numel() != rows || !targets.is_contiguous()) {
-    throw ValueError(str_cat(op, ": targets ", targets.shape(), " must be contiguous [", rows, "]"));
+    throw ValueError(
+        str_cat(op, ": targets ", targets.shape(), " must be contiguous [", rows, "]"));
   }
 }
 
@@ -66,17 +69,17 @@ LogitRows check_cross_entropy_backward(const char* op, const Tensor& logits, con
 void check_mean_loss(const Tensor& row_loss, const Tensor& out) {
   check_rows_f32("mean_loss", "row_loss", row_loss, row_loss.numel());
   if (out.dtype() != DType::f32 || out.numel() != 1) {
-    throw ValueError(str_cat("mean_loss: out must be one f32, not ", dtype_name(out.dtype()), " ",
-                             out.shape()));
+    throw ValueError(
+        str_cat("mean_loss: out must be one f32, not ", dtype_name(out.dtype()), " ", out.shape()));
   }
 }
 
 void check_scale_by_scalar(const Tensor& x, const Tensor& scalar, const Tensor& out) {
   if (out.dtype() != x.dtype() || out.numel() != x.numel() || !x.is_contiguous() ||
       !out.is_contiguous() || scalar.numel() != 1) {
-    throw ValueError(str_cat("scale_by_scalar: x ", dtype_name(x.dtype()), " ", x.shape(),
-                             ", out ", dtype_name(out.dtype()), " ", out.shape(), ", scalar ",
-                             scalar.shape(), ": out must be contiguous like x, scalar 1 element"));
+    throw ValueError(str_cat("scale_by_scalar: x ", dtype_name(x.dtype()), " ", x.shape(), ", out ",
+                             dtype_name(out.dtype()), " ", out.shape(), ", scalar ", scalar.shape(),
+                             ": out must be contiguous like x, scalar 1 element"));
   }
 }
 

@@ -19,8 +19,8 @@ struct DropoutParams {
 struct DropoutKernels {
   static constexpr const char* kName = "dropout";
 
-  // out = keep ? x * scale : 0 with keep decided as the CPU's kernel does (backend/cpu/dropout.cpp) (24-bit word of the
-  // Philox stream at seed / offset + element index >= threshold).
+  // out = keep ? x * scale : 0 with keep decided as the CPU's kernel does (backend/cpu/dropout.cpp)
+  // (24-bit word of the Philox stream at seed / offset + element index >= threshold).
   Kernel<void(const Tensor& x, uint64_t seed, uint64_t offset, uint32_t threshold, float scale,
               const Tensor& out)>
       apply{"apply"};

@@ -18,8 +18,8 @@ GemmMatrix matrix_of(const char* name, const Tensor& t) {
   m.rows = t.size(-2);
   m.cols = t.size(-1);
   if (m.cols > 1 && t.stride(-1) != 1) {
-    throw ValueError(str_cat("gemm: ", name, " needs a unit stride in its last dimension, has ",
-                             t.strides()));
+    throw ValueError(
+        str_cat("gemm: ", name, " needs a unit stride in its last dimension, has ", t.strides()));
   }
   // A single row's leading stride is free; the libraries only ask that rows do not overlap.
   m.ld = m.rows > 1 ? t.stride(-2) : std::max<int64_t>(m.cols, 1);
@@ -61,8 +61,8 @@ GemmProblem gemm_problem(bool trans_a, bool trans_b, const Tensor& a, const Tens
                              " do not broadcast to c ", c.shape()));
   }
   if (p.batch > 1 && p.c.batch_stride < p.m * p.c.ld) {
-    throw ValueError(str_cat("gemm: the batches of c ", c.shape(), " with strides ", c.strides(),
-                             " overlap"));
+    throw ValueError(
+        str_cat("gemm: the batches of c ", c.shape(), " with strides ", c.strides(), " overlap"));
   }
   if (a.dtype() != b.dtype()) {
     throw ValueError(str_cat("gemm: a is ", dtype_name(a.dtype()), " but b is ",
@@ -83,10 +83,10 @@ GemmProblem gemm_problem(bool trans_a, bool trans_b, const Tensor& a, const Tens
     if ((of_a ? !trans_a : trans_b) || p.batch != 1 || mr.batch != 1 ||
         (mr.rows > 1 && mr.ld != mr.cols) || alpha != 1.0f) {
       throw ValueError(str_cat("gemm: a bias gradient of op(", of_a ? "a" : "b",
-                               ") needs one matrix stored [k, ", of_a ? "m" : "n",
-                               "] packed (got ", reduced.shape(), " with strides ",
-                               reduced.strides(), ", ", of_a ? "trans_a " : "trans_b ",
-                               of_a ? trans_a : trans_b, ") and alpha 1 (got ", alpha, ")"));
+                               ") needs one matrix stored [k, ", of_a ? "m" : "n", "] packed (got ",
+                               reduced.shape(), " with strides ", reduced.strides(), ", ",
+                               of_a ? "trans_a " : "trans_b ", of_a ? trans_a : trans_b,
+                               ") and alpha 1 (got ", alpha, ")"));
     }
   }
   if (epilogue != GemmEpilogue::none) {
@@ -120,8 +120,8 @@ namespace {
 int64_t bytes_of(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
 std::string gemm_shape(const GemmProblem& p, const char* epilogue, bool accumulates) {
-  return str_cat(p.batch > 1 ? str_cat(p.batch, " x ") : std::string(), p.m, " x ", p.n, " x ",
-                 p.k, epilogue, accumulates ? " +=" : "");
+  return str_cat(p.batch > 1 ? str_cat(p.batch, " x ") : std::string(), p.m, " x ", p.n, " x ", p.k,
+                 epilogue, accumulates ? " +=" : "");
 }
 
 }  // namespace

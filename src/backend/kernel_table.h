@@ -96,7 +96,10 @@ struct ArgumentBytes {
   }
   template <typename T>
   void add(const T& value) {
-    if constexpr (requires { value.packed; value.absmax; }) {
+    if constexpr (requires {
+                    value.packed;
+                    value.absmax;
+                  }) {
       add(value.packed), add(value.absmax);
     }
   }

@@ -17,8 +17,8 @@ struct Lion8bitKernels {
       update_32bit{"update_32bit"};
   // 8-bit blockwise state (u8 codes of the signed dynamic map, absmax f32 per kAdam8bitBlockSize
   // block; kOptimizerStatic8bit1StateBlockwise); param and grad f32, bf16 or f16.
-  Kernel<void(const Tensor& param, const Tensor& grad, const Tensor& state1,
-              const Tensor& absmax1, const BnbLionCoefficients& c)>
+  Kernel<void(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& absmax1,
+              const BnbLionCoefficients& c)>
       update_8bit{"update_8bit"};
 };
 

@@ -7,14 +7,14 @@ namespace headroom {
 // The step's scalars, each rounded to float from the double the optimizer computes, as PyTorch
 // turns its Python-float scalars into the tensor's dtype. See Note [AdamW order of operations].
 struct AdamWCoefficients {
-  float decay;                  // 1 - lr * weight_decay
+  float decay;  // 1 - lr * weight_decay
   float beta1;
   float one_minus_beta1;
   float beta2;
   float one_minus_beta2;
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
   float eps;
-  float neg_step_size;          // -lr / (1 - beta1^step)
+  float neg_step_size;  // -lr / (1 - beta1^step)
 };
 
 // The step's scalars in fp32, as bitsandbytes' kernels receive and compute them:
@@ -38,8 +38,8 @@ struct BnbLionCoefficients {
   float one_minus_beta1;
   float beta2;
   float one_minus_beta2;
-  float decay;             // 1 - lr * weight_decay
-  bool decays;             // weight_decay > 0: only then does the kernel multiply (and round)
+  float decay;  // 1 - lr * weight_decay
+  bool decays;  // weight_decay > 0: only then does the kernel multiply (and round)
 };
 
 }  // namespace headroom

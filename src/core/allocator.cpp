@@ -39,8 +39,8 @@ Allocator& allocator_for(Device device) {
   if (Allocator* scoped = t_scoped[static_cast<size_t>(device.type)]) return *scoped;
   AllocatorLookup lookup = lookups()[static_cast<size_t>(device.type)].load();
   if (!lookup) {
-    throw NotImplementedError(str_cat("no allocator is registered for device ", device,
-                                      " in this build"));
+    throw NotImplementedError(
+        str_cat("no allocator is registered for device ", device, " in this build"));
   }
   return lookup(device.index);
 }

@@ -9,9 +9,7 @@ thread_local AutocastDeviceState states[kNumDeviceTypes];
 thread_local int nesting_depth = 0;
 }  // namespace
 
-AutocastDeviceState AutocastMode::get(DeviceType type) {
-  return states[static_cast<int>(type)];
-}
+AutocastDeviceState AutocastMode::get(DeviceType type) { return states[static_cast<int>(type)]; }
 
 void AutocastMode::set(DeviceType type, const AutocastDeviceState& state) {
   states[static_cast<int>(type)] = state;

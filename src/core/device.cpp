@@ -10,9 +10,12 @@ namespace headroom {
 
 const char* device_type_name(DeviceType type) {
   switch (type) {
-    case DeviceType::cpu: return "cpu";
-    case DeviceType::cuda: return "cuda";
-    case DeviceType::meta: return "meta";
+    case DeviceType::cpu:
+      return "cpu";
+    case DeviceType::cuda:
+      return "cuda";
+    case DeviceType::meta:
+      return "meta";
   }
   return "?";
 }
@@ -25,7 +28,8 @@ Device Device::parse(std::string_view text) {
     std::string_view digits = text.substr(5);
     int index = -1;
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-    if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0 && !digits.empty()) {
+    if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0 &&
+        !digits.empty()) {
       return Device{DeviceType::cuda, index};
     }
   }

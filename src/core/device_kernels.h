@@ -42,8 +42,8 @@ struct DeviceKernels {
 // Note [Devices that compute the ops]
 // A backend can register the Tensor kernels above before the ops have kernels for its device:
 // then it allocates, fills, copies and draws, but every op throws "<op> has no kernel for
-// <device> yet" (need_kernel, backend/kernel_table.h). has_op_kernels says which state a backend is in,
-// so that callers choosing a device can ask instead of failing at the first op: device "auto"
+// <device> yet" (need_kernel, backend/kernel_table.h). has_op_kernels says which state a backend is
+// in, so that callers choosing a device can ask instead of failing at the first op: device "auto"
 // (train/model_source.h) takes the GPU only when its backend has op kernels. The CPU and meta
 // (whose ops allocate and compute nothing) have them; the CUDA backend has them when its
 // kernel tables (backend/backend.h) are complete. tests/core/test_device_kernels.cpp checks

@@ -93,16 +93,20 @@ void stochastic_scalar(const float* src, void* dst, size_t n, PhiloxState rng) {
 bool cpu_isa_supported(CpuIsa isa) {
   static const bool avx512 = detect_avx512();
   switch (isa) {
-    case CpuIsa::scalar: return true;
-    case CpuIsa::avx512: return avx512;
+    case CpuIsa::scalar:
+      return true;
+    case CpuIsa::avx512:
+      return avx512;
   }
   return false;
 }
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::scalar: return "scalar";
-    case CpuIsa::avx512: return "avx512";
+    case CpuIsa::scalar:
+      return "scalar";
+    case CpuIsa::avx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -135,22 +139,32 @@ void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n, Ov
 #if HEADROOM_HAVE_AVX512_KERNELS
   if (isa == CpuIsa::avx512) {
     switch (dst_dtype) {
-      case DType::f16: return detail::f32_to_f16_avx512(src, dst, n, overflow);
-      case DType::bf16: return detail::f32_to_bf16_avx512(src, dst, n, overflow);
-      case DType::f8_e4m3fn: return detail::f32_to_f8_e4m3fn_avx512(src, dst, n, overflow);
-      case DType::f8_e5m2: return detail::f32_to_f8_e5m2_avx512(src, dst, n, overflow);
-      default: break;  // f32 is a copy on every ISA; the rest fail below
+      case DType::f16:
+        return detail::f32_to_f16_avx512(src, dst, n, overflow);
+      case DType::bf16:
+        return detail::f32_to_bf16_avx512(src, dst, n, overflow);
+      case DType::f8_e4m3fn:
+        return detail::f32_to_f8_e4m3fn_avx512(src, dst, n, overflow);
+      case DType::f8_e5m2:
+        return detail::f32_to_f8_e5m2_avx512(src, dst, n, overflow);
+      default:
+        break;  // f32 is a copy on every ISA; the rest fail below
     }
   }
 #endif
   switch (dst_dtype) {
-    case DType::f32: return copy_f32(src, static_cast<float*>(dst), n, overflow);
-    case DType::f16: return encode_scalar<uint16_t, f32_to_f16_bits>(src, dst, n, overflow);
-    case DType::bf16: return encode_scalar<uint16_t, f32_to_bf16_bits>(src, dst, n, overflow);
+    case DType::f32:
+      return copy_f32(src, static_cast<float*>(dst), n, overflow);
+    case DType::f16:
+      return encode_scalar<uint16_t, f32_to_f16_bits>(src, dst, n, overflow);
+    case DType::bf16:
+      return encode_scalar<uint16_t, f32_to_bf16_bits>(src, dst, n, overflow);
     case DType::f8_e4m3fn:
       return encode_scalar<uint8_t, f32_to_f8_e4m3fn_bits>(src, dst, n, overflow);
-    case DType::f8_e5m2: return encode_scalar<uint8_t, f32_to_f8_e5m2_bits>(src, dst, n, overflow);
-    default: throw_not_floating("convert_from_f32", "dst_dtype", dst_dtype);
+    case DType::f8_e5m2:
+      return encode_scalar<uint8_t, f32_to_f8_e5m2_bits>(src, dst, n, overflow);
+    default:
+      throw_not_floating("convert_from_f32", "dst_dtype", dst_dtype);
   }
 }
 
@@ -159,21 +173,32 @@ void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t n, CpuI
 #if HEADROOM_HAVE_AVX512_KERNELS
   if (isa == CpuIsa::avx512) {
     switch (src_dtype) {
-      case DType::f16: return detail::f16_to_f32_avx512(src, dst, n);
-      case DType::bf16: return detail::bf16_to_f32_avx512(src, dst, n);
-      case DType::f8_e4m3fn: return detail::f8_e4m3fn_to_f32_avx512(src, dst, n);
-      case DType::f8_e5m2: return detail::f8_e5m2_to_f32_avx512(src, dst, n);
-      default: break;
+      case DType::f16:
+        return detail::f16_to_f32_avx512(src, dst, n);
+      case DType::bf16:
+        return detail::bf16_to_f32_avx512(src, dst, n);
+      case DType::f8_e4m3fn:
+        return detail::f8_e4m3fn_to_f32_avx512(src, dst, n);
+      case DType::f8_e5m2:
+        return detail::f8_e5m2_to_f32_avx512(src, dst, n);
+      default:
+        break;
     }
   }
 #endif
   switch (src_dtype) {
-    case DType::f32: return copy_f32(static_cast<const float*>(src), dst, n, Overflow::ieee);
-    case DType::f16: return decode_scalar<uint16_t, f16_bits_to_f32>(src, dst, n);
-    case DType::bf16: return decode_scalar<uint16_t, bf16_bits_to_f32>(src, dst, n);
-    case DType::f8_e4m3fn: return decode_scalar<uint8_t, f8_e4m3fn_bits_to_f32>(src, dst, n);
-    case DType::f8_e5m2: return decode_scalar<uint8_t, f8_e5m2_bits_to_f32>(src, dst, n);
-    default: throw_not_floating("convert_to_f32", "src_dtype", src_dtype);
+    case DType::f32:
+      return copy_f32(static_cast<const float*>(src), dst, n, Overflow::ieee);
+    case DType::f16:
+      return decode_scalar<uint16_t, f16_bits_to_f32>(src, dst, n);
+    case DType::bf16:
+      return decode_scalar<uint16_t, bf16_bits_to_f32>(src, dst, n);
+    case DType::f8_e4m3fn:
+      return decode_scalar<uint8_t, f8_e4m3fn_bits_to_f32>(src, dst, n);
+    case DType::f8_e5m2:
+      return decode_scalar<uint8_t, f8_e5m2_bits_to_f32>(src, dst, n);
+    default:
+      throw_not_floating("convert_to_f32", "src_dtype", src_dtype);
   }
 }
 

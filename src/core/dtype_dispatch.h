@@ -58,7 +58,8 @@ template <typename Fn>
 decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
 #define HEADROOM_DISPATCH_CASE(id, ...) \
-  case DType::id: return fn(TypeTag<cpp_type_for_t<DType::id>>{});
+  case DType::id:                       \
+    return fn(TypeTag<cpp_type_for_t<DType::id>>{});
     HEADROOM_DTYPE_TABLE(HEADROOM_DISPATCH_CASE)
 #undef HEADROOM_DISPATCH_CASE
   }

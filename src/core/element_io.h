@@ -16,7 +16,11 @@ namespace headroom {
 // dtype_traits() lives in host memory; kernels ask this instead.
 HEADROOM_HD inline bool is_floating_dtype(DType dtype) {
   switch (dtype) {
-    case DType::f32: case DType::f16: case DType::bf16: case DType::f8_e4m3fn: case DType::f8_e5m2:
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+    case DType::f8_e4m3fn:
+    case DType::f8_e5m2:
       return true;
     default:
       return false;
@@ -25,26 +29,40 @@ HEADROOM_HD inline bool is_floating_dtype(DType dtype) {
 
 HEADROOM_HD inline float load_as_f32(const void* p, DType dtype) {
   switch (dtype) {
-    case DType::f32: return *static_cast<const float*>(p);
-    case DType::f16: return f16_bits_to_f32(*static_cast<const uint16_t*>(p));
-    case DType::bf16: return bf16_bits_to_f32(*static_cast<const uint16_t*>(p));
-    case DType::f8_e4m3fn: return f8_e4m3fn_bits_to_f32(*static_cast<const uint8_t*>(p));
-    case DType::f8_e5m2: return f8_e5m2_bits_to_f32(*static_cast<const uint8_t*>(p));
-    case DType::i32: return static_cast<float>(*static_cast<const int32_t*>(p));
-    case DType::i64: return static_cast<float>(*static_cast<const int64_t*>(p));
-    case DType::u8: return static_cast<float>(*static_cast<const uint8_t*>(p));
-    case DType::boolean: return *static_cast<const uint8_t*>(p) ? 1.0f : 0.0f;
+    case DType::f32:
+      return *static_cast<const float*>(p);
+    case DType::f16:
+      return f16_bits_to_f32(*static_cast<const uint16_t*>(p));
+    case DType::bf16:
+      return bf16_bits_to_f32(*static_cast<const uint16_t*>(p));
+    case DType::f8_e4m3fn:
+      return f8_e4m3fn_bits_to_f32(*static_cast<const uint8_t*>(p));
+    case DType::f8_e5m2:
+      return f8_e5m2_bits_to_f32(*static_cast<const uint8_t*>(p));
+    case DType::i32:
+      return static_cast<float>(*static_cast<const int32_t*>(p));
+    case DType::i64:
+      return static_cast<float>(*static_cast<const int64_t*>(p));
+    case DType::u8:
+      return static_cast<float>(*static_cast<const uint8_t*>(p));
+    case DType::boolean:
+      return *static_cast<const uint8_t*>(p) ? 1.0f : 0.0f;
   }
   return 0.0f;
 }
 
 HEADROOM_HD inline int64_t load_as_i64(const void* p, DType dtype) {
   switch (dtype) {
-    case DType::i32: return *static_cast<const int32_t*>(p);
-    case DType::i64: return *static_cast<const int64_t*>(p);
-    case DType::u8: return *static_cast<const uint8_t*>(p);
-    case DType::boolean: return *static_cast<const uint8_t*>(p) ? 1 : 0;
-    default: return static_cast<int64_t>(load_as_f32(p, dtype));
+    case DType::i32:
+      return *static_cast<const int32_t*>(p);
+    case DType::i64:
+      return *static_cast<const int64_t*>(p);
+    case DType::u8:
+      return *static_cast<const uint8_t*>(p);
+    case DType::boolean:
+      return *static_cast<const uint8_t*>(p) ? 1 : 0;
+    default:
+      return static_cast<int64_t>(load_as_f32(p, dtype));
   }
 }
 
@@ -58,29 +76,55 @@ HEADROOM_HD inline int64_t saturating_to_int(double v, double lo, double hi) {
 
 HEADROOM_HD inline void store_from_f32(void* p, DType dtype, float v, Overflow overflow) {
   switch (dtype) {
-    case DType::f32: *static_cast<float*>(p) = v; return;
-    case DType::f16: *static_cast<uint16_t*>(p) = f32_to_f16_bits(v, overflow); return;
-    case DType::bf16: *static_cast<uint16_t*>(p) = f32_to_bf16_bits(v, overflow); return;
-    case DType::f8_e4m3fn: *static_cast<uint8_t*>(p) = f32_to_f8_e4m3fn_bits(v, overflow); return;
-    case DType::f8_e5m2: *static_cast<uint8_t*>(p) = f32_to_f8_e5m2_bits(v, overflow); return;
+    case DType::f32:
+      *static_cast<float*>(p) = v;
+      return;
+    case DType::f16:
+      *static_cast<uint16_t*>(p) = f32_to_f16_bits(v, overflow);
+      return;
+    case DType::bf16:
+      *static_cast<uint16_t*>(p) = f32_to_bf16_bits(v, overflow);
+      return;
+    case DType::f8_e4m3fn:
+      *static_cast<uint8_t*>(p) = f32_to_f8_e4m3fn_bits(v, overflow);
+      return;
+    case DType::f8_e5m2:
+      *static_cast<uint8_t*>(p) = f32_to_f8_e5m2_bits(v, overflow);
+      return;
     case DType::i32:
-      *static_cast<int32_t*>(p) = static_cast<int32_t>(saturating_to_int(v, -2147483648.0, 2147483647.0));
+      *static_cast<int32_t*>(p) =
+          static_cast<int32_t>(saturating_to_int(v, -2147483648.0, 2147483647.0));
       return;
     case DType::i64:
-      *static_cast<int64_t*>(p) = saturating_to_int(v, -9223372036854775808.0, 9223372036854775807.0);
+      *static_cast<int64_t*>(p) =
+          saturating_to_int(v, -9223372036854775808.0, 9223372036854775807.0);
       return;
-    case DType::u8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(saturating_to_int(v, 0.0, 255.0)); return;
-    case DType::boolean: *static_cast<uint8_t*>(p) = v != 0.0f; return;
+    case DType::u8:
+      *static_cast<uint8_t*>(p) = static_cast<uint8_t>(saturating_to_int(v, 0.0, 255.0));
+      return;
+    case DType::boolean:
+      *static_cast<uint8_t*>(p) = v != 0.0f;
+      return;
   }
 }
 
 HEADROOM_HD inline void store_from_i64(void* p, DType dtype, int64_t v) {
   switch (dtype) {
-    case DType::i32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); return;
-    case DType::i64: *static_cast<int64_t*>(p) = v; return;
-    case DType::u8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); return;
-    case DType::boolean: *static_cast<uint8_t*>(p) = v != 0; return;
-    default: store_from_f32(p, dtype, static_cast<float>(v), Overflow::ieee); return;
+    case DType::i32:
+      *static_cast<int32_t*>(p) = static_cast<int32_t>(v);
+      return;
+    case DType::i64:
+      *static_cast<int64_t*>(p) = v;
+      return;
+    case DType::u8:
+      *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
+      return;
+    case DType::boolean:
+      *static_cast<uint8_t*>(p) = v != 0;
+      return;
+    default:
+      store_from_f32(p, dtype, static_cast<float>(v), Overflow::ieee);
+      return;
   }
 }
 
@@ -92,7 +136,8 @@ HEADROOM_HD inline void store_from_double(void* p, DType dtype, double value) {
   } else if (is_floating_dtype(dtype)) {
     store_from_f32(p, dtype, static_cast<float>(value), Overflow::ieee);
   } else {
-    store_from_i64(p, dtype, saturating_to_int(value, -9223372036854775808.0, 9223372036854775807.0));
+    store_from_i64(p, dtype,
+                   saturating_to_int(value, -9223372036854775808.0, 9223372036854775807.0));
   }
 }
 

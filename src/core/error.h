@@ -54,24 +54,24 @@ std::string str_cat(const Args&... args) {
 
 }  // namespace headroom
 
-#define HEADROOM_CHECK(cond, ...)                                  \
-  do {                                                             \
+#define HEADROOM_CHECK(cond, ...)                                           \
+  do {                                                                      \
     if (!(cond)) throw ::headroom::Error(::headroom::str_cat(__VA_ARGS__)); \
   } while (0)
 
-#define HEADROOM_CHECK_VALUE(cond, ...)                                 \
-  do {                                                                  \
+#define HEADROOM_CHECK_VALUE(cond, ...)                                          \
+  do {                                                                           \
     if (!(cond)) throw ::headroom::ValueError(::headroom::str_cat(__VA_ARGS__)); \
   } while (0)
 
 // For invariants that only a bug in headroom can break (user errors use HEADROOM_CHECK_VALUE and
 // name the option or file): InternalError "internal error at FILE:LINE (COND): MESSAGE; this is
 // a bug in headroom".
-#define HEADROOM_INTERNAL_ASSERT(cond, ...)                                               \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      throw ::headroom::InternalError(::headroom::str_cat(                               \
-          "internal error at ", __FILE__, ":", __LINE__, " (" #cond "): ", __VA_ARGS__,   \
-          "; this is a bug in headroom"));                                                \
-    }                                                                                     \
+#define HEADROOM_INTERNAL_ASSERT(cond, ...)                                                        \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      throw ::headroom::InternalError(::headroom::str_cat("internal error at ", __FILE__, ":",     \
+                                                          __LINE__, " (" #cond "): ", __VA_ARGS__, \
+                                                          "; this is a bug in headroom"));         \
+    }                                                                                              \
   } while (0)

@@ -52,8 +52,8 @@ HEADROOM_HD constexpr bool amax_greater(float a, float b) {
 
 // Delayed scaling's new scale from the amax its history yields.
 HEADROOM_HD constexpr float delayed_scale(float amax, float previous_scale, float scaled_max) {
-  float scale =
-      fp8_detail::is_finite(amax) && fp8_detail::is_positive(amax) ? scaled_max / amax : previous_scale;
+  float scale = fp8_detail::is_finite(amax) && fp8_detail::is_positive(amax) ? scaled_max / amax
+                                                                             : previous_scale;
   if (fp8_detail::is_inf(scale)) scale = kFloat32Max;
   return scale;
 }
@@ -139,8 +139,7 @@ struct Fp8Value {
   bool underflow;
 };
 
-HEADROOM_HD constexpr Fp8Value fp8_quantize_value(float x, float factor, bool e5m2,
-                                                  float fp8_max) {
+HEADROOM_HD constexpr Fp8Value fp8_quantize_value(float x, float factor, bool e5m2, float fp8_max) {
   const float scaled = x * factor;
   const uint8_t bits = fp8_saturating_bits(scaled, e5m2);
   return {bits, fp8_detail::is_finite(scaled) && (scaled > fp8_max || scaled < -fp8_max),

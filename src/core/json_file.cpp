@@ -44,13 +44,14 @@ Json parse_bounded(std::string_view text, const std::string& source) {
     using Event = nlohmann::json::parse_event_t;
     if (event == Event::object_start || event == Event::array_start) {
       if (depth >= kMaxJsonDepth) {
-        throw ValueError(str_cat(source, ": invalid JSON: nested deeper than ", kMaxJsonDepth,
-                                 " levels"));
+        throw ValueError(
+            str_cat(source, ": invalid JSON: nested deeper than ", kMaxJsonDepth, " levels"));
       }
       keys.emplace_back();
     } else if (event == Event::object_end || event == Event::array_end) {
       keys.pop_back();
-    } else if (event == Event::key && !keys.back().insert(parsed.template get<std::string>()).second) {
+    } else if (event == Event::key &&
+               !keys.back().insert(parsed.template get<std::string>()).second) {
       throw ValueError(str_cat(source, ": invalid JSON: key \"",
                                shortened(parsed.template get<std::string>()),
                                "\" appears twice in one object"));
@@ -62,8 +63,8 @@ Json parse_bounded(std::string_view text, const std::string& source) {
   } catch (const nlohmann::json::exception& e) {
     // Drop nlohmann's "[json.exception.parse_error.101] " tag; the rest is the reason.
     std::string_view reason = e.what();
-    if (const size_t tag_end = reason.find("] "); !reason.empty() && reason[0] == '[' &&
-                                                  tag_end != std::string_view::npos) {
+    if (const size_t tag_end = reason.find("] ");
+        !reason.empty() && reason[0] == '[' && tag_end != std::string_view::npos) {
       reason.remove_prefix(tag_end + 2);
     }
     throw ValueError(str_cat(source, ": invalid JSON: ", reason));

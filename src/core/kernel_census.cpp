@@ -68,8 +68,8 @@ bool has_strided_layout(const Tensor& t) {
 
 void count_skipped_host_read(const Tensor& t) {
   if (!kernel_census_open() || !t.defined() || !t.device().is_meta()) return;
-  count_tensor_kernel("transfer", "device_to_host", t.device(),
-                      static_cast<int64_t>(t.nbytes()), /*host_sync=*/true);
+  count_tensor_kernel("transfer", "device_to_host", t.device(), static_cast<int64_t>(t.nbytes()),
+                      /*host_sync=*/true);
 }
 
 }  // namespace headroom

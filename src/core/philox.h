@@ -58,7 +58,8 @@ HEADROOM_HD inline Philox4x32Block philox4x32_10(Philox4x32Block counter, uint32
 
 // Block `index` of the stream of `seed` (see Note [Philox stream layout]).
 HEADROOM_HD inline Philox4x32Block philox_block(uint64_t seed, uint64_t index) {
-  Philox4x32Block counter{{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0u, 0u}};
+  Philox4x32Block counter{
+      {static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0u, 0u}};
   return philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
@@ -132,10 +133,22 @@ HEADROOM_HD inline float philox_standard_normal(uint64_t seed, uint64_t offset, 
   philox_sincos_quadrant(a, &sin_a, &cos_a);
   float sin_t, cos_t;
   switch (quadrant) {
-    case 0: sin_t = sin_a; cos_t = cos_a; break;
-    case 1: sin_t = cos_a; cos_t = -sin_a; break;
-    case 2: sin_t = -sin_a; cos_t = -cos_a; break;
-    default: sin_t = -cos_a; cos_t = sin_a; break;
+    case 0:
+      sin_t = sin_a;
+      cos_t = cos_a;
+      break;
+    case 1:
+      sin_t = cos_a;
+      cos_t = -sin_a;
+      break;
+    case 2:
+      sin_t = -sin_a;
+      cos_t = -cos_a;
+      break;
+    default:
+      sin_t = -cos_a;
+      cos_t = sin_a;
+      break;
   }
   return radius * ((i % 2 == 0) ? cos_t : sin_t);
 }

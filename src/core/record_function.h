@@ -77,8 +77,8 @@ class RecordFunction {
 
   // An op's scope, named `op`, with the shapes and dtypes of `inputs`.
   template <typename... Tensors>
-    requires(std::same_as<Tensors, Tensor> && ...)
-  explicit RecordFunction(const char* op, const Tensors&... inputs)
+  requires(std::same_as<Tensors, Tensor>&&...) explicit RecordFunction(const char* op,
+                                                                       const Tensors&... inputs)
       : scope_(RecordScope::function), active_(detail::g_record_function_observers.any()) {
     if (active_) [[unlikely]] {
       if (begin(op)) {
@@ -91,11 +91,13 @@ class RecordFunction {
   // A named scope without inputs: a phase such as "forward".
   RecordFunction(RecordScope scope, std::string_view name)
       : scope_(scope), active_(detail::g_record_function_observers.any()) {
-    if (active_ && begin(name)) [[unlikely]] start_clock();
+    if (active_ && begin(name)) [[unlikely]]
+      start_clock();
   }
 
   ~RecordFunction() {
-    if (state_) [[unlikely]] end();
+    if (state_) [[unlikely]]
+      end();
   }
   RecordFunction(const RecordFunction&) = delete;
   RecordFunction& operator=(const RecordFunction&) = delete;

@@ -60,8 +60,8 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype, Device
                              " must be finite and step non-zero"));
   }
   if ((step > 0 && end < start) || (step < 0 && end > start)) {
-    throw ValueError(str_cat("arange: step ", step, " does not lead from start ", start,
-                             " to end ", end));
+    throw ValueError(
+        str_cat("arange: step ", step, " does not lead from start ", start, " to end ", end));
   }
   const int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
   Tensor t = empty({n}, dtype, device);
@@ -152,9 +152,8 @@ bool view_strides(const Shape& old_shape, const Strides& old_strides, const Shap
   for (int tensor_d = old_shape.ndim() - 1; tensor_d >= 0; --tensor_d) {
     tensor_numel *= old_shape[tensor_d];
     // A chunk of contiguous dims ends where the next outer dim is not laid out right after it.
-    if (tensor_d == 0 ||
-        (old_shape[tensor_d - 1] != 1 &&
-         old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+    if (tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
+                          old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
         (*new_strides)[view_d] = view_numel * chunk_base_stride;
         view_numel *= new_shape[view_d];
@@ -200,8 +199,8 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   const int64_t extent = shape_[d];
   if (start < 0) start += extent;
   if (start < 0 || length < 0 || start + length > extent) {
-    throw IndexError(str_cat("narrow: start ", start, " and length ", length,
-                             " exceed dimension ", d, " of size ", extent));
+    throw IndexError(str_cat("narrow: start ", start, " and length ", length, " exceed dimension ",
+                             d, " of size ", extent));
   }
   Shape shape = shape_;
   shape[d] = length;
@@ -262,8 +261,8 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
   check_defined("permute");
   if (static_cast<int>(dims.size()) != ndim()) {
-    throw ValueError(str_cat("permute: ", dims.size(), " dimensions given for a tensor of ",
-                             ndim()));
+    throw ValueError(
+        str_cat("permute: ", dims.size(), " dimensions given for a tensor of ", ndim()));
   }
   Shape shape, strides;
   std::vector<bool> seen(ndim(), false);
@@ -280,8 +279,8 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 Tensor Tensor::expand(const Shape& shape) const {
   check_defined("expand");
   if (shape.ndim() < ndim()) {
-    throw ValueError(str_cat("expand: shape ", shape, " has fewer dimensions than the tensor's ",
-                             shape_));
+    throw ValueError(
+        str_cat("expand: shape ", shape, " has fewer dimensions than the tensor's ", shape_));
   }
   Shape out_shape, out_strides;
   const int lead = shape.ndim() - ndim();
@@ -289,7 +288,8 @@ Tensor Tensor::expand(const Shape& shape) const {
     const int src = i - lead;
     int64_t size = shape[i];
     if (src < 0) {
-      if (size < 0) throw ValueError(str_cat("expand: -1 is not allowed in new leading dimension ", i));
+      if (size < 0)
+        throw ValueError(str_cat("expand: -1 is not allowed in new leading dimension ", i));
       out_shape.push_back(size);
       out_strides.push_back(0);
       continue;
@@ -372,8 +372,8 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
 Tensor Tensor::pin_memory() const {
   check_defined("pin_memory");
   if (!device().is_cpu()) {
-    throw ValueError(str_cat("pin_memory: the tensor is on ", device(),
-                             "; only CPU tensors can be pinned"));
+    throw ValueError(
+        str_cat("pin_memory: the tensor is on ", device(), "; only CPU tensors can be pinned"));
   }
   PinnedAllocator* pinned = pinned_allocator();
   if (!pinned) {
@@ -412,8 +412,8 @@ const Tensor& Tensor::add_(const Tensor& src) const {
   check_defined("add_");
   src.check_defined("add_ source");
   if (!is_floating(dtype_) || !is_floating(src.dtype())) {
-    throw ValueError(str_cat("add_: needs floating tensors, not ", dtype_name(dtype_), " += ",
-                             dtype_name(src.dtype())));
+    throw ValueError(str_cat("add_: needs floating tensors, not ", dtype_name(dtype_),
+                             " += ", dtype_name(src.dtype())));
   }
   if (!is_contiguous()) throw ValueError("add_: the destination must be contiguous");
   if (src.device() != device()) {
@@ -439,17 +439,17 @@ const Tensor& Tensor::copy_(const Tensor& src, Overflow overflow) const {
   if (numel() == 0) return *this;
   const Device dst_device = device(), src_device = source.device();
   if (dst_device == src_device) {
-    count_tensor_kernel(source.dtype() == dtype_ ? "copy" : "cast", "copy", dst_device,
-                        static_cast<int64_t>(nbytes()) +
-                            numel() * static_cast<int64_t>(dtype_size(source.dtype())),
-                        false, has_strided_layout(*this) || has_strided_layout(source));
+    count_tensor_kernel(
+        source.dtype() == dtype_ ? "copy" : "cast", "copy", dst_device,
+        static_cast<int64_t>(nbytes()) + numel() * static_cast<int64_t>(dtype_size(source.dtype())),
+        false, has_strided_layout(*this) || has_strided_layout(source));
     device_kernels(dst_device).copy(*this, source, overflow);
     return *this;
   }
   // A synchronous transfer (copy_from_cpu / copy_to_cpu wait for the stream): a host sync.
   count_tensor_kernel("transfer", dst_device.is_cpu() ? "device_to_host" : "host_to_device",
-                      dst_device.is_cpu() ? src_device : dst_device,
-                      static_cast<int64_t>(nbytes()), /*host_sync=*/true);
+                      dst_device.is_cpu() ? src_device : dst_device, static_cast<int64_t>(nbytes()),
+                      /*host_sync=*/true);
   if (dst_device.is_meta()) return *this;  // nothing to write, as PyTorch
   if (src_device.is_meta()) {
     throw Error(str_cat("copy_: cannot copy out of a meta tensor into ", dst_device,
@@ -521,7 +521,8 @@ const Tensor& Tensor::uniform_(double low, double high, Generator* generator) co
   }
   const DeviceKernels& kernels = device_kernels(device());
   count_tensor_kernel("tensor", "uniform", device(), static_cast<int64_t>(nbytes()));
-  draw_into(*this, generator, [&](const Tensor& dst, PhiloxState rng) { kernels.uniform(dst, rng, low, high); });
+  draw_into(*this, generator,
+            [&](const Tensor& dst, PhiloxState rng) { kernels.uniform(dst, rng, low, high); });
   return *this;
 }
 
@@ -534,7 +535,8 @@ const Tensor& Tensor::normal_(double mean, double std, Generator* generator) con
   if (!(std >= 0)) throw ValueError(str_cat("normal_: std ", std, " must be >= 0"));
   const DeviceKernels& kernels = device_kernels(device());
   count_tensor_kernel("tensor", "normal", device(), static_cast<int64_t>(nbytes()));
-  draw_into(*this, generator, [&](const Tensor& dst, PhiloxState rng) { kernels.normal(dst, rng, mean, std); });
+  draw_into(*this, generator,
+            [&](const Tensor& dst, PhiloxState rng) { kernels.normal(dst, rng, mean, std); });
   return *this;
 }
 

@@ -69,7 +69,7 @@ class Tensor {
   T* data() const;
 
   // Views (no copy). ValueError / IndexError name the argument and its limit.
-  Tensor view(const Shape& shape) const;  // -1 infers one dimension; needs compatible strides
+  Tensor view(const Shape& shape) const;     // -1 infers one dimension; needs compatible strides
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;

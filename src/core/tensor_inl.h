@@ -16,8 +16,8 @@ T* Tensor::data() const {
   }
   constexpr DType requested = dtype_of<std::remove_cv_t<T>>::value;
   if (requested != dtype_) {
-    throw Error(str_cat("data: the tensor holds ", dtype_name(dtype_), ", not ",
-                        dtype_name(requested)));
+    throw Error(
+        str_cat("data: the tensor holds ", dtype_name(dtype_), ", not ", dtype_name(requested)));
   }
   return static_cast<T*>(data_ptr());
 }

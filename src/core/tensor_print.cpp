@@ -129,9 +129,8 @@ std::string format_vector(const std::vector<double>& values, int64_t base, int64
   return out + "]";
 }
 
-std::string format_nested(const Shape& shape, const std::vector<double>& values,
-                          const Formatter& f, const std::vector<bool>& elided, int dim,
-                          int64_t base, int indent) {
+std::string format_nested(const Shape& shape, const std::vector<double>& values, const Formatter& f,
+                          const std::vector<bool>& elided, int dim, int64_t base, int indent) {
   const int remaining = shape.ndim() - dim;
   if (remaining == 0) return f.format(values[base]);
   if (remaining == 1) return format_vector(values, base, shape[dim], f, elided[dim], indent);

@@ -23,7 +23,8 @@ namespace headroom {
 class DataLoader::WorkerPool {
  public:
   WorkerPool(const DataLoader& loader, int64_t num_workers, int64_t prefetch)
-      : loader_(loader), prefetch_(static_cast<size_t>(prefetch)),
+      : loader_(loader),
+        prefetch_(static_cast<size_t>(prefetch)),
         slots_(static_cast<size_t>(num_workers)) {
     threads_.reserve(slots_.size());
     for (size_t w = 0; w < slots_.size(); ++w) threads_.emplace_back([this, w] { run(w); });
@@ -55,7 +56,8 @@ class DataLoader::WorkerPool {
   }
 
   TokenBatch take(int64_t index) {
-    Slot& slot = slots_[static_cast<size_t>((index - first_) % static_cast<int64_t>(slots_.size()))];
+    Slot& slot =
+        slots_[static_cast<size_t>((index - first_) % static_cast<int64_t>(slots_.size()))];
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return !slot.ready.empty(); });
     Ready ready = std::move(slot.ready.front());
@@ -134,8 +136,8 @@ DataLoaderState DataLoaderState::from_json(const nlohmann::json& json, const std
       throw ValueError(str_cat(source, ": the data loader state has no \"", name, "\" field"));
     }
     if (!it->is_number_integer() || (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
-      throw ValueError(str_cat(source, ": data loader state \"", name, "\" is ",
-                               describe_json(*it), ", not a non-negative integer"));
+      throw ValueError(str_cat(source, ": data loader state \"", name, "\" is ", describe_json(*it),
+                               ", not a non-negative integer"));
     }
     return *it;
   };
@@ -158,8 +160,8 @@ DataLoader::DataLoader(PackedSequences data, DataLoaderOptions options,
                        std::optional<DataLoaderState> resume)
     : data_(std::move(data)), options_(options) {
   if (options_.batch_size < 1) {
-    throw ValueError(str_cat("DataLoader: batch_size is ", options_.batch_size,
-                             ", it must be at least 1"));
+    throw ValueError(
+        str_cat("DataLoader: batch_size is ", options_.batch_size, ", it must be at least 1"));
   }
   if (options_.num_workers < 0) {
     throw ValueError(str_cat("DataLoader: dataloader_num_workers is ", options_.num_workers,
@@ -184,8 +186,8 @@ DataLoader::DataLoader(PackedSequences data, DataLoaderOptions options,
                                     : (n + options_.batch_size - 1) / options_.batch_size;
   if (resume) {
     if (resume->epoch < 0) {
-      throw ValueError(str_cat("DataLoader: resume state epoch is ", resume->epoch,
-                               ", it must be at least 0"));
+      throw ValueError(
+          str_cat("DataLoader: resume state epoch is ", resume->epoch, ", it must be at least 0"));
     }
     if (resume->batch_index < 0 || resume->batch_index > num_batches_) {
       throw ValueError(str_cat("DataLoader: resume state batch_index is ", resume->batch_index,

@@ -46,10 +46,10 @@ struct DataLoaderState {
 };
 
 struct DataLoaderOptions {
-  int64_t batch_size = 8;      // per_device_train_batch_size / per_device_eval_batch_size
-  bool shuffle = true;         // false for eval: sequences in stream order
-  uint64_t seed = 42;          // data_seed, else seed
-  bool drop_last = false;      // dataloader_drop_last: drop a last batch shorter than batch_size
+  int64_t batch_size = 8;  // per_device_train_batch_size / per_device_eval_batch_size
+  bool shuffle = true;     // false for eval: sequences in stream order
+  uint64_t seed = 42;      // data_seed, else seed
+  bool drop_last = false;  // dataloader_drop_last: drop a last batch shorter than batch_size
   // dataloader_num_workers: threads that assemble batches ahead; 0 assembles each batch in the
   // calling thread when it is asked for.
   int64_t num_workers = 0;

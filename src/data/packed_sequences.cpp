@@ -11,7 +11,10 @@ namespace headroom {
 
 PackedSequences::PackedSequences(std::shared_ptr<const TokenCorpus> tokens, int64_t begin,
                                  int64_t end, int64_t max_seq_length, int64_t stride)
-    : tokens_(std::move(tokens)), begin_(begin), end_(end), seq_length_(max_seq_length),
+    : tokens_(std::move(tokens)),
+      begin_(begin),
+      end_(end),
+      seq_length_(max_seq_length),
       stride_(stride == 0 ? max_seq_length : stride) {
   if (tokens_ == nullptr) throw ValueError("PackedSequences: no token corpus");
   if (max_seq_length < 1) {
@@ -22,8 +25,8 @@ PackedSequences::PackedSequences(std::shared_ptr<const TokenCorpus> tokens, int6
                              ") is outside the stream of ", tokens_->size()));
   }
   if (stride_ < 1 || stride_ > max_seq_length + 1) {
-    throw ValueError(str_cat("PackedSequences: stride ", stride_, " is outside [1, ",
-                             max_seq_length + 1, "]"));
+    throw ValueError(
+        str_cat("PackedSequences: stride ", stride_, " is outside [1, ", max_seq_length + 1, "]"));
   }
   // Sequence i spans [begin + i * stride, begin + i * stride + T + 1).
   const int64_t length = end - begin;
@@ -32,8 +35,8 @@ PackedSequences::PackedSequences(std::shared_ptr<const TokenCorpus> tokens, int6
 
 void PackedSequences::copy_sequence(int64_t index, int64_t* out) const {
   if (index < 0 || index >= num_sequences_) {
-    throw IndexError(str_cat(tokens_ ? tokens_->source() : "PackedSequences", ": sequence ",
-                             index, " is outside 0..", num_sequences_ - 1));
+    throw IndexError(str_cat(tokens_ ? tokens_->source() : "PackedSequences", ": sequence ", index,
+                             " is outside 0..", num_sequences_ - 1));
   }
   tokens_->copy_to(begin_ + index * stride_, seq_length_ + 1, out);
 }
@@ -61,9 +64,9 @@ TrainEvalSplit split_train_eval(std::shared_ptr<const TokenCorpus> tokens, int64
         std::floor(static_cast<double>(n) * validation_split_percentage / 100.0));
     if (eval_tokens < one) eval_tokens = n - one >= one ? one : 0;
     if (n - eval_tokens < one) {
-      throw ValueError(str_cat("data '", tokens->source(), "' has ", n, " tokens; after holding out ",
-                               validation_split_percentage, "% (", eval_tokens,
-                               " tokens) for eval, ", n - eval_tokens,
+      throw ValueError(str_cat("data '", tokens->source(), "' has ", n,
+                               " tokens; after holding out ", validation_split_percentage, "% (",
+                               eval_tokens, " tokens) for eval, ", n - eval_tokens,
                                " are left, too few for one training sequence: max_seq_length ",
                                max_seq_length, " needs ", one, " tokens"));
     }

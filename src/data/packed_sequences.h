@@ -37,7 +37,7 @@ class PackedSequences {
   int64_t size() const { return num_sequences_; }
   bool empty() const { return num_sequences_ == 0; }
   int64_t seq_length() const { return seq_length_; }  // T: the length of input_ids and targets
-  int64_t begin() const { return begin_; }             // token range in the stream
+  int64_t begin() const { return begin_; }            // token range in the stream
   int64_t end() const { return end_; }
   const std::shared_ptr<const TokenCorpus>& tokens() const { return tokens_; }
 

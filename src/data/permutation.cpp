@@ -17,12 +17,11 @@ class EpochStream {
 
   uint64_t next() {
     if (word_ == 2) {
-      const Philox4x32Block counter{{static_cast<uint32_t>(block_),
-                                     static_cast<uint32_t>(block_ >> 32),
-                                     static_cast<uint32_t>(epoch_),
-                                     static_cast<uint32_t>(epoch_ >> 32)}};
-      block_words_ = philox4x32_10(counter, static_cast<uint32_t>(seed_),
-                                   static_cast<uint32_t>(seed_ >> 32));
+      const Philox4x32Block counter{
+          {static_cast<uint32_t>(block_), static_cast<uint32_t>(block_ >> 32),
+           static_cast<uint32_t>(epoch_), static_cast<uint32_t>(epoch_ >> 32)}};
+      block_words_ =
+          philox4x32_10(counter, static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32));
       ++block_;
       word_ = 0;
     }
@@ -57,7 +56,8 @@ class EpochStream {
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
   if (n < 0) throw ValueError(str_cat("epoch_permutation: n is ", n, ", it must be >= 0"));
-  if (epoch < 0) throw ValueError(str_cat("epoch_permutation: epoch is ", epoch, ", it must be >= 0"));
+  if (epoch < 0)
+    throw ValueError(str_cat("epoch_permutation: epoch is ", epoch, ", it must be >= 0"));
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
   EpochStream stream(seed, epoch);

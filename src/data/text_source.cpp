@@ -60,7 +60,8 @@ void check_utf8_text(const std::string& path, std::string_view text) {
       char byte[8];
       std::snprintf(byte, sizeof(byte), "0x%02x", static_cast<unsigned char>(text[pos]));
       throw ValueError(str_cat("data file '", path, "' is not UTF-8: byte ", byte, " at offset ",
-                               pos, " does not start a valid sequence (convert the file first, "
+                               pos,
+                               " does not start a valid sequence (convert the file first, "
                                "e.g. iconv -f latin1 -t utf-8)"));
     }
     pos += c.length;
@@ -71,8 +72,8 @@ TextSourceFile describe_file(const fs::path& p) {
   struct stat st {};
   if (::stat(p.c_str(), &st) != 0) {
     const int err = errno;
-    throw ValueError(str_cat("cannot read '", p.string(), "': ",
-                             std::generic_category().message(err)));
+    throw ValueError(
+        str_cat("cannot read '", p.string(), "': ", std::generic_category().message(err)));
   }
   TextSourceFile file;
   file.path = p.string();
@@ -123,8 +124,10 @@ std::vector<TextSourceFile> list_text_files(const std::string& path, const std::
   if (!fs::is_directory(status)) return {describe_file(root)};
 
   fs::path canonical_output_dir;
-  if (!output_dir.empty()) canonical_output_dir = fs::weakly_canonical(fs::absolute(output_dir, ec), ec);
-  if (canonical_output_dir.filename().empty()) canonical_output_dir = canonical_output_dir.parent_path();
+  if (!output_dir.empty())
+    canonical_output_dir = fs::weakly_canonical(fs::absolute(output_dir, ec), ec);
+  if (canonical_output_dir.filename().empty())
+    canonical_output_dir = canonical_output_dir.parent_path();
   std::vector<fs::path> paths;
   for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
        ++it) {

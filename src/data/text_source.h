@@ -17,10 +17,10 @@ enum class TextFormat {
 
 // One file of a corpus, with what the token cache key needs to notice that it changed.
 struct TextSourceFile {
-  std::string path;         // absolute
+  std::string path;  // absolute
   TextFormat format = TextFormat::plain;
-  uint64_t size = 0;        // bytes
-  int64_t mtime_ns = 0;     // last modification, ns since the epoch
+  uint64_t size = 0;     // bytes
+  int64_t mtime_ns = 0;  // last modification, ns since the epoch
 };
 
 // An entry of a data directory that list_text_files left out, and why ("hidden", "the run's

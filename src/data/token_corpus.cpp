@@ -67,8 +67,8 @@ uint64_t checksum(const unsigned char* data, size_t n) {
 uint64_t cache_key(const std::vector<TextSourceFile>& files, const Tokenizer& tokenizer) {
   const std::optional<int32_t> eos = tokenizer.eos_token_id();
   std::string text = str_cat("headroom tokens v", kVersion, "\n", tokenizer.kind(), "\n",
-                             tokenizer.fingerprint(), "\nvocab ", tokenizer.vocab_size(),
-                             "\neos ", eos ? std::to_string(*eos) : "none", "\n");
+                             tokenizer.fingerprint(), "\nvocab ", tokenizer.vocab_size(), "\neos ",
+                             eos ? std::to_string(*eos) : "none", "\n");
   for (const TextSourceFile& f : files) {
     text += str_cat(f.path, '\0', f.format == TextFormat::jsonl ? "jsonl" : "plain", " ", f.size,
                     " ", f.mtime_ns, "\n");
@@ -158,8 +158,7 @@ std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& d
 
 // Tokenises the corpus into a complete file image (header + tokens).
 std::string build_image(const std::string& data_path, const std::vector<TextSourceFile>& files,
-                        const Tokenizer& tokenizer, const Expected& expected,
-                        int64_t num_threads) {
+                        const Tokenizer& tokenizer, const Expected& expected, int64_t num_threads) {
   const std::optional<int32_t> eos = tokenizer.eos_token_id();
   const int64_t vocab = tokenizer.vocab_size();
   std::string image(kHeaderBytes, '\0');
@@ -297,7 +296,8 @@ std::shared_ptr<const TokenCorpus> load_token_corpus(const std::string& data_pat
                                                      const Tokenizer& tokenizer,
                                                      const TokenizeOptions& options) {
   std::vector<SkippedPath> skipped;
-  const std::vector<TextSourceFile> files = list_text_files(data_path, options.output_dir, &skipped);
+  const std::vector<TextSourceFile> files =
+      list_text_files(data_path, options.output_dir, &skipped);
   const int64_t vocab = tokenizer.vocab_size();
   if (vocab <= 0 || vocab > (int64_t{1} << 32)) {
     throw ValueError(str_cat("the ", tokenizer.kind(), " tokenizer's vocab_size ", vocab,
@@ -348,8 +348,8 @@ std::shared_ptr<const TokenCorpus> load_token_corpus(const std::string& data_pat
     size_t size = 0;
     std::string reason;
     void* addr = map_file(corpus->cache_path_, &size, &reason);
-    if (addr != nullptr && check_image(static_cast<const unsigned char*>(addr), size, expected)
-                               .empty()) {
+    if (addr != nullptr &&
+        check_image(static_cast<const unsigned char*>(addr), size, expected).empty()) {
       adopt_mapping(addr, size);
       return corpus;
     }

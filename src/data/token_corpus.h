@@ -68,8 +68,7 @@ class TokenCorpus {
   const std::vector<SkippedPath>& skipped() const { return skipped_; }
 
  private:
-  friend std::shared_ptr<const TokenCorpus> load_token_corpus(const std::string&,
-                                                              const Tokenizer&,
+  friend std::shared_ptr<const TokenCorpus> load_token_corpus(const std::string&, const Tokenizer&,
                                                               const TokenizeOptions&);
   TokenCorpus() = default;
 

@@ -58,7 +58,8 @@ void broadcast_parameters(Communicator& communicator, const std::vector<Tensor>&
 GradientReducer::GradientReducer(std::shared_ptr<Communicator> communicator,
                                  std::vector<std::pair<std::string, Tensor>> params,
                                  GradientBucketOptions options, std::vector<int> owners)
-    : communicator_(std::move(communicator)), params_(std::move(params)),
+    : communicator_(std::move(communicator)),
+      params_(std::move(params)),
       owners_(std::move(owners)) {
   std::vector<Tensor> tensors;
   for (const auto& [name, p] : params_) {

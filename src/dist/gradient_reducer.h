@@ -17,7 +17,7 @@
 namespace headroom {
 
 struct GradientBucketOptions {
-  int64_t bucket_cap_bytes = 25 << 20;      // DDP's bucket_cap_mb = 25
+  int64_t bucket_cap_bytes = 25 << 20;       // DDP's bucket_cap_mb = 25
   int64_t first_bucket_cap_bytes = 1 << 20;  // dist._DEFAULT_FIRST_BUCKET_BYTES: the first
                                              // bucket is small so that communication starts early
 };
@@ -74,8 +74,9 @@ class GradientReducer {
   bool require_sync() const { return require_sync_; }
 
   // After a backward with synchronisation on: waits for every bucket and writes the averages into
-  // the gradients (with owners: into the owned ones; the others are dropped). Error naming a parameter that got no gradient in that backward (every rank
-  // must send every bucket). Does nothing after a backward with synchronisation off.
+  // the gradients (with owners: into the owned ones; the others are dropped). Error naming a
+  // parameter that got no gradient in that backward (every rank must send every bucket). Does
+  // nothing after a backward with synchronisation off.
   void finish();
 
   size_t bucket_count() const { return buckets_.size(); }
@@ -90,10 +91,10 @@ class GradientReducer {
     std::vector<int64_t> offsets;  // each parameter's first element in `buffer`
     int64_t elements = 0;
     DType dtype = DType::f32;
-    Tensor buffer;                 // flat, the parameters' dtype (with owners: while reduced)
+    Tensor buffer;  // flat, the parameters' dtype (with owners: while reduced)
     // With owners: each rank's run of `buffer` (rank, first element, elements), ranks in order.
     std::vector<std::tuple<int, int64_t, int64_t>> owner_runs;
-    size_t pending = 0;            // gradients still to come in this backward
+    size_t pending = 0;  // gradients still to come in this backward
     std::vector<std::unique_ptr<CommWork>> works;
   };
 
@@ -113,8 +114,8 @@ class GradientReducer {
   std::vector<int> hooks_;
   std::vector<bool> arrived_;  // per parameter, in the current backward
   bool require_sync_ = true;
-  bool in_backward_ = false;   // a synchronised backward has delivered a gradient
-  size_t next_bucket_ = 0;     // the next bucket to start
+  bool in_backward_ = false;  // a synchronised backward has delivered a gradient
+  size_t next_bucket_ = 0;    // the next bucket to start
   double wait_seconds_ = 0.0;
 };
 

@@ -16,8 +16,8 @@ std::optional<int> integer_variable(const char* name) {
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
   if (*end != '\0' || value < 0 || value > (1 << 24)) {
-    throw ValueError(str_cat(name, "='", text, "': not a non-negative integer of at most ",
-                             1 << 24));
+    throw ValueError(
+        str_cat(name, "='", text, "': not a non-negative integer of at most ", 1 << 24));
   }
   return static_cast<int>(value);
 }

@@ -31,8 +31,8 @@ void finalize_at_exit() {
 
 int count_of(const char* op, const Tensor& tensor) {
   if (tensor.numel() > INT_MAX) {
-    throw ValueError(str_cat(op, ": ", tensor.numel(), " elements, over MPI's count limit ",
-                             INT_MAX));
+    throw ValueError(
+        str_cat(op, ": ", tensor.numel(), " elements, over MPI's count limit ", INT_MAX));
   }
   return static_cast<int>(tensor.numel());
 }
@@ -40,9 +40,12 @@ int count_of(const char* op, const Tensor& tensor) {
 // The MPI datatype that moves `dtype`'s elements as they are.
 MPI_Datatype copy_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::i64: return MPI_INT64_T;
-    default: return MPI_UINT16_T;  // bf16 / f16 (check_tensor allows nothing else)
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::i64:
+      return MPI_INT64_T;
+    default:
+      return MPI_UINT16_T;  // bf16 / f16 (check_tensor allows nothing else)
   }
 }
 
@@ -79,7 +82,10 @@ std::vector<float> as_f32(const Tensor& tensor) {
 class MpiReduction final : public CommWork {
  public:
   MpiReduction(MPI_Comm comm, const Tensor& tensor, ReduceOp op, int world, int rank, int root)
-      : tensor_(tensor), op_(op), world_(world), receives_(root < 0 || rank == root),
+      : tensor_(tensor),
+        op_(op),
+        world_(world),
+        receives_(root < 0 || rank == root),
         values_(as_f32(tensor)) {
     const char* what = root < 0 ? "all_reduce" : "reduce";
     if (root < 0) {
@@ -253,9 +259,9 @@ void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   check_tensor("all_gather", "output", output, true);
   check_world_multiple("all_gather", "output", output, "input", input);
   output.storage()->bump_version();
-  check_mpi(MPI_Allgather(input.data_ptr(), count_of("all_gather", input),
-                          copy_type(input.dtype()), output.data_ptr(),
-                          count_of("all_gather", input), copy_type(input.dtype()), handle_->comm),
+  check_mpi(MPI_Allgather(input.data_ptr(), count_of("all_gather", input), copy_type(input.dtype()),
+                          output.data_ptr(), count_of("all_gather", input),
+                          copy_type(input.dtype()), handle_->comm),
             "MPI_Allgather");
 }
 
@@ -271,7 +277,8 @@ std::unique_ptr<CommWork> MpiCommunicator::broadcast_async(const Tensor& tensor,
 }
 
 void MpiCommunicator::broadcast_bytes(void* data, size_t size, int root) {
-  if (size > INT_MAX) throw ValueError(str_cat("broadcast_bytes: ", size, " bytes, over ", INT_MAX));
+  if (size > INT_MAX)
+    throw ValueError(str_cat("broadcast_bytes: ", size, " bytes, over ", INT_MAX));
   check_mpi(MPI_Bcast(data, static_cast<int>(size), MPI_BYTE, root, handle_->comm), "MPI_Bcast");
 }
 

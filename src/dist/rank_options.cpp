@@ -45,9 +45,9 @@ std::string rank_options_difference(Communicator& world, const nlohmann::ordered
     const bool same = first.contains(key) && first.at(key) == value;
     if (same) continue;
     differing = index;
-    mine = str_cat(key, " is ", value.dump(), " on rank ", rank, " and ",
-                   first.contains(key) ? first.at(key).dump() : std::string("absent"),
-                   " on rank 0");
+    mine =
+        str_cat(key, " is ", value.dump(), " on rank ", rank, " and ",
+                first.contains(key) ? first.at(key).dump() : std::string("absent"), " on rank 0");
     break;
   }
   if (!differing && first.size() != options.size()) {
@@ -68,12 +68,11 @@ std::string rank_options_difference(Communicator& world, const nlohmann::ordered
   }
   if (reporter < 0) return "";
   const std::string line =
-      rank == reporter
-          ? str_cat("the ranks were started with different options: ", mine, " (",
-                    others.find(',') == std::string::npos ? "rank " : "ranks ", others,
-                    others.find(',') == std::string::npos ? " differs" : " differ",
-                    " from rank 0); mpirun must give every rank the same options")
-          : std::string();
+      rank == reporter ? str_cat("the ranks were started with different options: ", mine, " (",
+                                 others.find(',') == std::string::npos ? "rank " : "ranks ", others,
+                                 others.find(',') == std::string::npos ? " differs" : " differ",
+                                 " from rank 0); mpirun must give every rank the same options")
+                       : std::string();
   return broadcast_text(world, line, reporter);
 }
 

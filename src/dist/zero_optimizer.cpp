@@ -86,8 +86,8 @@ Tensor ZeroRedundancyOptimizer::clip_grad_norm_on_device(double max_norm) {
 
 void ZeroRedundancyOptimizer::set_sharded(std::vector<bool> sharded) {
   if (sharded.size() != params_.size()) {
-    throw ValueError(str_cat("set_sharded: ", sharded.size(), " flags for ", params_.size(),
-                             " parameters"));
+    throw ValueError(
+        str_cat("set_sharded: ", sharded.size(), " flags for ", params_.size(), " parameters"));
   }
   sharded_ = std::move(sharded);
 }

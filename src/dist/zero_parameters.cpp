@@ -60,8 +60,8 @@ std::shared_ptr<ZeroParameterSharding> ZeroParameterSharding::enable(
                                  " shares its storage with another tensor; it cannot be sharded"));
       }
       if (it->second == communicator->rank() && !p.storage()->materialized()) {
-        throw ValueError(str_cat("zero_stage 3: block parameter ", name, " is rank ",
-                                 it->second, "'s but was not loaded there"));
+        throw ValueError(str_cat("zero_stage 3: block parameter ", name, " is rank ", it->second,
+                                 "'s but was not loaded there"));
       }
       block.params.push_back(p);
       block.slots.push_back(slot);
@@ -72,10 +72,10 @@ std::shared_ptr<ZeroParameterSharding> ZeroParameterSharding::enable(
       new ZeroParameterSharding(std::move(communicator), std::move(blocks)));
   sharding->release_all();
   // Each call of a block's forward, now and in a recompute, gathers the block first.
-  wrap_block_forwards(model, [sharding](int64_t layer, const LayerForward& forward,
-                                        const Tensor& x) {
-    return sharding->run(layer, forward, x);
-  });
+  wrap_block_forwards(model,
+                      [sharding](int64_t layer, const LayerForward& forward, const Tensor& x) {
+                        return sharding->run(layer, forward, x);
+                      });
   return sharding;
 }
 

@@ -27,8 +27,8 @@ namespace headroom {
 // the block before it, whose backward comes next: FSDP's BACKWARD_PRE prefetch), and when its
 // last handle is released the block is freed; a recompute in backward leaves a block with
 // handles gathered for them, so each block is gathered twice a step, as FSDP's units. Every
-// rank runs the same blocks in the same order, so the broadcasts match. Gradients reach every rank's
-// leaf as in ZeRO-2 and are reduced to their owners (Note [ZeRO-2 gradient reduction]); the
+// rank runs the same blocks in the same order, so the broadcasts match. Gradients reach every
+// rank's leaf as in ZeRO-2 and are reduced to their owners (Note [ZeRO-2 gradient reduction]); the
 // owners update their parameters, and nothing is broadcast after the step. Embeddings, the final
 // norm and the LM head are not sharded: they run outside the blocks, and stay whole on every
 // rank, their updates broadcast by their owners as under ZeRO-1/2. Under autocast the blocks
@@ -74,11 +74,11 @@ class ZeroParameterSharding : public std::enable_shared_from_this<ZeroParameterS
     std::vector<Tensor> params;
     std::vector<Tensor*> slots;  // the model's, holding params but under copy_to_host_slots
     std::vector<int> owners;
-    bool gathered = true;  // as made: whole until enable() releases the others' shares
+    bool gathered = true;     // as made: whole until enable() releases the others' shares
     bool prefetched = false;  // gathered by the forward of the block before, for its own
     std::vector<std::unique_ptr<CommWork>> pending;  // a prefetch's broadcasts in flight
-    int64_t handles = 0;   // live saved-parameter handles of the block
-    int running = 0;       // calls of run() in progress
+    int64_t handles = 0;                             // live saved-parameter handles of the block
+    int running = 0;                                 // calls of run() in progress
   };
 
   ZeroParameterSharding(std::shared_ptr<Communicator> communicator, std::vector<Block> blocks);

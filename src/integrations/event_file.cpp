@@ -62,7 +62,8 @@ EventFileWriter::EventFileWriter(const std::string& log_dir) {
   static std::atomic<int> writers{0};
   std::error_code ec;
   fs::create_directories(log_dir, ec);
-  if (ec) throw Error(str_cat(log_dir, ": cannot create the TensorBoard log directory: ", ec.message()));
+  if (ec)
+    throw Error(str_cat(log_dir, ": cannot create the TensorBoard log directory: ", ec.message()));
   const auto seconds = static_cast<long long>(wall_time_now());
   char name[64];
   std::snprintf(name, sizeof name, "%010lld", seconds);
@@ -117,15 +118,15 @@ void EventFileWriter::write_record(const std::string& data) {
   record += data;
   append_u32(record, masked_crc32c(data.data(), data.size()));
   if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
-    throw Error(str_cat(path_, ": writing a TensorBoard event failed: ",
-                        std::generic_category().message(errno)));
+    throw Error(str_cat(
+        path_, ": writing a TensorBoard event failed: ", std::generic_category().message(errno)));
   }
 }
 
 void EventFileWriter::flush() {
   if (std::fflush(file_) != 0) {
-    throw Error(str_cat(path_, ": writing TensorBoard events failed: ",
-                        std::generic_category().message(errno)));
+    throw Error(str_cat(
+        path_, ": writing TensorBoard events failed: ", std::generic_category().message(errno)));
   }
 }
 
@@ -136,7 +137,9 @@ std::vector<EventRecord> read_event_file(const std::string& path) {
   std::vector<EventRecord> records;
   size_t at = 0;
   while (at < bytes.size()) {
-    auto bad = [&](const char* what) { return Error(str_cat(path, ": record at byte ", at, ": ", what)); };
+    auto bad = [&](const char* what) {
+      return Error(str_cat(path, ": record at byte ", at, ": ", what));
+    };
     if (bytes.size() - at < 12) throw bad("truncated header");
     const uint64_t length = read_le(bytes, at, 8);
     if (static_cast<uint32_t>(read_le(bytes, at + 8, 4)) != masked_crc32c(bytes.data() + at, 8)) {
@@ -151,11 +154,13 @@ std::vector<EventRecord> read_event_file(const std::string& path) {
     }
     pb::Event event;
     if (!event.ParseFromArray(data, static_cast<int>(length))) throw bad("not an Event message");
-    EventRecord record{.wall_time = event.wall_time(), .step = event.step(),
-                       .file_version = event.file_version(), .values = {}};
+    EventRecord record{.wall_time = event.wall_time(),
+                       .step = event.step(),
+                       .file_version = event.file_version(),
+                       .values = {}};
     for (const pb::Summary::Value& v : event.summary().value()) {
-      EventValue value{.tag = v.tag(), .is_text = v.has_tensor(), .simple_value = v.simple_value(),
-                       .text = {}};
+      EventValue value{
+          .tag = v.tag(), .is_text = v.has_tensor(), .simple_value = v.simple_value(), .text = {}};
       if (v.has_tensor() && v.tensor().string_val_size() > 0) value.text = v.tensor().string_val(0);
       record.values.push_back(std::move(value));
     }

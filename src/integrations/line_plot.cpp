@@ -263,15 +263,16 @@ void write_plot_png(const std::string& path, const std::vector<PlotSeries>& seri
   set_color(cr, kFrame);
   cairo_set_line_width(cr, 1.0);
   cairo_rectangle(cr, std::floor(plot.x0) + 0.5, std::floor(plot.y0) + 0.5,
-                  std::floor(plot.x1) - std::floor(plot.x0), std::floor(plot.y1) - std::floor(plot.y0));
+                  std::floor(plot.x1) - std::floor(plot.x0),
+                  std::floor(plot.y1) - std::floor(plot.y0));
   cairo_stroke(cr);
   if (!options.title.empty()) {
     show_text(cr, (width - text_width(cr, options.title, kTitleSize)) / 2, 12 + kTitleSize,
               options.title, kTitleSize);
   }
   if (!options.x_label.empty()) {
-    show_text(cr, (plot.x0 + plot.x1 - text_width(cr, options.x_label, kFontSize)) / 2,
-              height - 10, options.x_label, kFontSize);
+    show_text(cr, (plot.x0 + plot.x1 - text_width(cr, options.x_label, kFontSize)) / 2, height - 10,
+              options.x_label, kFontSize);
   }
   if (!options.y_label.empty()) {
     cairo_save(cr);
@@ -374,10 +375,10 @@ void write_plot_png(const std::string& path, const std::vector<PlotSeries>& seri
 
   cairo_surface_flush(surface.get());
   std::string png;
-  const cairo_status_t status =
-      cairo_surface_write_to_png_stream(surface.get(), append_png, &png);
+  const cairo_status_t status = cairo_surface_write_to_png_stream(surface.get(), append_png, &png);
   if (status != CAIRO_STATUS_SUCCESS) {
-    throw Error(str_cat(path, ": PNG encoding failed (cairo: ", cairo_status_to_string(status), ")"));
+    throw Error(
+        str_cat(path, ": PNG encoding failed (cairo: ", cairo_status_to_string(status), ")"));
   }
   write_file_atomically(path, png);
 }

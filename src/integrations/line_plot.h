@@ -10,13 +10,13 @@
 namespace headroom {
 
 struct PlotSeries {
-  std::string label;       // shown in the legend; empty: not listed
+  std::string label;  // shown in the legend; empty: not listed
   std::vector<double> x = {};
   std::vector<double> y = {};  // same length as x; points with a NaN or infinite coordinate (or
-                           // y <= 0 with log_y) are skipped and break the line
-  bool lines = true;       // join the points with lines
-  bool markers = false;    // draw a marker at each point
-  bool point_labels = false;  // with markers: write labels[i] beside point i
+                               // y <= 0 with log_y) are skipped and break the line
+  bool lines = true;           // join the points with lines
+  bool markers = false;        // draw a marker at each point
+  bool point_labels = false;   // with markers: write labels[i] beside point i
   std::vector<std::string> labels = {};
 };
 

@@ -48,7 +48,8 @@ void LossPlotCallback::on_train_end(Trainer& trainer) {
     write_loss_plot((std::filesystem::path(trainer.args().output_dir) / "loss.png").string(),
                     trainer.log_history(), trainer.args().model);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "headroom: warning: the loss plot failed (the run's results are saved): %s\n",
+    std::fprintf(stderr,
+                 "headroom: warning: the loss plot failed (the run's results are saved): %s\n",
                  e.what());
   }
 }

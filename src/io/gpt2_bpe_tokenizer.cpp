@@ -74,8 +74,8 @@ uint64_t pair_key(int32_t left, int32_t right) {
 const json& member(const json& object, const char* name, const std::string& where,
                    const std::string& source) {
   if (!object.is_object() || !object.contains(name)) {
-    throw ValueError(str_cat(source, ": ", where.empty() ? "" : where + ": ", "field '", name,
-                             "' is missing"));
+    throw ValueError(
+        str_cat(source, ": ", where.empty() ? "" : where + ": ", "field '", name, "' is missing"));
   }
   return object[name];
 }
@@ -127,8 +127,8 @@ std::pair<std::string, std::string> read_merge(const json& merge, size_t index,
              merge[1].is_string()) {
     return {merge[0].get<std::string>(), merge[1].get<std::string>()};
   }
-  throw ValueError(str_cat(source, ": field 'model.merges[", index, "]' is ",
-                           describe_json(merge), ", expected \"left right\" or [left, right]"));
+  throw ValueError(str_cat(source, ": field 'model.merges[", index, "]' is ", describe_json(merge),
+                           ", expected \"left right\" or [left, right]"));
 }
 
 void require_type(const json& component, const char* field, std::initializer_list<const char*> ok,
@@ -226,14 +226,14 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   const json& model = member(root, "model", "", path);
   const json& type = member(model, "type", "model", path);
   if (type != "BPE") {
-    throw NotImplementedError(str_cat(path, ": model.type ", describe_json(type),
-                                      " is not supported (only \"BPE\")"));
+    throw NotImplementedError(
+        str_cat(path, ": model.type ", describe_json(type), " is not supported (only \"BPE\")"));
   }
   spec.vocab = read_vocab(member(model, "vocab", "model", path), "model.vocab", path);
   const json& merges = member(model, "merges", "model", path);
   if (!merges.is_array()) {
-    throw ValueError(str_cat(path, ": field 'model.merges' is ", describe_json(merges),
-                             ", expected an array"));
+    throw ValueError(
+        str_cat(path, ": field 'model.merges' is ", describe_json(merges), ", expected an array"));
   }
   spec.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) spec.merges.push_back(read_merge(merges[i], i, path));
@@ -261,8 +261,9 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   }
   const json& pre = member(root, "pre_tokenizer", "", path);
   if (pre.is_null()) {
-    throw NotImplementedError(str_cat(path, ": pre_tokenizer null is not supported (GPT-2's is "
-                                            "ByteLevel)"));
+    throw NotImplementedError(str_cat(path,
+                                      ": pre_tokenizer null is not supported (GPT-2's is "
+                                      "ByteLevel)"));
   }
   require_type(pre, "pre_tokenizer", {"ByteLevel"}, path);
   spec.add_prefix_space = optional_bool(pre, "add_prefix_space", true, "pre_tokenizer", path);
@@ -272,8 +273,8 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
     const json& added = root["added_tokens"];
     if (!added.is_array()) {
-      throw ValueError(str_cat(path, ": field 'added_tokens' is ", describe_json(added),
-                               ", expected an array"));
+      throw ValueError(
+          str_cat(path, ": field 'added_tokens' is ", describe_json(added), ", expected an array"));
     }
     for (size_t i = 0; i < added.size(); ++i) {
       const std::string where = str_cat("added_tokens[", i, "]");
@@ -345,8 +346,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
   has_token_.assign(token_bytes_.size(), false);
   for (const auto& [token, id] : vocab_) {
     if (has_token_[id]) {
-      throw ValueError(str_cat(source, ": token id ", id, " is given to two tokens, one is \"",
-                               token, "\""));
+      throw ValueError(
+          str_cat(source, ": token id ", id, " is given to two tokens, one is \"", token, "\""));
     }
     token_bytes_[id] = token_to_bytes(token);
     has_token_[id] = true;
@@ -365,8 +366,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
   if (spec.unk_token) {
     const auto it = vocab_.find(*spec.unk_token);
     if (it == vocab_.end()) {
-      throw ValueError(str_cat(source, ": unk_token \"", *spec.unk_token,
-                               "\" is not in the vocabulary"));
+      throw ValueError(
+          str_cat(source, ": unk_token \"", *spec.unk_token, "\" is not in the vocabulary"));
     }
     unk_id_ = it->second;
   }
@@ -379,8 +380,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
     const auto id_of = [&](const std::string& token) {
       const auto it = vocab_.find(token);
       if (it == vocab_.end()) {
-        throw ValueError(str_cat(source, ": merge ", rank, " (\"", left, " ", right,
-                                 "\") uses \"", token, "\", which is not in the vocabulary"));
+        throw ValueError(str_cat(source, ": merge ", rank, " (\"", left, " ", right, "\") uses \"",
+                                 token, "\", which is not in the vocabulary"));
       }
       return it->second;
     };
@@ -429,14 +430,17 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
     return pos;
   };
   const auto class_at = [&](size_t pos) { return char_class(decode_utf8(text, pos).code_point); };
-  const auto word_char_at = [&](size_t pos) { return is_word_char(decode_utf8(text, pos).code_point); };
+  const auto word_char_at = [&](size_t pos) {
+    return is_word_char(decode_utf8(text, pos).code_point);
+  };
   size_t done = 0;  // text before this is in segments
   for (size_t pos = 0; pos < text.size();) {
     // Skip to the next byte that can start an added token (memchr when there is one such byte).
     pos = added_first_bytes_.size() == 1 ? text.find(added_first_bytes_[0], pos)
                                          : text.find_first_of(added_first_bytes_, pos);
     if (pos == std::string_view::npos) break;
-    const std::vector<size_t>& candidates = added_by_first_byte_[static_cast<unsigned char>(text[pos])];
+    const std::vector<size_t>& candidates =
+        added_by_first_byte_[static_cast<unsigned char>(text[pos])];
     const AddedToken* found = nullptr;
     for (size_t i : candidates) {
       if (text.substr(pos).starts_with(added_tokens_[i].content)) {
@@ -450,9 +454,8 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
     }
     size_t start = pos, end = pos + found->content.size();
     pos = end;
-    if (found->single_word &&
-        ((start > 0 && word_char_at(char_before(start))) ||
-         (end < text.size() && word_char_at(end)))) {
+    if (found->single_word && ((start > 0 && word_char_at(char_before(start))) ||
+                               (end < text.size() && word_char_at(end)))) {
       // A word character just before or after: not a match (HF's single_word, whose test is
       // Rust regex's \w; see is_word_char).
       continue;

@@ -1,5 +1,6 @@
 // GPT-2's byte-level BPE, read from HF tokenizers' tokenizer.json or from GPT-2's original
-// vocab.json + merges.txt, encoding exactly as HF tokenizers does (see Note [GPT-2 byte-level BPE]).
+// vocab.json + merges.txt, encoding exactly as HF tokenizers does (see Note [GPT-2 byte-level
+// BPE]).
 #pragma once
 
 #include <array>
@@ -51,7 +52,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     bool single_word = false, lstrip = false, rstrip = false;
   };
   struct Spec {
-    std::string source;  // the file(s), for error messages
+    std::string source;                // the file(s), for error messages
     std::vector<TokenizerFile> files;  // the files read, in the fingerprint's order
     std::unordered_map<std::string, int32_t> vocab;
     std::vector<std::pair<std::string, std::string>> merges;  // by rank
@@ -82,14 +83,14 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // Pre-tokens already merged (see WordCache), sharded so that data loader workers rarely wait.
   std::array<std::unique_ptr<WordCache>, kCacheShards> cache_;
 
-  std::unordered_map<std::string, int32_t> vocab_;          // byte-level token -> id
-  std::unordered_map<uint64_t, Merge> merges_;              // (left id, right id) -> merge
-  std::array<int32_t, 256> byte_ids_{};                     // a byte's one-character token, or -1
+  std::unordered_map<std::string, int32_t> vocab_;  // byte-level token -> id
+  std::unordered_map<uint64_t, Merge> merges_;      // (left id, right id) -> merge
+  std::array<int32_t, 256> byte_ids_{};             // a byte's one-character token, or -1
   std::optional<int32_t> unk_id_;
   std::vector<AddedToken> added_tokens_;
   std::array<std::vector<size_t>, 256> added_by_first_byte_;  // longest first
-  std::string added_first_bytes_;                           // each distinct first byte once
-  std::vector<std::string> token_bytes_;                    // id -> the bytes it decodes to
+  std::string added_first_bytes_;                             // each distinct first byte once
+  std::vector<std::string> token_bytes_;                      // id -> the bytes it decodes to
   std::vector<bool> has_token_;
   std::optional<int32_t> eos_token_id_;
   bool add_prefix_space_ = false;

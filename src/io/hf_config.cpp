@@ -126,8 +126,8 @@ void require_positive(const std::string& source, const char* field, T value) {
 
 void require_non_negative(const std::string& source, const char* field, double value) {
   if (!(value >= 0)) {
-    throw ValueError(str_cat(source, ": field '", field, "' is ", value,
-                             "; it must not be negative"));
+    throw ValueError(
+        str_cat(source, ": field '", field, "' is ", value, "; it must not be negative"));
   }
 }
 
@@ -162,8 +162,8 @@ void require_implemented(const std::string& source, const char* field, const std
     if (value == name) return;
     list += str_cat(list.empty() ? "" : ", ", name);
   }
-  throw NotImplementedError(str_cat(source, ": field '", field, "' is '", value,
-                                    "'; headroom implements ", list));
+  throw NotImplementedError(
+      str_cat(source, ": field '", field, "' is '", value, "'; headroom implements ", list));
 }
 
 // Note [One field list per config]: reading and writing walk the same list of config.json
@@ -257,8 +257,8 @@ void parse_rope(const FieldReader& in, LlamaConfig& c) {
     params.read("type", type);  // the older spelling
     params.read("rope_type", type);
     if (type != "default" && type != "none") {
-      throw NotImplementedError(str_cat(in.source(), ": field '", field, "' has rope_type '",
-                                        type, "'; headroom implements only unscaled RoPE ("
+      throw NotImplementedError(str_cat(in.source(), ": field '", field, "' has rope_type '", type,
+                                        "'; headroom implements only unscaled RoPE ("
                                         "rope_scaling null)"));
     }
     params.read("rope_theta", c.rope_theta);
@@ -290,9 +290,10 @@ LlamaConfig parse_llama(const FieldReader& in) {
   }
   // Rotary embeddings rotate pairs of a head's dimensions.
   if (c.effective_head_dim() % 2 != 0) {
-    throw ValueError(str_cat(s, ": the head dimension is ", c.effective_head_dim(),
-                             c.head_dim ? " (field 'head_dim')" : " (hidden_size / num_attention_heads)",
-                             "; rotary embeddings need an even one"));
+    throw ValueError(
+        str_cat(s, ": the head dimension is ", c.effective_head_dim(),
+                c.head_dim ? " (field 'head_dim')" : " (hidden_size / num_attention_heads)",
+                "; rotary embeddings need an even one"));
   }
   require_positive(s, "max_position_embeddings", c.max_position_embeddings);
   require_positive(s, "pretraining_tp", c.pretraining_tp);
@@ -340,12 +341,13 @@ json llama_json(const LlamaConfig& c) {
 HfConfig parse_hf_config(const std::string& json_text, const std::string& source_name) {
   const json config = parse_json(json_text, source_name);
   if (!config.is_object()) {
-    throw ValueError(str_cat(source_name, ": config is ", describe_json(config),
-                             ", not an object"));
+    throw ValueError(
+        str_cat(source_name, ": config is ", describe_json(config), ", not an object"));
   }
   const FieldReader in(config, source_name);
   if (in.find("model_type") == nullptr) {
-    throw ValueError(str_cat(source_name, ": field 'model_type' is missing; headroom reads "
+    throw ValueError(str_cat(source_name,
+                             ": field 'model_type' is missing; headroom reads "
                              "'gpt2' and 'llama' configs"));
   }
   std::string model_type;

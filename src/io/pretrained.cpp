@@ -25,9 +25,7 @@ bool has_weights(const std::filesystem::path& dir) {
          std::filesystem::exists(dir / "model.safetensors.index.json");
 }
 
-bool is_gpt2(const CausalLM& model) {
-  return std::holds_alternative<GPT2Config>(model.config());
-}
+bool is_gpt2(const CausalLM& model) { return std::holds_alternative<GPT2Config>(model.config()); }
 
 // True when the files hold bitsandbytes' state of the 4-bit weight `weight_name`.
 bool is_quant_4bit_saved(const SafetensorsCheckpoint& checkpoint, const std::string& weight_name) {
@@ -82,7 +80,8 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
   if (quant) {
     for (auto& [name, module] : model->named_modules()) {
       auto* layer = dynamic_cast<Linear*>(module);
-      if (layer && !is_skipped_module(name, options.skip_modules)) targets[name + ".weight"] = layer;
+      if (layer && !is_skipped_module(name, options.skip_modules))
+        targets[name + ".weight"] = layer;
     }
   }
   // The parameters made in frozen_linear_dtype, by name.
@@ -148,7 +147,8 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
         is_quant_4bit_saved(*checkpoint, file_name)) {
       const std::string prefix = file_name.substr(0, file_name.size() - 6);  // "....weight"
       target->second->set_weight_4bit(
-          quant_4bit_from_state_dict(prefix, load, checkpoint->path(), device), quant->compute_dtype);
+          quant_4bit_from_state_dict(prefix, load, checkpoint->path(), device),
+          quant->compute_dtype);
       return Tensor();
     }
     const bool floating = is_floating(meta.dtype());
@@ -206,16 +206,15 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, Device device,
   std::optional<SafetensorsCheckpoint> checkpoint;
   if (has_weights(path)) checkpoint.emplace(dir);
   return materialize_causal_lm(read_hf_config(config_path.string()),
-                               checkpoint ? &*checkpoint : nullptr, quant,
-                               prequantized, device, seed, options);
+                               checkpoint ? &*checkpoint : nullptr, quant, prequantized, device,
+                               seed, options);
 }
 
 std::unique_ptr<CausalLM> make_causal_lm_as(const HfConfig& config, Device device, uint64_t seed,
                                             const LoadOptions& options) {
   check_load_dtype("model", options.dtype);
   if (options.load_in_4bit) check_quant_4bit_config(*options.load_in_4bit, "load_in_4bit");
-  return materialize_causal_lm(config, nullptr, options.load_in_4bit, false, device, seed,
-                               options);
+  return materialize_causal_lm(config, nullptr, options.load_in_4bit, false, device, seed, options);
 }
 
 std::optional<Quant4bitConfig> read_quantization_config(const std::string& config_path) {
@@ -234,7 +233,8 @@ std::optional<Quant4bitConfig> read_quantization_config(const std::string& confi
   auto text = [&](const char* key, const char* fallback) {
     if (!q.contains(key) || q.at(key).is_null()) return std::string(fallback);
     if (!q.at(key).is_string()) {
-      throw ValueError(str_cat(where, ".", key, " is ", describe_json(q.at(key)), ", not a string"));
+      throw ValueError(
+          str_cat(where, ".", key, " is ", describe_json(q.at(key)), ", not a string"));
     }
     return q.at(key).get<std::string>();
   };
@@ -247,8 +247,8 @@ std::optional<Quant4bitConfig> read_quantization_config(const std::string& confi
   }
   if (!flag("load_in_4bit") && !flag("_load_in_4bit")) return std::nullopt;
   Quant4bitConfig c;
-  c.quant_type = parse_quant_4bit_type(text("bnb_4bit_quant_type", "fp4"),
-                                       where + ".bnb_4bit_quant_type");
+  c.quant_type =
+      parse_quant_4bit_type(text("bnb_4bit_quant_type", "fp4"), where + ".bnb_4bit_quant_type");
   c.double_quant = flag("bnb_4bit_use_double_quant");
   auto dtype = [&](const char* key, const char* fallback) {
     try {
@@ -283,8 +283,7 @@ void load_weights(CausalLM& model, const SafetensorsCheckpoint& checkpoint) {
     if (!prefixed && name.rfind("transformer.", 0) == 0) stored = name.substr(12);
     if (!checkpoint.contains(stored)) {
       throw ValueError(str_cat(checkpoint.path(), ": tensor '", stored,
-                               "' is missing (the model needs it with shape ", param.shape(),
-                               ")"));
+                               "' is missing (the model needs it with shape ", param.shape(), ")"));
     }
     used.insert(stored);
     // Another rank's ZeRO-3 share (its memory released here): its owner reads it.

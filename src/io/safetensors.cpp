@@ -38,18 +38,11 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 // Every headroom dtype under its safetensors name.
 constexpr std::pair<std::string_view, DType> kSafetensorsDTypes[] = {
-    {"F32", DType::f32},
-    {"F16", DType::f16},
-    {"BF16", DType::bf16},
-    {"F8_E4M3", DType::f8_e4m3fn},
-    {"F8_E5M2", DType::f8_e5m2},
-    {"I32", DType::i32},
-    {"I64", DType::i64},
-    {"U8", DType::u8},
-    {"BOOL", DType::boolean},
+    {"F32", DType::f32},           {"F16", DType::f16},         {"BF16", DType::bf16},
+    {"F8_E4M3", DType::f8_e4m3fn}, {"F8_E5M2", DType::f8_e5m2}, {"I32", DType::i32},
+    {"I64", DType::i64},           {"U8", DType::u8},           {"BOOL", DType::boolean},
 };
-static_assert(std::size(kSafetensorsDTypes) == kNumDTypes,
-              "every DType needs a safetensors name");
+static_assert(std::size(kSafetensorsDTypes) == kNumDTypes, "every DType needs a safetensors name");
 
 // Valid safetensors dtypes that have no headroom DType; recognised so the error can say so.
 constexpr std::string_view kUnsupportedDTypes[] = {
@@ -118,19 +111,20 @@ SafetensorsTensorInfo parse_entry(const json& entry, const std::string& where, s
     }
     const uint64_t d = dim.get<uint64_t>();
     if (d > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, d, &numel)) {
-      throw ValueError(str_cat(where, ": shape dimension ", i, " (", d,
-                               ") takes the element count past 2^64"));
+      throw ValueError(
+          str_cat(where, ": shape dimension ", i, " (", d, ") takes the element count past 2^64"));
     }
     info.shape.push_back(static_cast<int64_t>(d));
-    if (d > 1 && __builtin_mul_overflow(strides_product, static_cast<int64_t>(d), &strides_product)) {
+    if (d > 1 &&
+        __builtin_mul_overflow(strides_product, static_cast<int64_t>(d), &strides_product)) {
       throw ValueError(str_cat(where, ": shape ", info.shape,
                                " has strides past 2^63 (the product of its non-zero dims)"));
     }
   }
   uint64_t expected_bytes = 0;
   if (__builtin_mul_overflow(numel, dtype_size(info.dtype), &expected_bytes)) {
-    throw ValueError(str_cat(where, ": shape ", info.shape, " of ", dtype_text,
-                             " needs more than 2^64 bytes"));
+    throw ValueError(
+        str_cat(where, ": shape ", info.shape, " of ", dtype_text, " needs more than 2^64 bytes"));
   }
 
   const json& offsets = entry["data_offsets"];
@@ -142,8 +136,8 @@ SafetensorsTensorInfo parse_entry(const json& entry, const std::string& where, s
   }
   const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
   if (begin > end) {
-    throw ValueError(str_cat(where, ": data_offsets ", offsets_text(begin, end),
-                             " begin past end"));
+    throw ValueError(
+        str_cat(where, ": data_offsets ", offsets_text(begin, end), " begin past end"));
   }
   if (end > data_size) {
     throw ValueError(str_cat(where, ": data_offsets ", offsets_text(begin, end),
@@ -185,8 +179,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    throw ValueError(str_cat(path, ": the file is ", size,
-                             " bytes, shorter than the 8-byte header length"));
+    throw ValueError(
+        str_cat(path, ": the file is ", size, " bytes, shorter than the 8-byte header length"));
   }
   void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int err = errno;
@@ -270,8 +264,8 @@ void SafetensorsFile::parse_header() {
       }
       continue;
     }
-    entries.emplace_back(key, parse_entry(value, str_cat(path_, ": tensor '", key, "'"),
-                                          data_size));
+    entries.emplace_back(key,
+                         parse_entry(value, str_cat(path_, ": tensor '", key, "'"), data_size));
   }
 
   // The tensors must tile the data buffer exactly: sorted by offsets, each begins where the
@@ -333,13 +327,13 @@ void SafetensorsFile::copy_into(const std::string& name, const Tensor& dst) cons
   const std::string where = str_cat(path_, ": tensor '", name, "'");
   if (!dst.defined()) throw ValueError(str_cat(where, ": the destination tensor is undefined"));
   if (dst.shape() != i.shape) {
-    throw ValueError(str_cat(where, ": shape ", i.shape, " in the file, but the destination is ",
-                             dst.shape()));
+    throw ValueError(
+        str_cat(where, ": shape ", i.shape, " in the file, but the destination is ", dst.shape()));
   }
   if (dst.dtype() != i.dtype) {
-    const bool convertible = (i.dtype == DType::f32 || i.dtype == DType::f16 ||
-                              i.dtype == DType::bf16) &&
-                             is_floating(dst.dtype());
+    const bool convertible =
+        (i.dtype == DType::f32 || i.dtype == DType::f16 || i.dtype == DType::bf16) &&
+        is_floating(dst.dtype());
     if (!convertible) {
       throw ValueError(str_cat(where, ": dtype ", safetensors_dtype_name(i.dtype),
                                " in the file, but the destination holds ", dtype_name(dst.dtype()),
@@ -432,7 +426,8 @@ void SafetensorsCheckpoint::open_index(const std::string& index_path) {
   sharded_ = true;
   const json index = parse_json(read_text_file(index_path), index_path);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    throw ValueError(str_cat(index_path, ": an index needs an object 'weight_map' of tensor name "
+    throw ValueError(str_cat(index_path,
+                             ": an index needs an object 'weight_map' of tensor name "
                              "to shard file"));
   }
   // weight_map, grouped by shard; std::map orders the shards by file name.
@@ -463,12 +458,10 @@ void SafetensorsCheckpoint::open_index(const std::string& index_path) {
     // not std::filesystem's exception.
     std::error_code ec;
     if (!fs::exists(shard_path, ec)) {
-      throw ValueError(str_cat(index_path, ": shard '", shortened(file), "' (holding '",
-                               shortened(listed.front()), "'",
-                               listed.size() > 1 ? str_cat(" and ", listed.size() - 1, " more")
-                                                 : "",
-                               ") does not exist",
-                               ec ? str_cat(" (", ec.message(), ")") : std::string()));
+      throw ValueError(str_cat(
+          index_path, ": shard '", shortened(file), "' (holding '", shortened(listed.front()), "'",
+          listed.size() > 1 ? str_cat(" and ", listed.size() - 1, " more") : "", ") does not exist",
+          ec ? str_cat(" (", ec.message(), ")") : std::string()));
     }
     SafetensorsFile shard(shard_path.string());
     for (const std::string& name : listed) {
@@ -517,14 +510,14 @@ void save_safetensors_checkpoint(const std::string& dir,
                                  size_t max_shard_bytes,
                                  const std::map<std::string, std::string>& metadata) {
   if (max_shard_bytes == 0) {
-    throw ValueError(str_cat("save_safetensors_checkpoint '", dir,
-                             "': max_shard_bytes must be positive"));
+    throw ValueError(
+        str_cat("save_safetensors_checkpoint '", dir, "': max_shard_bytes must be positive"));
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    throw Error(str_cat("save_safetensors_checkpoint: cannot create directory '", dir, "': ",
-                        ec.message()));
+    throw Error(str_cat("save_safetensors_checkpoint: cannot create directory '", dir,
+                        "': ", ec.message()));
   }
   // Checked here too: a name twice in different shards would otherwise reach the index.
   std::unordered_set<std::string_view> seen;

@@ -28,7 +28,7 @@ std::string check_charsmap(std::string_view blob) {
   uint32_t trie_bytes;
   std::memcpy(&trie_bytes, blob.data(), 4);
   if (trie_bytes >= blob.size()) return "";  // likewise
-  if (trie_bytes > blob.size() - 4) {  // the library's own check lets these through
+  if (trie_bytes > blob.size() - 4) {        // the library's own check lets these through
     return str_cat("its normalization rules' trie of ", trie_bytes, " bytes runs past them");
   }
   const size_t units = trie_bytes / 4;
@@ -89,7 +89,8 @@ void for_each_bytes_field(std::string_view bytes, F&& on_field) {
         pos += 4;
         break;
       case 2:
-        if (!read_varint(bytes, pos, value) || value > bytes.size() - std::min(pos, bytes.size())) return;
+        if (!read_varint(bytes, pos, value) || value > bytes.size() - std::min(pos, bytes.size()))
+          return;
         on_field(key >> 3, bytes.substr(pos, value));
         pos += value;
         break;
@@ -146,8 +147,8 @@ std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
   const int64_t size = vocab_size();
   for (const int32_t id : ids) {
     if (id < 0 || id >= size) {
-      throw ValueError(str_cat(path_, ": token id ", id, " is not in the vocabulary (size ",
-                               size, ")"));
+      throw ValueError(
+          str_cat(path_, ": token id ", id, " is not in the vocabulary (size ", size, ")"));
     }
   }
   std::string text;

@@ -33,7 +33,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   namespace fs = std::filesystem;
   if (model_dir.empty()) return std::make_unique<ByteTokenizer>();
   if (!fs::is_directory(model_dir)) {
-    throw ValueError(str_cat(model_dir, ": is not a directory (the model directory to take the "
+    throw ValueError(str_cat(model_dir,
+                             ": is not a directory (the model directory to take the "
                              "tokenizer from)"));
   }
   const auto file = [&](const char* name) { return (fs::path(model_dir) / name).string(); };
@@ -56,8 +57,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
     return std::make_unique<SentencePieceTokenizer>(file("tokenizer.model"));
   }
   if (vocab || merges) {
-    throw ValueError(str_cat(model_dir, ": has ", vocab ? "vocab.json" : "merges.txt",
-                             " without ", vocab ? "merges.txt" : "vocab.json",
+    throw ValueError(str_cat(model_dir, ": has ", vocab ? "vocab.json" : "merges.txt", " without ",
+                             vocab ? "merges.txt" : "vocab.json",
                              "; a GPT-2 BPE tokenizer needs both"));
   }
   return std::make_unique<ByteTokenizer>();
@@ -100,8 +101,8 @@ void save_tokenizer(const Tokenizer& tokenizer, const std::string& dir) {
 
 std::string tokenizer_fingerprint(std::string_view kind,
                                   std::initializer_list<std::string_view> file_bytes) {
-  return tokenizer_fingerprint(kind, std::span<const std::string_view>(file_bytes.begin(),
-                                                                      file_bytes.size()));
+  return tokenizer_fingerprint(
+      kind, std::span<const std::string_view>(file_bytes.begin(), file_bytes.size()));
 }
 
 std::string tokenizer_fingerprint(std::string_view kind,

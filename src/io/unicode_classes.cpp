@@ -37,9 +37,7 @@ CharClass char_class_non_ascii(char32_t cp) {
   return CharClass::other;
 }
 
-bool is_word_char(char32_t cp) {
-  return cp != kInvalidCodePoint && in_ranges(kWordRanges, cp);
-}
+bool is_word_char(char32_t cp) { return cp != kInvalidCodePoint && in_ranges(kWordRanges, cp); }
 
 Utf8Char decode_utf8_multibyte(std::string_view text, size_t pos) {
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };

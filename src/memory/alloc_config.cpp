@@ -121,19 +121,32 @@ std::string AllocatorConfig::str() const {
 size_t parse_byte_size(std::string_view text, const char* what) {
   const std::string_view s = trim(text);
   size_t split = 0;
-  while (split < s.size() && (std::isdigit(static_cast<unsigned char>(s[split])) || s[split] == '.')) {
+  while (split < s.size() &&
+         (std::isdigit(static_cast<unsigned char>(s[split])) || s[split] == '.')) {
     ++split;
   }
   const std::string_view number = s.substr(0, split);
   std::string unit(trim(s.substr(split)));
   for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  struct Unit { const char* name; double factor; };
+  struct Unit {
+    const char* name;
+    double factor;
+  };
   static constexpr Unit kUnits[] = {
-      {"", 1.0},          {"b", 1.0},
-      {"k", 1024.0},      {"kib", 1024.0},          {"kb", 1e3},
-      {"m", 1048576.0},   {"mib", 1048576.0},       {"mb", 1e6},
-      {"g", 1073741824.0}, {"gib", 1073741824.0},   {"gb", 1e9},
-      {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12},
+      {"", 1.0},
+      {"b", 1.0},
+      {"k", 1024.0},
+      {"kib", 1024.0},
+      {"kb", 1e3},
+      {"m", 1048576.0},
+      {"mib", 1048576.0},
+      {"mb", 1e6},
+      {"g", 1073741824.0},
+      {"gib", 1073741824.0},
+      {"gb", 1e9},
+      {"t", 1099511627776.0},
+      {"tib", 1099511627776.0},
+      {"tb", 1e12},
   };
   for (const Unit& u : kUnits) {
     if (unit != u.name) continue;
@@ -142,8 +155,8 @@ size_t parse_byte_size(std::string_view text, const char* what) {
     if (bytes > 1.8e19) break;
     return static_cast<size_t>(std::llround(bytes));
   }
-  throw ValueError(str_cat(what, ": '", text,
-                           "' is not a byte size (examples: 24GiB, 512MiB, 80GB, 1048576)"));
+  throw ValueError(
+      str_cat(what, ": '", text, "' is not a byte size (examples: 24GiB, 512MiB, 80GB, 1048576)"));
 }
 
 size_t memory_limit_from_env() {

@@ -28,7 +28,7 @@ struct CachingAllocator::Block {
   // an expandable segment (Note [Expandable segments]), whose blocks are page aligned.
   bool mapped = true;
   ExpandableSegment* expandable = nullptr;  // the segment, for blocks of an expandable one
-  Block* prev = nullptr;  // neighbours within the same segment
+  Block* prev = nullptr;                    // neighbours within the same segment
   Block* next = nullptr;
   int64_t gc_count_base = 0;  // the pool's free-block search count when this block was cached
   // Streams other than `stream` that used the block (record_stream), and the events still
@@ -36,8 +36,8 @@ struct CachingAllocator::Block {
   std::set<StreamId> stream_uses;
   int event_count = 0;
   MemoryCategory category = MemoryCategory::temporaries;  // while allocated
-  std::shared_ptr<const ContextLabels> context;          // of the allocation using it
-  std::shared_ptr<const ContextLabels> segment_context;  // of the allocation that made the segment
+  std::shared_ptr<const ContextLabels> context;           // of the allocation using it
+  std::shared_ptr<const ContextLabels> segment_context;   // of the allocation that made the segment
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
@@ -283,9 +283,8 @@ CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, size_
   return block;
 }
 
-CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t size,
-                                                       size_t segment, StreamId stream,
-                                                       bool is_retry) {
+CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t size, size_t segment,
+                                                       StreamId stream, bool is_retry) {
   if (is_retry) stats_.num_alloc_retries += 1;
   if (memory_limit_ > 0 && reserved_ + segment > memory_limit_) return nullptr;
   if (config_.expandable_segments) return try_allocate_expandable_block(pool, size, stream);
@@ -310,7 +309,7 @@ CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t s
 }
 
 CachingAllocator::Block* CachingAllocator::find_expandable_block(BlockPool& pool, size_t size,
-                                                                StreamId stream) {
+                                                                 StreamId stream) {
   // The lowest address where free and unmapped blocks, in a row, hold `size`.
   auto allocatable = [](const Block* b) {
     return b && !b->allocated && b->event_count == 0 && b->stream_uses.empty();
@@ -337,7 +336,8 @@ CachingAllocator::Block* CachingAllocator::find_expandable_block(BlockPool& pool
   space = std::max(space, size);
   space = (space + page - 1) / page * page;
   auto segment = std::make_unique<ExpandableSegment>();
-  segment->base = reinterpret_cast<uintptr_t>(device_allocator_->reserve_address_space(space, page));
+  segment->base =
+      reinterpret_cast<uintptr_t>(device_allocator_->reserve_address_space(space, page));
   segment->size = space;
   segment->page_size = page;
   segment->stream = stream;
@@ -361,8 +361,8 @@ bool CachingAllocator::map_block(Block* to_map, size_t size) {
   const uintptr_t start = segment.page_address(begin);
   const size_t mapped = (end - begin) * segment.page_size;
   HEADROOM_INTERNAL_ASSERT(start == to_map->ptr && mapped <= to_map->size,
-                 "map_block: an unmapped block at ", to_map->ptr, " of ", to_map->size,
-                 " bytes does not hold the pages from ", start, "");
+                           "map_block: an unmapped block at ", to_map->ptr, " of ", to_map->size,
+                           " bytes does not hold the pages from ", start, "");
   // The capacity limit acts as the device's end of memory, page by page.
   if (memory_limit_ > 0 && reserved_ + mapped > memory_limit_) return false;
   if (!device_allocator_->map_pages(reinterpret_cast<void*>(start), mapped, segment.page_size)) {
@@ -393,9 +393,8 @@ bool CachingAllocator::map_block(Block* to_map, size_t size) {
   try_merge_blocks(to_map, to_map->next, pool);
   pool.insert(to_map);
   reserved_ += mapped;
-  for_pool_stats(pool, [&](size_t t) {
-    stats_.reserved_bytes[t].increase(static_cast<int64_t>(mapped));
-  });
+  for_pool_stats(
+      pool, [&](size_t t) { stats_.reserved_bytes[t].increase(static_cast<int64_t>(mapped)); });
   stats_.num_device_alloc += 1;
   std::shared_ptr<const ContextLabels> context =
       memory_history_max_entries() > 0 ? current_memory_context() : nullptr;
@@ -405,8 +404,8 @@ bool CachingAllocator::map_block(Block* to_map, size_t size) {
 }
 
 CachingAllocator::Block* CachingAllocator::try_allocate_expandable_block(BlockPool& pool,
-                                                                        size_t size,
-                                                                        StreamId stream) {
+                                                                         size_t size,
+                                                                         StreamId stream) {
   flush_reserved_peak();  // Note [A deferred peak capture]: it may take mapped free blocks
   // The candidate starts a row of free and unmapped blocks holding `size`: unmapped, or free
   // followed by unmapped. Mapping merges each newly mapped range into the free block before it.
@@ -470,9 +469,8 @@ void CachingAllocator::unmap_block(Block* block) {
   try_merge_blocks(block, block->next, pool);
   pool.unmapped.insert(block);
   reserved_ -= size;
-  for_pool_stats(pool, [&](size_t t) {
-    stats_.reserved_bytes[t].decrease(static_cast<int64_t>(size));
-  });
+  for_pool_stats(pool,
+                 [&](size_t t) { stats_.reserved_bytes[t].decrease(static_cast<int64_t>(size)); });
   stats_.num_device_free += 1;
   record(TraceEntry::Action::segment_unmap, start, size, block->stream, block->segment_context);
 }
@@ -480,8 +478,8 @@ void CachingAllocator::unmap_block(Block* block) {
 void CachingAllocator::release_expandable_segment(Block* block) {
   ExpandableSegment* segment = block->expandable;
   HEADROOM_INTERNAL_ASSERT(!block->mapped && block->size == segment->size,
-                 "release_expandable_segment: ", block->size, " of ", segment->size,
-                 " bytes unmapped");
+                           "release_expandable_segment: ", block->size, " of ", segment->size,
+                           " bytes unmapped");
   block->pool->unmapped.erase(block);
   device_allocator_->release_address_space(reinterpret_cast<void*>(segment->base), segment->size);
   delete block;
@@ -489,7 +487,7 @@ void CachingAllocator::release_expandable_segment(Block* block) {
 }
 
 CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_t size,
-                                                            size_t requested, StreamId stream) {
+                                                             size_t requested, StreamId stream) {
   BlockPool& pool = *block->pool;
   const bool already_split = block->is_split();
   const size_t remaining_size = block->size - size;
@@ -517,7 +515,9 @@ CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_
     pool.insert(remaining);
     if (already_split && counts_split) {
       // An inactive split block shrinks by `size`.
-      for_pool_stats(pool, [&](size_t t) { stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(size)); });
+      for_pool_stats(pool, [&](size_t t) {
+        stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(size));
+      });
     } else if (counts_split) {
       // A new inactive split block of the remainder appears.
       for_pool_stats(pool, [&](size_t t) {
@@ -710,7 +710,8 @@ bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, size_t s
     if (it == pool.blocks.begin()) return false;
     size_t released = 0;
     --it;
-    while (released < key.size && (*it)->size >= config_.max_split_size && (*it)->stream == stream) {
+    while (released < key.size && (*it)->size >= config_.max_split_size &&
+           (*it)->stream == stream) {
       auto current = it;
       const bool is_first = current == pool.blocks.begin();
       if (!is_first) --it;
@@ -774,8 +775,8 @@ void CachingAllocator::garbage_collect_cached_blocks() {
   // Free cached whole segments that have waited longest for reuse, oldest (by the number of
   // free-block searches since they were cached) above the average first, until reserved memory
   // is back under the threshold. Only the large pool: small segments are cheap to keep.
-  const size_t threshold =
-      static_cast<size_t>(config_.garbage_collection_threshold * static_cast<double>(memory_limit_));
+  const size_t threshold = static_cast<size_t>(config_.garbage_collection_threshold *
+                                               static_cast<double>(memory_limit_));
   if (reserved_ <= threshold) return;
   const size_t target = reserved_ - threshold;
   BlockPool& pool = *large_blocks_;
@@ -839,8 +840,12 @@ void CachingAllocator::raise_out_of_memory(size_t size, size_t segment, StreamId
 MemoryUsageEvent CachingAllocator::usage_event(uintptr_t address, int64_t bytes,
                                                MemoryCategory category) const {
   const auto all = static_cast<size_t>(StatType::all);
-  return MemoryUsageEvent{device(), address, bytes, stats_.allocated_bytes[all].current,
-                          stats_.reserved_bytes[all].current, category};
+  return MemoryUsageEvent{device(),
+                          address,
+                          bytes,
+                          stats_.allocated_bytes[all].current,
+                          stats_.reserved_bytes[all].current,
+                          category};
 }
 
 void CachingAllocator::notify_memory_observers(const MemoryUsageEvent& usage) {
@@ -905,9 +910,7 @@ void CachingAllocator::capture_reserved_peak(size_t request, size_t added) {
   state.request_bytes = static_cast<int64_t>(request);
   state.added_bytes = static_cast<int64_t>(added);
   state.expandable_segments = config_.expandable_segments;
-  auto is_free = [](const Block* b) {
-    return b->mapped && !b->allocated && b->event_count == 0;
-  };
+  auto is_free = [](const Block* b) { return b->mapped && !b->allocated && b->event_count == 0; };
   struct Key {
     MemoryCategory category;
     size_t size;
@@ -968,9 +971,8 @@ void CachingAllocator::capture_reserved_peak(size_t request, size_t added) {
   }
   for (const Block* b : pending) state.pending_free_bytes += static_cast<int64_t>(b->size);
   for (auto& [key, s] : stranding) state.stranding.push_back(std::move(s));
-  std::sort(state.stranding.begin(), state.stranding.end(), [](const auto& a, const auto& b) {
-    return a.stranded_bytes > b.stranded_bytes;
-  });
+  std::sort(state.stranding.begin(), state.stranding.end(),
+            [](const auto& a, const auto& b) { return a.stranded_bytes > b.stranded_bytes; });
   if (state.stranding.size() > 3) state.stranding.resize(3);
   reserved_peak_ = std::move(state);
 }
@@ -1031,7 +1033,8 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
   for (const Block* b : pending) {
     if (is_head(b)) heads.push_back(b);
   }
-  std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
+  std::sort(heads.begin(), heads.end(),
+            [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
   std::vector<SegmentInfo> out;
   for (const Block* head : heads) {
     SegmentInfo s;

@@ -75,19 +75,19 @@ struct SegmentInfo {
   size_t requested_size = 0;
   StreamId stream = 0;
   bool is_large = false;
-  bool is_expandable = false;  // a mapped range of an expandable segment
+  bool is_expandable = false;                    // a mapped range of an expandable segment
   std::shared_ptr<const ContextLabels> context;  // of the allocation that created it
   std::vector<BlockInfo> blocks;
 };
 
 class CachingAllocator final : public Allocator {
  public:
-  static constexpr size_t kMinBlockSize = 512;         // every size is a multiple of this
-  static constexpr size_t kSmallSize = 1u << 20;       // largest request of the small pool
-  static constexpr size_t kSmallBuffer = 2u << 20;     // segment size of the small pool
-  static constexpr size_t kLargeBuffer = 20u << 20;    // segment for requests under 10 MiB
-  static constexpr size_t kMinLargeAlloc = 10u << 20;  // from here segments fit the request
-  static constexpr size_t kRoundLarge = 2u << 20;      // ... rounded up to 2 MiB
+  static constexpr size_t kMinBlockSize = 512;            // every size is a multiple of this
+  static constexpr size_t kSmallSize = 1u << 20;          // largest request of the small pool
+  static constexpr size_t kSmallBuffer = 2u << 20;        // segment size of the small pool
+  static constexpr size_t kLargeBuffer = 20u << 20;       // segment for requests under 10 MiB
+  static constexpr size_t kMinLargeAlloc = 10u << 20;     // from here segments fit the request
+  static constexpr size_t kRoundLarge = 2u << 20;         // ... rounded up to 2 MiB
   static constexpr size_t kMaxRequest = size_t{1} << 50;  // 1 PiB: no device has more
   // Address space of one expandable segment on a device without a capacity (meta): 4 TiB.
   static constexpr size_t kUnboundedAddressSpace = size_t{1} << 42;
@@ -138,7 +138,7 @@ class CachingAllocator final : public Allocator {
   // The allocator's state when reserved_bytes.all last reached its peak (Note [Slack report]);
   // reset_peak_stats takes it anew.
   ReservedPeakState reserved_peak_state() const;
-  std::vector<TraceEntry> trace() const;      // oldest first
+  std::vector<TraceEntry> trace() const;  // oldest first
 
   // The size policy, for tests and the planner.
   static size_t round_size(size_t size, const AllocatorConfig& config);

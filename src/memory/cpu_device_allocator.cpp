@@ -35,8 +35,10 @@ class CpuDeviceAllocator final : public DeviceAllocator {
     const size_t span = size + page_size;
     void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) {
-      throw Error(str_cat("cpu: cannot reserve ", size, " bytes of address space for an "
-                          "expandable segment: ", std::strerror(errno)));
+      throw Error(str_cat("cpu: cannot reserve ", size,
+                          " bytes of address space for an "
+                          "expandable segment: ",
+                          std::strerror(errno)));
     }
     const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
     const uintptr_t aligned = (start + page_size - 1) / page_size * page_size;
@@ -52,8 +54,8 @@ class CpuDeviceAllocator final : public DeviceAllocator {
   bool map_pages(void* ptr, size_t size, size_t) override {
     if (mprotect(ptr, size, PROT_READ | PROT_WRITE) == 0) return true;
     if (errno == ENOMEM || errno == EAGAIN) return false;
-    throw Error(str_cat("cpu: mprotect of ", size, " bytes at ", ptr, " failed: ",
-                        std::strerror(errno)));
+    throw Error(
+        str_cat("cpu: mprotect of ", size, " bytes at ", ptr, " failed: ", std::strerror(errno)));
   }
 
   void unmap_pages(void* ptr, size_t size, size_t, StreamId) override {

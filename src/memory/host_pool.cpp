@@ -32,12 +32,12 @@ Device host_pool_device(Device compute) { return compute.is_meta() ? kMeta : kCP
 CachingAllocator& host_pool(Device compute, bool pin_memory) {
   Pools& p = pools();
   std::lock_guard<std::mutex> lock(p.mutex);
-  const PoolKind kind = compute.is_meta()                              ? kMetaPool
+  const PoolKind kind = compute.is_meta()                             ? kMetaPool
                         : compute.is_cuda() && pin_memory && p.pinned ? kPinnedPool
-                                                                       : kPageablePool;
+                                                                      : kPageablePool;
   std::unique_ptr<CachingAllocator>& pool = p.pools[kind];
   if (!pool) {
-    std::unique_ptr<DeviceAllocator> memory = kind == kMetaPool   ? make_meta_device_allocator()
+    std::unique_ptr<DeviceAllocator> memory = kind == kMetaPool     ? make_meta_device_allocator()
                                               : kind == kPinnedPool ? p.pinned(0)
                                                                     : make_cpu_device_allocator();
     pool = std::make_unique<CachingAllocator>(std::move(memory), AllocatorConfig::from_env(),

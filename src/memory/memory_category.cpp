@@ -11,11 +11,16 @@ thread_local MemoryCategory t_category = MemoryCategory::temporaries;
 
 const char* memory_category_name(MemoryCategory category) {
   switch (category) {
-    case MemoryCategory::temporaries: return "temporaries";
-    case MemoryCategory::parameters: return "parameters";
-    case MemoryCategory::gradients: return "gradients";
-    case MemoryCategory::optimizer_states: return "optimizer_states";
-    case MemoryCategory::activations: return "activations";
+    case MemoryCategory::temporaries:
+      return "temporaries";
+    case MemoryCategory::parameters:
+      return "parameters";
+    case MemoryCategory::gradients:
+      return "gradients";
+    case MemoryCategory::optimizer_states:
+      return "optimizer_states";
+    case MemoryCategory::activations:
+      return "activations";
   }
   return "unknown";
 }

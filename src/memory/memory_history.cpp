@@ -41,14 +41,22 @@ std::shared_ptr<const ContextLabels> current_memory_context() {
 
 const char* trace_action_name(TraceEntry::Action action) {
   switch (action) {
-    case TraceEntry::Action::alloc: return "alloc";
-    case TraceEntry::Action::free_requested: return "free_requested";
-    case TraceEntry::Action::free_completed: return "free_completed";
-    case TraceEntry::Action::segment_alloc: return "segment_alloc";
-    case TraceEntry::Action::segment_free: return "segment_free";
-    case TraceEntry::Action::segment_map: return "segment_map";
-    case TraceEntry::Action::segment_unmap: return "segment_unmap";
-    case TraceEntry::Action::oom: return "oom";
+    case TraceEntry::Action::alloc:
+      return "alloc";
+    case TraceEntry::Action::free_requested:
+      return "free_requested";
+    case TraceEntry::Action::free_completed:
+      return "free_completed";
+    case TraceEntry::Action::segment_alloc:
+      return "segment_alloc";
+    case TraceEntry::Action::segment_free:
+      return "segment_free";
+    case TraceEntry::Action::segment_map:
+      return "segment_map";
+    case TraceEntry::Action::segment_unmap:
+      return "segment_unmap";
+    case TraceEntry::Action::oom:
+      return "oom";
   }
   return "?";
 }
@@ -77,7 +85,8 @@ void TraceRing::push(TraceEntry entry, size_t max_entries) {
 std::vector<TraceEntry> TraceRing::entries() const {
   std::vector<TraceEntry> out;
   out.reserve(entries_.size());
-  for (size_t i = 0; i < entries_.size(); ++i) out.push_back(entries_[(next_ + i) % entries_.size()]);
+  for (size_t i = 0; i < entries_.size(); ++i)
+    out.push_back(entries_[(next_ + i) % entries_.size()]);
   return out;
 }
 

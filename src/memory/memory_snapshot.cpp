@@ -104,7 +104,8 @@ void dump_memory_snapshot(const std::string& path) {
   std::error_code error;
   if (!parent.empty()) std::filesystem::create_directories(parent, error);
   if (error) {
-    throw Error(str_cat("cannot write '", path, "': cannot create its directory: ", error.message()));
+    throw Error(
+        str_cat("cannot write '", path, "': cannot create its directory: ", error.message()));
   }
   write_file_atomically(path, pickle_dumps(memory_snapshot_to_pickle(memory_snapshot())));
 }

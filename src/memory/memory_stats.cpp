@@ -5,7 +5,7 @@ namespace headroom {
 
 void DeviceStats::reset_accumulated() {
 #define HEADROOM_RESET_POOL(name, unit) \
-  for (Stat& s : name) s.reset_accumulated();
+  for (Stat & s : name) s.reset_accumulated();
   HEADROOM_POOL_STATS(HEADROOM_RESET_POOL)
 #undef HEADROOM_RESET_POOL
 #define HEADROOM_RESET_SINGLE(name, unit) name.reset_accumulated();
@@ -18,7 +18,7 @@ void DeviceStats::reset_accumulated() {
 
 void DeviceStats::reset_peak() {
 #define HEADROOM_RESET_POOL(name, unit) \
-  for (Stat& s : name) s.reset_peak();
+  for (Stat & s : name) s.reset_peak();
   HEADROOM_POOL_STATS(HEADROOM_RESET_POOL)
 #undef HEADROOM_RESET_POOL
 #define HEADROOM_RESET_SINGLE(name, unit) name.reset_peak();

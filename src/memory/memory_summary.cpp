@@ -118,7 +118,7 @@ std::string format_memory_summary(const std::map<std::string, int64_t>& stats,
                                   const std::string& device_name, bool abbreviated) {
   const StatsReader stat(stats);
   static constexpr const char* kColumns[] = {"current", "peak", "allocated", "freed"};
-  auto read_row = [&](const std::string& prefix, int64_t (&values)[4]) {
+  auto read_row = [&](const std::string& prefix, int64_t(&values)[4]) {
     for (int i = 0; i < 4; ++i) values[i] = stat(prefix + kColumns[i]);
   };
 
@@ -130,10 +130,10 @@ std::string format_memory_summary(const std::map<std::string, int64_t>& stats,
   lines.push_back(light);
   // PyTorch's "  {_:9} CUDA OOMs: {num_ooms:<12d} | {_:6} cudaMalloc retries: {...:<8d}  ",
   // reworded with the values kept in their columns.
-  lines.push_back(str_cat(std::string(17, ' '), "OOMs: ",
-                          pad_right(std::to_string(stat("num_ooms")), 12), " | ",
-                          std::string(5, ' '), "device alloc retries: ",
-                          pad_right(std::to_string(stat("num_alloc_retries")), 8), "  "));
+  lines.push_back(str_cat(
+      std::string(17, ' '), "OOMs: ", pad_right(std::to_string(stat("num_ooms")), 12), " | ",
+      std::string(5, ' '),
+      "device alloc retries: ", pad_right(std::to_string(stat("num_alloc_retries")), 8), "  "));
   lines.push_back(heavy);
   lines.push_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
 

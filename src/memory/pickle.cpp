@@ -37,15 +37,24 @@ namespace headroom {
 
 const char* pickle_kind_name(PickleValue::Kind kind) {
   switch (kind) {
-    case PickleValue::Kind::None: return "None";
-    case PickleValue::Kind::Bool: return "bool";
-    case PickleValue::Kind::Int: return "int";
-    case PickleValue::Kind::UInt: return "uint";
-    case PickleValue::Kind::Float: return "float";
-    case PickleValue::Kind::String: return "str";
-    case PickleValue::Kind::List: return "list";
-    case PickleValue::Kind::Tuple: return "tuple";
-    case PickleValue::Kind::Dict: return "dict";
+    case PickleValue::Kind::None:
+      return "None";
+    case PickleValue::Kind::Bool:
+      return "bool";
+    case PickleValue::Kind::Int:
+      return "int";
+    case PickleValue::Kind::UInt:
+      return "uint";
+    case PickleValue::Kind::Float:
+      return "float";
+    case PickleValue::Kind::String:
+      return "str";
+    case PickleValue::Kind::List:
+      return "list";
+    case PickleValue::Kind::Tuple:
+      return "tuple";
+    case PickleValue::Kind::Dict:
+      return "dict";
   }
   return "?";
 }
@@ -187,8 +196,8 @@ PickleValue& PickleValue::at(std::string_view key) {
 const PickleValue& PickleValue::at(size_t index) const {
   const List& items = as_list();
   if (index >= items.size()) {
-    throw IndexError(str_cat("PickleValue: index ", index, " out of range for ", items.size(),
-                             " elements"));
+    throw IndexError(
+        str_cat("PickleValue: index ", index, " out of range for ", items.size(), " elements"));
   }
   return items[index];
 }
@@ -213,15 +222,22 @@ bool operator==(const PickleValue& a, const PickleValue& b) {
   }
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
-    case PickleValue::Kind::None: return true;
-    case PickleValue::Kind::Bool: return a.as_bool() == b.as_bool();
-    case PickleValue::Kind::Float: return a.as_double() == b.as_double();
-    case PickleValue::Kind::String: return a.as_string() == b.as_string();
+    case PickleValue::Kind::None:
+      return true;
+    case PickleValue::Kind::Bool:
+      return a.as_bool() == b.as_bool();
+    case PickleValue::Kind::Float:
+      return a.as_double() == b.as_double();
+    case PickleValue::Kind::String:
+      return a.as_string() == b.as_string();
     case PickleValue::Kind::List:
-    case PickleValue::Kind::Tuple: return a.as_list() == b.as_list();
-    case PickleValue::Kind::Dict: return a.as_dict() == b.as_dict();
+    case PickleValue::Kind::Tuple:
+      return a.as_list() == b.as_list();
+    case PickleValue::Kind::Dict:
+      return a.as_dict() == b.as_dict();
     case PickleValue::Kind::Int:
-    case PickleValue::Kind::UInt: break;  // handled above
+    case PickleValue::Kind::UInt:
+      break;  // handled above
   }
   return false;
 }
@@ -312,15 +328,33 @@ class Pickler {
  private:
   void write(const PickleValue& value) {
     switch (value.kind()) {
-      case PickleValue::Kind::None: out_ += op::kNone; break;
-      case PickleValue::Kind::Bool: out_ += value.as_bool() ? op::kNewTrue : op::kNewFalse; break;
-      case PickleValue::Kind::Int: write_int(value.as_int64()); break;
-      case PickleValue::Kind::UInt: write_uint(value.as_uint64()); break;
-      case PickleValue::Kind::Float: write_float(value.as_double()); break;
-      case PickleValue::Kind::String: write_string(value.as_string()); break;
-      case PickleValue::Kind::List: write_list(value.as_list()); break;
-      case PickleValue::Kind::Tuple: write_tuple(value.as_list()); break;
-      case PickleValue::Kind::Dict: write_dict(value.as_dict()); break;
+      case PickleValue::Kind::None:
+        out_ += op::kNone;
+        break;
+      case PickleValue::Kind::Bool:
+        out_ += value.as_bool() ? op::kNewTrue : op::kNewFalse;
+        break;
+      case PickleValue::Kind::Int:
+        write_int(value.as_int64());
+        break;
+      case PickleValue::Kind::UInt:
+        write_uint(value.as_uint64());
+        break;
+      case PickleValue::Kind::Float:
+        write_float(value.as_double());
+        break;
+      case PickleValue::Kind::String:
+        write_string(value.as_string());
+        break;
+      case PickleValue::Kind::List:
+        write_list(value.as_list());
+        break;
+      case PickleValue::Kind::Tuple:
+        write_tuple(value.as_list());
+        break;
+      case PickleValue::Kind::Dict:
+        write_dict(value.as_dict());
+        break;
     }
   }
 

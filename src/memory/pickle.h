@@ -34,8 +34,7 @@ class PickleValue {
   PickleValue(std::nullptr_t) {}
   PickleValue(bool value) : value_(value) {}
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  PickleValue(T value) {
+  requires(!std::same_as<T, bool>) PickleValue(T value) {
     if constexpr (std::is_signed_v<T>) {
       value_ = static_cast<int64_t>(value);
     } else {

@@ -39,12 +39,12 @@ std::string format_slack_report(const ReservedPeakState& state, int64_t peak_all
   if (!slack_exceeds_threshold(peak_allocated, peak_reserved)) return {};
   auto size = [](int64_t bytes) { return format_bytes(static_cast<size_t>(bytes)); };
   const int64_t slack = peak_reserved - peak_allocated;
-  std::string text = str_cat(
-      "  allocator slack ", size(slack), " is ",
-      std::to_string(static_cast<int>(100.0 * static_cast<double>(slack) /
-                                      static_cast<double>(peak_reserved) + 0.5)),
-      "% of the reserved peak (over 10%). At the reserved peak ",
-      size(state.reserved - state.allocated), " of ", size(state.reserved), " was free:\n");
+  std::string text =
+      str_cat("  allocator slack ", size(slack), " is ",
+              std::to_string(static_cast<int>(
+                  100.0 * static_cast<double>(slack) / static_cast<double>(peak_reserved) + 0.5)),
+              "% of the reserved peak (over 10%). At the reserved peak ",
+              size(state.reserved - state.allocated), " of ", size(state.reserved), " was free:\n");
   if (state.split_remainder_bytes > 0) {
     text += str_cat("    ", size(state.split_remainder_bytes), " in split remainders of ",
                     state.split_segments, state.split_segments == 1 ? " segment" : " segments",
@@ -59,8 +59,7 @@ std::string format_slack_report(const ReservedPeakState& state, int64_t peak_all
     text += "\n";
   }
   if (state.whole_free_segment_bytes > 0) {
-    text += str_cat("    ", size(state.whole_free_segment_bytes), " in ",
-                    state.whole_free_segments,
+    text += str_cat("    ", size(state.whole_free_segment_bytes), " in ", state.whole_free_segments,
                     state.whole_free_segments == 1 ? " cached segment" : " cached segments",
                     " with nothing allocated, made for requests of other sizes and too small for "
                     "the request that needed more\n");
@@ -75,19 +74,21 @@ std::string format_slack_report(const ReservedPeakState& state, int64_t peak_all
                     " freed but waiting for other streams (record_stream)\n");
   }
   if (state.request_bytes > 0) {
-    text += str_cat("    the peak was raised by a request of ", size(state.request_bytes),
-                    ", which added ", size(state.added_bytes),
-                    state.added_bytes > state.request_bytes ? " (the segment's rounding)" : "",
-                    "\n");
+    text +=
+        str_cat("    the peak was raised by a request of ", size(state.request_bytes),
+                ", which added ", size(state.added_bytes),
+                state.added_bytes > state.request_bytes ? " (the segment's rounding)" : "", "\n");
   }
   if (!state.expandable_segments) {
-    text += "  fix: expandable segments (--expandable_segments, or HEADROOM_ALLOC_CONF="
-            "expandable_segments:True) grow one segment per stream and pool, so free tails are "
-            "reused and no segment is cached per request size\n";
+    text +=
+        "  fix: expandable segments (--expandable_segments, or HEADROOM_ALLOC_CONF="
+        "expandable_segments:True) grow one segment per stream and pool, so free tails are "
+        "reused and no segment is cached per request size\n";
   } else {
-    text += "  expandable segments are on: what remains is free space between live blocks and "
-            "the last mapped page of each pool (20 MiB large, 2 MiB small); no allocator option "
-            "removes it\n";
+    text +=
+        "  expandable segments are on: what remains is free space between live blocks and "
+        "the last mapped page of each pool (20 MiB large, 2 MiB small); no allocator option "
+        "removes it\n";
   }
   return text;
 }

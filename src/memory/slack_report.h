@@ -37,9 +37,9 @@ namespace headroom {
 struct StrandingAllocation {
   MemoryCategory category = MemoryCategory::temporaries;
   int64_t block_size = 0;
-  std::string label;            // innermost MemoryContext label when history was recorded
-  int64_t segments = 0;         // segments it holds (one per live block of this kind)
-  int64_t stranded_bytes = 0;   // free bytes of those segments
+  std::string label;           // innermost MemoryContext label when history was recorded
+  int64_t segments = 0;        // segments it holds (one per live block of this kind)
+  int64_t stranded_bytes = 0;  // free bytes of those segments
 };
 
 struct ReservedPeakState {
@@ -51,8 +51,8 @@ struct ReservedPeakState {
   int64_t whole_free_segments = 0;
   int64_t expandable_free_bytes = 0;
   int64_t pending_free_bytes = 0;
-  int64_t request_bytes = 0;      // the rounded request that raised reserved to the peak
-  int64_t added_bytes = 0;        // what that request added to reserved
+  int64_t request_bytes = 0;         // the rounded request that raised reserved to the peak
+  int64_t added_bytes = 0;           // what that request added to reserved
   bool expandable_segments = false;  // the allocator's policy then
   // The live allocations stranding the most split remainders, most bytes first (at most 3).
   std::vector<StrandingAllocation> stranding;

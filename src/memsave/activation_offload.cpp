@@ -27,7 +27,8 @@ struct OffloadedActivation {
 class ActivationOffloader {
  public:
   ActivationOffloader(CausalLM& model, Device compute, const ActivationOffloadOptions& options)
-      : compute_(compute), pool_(&host_pool(compute, options.pin_memory)),
+      : compute_(compute),
+        pool_(&host_pool(compute, options.pin_memory)),
         min_bytes_(options.min_bytes) {
     for (const Tensor& p : model.parameters()) weights_.insert(p.storage().get());
     for (const Quant4bitWeight* w : weights_4bit(model)) {

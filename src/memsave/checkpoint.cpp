@@ -146,7 +146,8 @@ class Frame {
     }
     Recomputation& rec = it->second;
     if (rec.unpacked[index]) {
-      throw Error(str_cat("checkpoint: saved tensor ", index, " of the region was unpacked twice "
+      throw Error(str_cat("checkpoint: saved tensor ", index,
+                          " of the region was unpacked twice "
                           "in one backward pass; a node may read each saved tensor once"));
     }
     rec.unpacked[index] = true;
@@ -160,7 +161,8 @@ class Frame {
     const size_t index = rec.counter++;
     if (index >= metadata_.size()) {
       throw ValueError(str_cat("checkpoint: the recompute saved more tensors than the forward (",
-                               metadata_.size(), "); the region must run the same ops when it "
+                               metadata_.size(),
+                               "); the region must run the same ops when it "
                                "is recomputed"));
     }
     if (alive_[index]) rec.tensors[index] = t;
@@ -239,8 +241,9 @@ class Frame {
             return {};
           },
           [](const std::any&) -> Tensor {
-            throw Error("checkpoint: the graph built while recomputing a checkpointed region "
-                        "cannot be run backward");
+            throw Error(
+                "checkpoint: the graph built while recomputing a checkpointed region "
+                "cannot be run backward");
           });
       ActiveRegionScope active(this, &rec);
       try {
@@ -273,11 +276,13 @@ class Frame {
       if (!rec.tensors[i].defined()) continue;
       const TensorMetadata recomputed = metadata_of(rec.tensors[i]);
       if (recomputed != metadata_[i]) {
-        throw ValueError(str_cat(
-            "checkpoint: saved tensor ", i, " of the region was recomputed with other metadata: "
-            "saved ", describe(metadata_[i]), "; recomputed ", describe(recomputed),
-            ". The region must compute the same shapes and dtypes when it is recomputed "
-            "(determinism_check=false skips this check)"));
+        throw ValueError(
+            str_cat("checkpoint: saved tensor ", i,
+                    " of the region was recomputed with other metadata: "
+                    "saved ",
+                    describe(metadata_[i]), "; recomputed ", describe(recomputed),
+                    ". The region must compute the same shapes and dtypes when it is recomputed "
+                    "(determinism_check=false skips this check)"));
       }
     }
   }
@@ -335,9 +340,9 @@ std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<T
 
 Tensor checkpoint(const TensorFunction& fn, const Tensor& input, const CheckpointOptions& options) {
   if (!fn) throw ValueError("checkpoint: fn is empty");
-  const std::vector<Tensor> outputs = checkpoint(
-      [fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, {input},
-      options);
+  const std::vector<Tensor> outputs =
+      checkpoint([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; },
+                 {input}, options);
   return outputs[0];
 }
 
@@ -359,7 +364,8 @@ Tensor checkpoint_sequential(const std::vector<TensorFunction>& functions, int64
     };
   };
   Tensor x = input;
-  for (int64_t s = 0; s < segments - 1; ++s) x = checkpoint(run(s * size, (s + 1) * size), x, options);
+  for (int64_t s = 0; s < segments - 1; ++s)
+    x = checkpoint(run(s * size, (s + 1) * size), x, options);
   return run((segments - 1) * size, n)(x);
 }
 

@@ -8,20 +8,27 @@ namespace headroom {
 
 bool CheckpointPolicy::checkpoints_block(int64_t layer) const {
   switch (kind) {
-    case Kind::none: return false;
+    case Kind::none:
+      return false;
     case Kind::full:
-    case Kind::selective: return true;
-    case Kind::every_n: return layer % every == 0;
+    case Kind::selective:
+      return true;
+    case Kind::every_n:
+      return layer % every == 0;
   }
   return false;
 }
 
 std::string CheckpointPolicy::name() const {
   switch (kind) {
-    case Kind::none: return "none";
-    case Kind::full: return "full";
-    case Kind::every_n: return str_cat("every_", every);
-    case Kind::selective: return "selective";
+    case Kind::none:
+      return "none";
+    case Kind::full:
+      return "full";
+    case Kind::every_n:
+      return str_cat("every_", every);
+    case Kind::selective:
+      return "selective";
   }
   return "none";
 }
@@ -36,7 +43,8 @@ CheckpointPolicy parse_checkpoint_policy(std::string_view text) {
     const std::optional<int64_t> n = whole_number<int64_t>(text.substr(prefix.size()));
     if (n && *n >= 1) return {Kind::every_n, *n};
   }
-  throw ValueError(str_cat("gradient_checkpointing_policy: '", text, "' is not one of none, "
+  throw ValueError(str_cat("gradient_checkpointing_policy: '", text,
+                           "' is not one of none, "
                            "full, every_N (N >= 1, e.g. every_2) or selective"));
 }
 

@@ -154,10 +154,10 @@ void enable_parameter_offload(CausalLM& model, Device compute,
                               const ParameterOffloadOptions& options) {
   auto offloader = std::make_shared<ParameterOffloader>(model, compute, options);
   // Each call of a block's forward, now and in a recompute, puts the block's copies in.
-  wrap_block_forwards(model, [offloader](int64_t layer, const LayerForward& forward,
-                                         const Tensor& x) {
-    return offloader->run(layer, forward, x);
-  });
+  wrap_block_forwards(model,
+                      [offloader](int64_t layer, const LayerForward& forward, const Tensor& x) {
+                        return offloader->run(layer, forward, x);
+                      });
 }
 
 }  // namespace headroom

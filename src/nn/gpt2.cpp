@@ -16,16 +16,14 @@ Tensor maybe_dropout(const Tensor& x, double p, bool training) {
 
 }  // namespace
 
-GPT2Attention::GPT2Attention(const GPT2Config& config, Device device,
-                             const BlockRunners* runners)
+GPT2Attention::GPT2Attention(const GPT2Config& config, Device device, const BlockRunners* runners)
     : config_(config),
       runners_(runners),
-      c_attn_(register_module("c_attn", std::make_unique<Linear>(config.n_embd, 3 * config.n_embd,
-                                                                  true, WeightLayout::in_out,
-                                                                  device))),
-      c_proj_(register_module("c_proj", std::make_unique<Linear>(config.n_embd, config.n_embd,
-                                                                  true, WeightLayout::in_out,
-                                                                  device))) {}
+      c_attn_(
+          register_module("c_attn", std::make_unique<Linear>(config.n_embd, 3 * config.n_embd, true,
+                                                             WeightLayout::in_out, device))),
+      c_proj_(register_module("c_proj", std::make_unique<Linear>(config.n_embd, config.n_embd, true,
+                                                                 WeightLayout::in_out, device))) {}
 
 Tensor GPT2Attention::forward(const Tensor& x) const {
   const int64_t b = x.size(0), t = x.size(1), d = config_.n_embd, h = config_.n_head;
@@ -41,12 +39,12 @@ Tensor GPT2Attention::forward(const Tensor& x) const {
 GPT2MLP::GPT2MLP(const GPT2Config& config, Device device, const BlockRunners* runners)
     : config_(config),
       runners_(runners),
-      c_fc_(register_module("c_fc", std::make_unique<Linear>(config.n_embd,
-                                                              config.effective_n_inner(), true,
-                                                              WeightLayout::in_out, device))),
-      c_proj_(register_module("c_proj", std::make_unique<Linear>(config.effective_n_inner(),
-                                                                  config.n_embd, true,
-                                                                  WeightLayout::in_out, device))) {}
+      c_fc_(register_module(
+          "c_fc", std::make_unique<Linear>(config.n_embd, config.effective_n_inner(), true,
+                                           WeightLayout::in_out, device))),
+      c_proj_(register_module(
+          "c_proj", std::make_unique<Linear>(config.effective_n_inner(), config.n_embd, true,
+                                             WeightLayout::in_out, device))) {}
 
 Tensor GPT2MLP::forward(const Tensor& x) const {
   const Tensor hidden = gelu(run_matmul(runners_, c_fc_, x));
@@ -55,11 +53,11 @@ Tensor GPT2MLP::forward(const Tensor& x) const {
 
 GPT2Block::GPT2Block(const GPT2Config& config, Device device, const BlockRunners* runners)
     : config_(config),
-      ln_1_(register_module("ln_1", std::make_unique<LayerNorm>(config.n_embd,
-                                                                config.layer_norm_epsilon, device))),
+      ln_1_(register_module(
+          "ln_1", std::make_unique<LayerNorm>(config.n_embd, config.layer_norm_epsilon, device))),
       attn_(register_module("attn", std::make_unique<GPT2Attention>(config, device, runners))),
-      ln_2_(register_module("ln_2", std::make_unique<LayerNorm>(config.n_embd,
-                                                                config.layer_norm_epsilon, device))),
+      ln_2_(register_module(
+          "ln_2", std::make_unique<LayerNorm>(config.n_embd, config.layer_norm_epsilon, device))),
       mlp_(register_module("mlp", std::make_unique<GPT2MLP>(config, device, runners))) {}
 
 Tensor GPT2Block::forward(const Tensor& x) const {
@@ -70,46 +68,47 @@ Tensor GPT2Block::forward(const Tensor& x) const {
 GPT2Model::GPT2Model(const GPT2Config& config, Device device, const BlockRunners* runners)
     : config_(config),
       runners_(runners),
-      wte_(register_module("wte", std::make_unique<Embedding>(config.vocab_size, config.n_embd,
-                                                              device))),
-      wpe_(register_module("wpe", std::make_unique<Embedding>(config.n_positions, config.n_embd,
-                                                              device))) {
+      wte_(register_module("wte",
+                           std::make_unique<Embedding>(config.vocab_size, config.n_embd, device))),
+      wpe_(register_module(
+          "wpe", std::make_unique<Embedding>(config.n_positions, config.n_embd, device))) {
   auto h = std::make_unique<Module>();
   for (int64_t i = 0; i < config.n_layer; ++i) {
-    blocks_.push_back(
-        &h->register_child(std::to_string(i), std::make_unique<GPT2Block>(config, device, runners)));
+    blocks_.push_back(&h->register_child(std::to_string(i),
+                                         std::make_unique<GPT2Block>(config, device, runners)));
   }
   register_module("h", std::move(h));
-  ln_f_ = &register_module("ln_f", std::make_unique<LayerNorm>(config.n_embd,
-                                                               config.layer_norm_epsilon, device));
+  ln_f_ = &register_module(
+      "ln_f", std::make_unique<LayerNorm>(config.n_embd, config.layer_norm_epsilon, device));
 }
 
 Tensor GPT2Model::forward(const Tensor& input_ids) const {
   if (input_ids.ndim() != 2) {
-    throw ValueError(str_cat("GPT2Model: input_ids must be [batch, tokens], got ",
-                             input_ids.shape()));
+    throw ValueError(
+        str_cat("GPT2Model: input_ids must be [batch, tokens], got ", input_ids.shape()));
   }
   const int64_t t = input_ids.size(1);
   if (t > config_.n_positions) {
-    throw ValueError(str_cat("GPT2Model: ", t, " tokens exceed n_positions ",
-                             config_.n_positions));
+    throw ValueError(str_cat("GPT2Model: ", t, " tokens exceed n_positions ", config_.n_positions));
   }
-  const Tensor positions = Tensor::arange(0, static_cast<double>(t), 1, DType::i64,
-                                          input_ids.device());
+  const Tensor positions =
+      Tensor::arange(0, static_cast<double>(t), 1, DType::i64, input_ids.device());
   // The positions are 0..t-1 with t checked above: no read back of a check.
   Tensor x = add(wte_.forward(input_ids), wpe_.forward(positions, IdCheck::by_caller));
   x = maybe_dropout(x, config_.embd_pdrop, is_training());
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const GPT2Block* block = blocks_[i];
-    x = run_block(runners_, static_cast<int64_t>(i),
-                  [block](const Tensor& in) { return block->forward(in); }, x);
+    x = run_block(
+        runners_, static_cast<int64_t>(i), [block](const Tensor& in) { return block->forward(in); },
+        x);
   }
   return ln_f_->forward(x);
 }
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Device device, uint64_t seed)
     : config_(config),
-      transformer_(register_module("transformer", std::make_unique<GPT2Model>(config, device, runners()))),
+      transformer_(
+          register_module("transformer", std::make_unique<GPT2Model>(config, device, runners()))),
       lm_head_(register_module("lm_head", std::make_unique<TiedLinear>(transformer_.wte()))) {
   if (config.n_embd % config.n_head != 0) {
     throw ValueError(str_cat("GPT-2 config: n_embd ", config.n_embd,
@@ -147,8 +146,7 @@ Tensor GPT2LMHeadModel::forward(const Tensor& input_ids) {
   return output_head_logits(lm_head_, lm_head_.weight(), hidden_states(input_ids));
 }
 
-Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& targets,
-                             int64_t target_count) {
+Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count) {
   return output_head_loss(lm_head_, lm_head_.weight(), hidden_states(input_ids), targets,
                           target_count);
 }

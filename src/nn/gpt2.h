@@ -71,8 +71,7 @@ class GPT2LMHeadModel : public CausalLM {
  public:
   GPT2LMHeadModel(const GPT2Config& config, Device device = kCPU, uint64_t seed = 0);
   Tensor forward(const Tensor& input_ids) override;
-  Tensor loss(const Tensor& input_ids, const Tensor& targets,
-              int64_t target_count = -1) override;
+  Tensor loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count = -1) override;
   // The output of ln_f, [B, T, D].
   Tensor hidden_states(const Tensor& input_ids);
   HfConfig config() const override { return config_; }

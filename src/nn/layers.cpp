@@ -57,8 +57,8 @@ void Linear::set_weight_4bit(Quant4bitWeight weight, DType compute_dtype) {
 void Linear::set_weight(Tensor weight) {
   const Shape expected = layout_ == WeightLayout::out_in ? Shape{out_, in_} : Shape{in_, out_};
   if (weight.shape() != expected) {
-    throw ValueError(str_cat("Linear: a weight of shape ", weight.shape(), " for a layer of ",
-                             in_, " inputs and ", out_, " outputs (expected ", expected, ")"));
+    throw ValueError(str_cat("Linear: a weight of shape ", weight.shape(), " for a layer of ", in_,
+                             " inputs and ", out_, " outputs (expected ", expected, ")"));
   }
   if (quant_) {
     quant_.reset();

@@ -23,7 +23,8 @@ Quant4bitWeight quantize_linear_weight(const Linear& layer, const Quant4bitConfi
 bool is_skipped_module(const std::string& name, const std::vector<std::string>& skip_modules) {
   for (const std::string& skip : skip_modules) {
     if (name == skip) return true;
-    if (name.size() > skip.size() && name.compare(name.size() - skip.size(), skip.size(), skip) == 0 &&
+    if (name.size() > skip.size() &&
+        name.compare(name.size() - skip.size(), skip.size(), skip) == 0 &&
         name[name.size() - skip.size() - 1] == '.') {
       return true;
     }

@@ -18,17 +18,30 @@ std::unique_ptr<Linear> projection(int64_t in, int64_t out, bool bias, Device de
 LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device, const BlockRunners* runners)
     : config_(c),
       runners_(runners),
-      q_proj_(register_module("q_proj", projection(c.hidden_size, c.num_attention_heads * c.effective_head_dim(), c.attention_bias, device))),
-      k_proj_(register_module("k_proj", projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(), c.attention_bias, device))),
-      v_proj_(register_module("v_proj", projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(), c.attention_bias, device))),
-      o_proj_(register_module("o_proj", projection(c.num_attention_heads * c.effective_head_dim(), c.hidden_size, c.attention_bias, device))) {}
+      q_proj_(register_module(
+          "q_proj", projection(c.hidden_size, c.num_attention_heads * c.effective_head_dim(),
+                               c.attention_bias, device))),
+      k_proj_(register_module(
+          "k_proj",
+          projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(),
+                     c.attention_bias, device))),
+      v_proj_(register_module(
+          "v_proj",
+          projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(),
+                     c.attention_bias, device))),
+      o_proj_(register_module("o_proj", projection(c.num_attention_heads * c.effective_head_dim(),
+                                                   c.hidden_size, c.attention_bias, device))) {}
 
 Tensor LlamaAttention::forward(const Tensor& x) const {
   const int64_t b = x.size(0), t = x.size(1), hd = config_.effective_head_dim();
   const int64_t hq = config_.num_attention_heads, hkv = config_.effective_num_key_value_heads();
-  auto heads = [&](const Tensor& y, int64_t h) { return transpose(reshape(y, {b, t, h, hd}), 1, 2); };
-  const Tensor q = rotary_embedding(heads(run_matmul(runners_, q_proj_, x), hq), config_.rope_theta);
-  const Tensor k = rotary_embedding(heads(run_matmul(runners_, k_proj_, x), hkv), config_.rope_theta);
+  auto heads = [&](const Tensor& y, int64_t h) {
+    return transpose(reshape(y, {b, t, h, hd}), 1, 2);
+  };
+  const Tensor q =
+      rotary_embedding(heads(run_matmul(runners_, q_proj_, x), hq), config_.rope_theta);
+  const Tensor k =
+      rotary_embedding(heads(run_matmul(runners_, k_proj_, x), hkv), config_.rope_theta);
   const Tensor v = heads(run_matmul(runners_, v_proj_, x), hkv);
   const double p = is_training() ? config_.attention_dropout : 0.0;
   Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p);
@@ -37,20 +50,28 @@ Tensor LlamaAttention::forward(const Tensor& x) const {
 
 LlamaMLP::LlamaMLP(const LlamaConfig& c, Device device, const BlockRunners* runners)
     : runners_(runners),
-      gate_proj_(register_module("gate_proj", projection(c.hidden_size, c.intermediate_size, c.mlp_bias, device))),
-      up_proj_(register_module("up_proj", projection(c.hidden_size, c.intermediate_size, c.mlp_bias, device))),
-      down_proj_(register_module("down_proj", projection(c.intermediate_size, c.hidden_size, c.mlp_bias, device))) {}
+      gate_proj_(register_module(
+          "gate_proj", projection(c.hidden_size, c.intermediate_size, c.mlp_bias, device))),
+      up_proj_(register_module("up_proj",
+                               projection(c.hidden_size, c.intermediate_size, c.mlp_bias, device))),
+      down_proj_(register_module(
+          "down_proj", projection(c.intermediate_size, c.hidden_size, c.mlp_bias, device))) {}
 
 Tensor LlamaMLP::forward(const Tensor& x) const {
-  const Tensor hidden = swiglu(run_matmul(runners_, gate_proj_, x), run_matmul(runners_, up_proj_, x));
+  const Tensor hidden =
+      swiglu(run_matmul(runners_, gate_proj_, x), run_matmul(runners_, up_proj_, x));
   return run_matmul(runners_, down_proj_, hidden);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Device device,
                                      const BlockRunners* runners)
-    : input_layernorm_(register_module("input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
-      self_attn_(register_module("self_attn", std::make_unique<LlamaAttention>(c, device, runners))),
-      post_attention_layernorm_(register_module("post_attention_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
+    : input_layernorm_(register_module(
+          "input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
+      self_attn_(
+          register_module("self_attn", std::make_unique<LlamaAttention>(c, device, runners))),
+      post_attention_layernorm_(
+          register_module("post_attention_layernorm",
+                          std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
       mlp_(register_module("mlp", std::make_unique<LlamaMLP>(c, device, runners))) {}
 
 Tensor LlamaDecoderLayer::forward(const Tensor& x) const {
@@ -61,37 +82,44 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x) const {
 LlamaModel::LlamaModel(const LlamaConfig& c, Device device, const BlockRunners* runners)
     : config_(c),
       runners_(runners),
-      embed_tokens_(register_module("embed_tokens", std::make_unique<Embedding>(c.vocab_size, c.hidden_size, device))) {
+      embed_tokens_(register_module(
+          "embed_tokens", std::make_unique<Embedding>(c.vocab_size, c.hidden_size, device))) {
   auto layers = std::make_unique<Module>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers_.push_back(&layers->register_child(std::to_string(i), std::make_unique<LlamaDecoderLayer>(c, device, runners)));
+    layers_.push_back(&layers->register_child(
+        std::to_string(i), std::make_unique<LlamaDecoderLayer>(c, device, runners)));
   }
   register_module("layers", std::move(layers));
-  norm_ = &register_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device));
+  norm_ =
+      &register_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device));
 }
 
 Tensor LlamaModel::forward(const Tensor& input_ids) const {
   if (input_ids.ndim() != 2) {
-    throw ValueError(str_cat("LlamaModel: input_ids must be [batch, tokens], got ", input_ids.shape()));
+    throw ValueError(
+        str_cat("LlamaModel: input_ids must be [batch, tokens], got ", input_ids.shape()));
   }
   Tensor x = embed_tokens_.forward(input_ids);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LlamaDecoderLayer* layer = layers_[i];
-    x = run_block(runners_, static_cast<int64_t>(i),
-                  [layer](const Tensor& in) { return layer->forward(in); }, x);
+    x = run_block(
+        runners_, static_cast<int64_t>(i), [layer](const Tensor& in) { return layer->forward(in); },
+        x);
   }
   return norm_->forward(x);
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Device device, uint64_t seed)
-    : config_(c), model_(register_module("model", std::make_unique<LlamaModel>(c, device, runners()))) {
+    : config_(c),
+      model_(register_module("model", std::make_unique<LlamaModel>(c, device, runners()))) {
   if (c.num_attention_heads % c.effective_num_key_value_heads() != 0) {
     throw ValueError(str_cat("Llama config: num_attention_heads ", c.num_attention_heads,
                              " is not a multiple of num_key_value_heads ",
                              c.effective_num_key_value_heads()));
   }
   if (c.effective_head_dim() % 2 != 0) {
-    throw ValueError(str_cat("Llama config: head_dim ", c.effective_head_dim(), " must be even for rotary embeddings"));
+    throw ValueError(str_cat("Llama config: head_dim ", c.effective_head_dim(),
+                             " must be even for rotary embeddings"));
   }
   if (c.pad_token_id && (*c.pad_token_id >= c.vocab_size || *c.pad_token_id < -c.vocab_size)) {
     throw ValueError(str_cat("Llama config: pad_token_id ", *c.pad_token_id,
@@ -136,7 +164,9 @@ std::vector<std::string> LlamaForCausalLM::tied_parameter_names() const {
   return {"lm_head.weight"};
 }
 
-Tensor LlamaForCausalLM::hidden_states(const Tensor& input_ids) { return model_.forward(input_ids); }
+Tensor LlamaForCausalLM::hidden_states(const Tensor& input_ids) {
+  return model_.forward(input_ids);
+}
 
 Tensor LlamaForCausalLM::forward(const Tensor& input_ids) {
   return output_head_logits(*head_, head_weight(), hidden_states(input_ids));
@@ -144,8 +174,7 @@ Tensor LlamaForCausalLM::forward(const Tensor& input_ids) {
 
 Tensor LlamaForCausalLM::loss(const Tensor& input_ids, const Tensor& targets,
                               int64_t target_count) {
-  return output_head_loss(*head_, head_weight(), hidden_states(input_ids), targets,
-                          target_count);
+  return output_head_loss(*head_, head_weight(), hidden_states(input_ids), targets, target_count);
 }
 
 }  // namespace headroom

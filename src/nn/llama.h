@@ -69,8 +69,7 @@ class LlamaForCausalLM : public CausalLM {
  public:
   LlamaForCausalLM(const LlamaConfig& config, Device device = kCPU, uint64_t seed = 0);
   Tensor forward(const Tensor& input_ids) override;
-  Tensor loss(const Tensor& input_ids, const Tensor& targets,
-              int64_t target_count = -1) override;
+  Tensor loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count = -1) override;
   Tensor hidden_states(const Tensor& input_ids);
   HfConfig config() const override { return config_; }
   Embedding& input_embeddings() override { return model_.embed_tokens(); }
@@ -87,7 +86,7 @@ class LlamaForCausalLM : public CausalLM {
 
   const LlamaConfig config_;
   LlamaModel& model_;
-  Linear* lm_head_ = nullptr;  // null when tied to the embedding
+  Linear* lm_head_ = nullptr;        // null when tied to the embedding
   AdaptableLinear* head_ = nullptr;  // lm_head_, or the tied one (an adapter may wrap either)
 };
 

@@ -110,7 +110,8 @@ std::optional<HfConfig> find_model_preset(std::string_view name) {
 HfConfig model_preset(std::string_view name) {
   if (std::optional<HfConfig> config = find_model_preset(name)) return *config;
   std::string known;
-  for (const std::string& preset : model_preset_names()) known += (known.empty() ? "" : ", ") + preset;
+  for (const std::string& preset : model_preset_names())
+    known += (known.empty() ? "" : ", ") + preset;
   throw ValueError(str_cat("model: unknown preset '", name, "' (one of ", known, ")"));
 }
 
@@ -125,12 +126,13 @@ int64_t vocab_size(const HfConfig& config) {
 
 ModelDims model_dims(const HfConfig& config) {
   if (const auto* gpt2 = std::get_if<GPT2Config>(&config)) {
-    return {gpt2->n_layer, gpt2->n_embd, gpt2->n_head, gpt2->n_head, gpt2->head_dim(),
-            gpt2->vocab_size};
+    return {gpt2->n_layer, gpt2->n_embd,     gpt2->n_head,
+            gpt2->n_head,  gpt2->head_dim(), gpt2->vocab_size};
   }
   const auto& llama = std::get<LlamaConfig>(config);
-  return {llama.num_hidden_layers, llama.hidden_size, llama.num_attention_heads,
-          llama.effective_num_key_value_heads(), llama.effective_head_dim(), llama.vocab_size};
+  return {llama.num_hidden_layers,    llama.hidden_size,
+          llama.num_attention_heads,  llama.effective_num_key_value_heads(),
+          llama.effective_head_dim(), llama.vocab_size};
 }
 
 }  // namespace headroom

@@ -15,8 +15,8 @@ namespace headroom {
 namespace {
 
 using UnaryEntry = Kernel<void(const Tensor& x, const Tensor& out)> ActivationKernels::*;
-using UnaryGradEntry = Kernel<void(const Tensor& x, const Tensor& grad_out,
-                                   const Tensor& grad_in)> ActivationKernels::*;
+using UnaryGradEntry = Kernel<void(const Tensor& x, const Tensor& grad_out, const Tensor& grad_in)>
+    ActivationKernels::*;
 
 // A unary activation's entries in the activation table.
 struct UnaryKernels {
@@ -59,14 +59,12 @@ Tensor unary_activation(const char* op, const char* node_name, const UnaryKernel
 
 Tensor gelu(const Tensor& x) {
   return unary_activation("gelu", "GeluBackward0",
-                          {&ActivationKernels::gelu_forward, &ActivationKernels::gelu_backward},
-                          x);
+                          {&ActivationKernels::gelu_forward, &ActivationKernels::gelu_backward}, x);
 }
 
 Tensor silu(const Tensor& x) {
   return unary_activation("silu", "SiluBackward0",
-                          {&ActivationKernels::silu_forward, &ActivationKernels::silu_backward},
-                          x);
+                          {&ActivationKernels::silu_forward, &ActivationKernels::silu_backward}, x);
 }
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
@@ -81,7 +79,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   const DType out_dtype = gate.dtype() == up.dtype() ? gate.dtype() : DType::f32;
   Tensor out = Tensor::empty(gate.shape(), out_dtype, gate.device());
   need_kernel("swiglu", gate.device(), &ActivationKernels::swiglu_forward)(gate.contiguous(),
-                                                                          up.contiguous(), out);
+                                                                           up.contiguous(), out);
   if (auto node = make_function_node("SwigluBackward0", {gate, up})) {
     node->save(gate);
     node->save(up);
@@ -96,10 +94,9 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
         d_up = Tensor::empty(up_saved.shape(), up_saved.dtype(), up_saved.device());
       }
       need_kernel("swiglu backward", ctx.grad_output().device(),
-                  &ActivationKernels::swiglu_backward)(gate_saved.contiguous(),
-                                                       up_saved.contiguous(),
-                                                       ctx.grad_output().contiguous(), d_gate,
-                                                       d_up);
+                  &ActivationKernels::swiglu_backward)(
+          gate_saved.contiguous(), up_saved.contiguous(), ctx.grad_output().contiguous(), d_gate,
+          d_up);
       return {d_gate, d_up};
     });
     node->set_outputs({out});

@@ -115,8 +115,8 @@ void save_for_backward(FunctionNode& node, const Tensor& q, const Tensor& k, con
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    bool is_causal, std::optional<double> scale,
-                                    double dropout_p, Generator* generator) {
+                                    bool is_causal, std::optional<double> scale, double dropout_p,
+                                    Generator* generator) {
   RecordFunction record("scaled_dot_product_attention", q, k, v);
   if (auto cast = autocast_inputs("scaled_dot_product_attention", {q, k, v})) {
     return scaled_dot_product_attention((*cast)[0], (*cast)[1], (*cast)[2], is_causal, scale,
@@ -141,37 +141,36 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                                        softmax_scale, dropout, out, lse);
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
     save_for_backward(*node, q, k, v, out, lse);
-    node->set_backward([is_causal, softmax_scale,
-                        dropout](BackwardContext& ctx) -> std::vector<Tensor> {
-      const Tensor& q = ctx.saved(0);
-      const Tensor& k = ctx.saved(1);
-      const Tensor& lse = ctx.saved(4);
-      const DType dtype = q.dtype();
-      const Device device = q.device();
-      const Tensor g = unit_rows(ctx.grad_output(), dtype);
-      // delta [B, Hq, Tq], the fp32 dQ accumulator when q is not f32 (dQ sums over key tiles),
-      // and the three gradients in q's dtype, laid out as q, k and v are.
-      Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
-      Tensor gq_accum;
-      if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
-      Tensor gq, gk, gv;
-      if (packed_qkv(q, k, ctx.saved(2))) {
-        const Tensor packed = Tensor::empty(
-            Shape{q.size(0), q.size(2), 3, q.size(1), q.size(3)}, dtype, device);
-        gq = packed.select(2, 0).transpose(1, 2);
-        gk = packed.select(2, 1).transpose(1, 2);
-        gv = packed.select(2, 2).transpose(1, 2);
-      } else {
-        gq = empty_in_layout_of(q, dtype);
-        gk = empty_in_layout_of(k, dtype);
-        gv = empty_in_layout_of(ctx.saved(2), dtype);
-      }
-      need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
-          unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(ctx.saved(2), dtype), ctx.saved(3),
-          g, lse, is_causal,
-          softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
-      return {gq, gk, gv};
-    });
+    node->set_backward(
+        [is_causal, softmax_scale, dropout](BackwardContext& ctx) -> std::vector<Tensor> {
+          const Tensor& q = ctx.saved(0);
+          const Tensor& k = ctx.saved(1);
+          const Tensor& lse = ctx.saved(4);
+          const DType dtype = q.dtype();
+          const Device device = q.device();
+          const Tensor g = unit_rows(ctx.grad_output(), dtype);
+          // delta [B, Hq, Tq], the fp32 dQ accumulator when q is not f32 (dQ sums over key tiles),
+          // and the three gradients in q's dtype, laid out as q, k and v are.
+          Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
+          Tensor gq_accum;
+          if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
+          Tensor gq, gk, gv;
+          if (packed_qkv(q, k, ctx.saved(2))) {
+            const Tensor packed =
+                Tensor::empty(Shape{q.size(0), q.size(2), 3, q.size(1), q.size(3)}, dtype, device);
+            gq = packed.select(2, 0).transpose(1, 2);
+            gk = packed.select(2, 1).transpose(1, 2);
+            gv = packed.select(2, 2).transpose(1, 2);
+          } else {
+            gq = empty_in_layout_of(q, dtype);
+            gk = empty_in_layout_of(k, dtype);
+            gv = empty_in_layout_of(ctx.saved(2), dtype);
+          }
+          need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
+              unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(ctx.saved(2), dtype),
+              ctx.saved(3), g, lse, is_causal, softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
+          return {gq, gk, gv};
+        });
     node->set_outputs({out});
   }
   return out;

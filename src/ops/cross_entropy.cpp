@@ -106,9 +106,9 @@ struct LossAndGrads {
 // linear_cross_entropy's chunks on the device's GEMM and loss kernels. x and weight are read in
 // their dtype when they share one (f32 copies only when they differ); the loss stays on the
 // device.
-LossAndGrads chunked_loss_and_grads(const FunctionNode* node, const Tensor& x,
-                                    const Tensor& weight, const Tensor& t, int64_t ignore_index,
-                                    int64_t chunk_rows, int64_t rows, int64_t target_count) {
+LossAndGrads chunked_loss_and_grads(const FunctionNode* node, const Tensor& x, const Tensor& weight,
+                                    const Tensor& t, int64_t ignore_index, int64_t chunk_rows,
+                                    int64_t rows, int64_t target_count) {
   const char* op = "linear_cross_entropy";
   const Device device = x.device();
   const int64_t vocab = weight.size(0);
@@ -142,8 +142,7 @@ LossAndGrads chunked_loss_and_grads(const FunctionNode* node, const Tensor& x,
   result.out = Tensor::empty(Shape{}, DType::f32, device);
   const auto& gemm = need_kernel(op, device, &GemmKernels::gemm);
   const auto& forward = need_kernel(op, device, &CrossEntropyKernels::forward);
-  const auto* backward =
-      grads ? &need_kernel(op, device, &CrossEntropyKernels::backward) : nullptr;
+  const auto* backward = grads ? &need_kernel(op, device, &CrossEntropyKernels::backward) : nullptr;
   const Tensor t_rows = t.reshape({rows});
   const Tensor dx_rows = result.dx.defined() && dim > 0 ? result.dx.view({rows, dim}) : Tensor();
   const float scale = mean_scale(count);

@@ -32,9 +32,8 @@ struct DropoutMask {
 // x with the mask applied, in `dtype`.
 Tensor dropout_apply(const Tensor& x, const DropoutMask& mask, DType dtype) {
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  need_kernel("dropout", x.device(), &DropoutKernels::apply)(x.contiguous(), mask.rng.seed,
-                                                             mask.rng.offset, mask.threshold,
-                                                             mask.scale, out);
+  need_kernel("dropout", x.device(), &DropoutKernels::apply)(
+      x.contiguous(), mask.rng.seed, mask.rng.offset, mask.threshold, mask.scale, out);
   return out;
 }
 
@@ -48,7 +47,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   }
   if (!training || p == 0.0) return x;
   DropoutMask mask;
-  mask.rng = (generator ? *generator : default_generator()).reserve(static_cast<uint64_t>(x.numel()));
+  mask.rng =
+      (generator ? *generator : default_generator()).reserve(static_cast<uint64_t>(x.numel()));
   mask.threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));  // 2^24
   mask.scale = p == 1.0 ? 0.0f : static_cast<float>(1.0 / (1.0 - p));
   const DType dtype = x.dtype();

@@ -16,9 +16,12 @@ namespace {
 
 const char* binary_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
   }
   return "?";
 }
@@ -66,8 +69,10 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
       const Tensor& g = ctx.grad_output();
       Tensor ga, gb;
       if (op == BinaryOp::mul) {
-        if (ctx.needs_input_grad(0)) ga = sum_to_shape(binary_forward(BinaryOp::mul, g, ctx.saved(1)), a_shape);
-        if (ctx.needs_input_grad(1)) gb = sum_to_shape(binary_forward(BinaryOp::mul, g, ctx.saved(0)), b_shape);
+        if (ctx.needs_input_grad(0))
+          ga = sum_to_shape(binary_forward(BinaryOp::mul, g, ctx.saved(1)), a_shape);
+        if (ctx.needs_input_grad(1))
+          gb = sum_to_shape(binary_forward(BinaryOp::mul, g, ctx.saved(0)), b_shape);
       } else {
         if (ctx.needs_input_grad(0)) ga = sum_to_shape(g, a_shape);
         if (ctx.needs_input_grad(1)) {

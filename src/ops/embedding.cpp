@@ -44,8 +44,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check) {
                              ids.defined() ? dtype_name(ids.dtype()) : "undefined"));
   }
   if (weight.ndim() != 2) {
-    throw ValueError(str_cat("embedding: weight ", weight.shape(),
-                             " must be 2-D [num_embeddings, dim]"));
+    throw ValueError(
+        str_cat("embedding: weight ", weight.shape(), " must be 2-D [num_embeddings, dim]"));
   }
   const int64_t num_embeddings = weight.size(0), dim = weight.size(1);
   std::vector<int64_t> out_dims = ids.shape().to_vector();
@@ -56,8 +56,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check) {
   if (const std::optional<int64_t> bad =
           check == IdCheck::by_caller
               ? std::nullopt
-              : need_kernel("embedding", device, &EmbeddingKernels::first_bad_id)(
-                    id_data, num_embeddings)) {
+              : need_kernel("embedding", device, &EmbeddingKernels::first_bad_id)(id_data,
+                                                                                  num_embeddings)) {
     const int64_t id = static_cast<int64_t>(id_data.reshape({-1}).narrow(0, *bad, 1).item());
     throw_bad_id(id, *bad, ids.shape(), num_embeddings);
   }

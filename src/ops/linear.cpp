@@ -1,6 +1,7 @@
 // matmul and linear on the device's gemm entry (backend/gemm_kernels.h: oneDNN on the CPU,
-// cuBLASLt on CUDA) in the tensors' own dtypes, one code path on every device. Gradients of weights are computed as one GEMM over all leading dimensions of x (the
-// tokens of a batch), never per sample.
+// cuBLASLt on CUDA) in the tensors' own dtypes, one code path on every device. Gradients of weights
+// are computed as one GEMM over all leading dimensions of x (the tokens of a batch), never per
+// sample.
 #include "ops/linear.h"
 
 #include "autograd/function_node.h"
@@ -238,12 +239,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_floating("matmul", "b", b);
   check_same_device("matmul", {a, b});
   if (a.ndim() < 2 || b.ndim() < 2) {
-    throw ValueError(str_cat("matmul: both operands must be at least 2-D, got ", a.shape(),
-                             " and ", b.shape()));
+    throw ValueError(
+        str_cat("matmul: both operands must be at least 2-D, got ", a.shape(), " and ", b.shape()));
   }
   if (a.size(-1) != b.size(-2)) {
-    throw ValueError(str_cat("matmul: ", a.shape(), " @ ", b.shape(), ": inner sizes ",
-                             a.size(-1), " and ", b.size(-2), " differ"));
+    throw ValueError(str_cat("matmul: ", a.shape(), " @ ", b.shape(), ": inner sizes ", a.size(-1),
+                             " and ", b.size(-2), " differ"));
   }
   const Shape batch = broadcast_shapes(batch_of(a), batch_of(b));
   Tensor out = batched_product(expand_batch(a, batch), false, expand_batch(b, batch), false, batch,
@@ -265,8 +266,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         // b is one matrix for the whole batch (a weight): sa^T @ g over all batch rows stacked,
         // one GEMM instead of a product per batch summed afterwards.
         const int64_t rows = batch.numel() * sa.size(-2);
-        gb = batched_product(sa.reshape({rows, sa.size(-1)}), true,
-                             g.reshape({rows, g.size(-1)}), false, Shape{}, sb.dtype())
+        gb = batched_product(sa.reshape({rows, sa.size(-1)}), true, g.reshape({rows, g.size(-1)}),
+                             false, Shape{}, sb.dtype())
                  .reshape(b_shape);
       } else if (ctx.needs_input_grad(1)) {
         gb = sum_to_shape(batched_product(sa, true, g, false, batch, sb.dtype()), b_shape);

@@ -76,7 +76,8 @@ Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor&
   const Tensor xc = x.contiguous();
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   Tensor b;
-  if (bias.defined()) b = weight.defined() ? contiguous_as(bias, weight.dtype()) : bias.contiguous();
+  if (bias.defined())
+    b = weight.defined() ? contiguous_as(bias, weight.dtype()) : bias.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
   Tensor mean = centred ? Tensor::empty({dims.rows}, DType::f32, device) : Tensor();
   Tensor rstd = Tensor::empty({dims.rows}, DType::f32, device);
@@ -88,8 +89,8 @@ Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor&
                                                             rstd);
   }
   const char* name = centred ? "LayerNormBackward0" : "RmsNormBackward0";
-  if (auto node = make_function_node(name, centred ? std::vector<Tensor>{x, weight, bias}
-                                                   : std::vector<Tensor>{x, weight})) {
+  if (auto node = make_function_node(
+          name, centred ? std::vector<Tensor>{x, weight, bias} : std::vector<Tensor>{x, weight})) {
     node->save(x);
     node->save(weight);
     if (centred) node->save(mean);
@@ -115,7 +116,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   RecordFunction record("rms_norm", x, weight);
-  if (auto cast = autocast_inputs("rms_norm", {x, weight})) return rms_norm((*cast)[0], (*cast)[1], eps);
+  if (auto cast = autocast_inputs("rms_norm", {x, weight}))
+    return rms_norm((*cast)[0], (*cast)[1], eps);
   return norm_forward("rms_norm", false, x, weight, Tensor(), eps);
 }
 

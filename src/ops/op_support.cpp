@@ -13,8 +13,8 @@ Tensor contiguous_as(const Tensor& tensor, DType dtype) {
 void check_floating(const char* op, const char* argument, const Tensor& tensor) {
   if (!tensor.defined()) throw ValueError(str_cat(op, ": ", argument, " is undefined"));
   if (!is_floating(tensor.dtype())) {
-    throw ValueError(str_cat(op, ": ", argument, " must be floating, not ",
-                             dtype_name(tensor.dtype())));
+    throw ValueError(
+        str_cat(op, ": ", argument, " must be floating, not ", dtype_name(tensor.dtype())));
   }
 }
 

@@ -44,7 +44,8 @@ Tensor reduce_all(const Tensor& x, bool average, const char* op) {
 
 Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, const char* op) {
   RecordFunction record(op, x);
-  if (auto cast = autocast_inputs(op, {x})) return reduce_dim((*cast)[0], dim, keepdim, average, op);
+  if (auto cast = autocast_inputs(op, {x}))
+    return reduce_dim((*cast)[0], dim, keepdim, average, op);
   check_floating(op, "x", x);
   const int64_t d = wrap_dim(dim, x.ndim());
   int64_t outer = 1, inner = 1;
@@ -53,8 +54,10 @@ Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, cons
   const int64_t n = x.size(d);
   std::vector<int64_t> out_dims;
   for (int64_t i = 0; i < x.ndim(); ++i) {
-    if (i != d) out_dims.push_back(x.size(i));
-    else if (keepdim) out_dims.push_back(1);
+    if (i != d)
+      out_dims.push_back(x.size(i));
+    else if (keepdim)
+      out_dims.push_back(1);
   }
   const Shape out_shape(out_dims);
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
@@ -65,14 +68,16 @@ Tensor reduce_dim(const Tensor& x, int64_t dim, bool keepdim, bool average, cons
     std::vector<int64_t> kept = shape.to_vector();
     kept[static_cast<size_t>(d)] = 1;
     const Shape kept_shape(kept);
-    node->set_backward([shape, kept_shape, average, n](BackwardContext& ctx) -> std::vector<Tensor> {
-      // Scale the reduced gradient, not the broadcast one: outer x inner elements instead of all.
-      const Tensor g = average ? scale(ctx.grad_output(), 1.0 / static_cast<double>(n))
-                               : ctx.grad_output();
-      Tensor grad = Tensor::empty(shape, g.dtype(), g.device());
-      grad.copy_(g.reshape(kept_shape).expand(shape));
-      return {grad};
-    });
+    node->set_backward(
+        [shape, kept_shape, average, n](BackwardContext& ctx) -> std::vector<Tensor> {
+          // Scale the reduced gradient, not the broadcast one: outer x inner elements instead of
+          // all.
+          const Tensor g =
+              average ? scale(ctx.grad_output(), 1.0 / static_cast<double>(n)) : ctx.grad_output();
+          Tensor grad = Tensor::empty(shape, g.dtype(), g.device());
+          grad.copy_(g.reshape(kept_shape).expand(shape));
+          return {grad};
+        });
     node->set_outputs({out});
   }
   return out;

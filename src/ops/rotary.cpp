@@ -40,9 +40,10 @@ Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) 
   const DType dtype = x.dtype();
   const Tensor out = rotate(x, theta, position_offset, false, dtype);
   if (auto node = make_function_node("RotaryEmbeddingBackward0", {x})) {
-    node->set_backward([theta, position_offset, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
-      return {rotate(ctx.grad_output(), theta, position_offset, true, dtype)};
-    });
+    node->set_backward(
+        [theta, position_offset, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
+          return {rotate(ctx.grad_output(), theta, position_offset, true, dtype)};
+        });
     node->set_outputs({out});
   }
   return out;

@@ -95,9 +95,8 @@ Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
   Tensor out = x.contiguous().detach();
   if (auto node = make_function_node("ContiguousBackward0", {x})) {
-    node->set_backward([](BackwardContext& ctx) -> std::vector<Tensor> {
-      return {ctx.grad_output()};
-    });
+    node->set_backward(
+        [](BackwardContext& ctx) -> std::vector<Tensor> { return {ctx.grad_output()}; });
     node->set_outputs({out});
   }
   return out;
@@ -150,8 +149,10 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
       int64_t begin = 0;
       for (size_t i = 0; i < sizes.size(); ++i) {
         Tensor piece = grad.narrow(d, begin, sizes[i]);
-        if (ctx.grad_output(i).defined()) piece.copy_(ctx.grad_output(i));
-        else piece.zero_();
+        if (ctx.grad_output(i).defined())
+          piece.copy_(ctx.grad_output(i));
+        else
+          piece.zero_();
         begin += sizes[i];
       }
       return {grad};

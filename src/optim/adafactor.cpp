@@ -32,12 +32,12 @@ void check_options(const AdafactorOptions& o) {
     throw ValueError(str_cat("Adafactor: Invalid learning rate: ", *o.lr));
   }
   if (!(o.eps1 >= 0.0) || !(o.eps2 >= 0.0)) {
-    throw ValueError(str_cat("Adafactor: Invalid eps (", o.eps1, ", ", o.eps2,
-                             "): both must be >= 0"));
+    throw ValueError(
+        str_cat("Adafactor: Invalid eps (", o.eps1, ", ", o.eps2, "): both must be >= 0"));
   }
   if (!(o.clip_threshold > 0.0)) {
-    throw ValueError(str_cat("Adafactor: Invalid clip_threshold: ", o.clip_threshold,
-                             " (must be > 0)"));
+    throw ValueError(
+        str_cat("Adafactor: Invalid clip_threshold: ", o.clip_threshold, " (must be > 0)"));
   }
   if (!(o.decay_rate <= 0.0)) {
     throw ValueError(str_cat("Adafactor: Invalid decay_rate: ", o.decay_rate,
@@ -96,8 +96,7 @@ std::vector<StateTensor> Adafactor::state_layout(const Shape& shape,
 Adafactor::Adafactor(const std::vector<Tensor>& params, const AdafactorOptions& options)
     : Adafactor(numbered_params(params), options) {}
 
-Adafactor::Adafactor(const std::vector<NamedTensor>& named_params,
-                     const AdafactorOptions& options)
+Adafactor::Adafactor(const std::vector<NamedTensor>& named_params, const AdafactorOptions& options)
     : Adafactor(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
 
 Adafactor::Adafactor(std::vector<ParamGroup> groups, const AdafactorOptions& options)
@@ -154,8 +153,8 @@ void Adafactor::step() {
           .beta1 = static_cast<float>(o.beta1.value_or(0.0)),
           .one_minus_beta1 = static_cast<float>(1.0 - o.beta1.value_or(0.0))};
       need_kernel("Adafactor", device, &AdafactorKernels::update)(
-          param, grad, state.exp_avg, state.exp_avg_sq, state.exp_avg_sq_row,
-          state.exp_avg_sq_col, col_factor, batch, rows, cols, scalars, c);
+          param, grad, state.exp_avg, state.exp_avg_sq, state.exp_avg_sq_row, state.exp_avg_sq_col,
+          col_factor, batch, rows, cols, scalars, c);
     }
   }
 }
@@ -166,10 +165,9 @@ OptimizerStateDict Adafactor::state_dict() const {
   for_each_param([&](size_t g, size_t i, const std::string& key, const Tensor&) {
     const AdafactorState& state = states_[g][i];
     if (state.step == 0) return;
-    const bool on_device =
-        state.rms_lr.defined() && state.rms_lr.device().type != DeviceType::meta;
-    const auto [rms, lr] = on_device ? read_rms_lr(state.rms_lr)
-                                     : std::pair<double, double>{state.rms, state.lr};
+    const bool on_device = state.rms_lr.defined() && state.rms_lr.device().type != DeviceType::meta;
+    const auto [rms, lr] =
+        on_device ? read_rms_lr(state.rms_lr) : std::pair<double, double>{state.rms, state.lr};
     per_param[key] = {{"step", state.step}, {"RMS", rms}, {"lr", lr}};
     for (const auto& [state_name, tensor] :
          {std::pair<const char*, const Tensor*>{"exp_avg_sq_row", &state.exp_avg_sq_row},
@@ -189,8 +187,8 @@ void Adafactor::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
   std::vector<std::vector<AdafactorState>> states;
   for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
-  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
-                                  const Tensor& param, const nlohmann::json& entry) {
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key, const Tensor& param,
+                                  const nlohmann::json& entry) {
     AdafactorState& state = states[g][i];
     state.step = state_dict_step(entry, "step");
     state.rms = state_dict_number(entry, "RMS", 0.0);

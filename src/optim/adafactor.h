@@ -16,16 +16,16 @@ namespace headroom {
 // HF's Adafactor defaults (eps is its pair (eps1, eps2)). HF Trainer's optim=adafactor sets
 // scale_parameter and relative_step false and passes learning_rate as lr.
 struct AdafactorOptions {
-  std::optional<double> lr = std::nullopt;  // external lr; must be unset with relative_step
-  double eps1 = 1e-30;                      // added to g^2
-  double eps2 = 1e-3;                       // floor of the parameter RMS in the step size
-  double clip_threshold = 1.0;              // largest RMS of the update
-  double decay_rate = -0.8;                 // beta2 at step t = 1 - t^decay_rate
+  std::optional<double> lr = std::nullopt;     // external lr; must be unset with relative_step
+  double eps1 = 1e-30;                         // added to g^2
+  double eps2 = 1e-3;                          // floor of the parameter RMS in the step size
+  double clip_threshold = 1.0;                 // largest RMS of the update
+  double decay_rate = -0.8;                    // beta2 at step t = 1 - t^decay_rate
   std::optional<double> beta1 = std::nullopt;  // first moment (4 more bytes per element) if set
-  double weight_decay = 0.0;                // decoupled: param -= weight_decay * lr_t * param
-  bool scale_parameter = true;              // lr_t *= max(eps2, RMS(param))
-  bool relative_step = true;                // lr_t = min(1e-2, 1/sqrt(t)) instead of lr
-  bool warmup_init = false;                 // lr_t = min(1e-6 * t, 1/sqrt(t)); needs relative_step
+  double weight_decay = 0.0;                   // decoupled: param -= weight_decay * lr_t * param
+  bool scale_parameter = true;                 // lr_t *= max(eps2, RMS(param))
+  bool relative_step = true;                   // lr_t = min(1e-2, 1/sqrt(t)) instead of lr
+  bool warmup_init = false;  // lr_t = min(1e-6 * t, 1/sqrt(t)); needs relative_step
 };
 
 // What Adafactor keeps per parameter, all f32, allocated at the parameter's first step. A
@@ -36,8 +36,8 @@ struct AdafactorState {
   Tensor exp_avg_sq_row;
   Tensor exp_avg_sq_col;
   Tensor exp_avg_sq;
-  Tensor exp_avg;     // only with beta1
-  int64_t step = 0;   // steps taken with a gradient
+  Tensor exp_avg;    // only with beta1
+  int64_t step = 0;  // steps taken with a gradient
   // HF's state["RMS"] (RMS of the parameter before the last step) and the step size lr_t of the
   // last step (what HF's AdafactorSchedule reports), as loaded from a state dict.
   double rms = 0.0;
@@ -56,8 +56,7 @@ class Adafactor final : public Optimizer {
   explicit Adafactor(const std::vector<Tensor>& params, const AdafactorOptions& options = {});
   // What step() allocates for a parameter of `shape` (AdafactorState's statistics; the two
   // scalars of rms_lr aside).
-  static std::vector<StateTensor> state_layout(const Shape& shape,
-                                               const AdafactorOptions& options);
+  static std::vector<StateTensor> state_layout(const Shape& shape, const AdafactorOptions& options);
   explicit Adafactor(const std::vector<NamedTensor>& named_params,
                      const AdafactorOptions& options = {});
   explicit Adafactor(std::vector<ParamGroup> groups, const AdafactorOptions& options = {});

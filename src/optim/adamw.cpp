@@ -84,8 +84,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
     check_adam_hyperparameters("AdamW", lr, options_.beta1, options_.beta2, options_.eps,
                                weight_decay);
   };
-  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group,
-                   check_param);
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group, check_param);
   for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
 }
 
@@ -180,8 +179,8 @@ void AdamW::step() {
         auto slice = [&](const std::vector<Tensor>& list) {
           return list.empty() ? TensorList() : TensorList(list).subspan(begin, n);
         };
-        update(slice(call.params), slice(call.grads), slice(call.exp_avgs),
-               slice(call.exp_avg_sqs), slice(call.compensations), call.stochastic,
+        update(slice(call.params), slice(call.grads), slice(call.exp_avgs), slice(call.exp_avg_sqs),
+               slice(call.compensations), call.stochastic,
                call.rngs.empty() ? std::span<const PhiloxState>()
                                  : std::span<const PhiloxState>(call.rngs).subspan(begin, n),
                c);
@@ -219,8 +218,8 @@ void AdamW::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
   std::vector<std::vector<AdamWState>> states;
   for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
-  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
-                                  const Tensor& param, const nlohmann::json& entry) {
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key, const Tensor& param,
+                                  const nlohmann::json& entry) {
     AdamWState& state = states[g][i];
     state.step = state_dict_step(entry, "step");
     state.exp_avg = load_state_tensor(saved, str_cat("state.", key, ".exp_avg"), param.shape(),

@@ -30,7 +30,7 @@ void check_param(const std::string& name, const Tensor& param) {
 // bitsandbytes passes lr, betas, eps and weight_decay to its kernels as fp32 and computes the
 // bias corrections there (powf; here pow in double, rounded once, which is within an ulp).
 BnbAdamCoefficients coefficients(const AdamW8bitOptions& o, double lr, double weight_decay,
-                                      int64_t step) {
+                                 int64_t step) {
   const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
   const float lr_f = static_cast<float>(lr);
   const float correction1 =
@@ -63,8 +63,7 @@ std::vector<StateTensor> AdamW8bit::state_layout(const Shape& shape,
 AdamW8bit::AdamW8bit(const std::vector<Tensor>& params, const AdamW8bitOptions& options)
     : AdamW8bit(numbered_params(params), options) {}
 
-AdamW8bit::AdamW8bit(const std::vector<NamedTensor>& named_params,
-                     const AdamW8bitOptions& options)
+AdamW8bit::AdamW8bit(const std::vector<NamedTensor>& named_params, const AdamW8bitOptions& options)
     : AdamW8bit(std::vector<ParamGroup>{ParamGroup{.params = named_params}}, options) {}
 
 AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, const AdamW8bitOptions& options)
@@ -74,8 +73,7 @@ AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, const AdamW8bitOptions& opt
     check_adam_hyperparameters("AdamW8bit", lr, options_.beta1, options_.beta2, options_.eps,
                                weight_decay);
   };
-  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group,
-                   check_param);
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group, check_param);
   for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
 }
 
@@ -138,8 +136,8 @@ void AdamW8bit::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
   std::vector<std::vector<AdamW8bitState>> states;
   for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
-  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
-                                  const Tensor& param, const nlohmann::json& entry) {
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key, const Tensor& param,
+                                  const nlohmann::json& entry) {
     const bool eight_bit = uses_8bit_state(param.numel());
     const DType dtype = eight_bit ? DType::u8 : DType::f32;
     AdamW8bitState& state = states[g][i];

@@ -46,8 +46,7 @@ class AdamW8bit final : public Optimizer {
   // its value.
   explicit AdamW8bit(const std::vector<Tensor>& params, const AdamW8bitOptions& options = {});
   // What step() allocates for a parameter of `shape` (AdamW8bitState).
-  static std::vector<StateTensor> state_layout(const Shape& shape,
-                                               const AdamW8bitOptions& options);
+  static std::vector<StateTensor> state_layout(const Shape& shape, const AdamW8bitOptions& options);
   explicit AdamW8bit(const std::vector<NamedTensor>& named_params,
                      const AdamW8bitOptions& options = {});
   explicit AdamW8bit(std::vector<ParamGroup> groups, const AdamW8bitOptions& options = {});

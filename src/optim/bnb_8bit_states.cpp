@@ -13,8 +13,7 @@ void check_bnb_param(const char* optimizer, const std::string& name, const Tenso
   }
   const DType dtype = param.dtype();
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16) {
-    throw NotImplementedError(str_cat(optimizer, ": parameter '", name, "' is ",
-                                      dtype_name(dtype),
+    throw NotImplementedError(str_cat(optimizer, ": parameter '", name, "' is ", dtype_name(dtype),
                                       "; only f32, bf16 and f16 parameters are supported"));
   }
   if (!param.is_leaf()) {

@@ -108,9 +108,8 @@ void update_in_place(const std::vector<Tensor>& grads, const Kernel& kernel) {
     grad.storage()->bump_version();
     packed.push_back(grad.contiguous());
   }
-  for_each_list_slice(packed.size(), [&](size_t begin, size_t n) {
-    kernel(TensorList(packed).subspan(begin, n));
-  });
+  for_each_list_slice(
+      packed.size(), [&](size_t begin, size_t n) { kernel(TensorList(packed).subspan(begin, n)); });
   for (size_t i = 0; i < grads.size(); ++i) {
     if (packed[i].storage() != grads[i].storage()) grads[i].copy_(packed[i]);
   }

@@ -86,8 +86,8 @@ void Lion::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
   std::vector<std::vector<LionState>> states;
   for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
-  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
-                                  const Tensor& param, const nlohmann::json& entry) {
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key, const Tensor& param,
+                                  const nlohmann::json& entry) {
     states[g][i].step = state_dict_step(entry, "step");
     states[g][i].exp_avg = load_state_tensor(saved, str_cat("state.", key, ".exp_avg"),
                                              param.shape(), DType::f32, param.device());

@@ -43,7 +43,8 @@ BnbLionCoefficients coefficients(const Lion8bitOptions& o, double lr, double wei
 
 }  // namespace
 
-std::vector<StateTensor> Lion8bit::state_layout(const Shape& shape, const Lion8bitOptions& options) {
+std::vector<StateTensor> Lion8bit::state_layout(const Shape& shape,
+                                                const Lion8bitOptions& options) {
   if (shape.numel() < options.min_8bit_size) return {{"state1", shape, DType::f32}};
   return {{"state1", shape, DType::u8},
           {"absmax1", Shape{bnb_block_count(shape.numel())}, DType::f32}};
@@ -67,16 +68,14 @@ Lion8bit::Lion8bit(std::vector<ParamGroup> groups, const Lion8bitOptions& option
   auto check_param = [](const std::string& name, const Tensor& param) {
     check_bnb_param("Lion8bit", name, param);
   };
-  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group,
-                   check_param);
+  set_param_groups(std::move(groups), options_.lr, options_.weight_decay, check_group, check_param);
   for (const ParamGroup& group : groups_) states_.emplace_back(group.params.size());
 }
 
 void Lion8bit::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const BnbLionCoefficients c =
-        coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay);
+    const BnbLionCoefficients c = coefficients(options_, *groups_[g].lr, *groups_[g].weight_decay);
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const auto& [name, param] = groups_[g].params[i];
       if (!param.grad().defined()) continue;
@@ -92,8 +91,8 @@ void Lion8bit::step() {
         need_kernel("Lion8bit", param.device(), &Lion8bitKernels::update_8bit)(
             param, grad, state.state1, state.absmax1, c);
       } else {
-        need_kernel("Lion8bit", param.device(), &Lion8bitKernels::update_32bit)(
-            param, grad, state.state1, c);
+        need_kernel("Lion8bit", param.device(), &Lion8bitKernels::update_32bit)(param, grad,
+                                                                                state.state1, c);
       }
     }
   }
@@ -119,8 +118,8 @@ void Lion8bit::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
   std::vector<std::vector<Lion8bitState>> states;
   for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
-  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
-                                  const Tensor& param, const nlohmann::json& entry) {
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key, const Tensor& param,
+                                  const nlohmann::json& entry) {
     const bool eight_bit = uses_8bit_state(param.numel());
     Lion8bitState& state = states[g][i];
     state.step = state_dict_step(entry, "step");
@@ -128,9 +127,9 @@ void Lion8bit::load_state_dict(const OptimizerStateDict& saved) {
     state.state1 = load_state_tensor(saved, prefix + "state1", param.shape(),
                                      eight_bit ? DType::u8 : DType::f32, param.device());
     if (eight_bit) {
-      state.absmax1 = load_state_tensor(saved, prefix + "absmax1",
-                                        Shape{bnb_block_count(param.numel())}, DType::f32,
-                                        param.device());
+      state.absmax1 =
+          load_state_tensor(saved, prefix + "absmax1", Shape{bnb_block_count(param.numel())},
+                            DType::f32, param.device());
     }
   });
   states_ = std::move(states);

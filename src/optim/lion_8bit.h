@@ -27,8 +27,8 @@ struct Lion8bitOptions {
 // and absmax1 f32 [ceil(numel / 256)], 1 byte per element plus 4 per block; 32-bit: state1 f32.
 // The names are bitsandbytes' state keys.
 struct Lion8bitState {
-  Tensor state1;   // exp_avg; undefined until the first step
-  Tensor absmax1;  // 8-bit only
+  Tensor state1;     // exp_avg; undefined until the first step
+  Tensor absmax1;    // 8-bit only
   int64_t step = 0;  // steps taken with a gradient
 };
 

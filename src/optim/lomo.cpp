@@ -1,5 +1,6 @@
 // LOMO: the hooks, the two-pass norm and the fused update (See Note [LOMO backward passes]), on
-// the device's grad_check and lomo tables (the CPU's kernels: backend/cpu/grad_checks.cpp, lomo.cpp).
+// the device's grad_check and lomo tables (the CPU's kernels: backend/cpu/grad_checks.cpp,
+// lomo.cpp).
 #include "optim/lomo.h"
 
 #include "autograd/accumulate_grad.h"
@@ -22,8 +23,7 @@ void check_options(const LomoOptions& o) {
     throw ValueError(str_cat("Lomo: clip_grad_norm should be positive, got ", *o.clip_grad_norm));
   }
   if (o.clip_grad_value && !(*o.clip_grad_value > 0.0)) {
-    throw ValueError(
-        str_cat("Lomo: clip_grad_value should be positive, got ", *o.clip_grad_value));
+    throw ValueError(str_cat("Lomo: clip_grad_value should be positive, got ", *o.clip_grad_value));
   }
 }
 
@@ -129,8 +129,9 @@ void Lomo::apply(size_t group, size_t index) {
 void Lomo::step() {
   if (phase_ == Phase::measuring) {
     phase_ = Phase::idle;
-    throw ValueError("Lomo: step() right after pass 0 of clip_grad_norm: run pass 1 (the update) "
-                     "first");
+    throw ValueError(
+        "Lomo: step() right after pass 0 of clip_grad_norm: run pass 1 (the update) "
+        "first");
   }
   if (phase_ == Phase::idle && options_.clip_grad_norm) {
     for (const ParamGroup& group : groups_) {

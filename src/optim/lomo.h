@@ -17,7 +17,7 @@ namespace headroom {
 // Lomo's defaults. Clipping is off unless set; both thresholds must then be > 0.
 struct LomoOptions {
   double lr = 1e-3;
-  double weight_decay = 0.0;                   // param *= 1 - lr * weight_decay before the step
+  double weight_decay = 0.0;  // param *= 1 - lr * weight_decay before the step
   std::optional<double> clip_grad_norm = std::nullopt;   // global L2 norm: two backward passes
   std::optional<double> clip_grad_value = std::nullopt;  // elementwise, inline
 };

@@ -83,12 +83,12 @@ SchedulerOptions resolve(const Optimizer& optimizer, SchedulerOptions o) {
   if (o.type == SchedulerType::polynomial) {
     if (!o.lr_init) o.lr_init = optimizer.group_lr(0);
     if (!(o.lr_end >= 0.0 && std::isfinite(o.lr_end))) {
-      throw ValueError(str_cat(type, " schedule: lr_end is ", o.lr_end,
-                               "; it must be finite and not negative"));
+      throw ValueError(
+          str_cat(type, " schedule: lr_end is ", o.lr_end, "; it must be finite and not negative"));
     }
     if (!(o.power > 0.0 && std::isfinite(o.power))) {
-      throw ValueError(str_cat(type, " schedule: power is ", o.power,
-                               "; it must be positive and finite"));
+      throw ValueError(
+          str_cat(type, " schedule: power is ", o.power, "; it must be positive and finite"));
     }
     if (!(*o.lr_init > o.lr_end && std::isfinite(*o.lr_init))) {
       throw ValueError(str_cat(type, " schedule: lr_end (", o.lr_end,
@@ -98,8 +98,8 @@ SchedulerOptions resolve(const Optimizer& optimizer, SchedulerOptions o) {
   if (o.type == SchedulerType::inverse_sqrt) {
     if (!o.timescale) o.timescale = o.num_warmup_steps > 0 ? o.num_warmup_steps : 10000;
     if (*o.timescale <= 0) {
-      throw ValueError(str_cat(type, " schedule: timescale is ", *o.timescale,
-                               "; it must be positive"));
+      throw ValueError(
+          str_cat(type, " schedule: timescale is ", *o.timescale, "; it must be positive"));
     }
   }
   return o;
@@ -168,8 +168,8 @@ const char* scheduler_type_name(SchedulerType type) {
 
 int64_t get_warmup_steps(int64_t num_training_steps, int64_t warmup_steps, double warmup_ratio) {
   if (num_training_steps < 0) {
-    throw ValueError(str_cat("num_training_steps is ", num_training_steps,
-                             "; it must not be negative"));
+    throw ValueError(
+        str_cat("num_training_steps is ", num_training_steps, "; it must not be negative"));
   }
   if (warmup_steps < 0) {
     throw ValueError(str_cat("num_warmup_steps is ", warmup_steps, "; it must not be negative"));
@@ -220,23 +220,23 @@ double LRScheduler::lr_lambda(int64_t step) const {
                                    1, o.num_training_steps - o.num_warmup_steps)));
     case SchedulerType::cosine: {
       const double progress = decay_progress(step, o);
-      return std::max(
-          0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * *o.num_cycles * 2.0 * progress)));
+      return std::max(0.0,
+                      0.5 * (1.0 + std::cos(std::numbers::pi * *o.num_cycles * 2.0 * progress)));
     }
     case SchedulerType::cosine_with_restarts: {
       const double progress = decay_progress(step, o);
       if (progress >= 1.0) return 0.0;
       // Python's % on these non-negative floats is fmod.
-      return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi *
-                                                 std::fmod(*o.num_cycles * progress, 1.0))));
+      return std::max(
+          0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * std::fmod(*o.num_cycles * progress, 1.0))));
     }
     case SchedulerType::polynomial: {
       const double lr_init = *o.lr_init;
       if (step > o.num_training_steps) return o.lr_end / lr_init;
       const double lr_range = lr_init - o.lr_end;
       const int64_t decay_steps = o.num_training_steps - o.num_warmup_steps;
-      const double pct_remaining = 1.0 - static_cast<double>(step - o.num_warmup_steps) /
-                                             static_cast<double>(decay_steps);
+      const double pct_remaining =
+          1.0 - static_cast<double>(step - o.num_warmup_steps) / static_cast<double>(decay_steps);
       const double decay = lr_range * std::pow(pct_remaining, o.power) + o.lr_end;
       return decay / lr_init;
     }
@@ -258,8 +258,8 @@ nlohmann::json LRScheduler::state_dict() const {
 
 void LRScheduler::load_state_dict(const nlohmann::json& state) {
   if (!state.is_object()) {
-    throw ValueError(str_cat("LRScheduler::load_state_dict: expected a JSON object, not ",
-                             state.type_name()));
+    throw ValueError(
+        str_cat("LRScheduler::load_state_dict: expected a JSON object, not ", state.type_name()));
   }
   const size_t groups = optimizer_.param_groups().size();
   const int64_t last_epoch = state_int(state, "last_epoch", 0);

@@ -25,16 +25,16 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 double Optimizer::group_lr(size_t group) const {
   if (group >= groups_.size()) {
-    throw IndexError(str_cat(name(), ": no parameter group ", group, " (", groups_.size(),
-                             " groups)"));
+    throw IndexError(
+        str_cat(name(), ": no parameter group ", group, " (", groups_.size(), " groups)"));
   }
   return groups_[group].lr.value_or(0.0);
 }
 
 void Optimizer::set_group_lr(size_t group, double lr) {
   if (group >= groups_.size()) {
-    throw IndexError(str_cat(name(), ": no parameter group ", group, " (", groups_.size(),
-                             " groups)"));
+    throw IndexError(
+        str_cat(name(), ": no parameter group ", group, " (", groups_.size(), " groups)"));
   }
   check_lr(lr);
   groups_[group].lr = lr;
@@ -216,8 +216,7 @@ void Optimizer::set_param_groups(std::vector<ParamGroup> groups, double default_
                                         "; only f32 and bf16 parameters are supported"));
     }
     if (!param.is_leaf()) {
-      throw ValueError(str_cat(name(), ": can't optimize a non-leaf tensor ('", param_name,
-                               "')"));
+      throw ValueError(str_cat(name(), ": can't optimize a non-leaf tensor ('", param_name, "')"));
     }
     if (!param.is_contiguous()) {
       throw ValueError(str_cat(name(), ": parameter '", param_name, "' is not contiguous"));

@@ -1,5 +1,6 @@
 // The interface every optimizer shares: parameter groups with a learning rate each (what LR
-// schedulers and GradScaler need), step, zero_grad. State dtype and layout belong to each optimizer.
+// schedulers and GradScaler need), step, zero_grad. State dtype and layout belong to each
+// optimizer.
 #pragma once
 
 #include <functional>
@@ -103,11 +104,10 @@ class Optimizer {
   // parameter in order, key being "<group>.<index>" as in "state.<key>.<name>"; and, after
   // load_state_dict_meta, fn(group, index, key, param, entry) for every parameter whose state
   // `saved` holds, entry being meta["state"][key].
-  using ParamVisitor = std::function<void(size_t group, size_t index, const std::string& key,
-                                          const Tensor& param)>;
-  using SavedStateVisitor =
-      std::function<void(size_t group, size_t index, const std::string& key,
-                         const Tensor& param, const nlohmann::json& entry)>;
+  using ParamVisitor =
+      std::function<void(size_t group, size_t index, const std::string& key, const Tensor& param)>;
+  using SavedStateVisitor = std::function<void(size_t group, size_t index, const std::string& key,
+                                               const Tensor& param, const nlohmann::json& entry)>;
   void for_each_param(const ParamVisitor& fn) const;
   void for_each_saved_state(const OptimizerStateDict& saved, const SavedStateVisitor& fn) const;
 

@@ -23,8 +23,8 @@ namespace {
 // Every optim_args key must be consumed by the optimizer it names.
 void check_no_extras(const std::string& optim, const std::map<std::string, std::string>& extras) {
   if (!extras.empty()) {
-    throw ValueError(str_cat("optim_args: '", extras.begin()->first, "' is not an option of ",
-                             optim));
+    throw ValueError(
+        str_cat("optim_args: '", extras.begin()->first, "' is not an option of ", optim));
   }
 }
 
@@ -71,15 +71,13 @@ std::optional<double> take_number(const std::string& optim,
   return value;
 }
 
-std::optional<bool> take_bool(const std::string& optim,
-                              std::map<std::string, std::string>& extras,
+std::optional<bool> take_bool(const std::string& optim, std::map<std::string, std::string>& extras,
                               const std::string& key) {
   const std::optional<std::string> text = take(extras, key);
   if (!text) return std::nullopt;
   // HF reads optim_args booleans with strtobool: True/False and its other words.
   if (const std::optional<bool> value = bool_word(*text)) return value;
-  throw ValueError(
-      str_cat("optim_args: ", key, "=", *text, " is not True or False (", optim, ")"));
+  throw ValueError(str_cat("optim_args: ", key, "=", *text, " is not True or False (", optim, ")"));
 }
 
 // HF's sgd: torch.optim.SGD with learning_rate; momentum 0 unless optim_args sets it.
@@ -149,13 +147,17 @@ struct NamedKind {
   const char* name;
   OptimizerKind kind;
 };
-constexpr NamedKind kOptimizerNames[] = {
-    {"adamw_torch", OptimizerKind::adamw},         {"adamw_torch_fused", OptimizerKind::adamw},
-    {"adamw_bf16", OptimizerKind::adamw_bf16},     {"adamw_8bit", OptimizerKind::adamw_8bit},
-    {"adamw_bnb_8bit", OptimizerKind::adamw_8bit}, {"sgd", OptimizerKind::sgd},
-    {"lion", OptimizerKind::lion},                 {"lion_32bit", OptimizerKind::lion},
-    {"lion_8bit", OptimizerKind::lion_8bit},       {"adafactor", OptimizerKind::adafactor},
-    {"lomo", OptimizerKind::lomo}};
+constexpr NamedKind kOptimizerNames[] = {{"adamw_torch", OptimizerKind::adamw},
+                                         {"adamw_torch_fused", OptimizerKind::adamw},
+                                         {"adamw_bf16", OptimizerKind::adamw_bf16},
+                                         {"adamw_8bit", OptimizerKind::adamw_8bit},
+                                         {"adamw_bnb_8bit", OptimizerKind::adamw_8bit},
+                                         {"sgd", OptimizerKind::sgd},
+                                         {"lion", OptimizerKind::lion},
+                                         {"lion_32bit", OptimizerKind::lion},
+                                         {"lion_8bit", OptimizerKind::lion_8bit},
+                                         {"adafactor", OptimizerKind::adafactor},
+                                         {"lomo", OptimizerKind::lomo}};
 
 }  // namespace
 
@@ -215,7 +217,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
   if (args.kahan_summation && kind != OptimizerKind::adamw && kind != OptimizerKind::adamw_bf16) {
     // Note [Precision recipes]: the Kahan update is AdamW's; silently rounding instead would
     // hand back another recipe than the one asked for.
-    throw ValueError(str_cat("optim ", args.optim, " has no Kahan-compensated update (precision "
+    throw ValueError(str_cat("optim ", args.optim,
+                             " has no Kahan-compensated update (precision "
                              "pure_bf16+kahan is for adamw_torch; use pure_bf16 with ",
                              args.optim, ")"));
   }
@@ -226,13 +229,16 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerArguments& args,
       return std::make_unique<AdamW>(std::move(groups), adamw_options(args, DType::bf16));
     case OptimizerKind::adamw_8bit:  // bitsandbytes' AdamW8bit, as HF builds it
       return std::make_unique<AdamW8bit>(std::move(groups), adam_options<AdamW8bitOptions>(args));
-    case OptimizerKind::sgd: return std::make_unique<SGD>(std::move(groups), sgd_options(args));
-    case OptimizerKind::lion: return std::make_unique<Lion>(std::move(groups), lion_options(args));
+    case OptimizerKind::sgd:
+      return std::make_unique<SGD>(std::move(groups), sgd_options(args));
+    case OptimizerKind::lion:
+      return std::make_unique<Lion>(std::move(groups), lion_options(args));
     case OptimizerKind::lion_8bit:
       return std::make_unique<Lion8bit>(std::move(groups), lion_8bit_options(args));
     case OptimizerKind::adafactor:
       return std::make_unique<Adafactor>(std::move(groups), adafactor_options(args));
-    case OptimizerKind::lomo: return std::make_unique<Lomo>(std::move(groups), lomo_options(args));
+    case OptimizerKind::lomo:
+      return std::make_unique<Lomo>(std::move(groups), lomo_options(args));
   }
   throw std::logic_error("make_optimizer: an OptimizerKind without a case");
 }
@@ -246,11 +252,17 @@ std::vector<StateTensor> optimizer_state_layout(const OptimizerArguments& args, 
       return AdamW::state_layout(shape, param_dtype, adamw_options(args, DType::bf16));
     case OptimizerKind::adamw_8bit:
       return AdamW8bit::state_layout(shape, adam_options<AdamW8bitOptions>(args));
-    case OptimizerKind::sgd: return SGD::state_layout(shape, sgd_options(args));
-    case OptimizerKind::lion: return Lion::state_layout(shape, lion_options(args));
-    case OptimizerKind::lion_8bit: return Lion8bit::state_layout(shape, lion_8bit_options(args));
-    case OptimizerKind::adafactor: return Adafactor::state_layout(shape, adafactor_options(args));
-    case OptimizerKind::lomo: lomo_options(args); return {};  // updates in backward, keeps none
+    case OptimizerKind::sgd:
+      return SGD::state_layout(shape, sgd_options(args));
+    case OptimizerKind::lion:
+      return Lion::state_layout(shape, lion_options(args));
+    case OptimizerKind::lion_8bit:
+      return Lion8bit::state_layout(shape, lion_8bit_options(args));
+    case OptimizerKind::adafactor:
+      return Adafactor::state_layout(shape, adafactor_options(args));
+    case OptimizerKind::lomo:
+      lomo_options(args);
+      return {};  // updates in backward, keeps none
   }
   throw std::logic_error("optimizer_state_layout: an OptimizerKind without a case");
 }

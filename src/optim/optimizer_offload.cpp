@@ -29,7 +29,8 @@ OptimizerStateDict unprefixed(const OptimizerStateDict& state, const std::string
                               const std::string& key) {
   OptimizerStateDict out;
   if (!state.meta.contains(key)) {
-    throw ValueError(str_cat("optimizer state: no '", key, "' entry; the checkpoint was not "
+    throw ValueError(str_cat("optimizer state: no '", key,
+                             "' entry; the checkpoint was not "
                              "written with the same offload_optimizer_ratio"));
   }
   out.meta = state.meta[key];

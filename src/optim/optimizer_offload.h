@@ -35,8 +35,8 @@ namespace headroom {
 // stepped as they are, in the host share: their gradients arrive on the host.
 
 struct OptimizerOffloadOptions {
-  double ratio = 1.0;       // in [0, 1]
-  bool pin_memory = true;   // page-locked host pool when the compute device is a GPU
+  double ratio = 1.0;      // in [0, 1]
+  bool pin_memory = true;  // page-locked host pool when the compute device is a GPU
   // false: no hooks; the caller moves the gradients with take_gradients() (data parallel: after
   // the ranks have reduced them, which the device's .grad must hold until then).
   bool gradients_from_hooks = true;
@@ -56,7 +56,9 @@ class OffloadedOptimizer final : public Optimizer {
   void step() override;
   void zero_grad(bool set_to_none = true) override;
   std::string name() const override;
-  bool updates_in_backward() const override { return (host_ ? host_ : device_)->updates_in_backward(); }
+  bool updates_in_backward() const override {
+    return (host_ ? host_ : device_)->updates_in_backward();
+  }
   // ratio 1: the host optimizer's state_dict (the same entries as without offload, so a
   // checkpoint resumes with or without offload); a partial ratio: both optimizers', their
   // entries prefixed "host." and "device.". load_state_dict first copies the device parameters

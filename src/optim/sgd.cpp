@@ -18,8 +18,10 @@ void check_options(const SGDOptions& o) {
     throw ValueError(str_cat("SGD: Invalid weight_decay value: ", o.weight_decay));
   }
   if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0)) {
-    throw ValueError(str_cat("SGD: Nesterov momentum requires a momentum and zero dampening "
-                             "(momentum=", o.momentum, ", dampening=", o.dampening, ")"));
+    throw ValueError(
+        str_cat("SGD: Nesterov momentum requires a momentum and zero dampening "
+                "(momentum=",
+                o.momentum, ", dampening=", o.dampening, ")"));
   }
 }
 
@@ -89,8 +91,8 @@ void SGD::load_state_dict(const OptimizerStateDict& saved) {
   load_state_dict_meta(saved.meta);
   std::vector<std::vector<SGDState>> states;
   for (const ParamGroup& group : groups_) states.emplace_back(group.params.size());
-  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key,
-                                  const Tensor& param, const nlohmann::json& entry) {
+  for_each_saved_state(saved, [&](size_t g, size_t i, const std::string& key, const Tensor& param,
+                                  const nlohmann::json& entry) {
     states[g][i].step = state_dict_step(entry, "step");
     if (options_.momentum != 0.0) {
       states[g][i].momentum_buffer =

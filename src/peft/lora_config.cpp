@@ -26,8 +26,9 @@ void LoraConfig::validate() const {
     for (const std::string& name : *list) {
       if (name.empty()) throw ValueError(str_cat(field, ": an empty module name"));
       if (name == "all-linear" && (list != &target_modules || list->size() != 1)) {
-        throw ValueError(str_cat(field, ": 'all-linear' must be the only entry of "
-                                        "lora_target_modules"));
+        throw ValueError(str_cat(field,
+                                 ": 'all-linear' must be the only entry of "
+                                 "lora_target_modules"));
       }
     }
   }
@@ -56,9 +57,12 @@ LoraBias parse_lora_bias(const std::string& text) {
 
 const char* lora_bias_name(LoraBias bias) {
   switch (bias) {
-    case LoraBias::none: return "none";
-    case LoraBias::all: return "all";
-    case LoraBias::lora_only: return "lora_only";
+    case LoraBias::none:
+      return "none";
+    case LoraBias::all:
+      return "all";
+    case LoraBias::lora_only:
+      return "lora_only";
   }
   return "none";
 }
@@ -91,7 +95,8 @@ void check_resumed_lora_config(const LoraConfig& saved, const LoraConfig& run,
   for (const auto& [field, values] : fields) {
     if (values.first == values.second) continue;
     throw ValueError(str_cat(source, ": ", field, " is ", values.first, " in the checkpoint and ",
-                             values.second, " in this run; a resume trains the adapters on with "
+                             values.second,
+                             " in this run; a resume trains the adapters on with "
                              "the options they were saved with"));
   }
 }
@@ -121,12 +126,11 @@ std::string lora_adapter_config_json(const LoraConfig& config, const HfConfig& m
   // The keys PEFT 0.21.2's LoraConfig.to_dict() writes, with the values of a plain LoRA.
   // nlohmann::json keeps keys sorted, as Python's sort_keys; dump(2) is json.dumps(indent=2).
   nlohmann::json j;
-  for (const char* key : {"alora_invocation_tokens", "arrow_config", "auto_mapping",
-                          "corda_config", "eva_config", "exclude_modules", "kasa_config",
-                          "layer_replication", "layers_pattern", "layers_to_transform",
-                          "lora_ga_config", "megatron_config", "monteclora_config",
-                          "target_parameters", "trainable_token_indices", "use_bdlora",
-                          "velora_config"}) {
+  for (const char* key :
+       {"alora_invocation_tokens", "arrow_config", "auto_mapping", "corda_config", "eva_config",
+        "exclude_modules", "kasa_config", "layer_replication", "layers_pattern",
+        "layers_to_transform", "lora_ga_config", "megatron_config", "monteclora_config",
+        "target_parameters", "trainable_token_indices", "use_bdlora", "velora_config"}) {
     j[key] = nullptr;
   }
   for (const char* key : {"alpha_pattern", "loftq_config", "rank_pattern"}) {
@@ -135,16 +139,22 @@ std::string lora_adapter_config_json(const LoraConfig& config, const HfConfig& m
   for (const char* key : {"ensure_weight_tying", "lora_bias", "use_dora", "use_qalora"}) {
     j[key] = false;
   }
-  j["base_model_name_or_path"] =
-      config.base_model_name_or_path.empty() ? nlohmann::json(nullptr)
-                                             : nlohmann::json(config.base_model_name_or_path);
+  j["base_model_name_or_path"] = config.base_model_name_or_path.empty()
+                                     ? nlohmann::json(nullptr)
+                                     : nlohmann::json(config.base_model_name_or_path);
   j["bias"] = lora_bias_name(config.bias);
   j["fan_in_fan_out"] = std::holds_alternative<GPT2Config>(model);
   j["inference_mode"] = true;
   switch (config.init_lora_weights) {
-    case LoraInit::kaiming: j["init_lora_weights"] = true; break;
-    case LoraInit::gaussian: j["init_lora_weights"] = "gaussian"; break;
-    case LoraInit::random: j["init_lora_weights"] = false; break;
+    case LoraInit::kaiming:
+      j["init_lora_weights"] = true;
+      break;
+    case LoraInit::gaussian:
+      j["init_lora_weights"] = "gaussian";
+      break;
+    case LoraInit::random:
+      j["init_lora_weights"] = false;
+      break;
   }
   j["lora_alpha"] = number(config.lora_alpha);
   j["lora_dropout"] = config.lora_dropout;
@@ -154,7 +164,8 @@ std::string lora_adapter_config_json(const LoraConfig& config, const HfConfig& m
   j["peft_version"] = kPeftFormatVersion;
   j["qalora_group_size"] = 16;
   j["r"] = config.r;
-  j["revision"] = config.revision.empty() ? nlohmann::json(nullptr) : nlohmann::json(config.revision);
+  j["revision"] =
+      config.revision.empty() ? nlohmann::json(nullptr) : nlohmann::json(config.revision);
   const std::vector<std::string> targets =
       config.target_modules.empty() ? default_lora_target_modules(model) : config.target_modules;
   j["target_modules"] = targets.size() == 1 && targets[0] == "all-linear"
@@ -168,8 +179,7 @@ std::string lora_adapter_config_json(const LoraConfig& config, const HfConfig& m
 namespace {
 
 // A key PEFT may write whose non-default value asks for something headroom does not build.
-void refuse_unless_default(const nlohmann::json& json, const std::string& path,
-                           const char* key) {
+void refuse_unless_default(const nlohmann::json& json, const std::string& path, const char* key) {
   if (!json.contains(key)) return;
   const nlohmann::json& v = json.at(key);
   const bool absent = v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
@@ -193,11 +203,11 @@ LoraConfig parse_lora_adapter_config(const nlohmann::json& json, const std::stri
   if (!json.is_object()) throw ValueError(str_cat(path, ": not a JSON object"));
   const nlohmann::json& type = field("peft_type");
   if (type != "LORA") throw bad("peft_type", type, "only LORA adapters are read");
-  for (const char* key : {"use_dora", "rank_pattern", "alpha_pattern", "layers_to_transform",
-                          "layer_replication", "lora_bias", "use_qalora", "exclude_modules",
-                          "trainable_token_indices", "target_parameters", "alora_invocation_tokens",
-                          "arrow_config", "kasa_config", "monteclora_config", "use_bdlora",
-                          "velora_config"}) {
+  for (const char* key :
+       {"use_dora", "rank_pattern", "alpha_pattern", "layers_to_transform", "layer_replication",
+        "lora_bias", "use_qalora", "exclude_modules", "trainable_token_indices",
+        "target_parameters", "alora_invocation_tokens", "arrow_config", "kasa_config",
+        "monteclora_config", "use_bdlora", "velora_config"}) {
     refuse_unless_default(json, path, key);
   }
   LoraConfig config;
@@ -220,7 +230,8 @@ LoraConfig parse_lora_adapter_config(const nlohmann::json& json, const std::stri
   const nlohmann::json& targets = field("target_modules");
   if (targets.is_string()) {
     // PEFT takes any other string as a regular expression over module names.
-    if (targets != "all-linear") throw bad("target_modules", targets, "a list of names or \"all-linear\"");
+    if (targets != "all-linear")
+      throw bad("target_modules", targets, "a list of names or \"all-linear\"");
     config.target_modules = {"all-linear"};
   } else if (targets.is_array() && !targets.empty()) {
     for (const nlohmann::json& t : targets) {

@@ -20,12 +20,12 @@ void kaiming_uniform(const Tensor& w, int64_t fan_in, Generator* generator) {
 
 }  // namespace
 
-LoraLayer::LoraLayer(int64_t in, int64_t out, const LoraConfig& config, Device device,
-                     DType dtype, Generator* generator)
-    : lora_A_(register_module("lora_A", std::make_unique<Linear>(in, config.r, false,
-                                                                 WeightLayout::out_in, device))),
-      lora_B_(register_module("lora_B", std::make_unique<Linear>(config.r, out, false,
-                                                                 WeightLayout::out_in, device))),
+LoraLayer::LoraLayer(int64_t in, int64_t out, const LoraConfig& config, Device device, DType dtype,
+                     Generator* generator)
+    : lora_A_(register_module(
+          "lora_A", std::make_unique<Linear>(in, config.r, false, WeightLayout::out_in, device))),
+      lora_B_(register_module(
+          "lora_B", std::make_unique<Linear>(config.r, out, false, WeightLayout::out_in, device))),
       scaling_(config.scaling()),
       dropout_(config.lora_dropout) {
   NoGradGuard no_grad;

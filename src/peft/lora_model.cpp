@@ -61,8 +61,8 @@ std::string layer_names(const std::vector<std::pair<std::string, AdaptableLinear
 
 }  // namespace
 
-std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
-                                    Generator* generator, std::optional<DType> adapter_dtype) {
+std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config, Generator* generator,
+                                    std::optional<DType> adapter_dtype) {
   config.validate();
   const HfConfig hf = model.config();
   const std::vector<std::string> targets =
@@ -97,8 +97,7 @@ std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
     for (const std::string& t : targets) {
       if (!used.count(t)) {
         throw ValueError(str_cat("lora_target_modules: '", t, "' matches no linear layer of the ",
-                                 hf_model_type(hf), " model (it has ", layer_names(linears),
-                                 ")"));
+                                 hf_model_type(hf), " model (it has ", layer_names(linears), ")"));
       }
     }
   }
@@ -122,18 +121,17 @@ std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
   for (const Tensor& p : model.parameters()) p.set_requires_grad(false);
   Generator& gen = generator ? *generator : default_generator();
   for (AdaptableLinear* layer : chosen) {
-    layer->set_adapter(std::make_unique<LoraLayer>(layer->in_features(), layer->out_features(),
-                                                   config, layer->device(),
-                                                   adapter_dtype.value_or(layer->compute_dtype()),
-                                                   &gen));
+    layer->set_adapter(std::make_unique<LoraLayer>(
+        layer->in_features(), layer->out_features(), config, layer->device(),
+        adapter_dtype.value_or(layer->compute_dtype()), &gen));
     const auto* linear = dynamic_cast<const Linear*>(layer);
     if (config.bias == LoraBias::lora_only && linear && linear->bias().defined()) {
       linear->bias().set_requires_grad(true);
     }
   }
   for (auto& [name, p] : model.named_parameters()) {
-    const bool lora = name.find("lora_A.") != std::string::npos ||
-                      name.find("lora_B.") != std::string::npos;
+    const bool lora =
+        name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos;
     const bool bias = config.bias == LoraBias::all && last_component(name) == "bias";
     bool saved = false;
     for (const std::string& m : saved_modules) saved = saved || name.rfind(m + ".", 0) == 0;
@@ -180,9 +178,8 @@ std::vector<std::pair<std::string, Tensor>> lora_file_tensors(const CausalLM& mo
   for (auto& [name, p] : lora_state_dict(model)) {
     const size_t dot = name.rfind('.');
     const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
-    const std::string key = wrapped.count(owner)
-                                ? str_cat(owner, ".base_layer", name.substr(dot))
-                                : name;
+    const std::string key =
+        wrapped.count(owner) ? str_cat(owner, ".base_layer", name.substr(dot)) : name;
     out.emplace_back(kAdapterKeyPrefix + key, p);
   }
   return out;
@@ -261,9 +258,10 @@ int64_t merge_lora(CausalLM& model) {
     const auto* lora = dynamic_cast<const LoraLayer*>(layer->adapter());
     if (!lora) continue;
     if (dynamic_cast<TiedLinear*>(layer)) {
-      throw NotImplementedError(str_cat(
-          "merge: layer '", path, "' shares the input embedding's weight (tied word "
-          "embeddings); merging its adapter would change the embedding too (not built)"));
+      throw NotImplementedError(
+          str_cat("merge: layer '", path,
+                  "' shares the input embedding's weight (tied word "
+                  "embeddings); merging its adapter would change the embedding too (not built)"));
     }
     auto* linear = dynamic_cast<Linear*>(layer);
     if (!linear || linear->weight_4bit()) {

@@ -24,11 +24,12 @@ inline constexpr const char* kAdapterKeyPrefix = "base_model.model.";
 
 // get_peft_model: checks `config`, freezes every parameter of `model`, wraps each projection the
 // targets name (any AdaptableLinear: nn's Linear, or a 4-bit base) with a LoraLayer in the
-// layer's compute_dtype (drawn from `generator`, the default one when null), and makes trainable the biases config.bias asks for and the parameters of
-// modules_to_save. A target or module_to_save matching nothing is a ValueError naming the field,
-// the value and the layers the model has. Returns the paths of the wrapped layers.
-// `adapter_dtype`, when given, is the adapters' dtype instead of each layer's compute dtype (fp32
-// adapters on a base stored in bf16, as PEFT's under autocast).
+// layer's compute_dtype (drawn from `generator`, the default one when null), and makes trainable
+// the biases config.bias asks for and the parameters of modules_to_save. A target or module_to_save
+// matching nothing is a ValueError naming the field, the value and the layers the model has.
+// Returns the paths of the wrapped layers. `adapter_dtype`, when given, is the adapters' dtype
+// instead of each layer's compute dtype (fp32 adapters on a base stored in bf16, as PEFT's under
+// autocast).
 std::vector<std::string> apply_lora(CausalLM& model, const LoraConfig& config,
                                     Generator* generator = nullptr,
                                     std::optional<DType> adapter_dtype = std::nullopt);

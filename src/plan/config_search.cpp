@@ -24,8 +24,8 @@ std::vector<std::string> default_precisions(const PlanTarget& target) {
 std::vector<std::string> default_optims() {
   using K = OptimizerKind;
   std::vector<std::string> names;
-  for (const K kind : {K::adamw, K::adamw_bf16, K::adamw_8bit, K::adafactor, K::lion,
-                       K::lion_8bit, K::sgd, K::lomo}) {
+  for (const K kind : {K::adamw, K::adamw_bf16, K::adamw_8bit, K::adafactor, K::lion, K::lion_8bit,
+                       K::sgd, K::lomo}) {
     names.emplace_back(optimizer_kind_name(kind));
   }
   return names;
@@ -62,18 +62,16 @@ std::vector<int64_t> divisors(int64_t n) {
   return out;
 }
 
-
 // See Note [Configurations that need ZeRO-3].
 std::string zero3_note(const std::string& adapter, const TrainingPlan& closest,
                        const PlanTarget& target, const std::vector<int64_t>& stages) {
-  const int64_t parameters =
-      closest.dry.at_peak[static_cast<size_t>(MemoryCategory::parameters)];
+  const int64_t parameters = closest.dry.at_peak[static_cast<size_t>(MemoryCategory::parameters)];
   std::string tried;
   for (const int64_t stage : stages) tried += str_cat(tried.empty() ? "" : ", ", stage);
-  const std::string head = str_cat(adapter, ": nothing fits on ", target.description(),
-                                   " at ZeRO stages ", tried, "; the closest, ",
-                                   describe_configuration(closest.args), ", needs ",
-                                   format_bytes(closest.required_bytes), " per rank");
+  const std::string head =
+      str_cat(adapter, ": nothing fits on ", target.description(), " at ZeRO stages ", tried,
+              "; the closest, ", describe_configuration(closest.args), ", needs ",
+              format_bytes(closest.required_bytes), " per rank");
   if (std::find(stages.begin(), stages.end(), 3) != stages.end()) return head;
   if (parameters + target.overhead_bytes >= target.capacity_bytes) {
     return str_cat(head, ", of which the parameters every rank holds whole below stage 3 are ",
@@ -171,8 +169,8 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
   for (const std::string& allocator :
        space.allocators.empty() ? default_allocators(base) : space.allocators) {
     if (allocator != "native" && allocator != "expandable_segments") {
-      throw ValueError(str_cat("search allocators: '", allocator,
-                               "' is not native or expandable_segments"));
+      throw ValueError(
+          str_cat("search allocators: '", allocator, "' is not native or expandable_segments"));
     }
     expandable_choices.push_back(allocator == "expandable_segments");
   }
@@ -239,9 +237,9 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
               }
             } catch (const Error& e) {
               // A combination the engine refuses; its error says why.
-              result.unsupported.push_back(
-                  str_cat(adapter.full ? "" : adapter.name + " + ", precision.name, " + ",
-                          optim.name, ": ", e.what()));
+              result.unsupported.push_back(str_cat(adapter.full ? "" : adapter.name + " + ",
+                                                   precision.name, " + ", optim.name, ": ",
+                                                   e.what()));
               return false;
             }
             ++result.dry_runs;
@@ -277,7 +275,7 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
           continue;
         }
         if (recipe.kahan_summation && optim.kind != OptimizerKind::adamw) continue;  // AdamW's
-        if (!adapter.full && optim.kind != OptimizerKind::adamw) continue;  // see the Note
+        if (!adapter.full && optim.kind != OptimizerKind::adamw) continue;           // see the Note
         for (const PolicyChoice& policy : policies) {
           if (!search_row(adapter, precision, optim, policy)) break;
         }
@@ -290,8 +288,7 @@ SearchResult search_configurations(const TrainingArguments& base, const PlanTarg
     }
   }
   std::stable_sort(result.fitting.begin(), result.fitting.end(), faster);
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
@@ -367,21 +364,20 @@ std::string SearchResult::format(int64_t max_rows) const {
   text += line;
   for (size_t i = 0; i < fitting.size() && static_cast<int64_t>(i) < max_rows; ++i) {
     const TrainingPlan& p = fitting[i];
-    const std::string split = str_cat(p.args.per_device_train_batch_size, " x ",
-                                      p.args.gradient_accumulation_steps);
+    const std::string split =
+        str_cat(p.args.per_device_train_batch_size, " x ", p.args.gradient_accumulation_steps);
     const std::string offload =
         p.dry.host_required_bytes() > 0
             ? str_cat(offload_label(p.args), " (", format_bytes(p.dry.host_required_bytes()), ")")
             : std::string("-");
-    std::snprintf(line, sizeof line,
-                  "  %4zu%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g  %s\n", i + 1,
-                  ranks ? str_cat("  ", p.dry.zero_stage, "   ").c_str() : "",
-                  adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
-                  p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str()
-                                                : "none",
-                  p.dry.expandable_segments ? "expandable" : "native", split.c_str(), format_bytes(p.dry.peak_allocated_bytes).c_str(),
-                  format_bytes(p.required_bytes).c_str(), p.cost ? p.cost->seconds() : 0.0,
-                  offload.c_str());
+    std::snprintf(
+        line, sizeof line, "  %4zu%s  %-22s %-15s %-12s %-10s %-10s %12s %14s %14s %10.4g  %s\n",
+        i + 1, ranks ? str_cat("  ", p.dry.zero_stage, "   ").c_str() : "",
+        adapter_label(p.args).c_str(), p.dry.recipe.c_str(), p.args.optim.c_str(),
+        p.args.gradient_checkpointing ? p.args.gradient_checkpointing_policy.c_str() : "none",
+        p.dry.expandable_segments ? "expandable" : "native", split.c_str(),
+        format_bytes(p.dry.peak_allocated_bytes).c_str(), format_bytes(p.required_bytes).c_str(),
+        p.cost ? p.cost->seconds() : 0.0, offload.c_str());
     text += line;
   }
   if (static_cast<int64_t>(fitting.size()) > max_rows) {

@@ -49,21 +49,22 @@ void apply_adapter_choice(TrainingArguments& args, const std::string& choice);
 // arguments) stays fixed; micro-batch x accumulation runs over its splits with the micro-batch
 // a divisor of it. For each precision x optimizer x policy the micro-batches are tried from the
 // smallest up and the first that does not fit ends that row, since memory grows with the
-// micro-batch; of the splits that fit, the row keeps the fastest by estimate. LOMO keeps no gradients to accumulate: only micro-batch = effective batch; it
-// has no fp16 recipe. pure_bf16 already keeps AdamW's states in bf16, so adamw_bf16 adds nothing
-// to it and is skipped there; pure_bf16+kahan is searched with adamw_torch only, the one optimizer
-// with a Kahan update (Note [Precision recipes]). LoRA rows search AdamW (adamw_torch) only:
-// the adapters' states are a few MB, so another optimizer changes next to nothing. Each dry run
-// does 2 steps of at most 2 micro-batches (DryRunOptions). A split that does not fit with the
-// native allocator is dry-run again with expandable segments before it ends its row
-// (SearchSpace::allocators); the table says which the configuration needs. A full fine-tune
-// (not LOMO) that fits with neither is dry-run again with optimizer offload, then with
-// optimizer and activation offload (Note [Optimizer offload], Note [Activation offload]); the
-// table gives the host RAM it needs and the step estimate charges the host traffic. With several
-// ranks each split is tried at ZeRO stage 0, then 1, 2 and 3, each with the allocators in turn,
-// and the first that fits is kept (SearchSpace::zero_stages); a ZeRO plan is its heaviest rank's
-// (Note [Planning data-parallel ranks]); offload comes after every stage (ZeRO-Offload: each
-// rank offloads its share's optimizer), its host RAM given per rank.
+// micro-batch; of the splits that fit, the row keeps the fastest by estimate. LOMO keeps no
+// gradients to accumulate: only micro-batch = effective batch; it has no fp16 recipe. pure_bf16
+// already keeps AdamW's states in bf16, so adamw_bf16 adds nothing to it and is skipped there;
+// pure_bf16+kahan is searched with adamw_torch only, the one optimizer with a Kahan update (Note
+// [Precision recipes]). LoRA rows search AdamW (adamw_torch) only: the adapters' states are a few
+// MB, so another optimizer changes next to nothing. Each dry run does 2 steps of at most 2
+// micro-batches (DryRunOptions). A split that does not fit with the native allocator is dry-run
+// again with expandable segments before it ends its row (SearchSpace::allocators); the table says
+// which the configuration needs. A full fine-tune (not LOMO) that fits with neither is dry-run
+// again with optimizer offload, then with optimizer and activation offload (Note [Optimizer
+// offload], Note [Activation offload]); the table gives the host RAM it needs and the step estimate
+// charges the host traffic. With several ranks each split is tried at ZeRO stage 0, then 1, 2 and
+// 3, each with the allocators in turn, and the first that fits is kept (SearchSpace::zero_stages);
+// a ZeRO plan is its heaviest rank's (Note [Planning data-parallel ranks]); offload comes after
+// every stage (ZeRO-Offload: each rank offloads its share's optimizer), its host RAM given per
+// rank.
 
 // Note [Configurations that need ZeRO-3]
 // Stages 0 to 2 leave every rank holding all the parameters. When no configuration of an adapter
@@ -76,7 +77,7 @@ struct SearchResult {
   // first: estimated step time, then required bytes.
   std::vector<TrainingPlan> fitting;
   int64_t dry_runs = 0;
-  int64_t rejected = 0;               // dry-run configurations that did not fit
+  int64_t rejected = 0;                 // dry-run configurations that did not fit
   std::optional<TrainingPlan> closest;  // of those, the one needing least
   // Combinations the engine refuses (an error from building or stepping them), with the reason;
   // the precision x optimizer is skipped at its first refusal.

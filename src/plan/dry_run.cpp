@@ -21,8 +21,9 @@ namespace headroom {
 Device planned_device(const std::string& device) {
   const Device target = resolve_device(device);
   if (target.is_meta()) {
-    throw ValueError("device: 'meta' cannot be planned for; name the device of the real run "
-                     "(cpu or cuda)");
+    throw ValueError(
+        "device: 'meta' cannot be planned for; name the device of the real run "
+        "(cpu or cuda)");
   }
   return target;
 }
@@ -43,35 +44,35 @@ nlohmann::ordered_json DryRunResult::to_json() const {
   MemoryBreakdown b;
   b.at_peak = at_peak;
   b.allocator_slack = allocator_slack;
-  return {{"device", target.str()},
-          {"peak_allocated_bytes", peak_allocated_bytes},
-          {"peak_reserved_bytes", peak_reserved_bytes},
-          {"breakdown", b.breakdown_json()},
-          {"load_peak_allocated_bytes", load_peak_allocated_bytes},
-          {"load_peak_reserved_bytes", load_peak_reserved_bytes},
-          {"host_peak_allocated_bytes", host_peak_allocated_bytes},
-          {"host_peak_reserved_bytes", host_peak_reserved_bytes},
-          {"host_required_bytes", host_required_bytes()},
-          {"host_bytes_per_step", host_bytes_per_step},
-          {"num_parameters", num_parameters},
-          {"parameter_bytes", parameter_bytes},
-          {"tokens_per_step", tokens_per_step},
-          {"world_size", world_size},
-          {"rank", rank},
-          {"zero_stage", zero_stage},
-          {"precision", recipe},
-          {"expandable_segments", expandable_segments},
-          {"loss_scaling_variants",
-           loss_scaling && first_step_skipped_peaks.reserved > 0
-               ? nlohmann::ordered_json{{"no_overflow", no_overflow_peaks.to_json()},
-                                        {"first_step_skipped", first_step_skipped_peaks.to_json()}}
-               : nlohmann::ordered_json()},
-          {"slack",
-           {{"exceeds_threshold",
-             slack_exceeds_threshold(peak_allocated_bytes, peak_reserved_bytes)},
-            {"at_reserved_peak", at_reserved_peak.to_json()}}},
-          {"dry_run_seconds", seconds},
-          {"formula", formula.to_json()}};
+  return {
+      {"device", target.str()},
+      {"peak_allocated_bytes", peak_allocated_bytes},
+      {"peak_reserved_bytes", peak_reserved_bytes},
+      {"breakdown", b.breakdown_json()},
+      {"load_peak_allocated_bytes", load_peak_allocated_bytes},
+      {"load_peak_reserved_bytes", load_peak_reserved_bytes},
+      {"host_peak_allocated_bytes", host_peak_allocated_bytes},
+      {"host_peak_reserved_bytes", host_peak_reserved_bytes},
+      {"host_required_bytes", host_required_bytes()},
+      {"host_bytes_per_step", host_bytes_per_step},
+      {"num_parameters", num_parameters},
+      {"parameter_bytes", parameter_bytes},
+      {"tokens_per_step", tokens_per_step},
+      {"world_size", world_size},
+      {"rank", rank},
+      {"zero_stage", zero_stage},
+      {"precision", recipe},
+      {"expandable_segments", expandable_segments},
+      {"loss_scaling_variants",
+       loss_scaling && first_step_skipped_peaks.reserved > 0
+           ? nlohmann::ordered_json{{"no_overflow", no_overflow_peaks.to_json()},
+                                    {"first_step_skipped", first_step_skipped_peaks.to_json()}}
+           : nlohmann::ordered_json()},
+      {"slack",
+       {{"exceeds_threshold", slack_exceeds_threshold(peak_allocated_bytes, peak_reserved_bytes)},
+        {"at_reserved_peak", at_reserved_peak.to_json()}}},
+      {"dry_run_seconds", seconds},
+      {"formula", formula.to_json()}};
 }
 
 DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions& options) {
@@ -99,14 +100,14 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   int64_t seq_length = 0;
   auto batches = [&](const TrainingArguments& a, const Tokenizer&, int64_t window, Device) {
     seq_length = window - 1;
-    return std::make_unique<SyntheticBatchSource>(SyntheticBatchOptions{
-        .batch_size = a.per_device_train_batch_size,
-        .seq_length = window - 1,
-        .prefetched = prefetched,
-        // One per rank: each rank evaluates its share (Trainer::evaluate).
-        .eval_batches = eval ? options.world_size : 0,
-        .host_is_device = result.target.is_cpu(),
-        .pinned = a.dataloader_pin_memory});
+    return std::make_unique<SyntheticBatchSource>(
+        SyntheticBatchOptions{.batch_size = a.per_device_train_batch_size,
+                              .seq_length = window - 1,
+                              .prefetched = prefetched,
+                              // One per rank: each rank evaluates its share (Trainer::evaluate).
+                              .eval_batches = eval ? options.world_size : 0,
+                              .host_is_device = result.target.is_cpu(),
+                              .pinned = a.dataloader_pin_memory});
   };
   // Rank `rank`'s collectives (Note [A dry run's collectives]); none for one process.
   std::shared_ptr<Communicator> communicator;
@@ -121,7 +122,8 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   // The allocator policy of the run planned: expandable segments from --expandable_segments or
   // HEADROOM_ALLOC_CONF (PYTORCH_CUDA_ALLOC_CONF), restored afterwards for the next plan.
   const bool expandable_before = meta.config().expandable_segments;
-  const bool expandable = args.expandable_segments || AllocatorConfig::from_env().expandable_segments;
+  const bool expandable =
+      args.expandable_segments || AllocatorConfig::from_env().expandable_segments;
   struct RestoreExpandable {
     CachingAllocator& allocator;
     bool enabled;
@@ -200,9 +202,8 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
       result.recipe = trainer.recipe().name();
       result.config = trainer.model().config();
       result.loss_scaling = trainer.recipe().loss_scaling;
-      result.formula =
-          formula_training_memory(trainer.model().config(), config, shapes,
-                                  config.lora ? &trainable : nullptr);
+      result.formula = formula_training_memory(trainer.model().config(), config, shapes,
+                                               config.lora ? &trainable : nullptr);
       // The packed weights and their block statistics, as bitsandbytes lays them out.
       result.formula.parameters += bytes_4bit;
       result.zero_stage = options.world_size > 1 ? config.zero_stage : 0;
@@ -253,8 +254,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   result.expandable_segments = expandable;
   result.tokens_per_step =
       args.per_device_train_batch_size * args.gradient_accumulation_steps * seq_length;
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

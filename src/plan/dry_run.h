@@ -53,7 +53,7 @@ struct DryRunResult {
   int64_t peak_reserved_bytes = 0;   // reserved_bytes.all.peak
   // Bytes per category at the moment of the allocated peak; they add up to it exactly.
   CategoryBytes at_peak{};
-  int64_t allocator_slack = 0;       // peak_reserved_bytes - peak_allocated_bytes
+  int64_t allocator_slack = 0;  // peak_reserved_bytes - peak_allocated_bytes
   // The meta allocator's state at the reserved peak (Note [Slack report]).
   ReservedPeakState at_reserved_peak;
   // Peaks while the model is built (initialised or loaded, converted to the recipe's dtype),
@@ -76,7 +76,7 @@ struct DryRunResult {
   // Bytes allocated in the host pool per step after the first (each a copy out of the device:
   // gradients, saved activations), which the step-time estimate charges twice (out and back).
   int64_t host_bytes_per_step = 0;
-  int64_t num_parameters = 0;       // a 4-bit base's weights included (Module's count has none)
+  int64_t num_parameters = 0;        // a 4-bit base's weights included (Module's count has none)
   int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype and of the
                                      // 4-bit weights with their quantization state
   int64_t tokens_per_step = 0;       // batch x accumulation x max_seq_length
@@ -90,7 +90,7 @@ struct DryRunResult {
   // The guides' formulas for the same configuration (Note [Formula memory]), for comparison;
   // with ZeRO, per rank (optimizer states over world_size from stage 1, gradients from stage 2).
   FormulaMemory formula;
-  double seconds = 0.0;              // wall time of the dry run
+  double seconds = 0.0;  // wall time of the dry run
   // The kernel census of the last step (plan/step_kernels.h): what it launches on the device.
   StepCensus step_census;
 

@@ -21,21 +21,21 @@ namespace headroom {
 // dry run does not open): 544 MiB covers both. The other families' contexts are the upper part
 // of the range reported for them, so a plan errs towards fitting less, until measured.
 struct GpuFamily {
-  const char* name;               // "hopper", "ampere", ...
-  int64_t context_bytes;          // the CUDA context
-  int64_t workspace_bytes;        // cuBLAS / cuBLASLt workspaces
+  const char* name;         // "hopper", "ampere", ...
+  int64_t context_bytes;    // the CUDA context
+  int64_t workspace_bytes;  // cuBLAS / cuBLASLt workspaces
   int64_t overhead_bytes() const { return context_bytes + workspace_bytes; }
 };
 
 struct GpuSpec {
-  std::string name;          // as --gpu takes it: "H100-80GB", "RTX4090", ...
+  std::string name;  // as --gpu takes it: "H100-80GB", "RTX4090", ...
   GpuFamily family;
-  int64_t memory_bytes;      // total_memory as torch.cuda.get_device_properties reports it
-  double bf16_tflops;        // dense tensor-core peak with fp32 accumulation (datasheet)
-  double fp32_tflops;        // plain fp32 (PyTorch's default: TF32 off for matmuls)
-  double memory_tb_per_s;    // HBM / GDDR bandwidth
-  double host_link_gb_per_s; // to host memory, one direction: PCIe x16 (Gen5 64, Gen4 32, Gen3 16)
-  bool has_bf16;             // Volta and Turing have no bf16: their search offers fp16 only
+  int64_t memory_bytes;       // total_memory as torch.cuda.get_device_properties reports it
+  double bf16_tflops;         // dense tensor-core peak with fp32 accumulation (datasheet)
+  double fp32_tflops;         // plain fp32 (PyTorch's default: TF32 off for matmuls)
+  double memory_tb_per_s;     // HBM / GDDR bandwidth
+  double host_link_gb_per_s;  // to host memory, one direction: PCIe x16 (Gen5 64, Gen4 32, Gen3 16)
+  bool has_bf16;              // Volta and Turing have no bf16: their search offers fp16 only
 };
 
 // Every known GPU, in the order --help lists them.

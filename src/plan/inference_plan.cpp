@@ -18,10 +18,13 @@ namespace {
 
 DType inference_dtype(Precision precision) {
   switch (precision) {
-    case Precision::fp32: return DType::f32;
-    case Precision::fp16: return DType::f16;
+    case Precision::fp32:
+      return DType::f32;
+    case Precision::fp16:
+      return DType::f16;
     case Precision::bf16:
-    case Precision::pure_bf16: return DType::bf16;
+    case Precision::pure_bf16:
+      return DType::bf16;
   }
   return DType::f32;
 }
@@ -50,8 +53,8 @@ InferencePlan plan_inference(const TrainingArguments& args, const PlanTarget& ta
   meta.set_memory_limit(0);
   meta.reset_peak_stats();
   {
-    ModelAndTokenizer loaded = load_model_and_tokenizer(args.model, kMeta,
-                                                        static_cast<uint64_t>(args.seed));
+    ModelAndTokenizer loaded =
+        load_model_and_tokenizer(args.model, kMeta, static_cast<uint64_t>(args.seed));
     CausalLM& model = *loaded.model;
     const int64_t context = context_length(model.config());
     plan.context = args.max_seq_length.value_or(context);
@@ -66,7 +69,8 @@ InferencePlan plan_inference(const TrainingArguments& args, const PlanTarget& ta
     plan.load_peak_reserved_bytes = static_cast<int64_t>(max_memory_reserved(kMeta));
     meta.empty_cache();
     plan.num_parameters = model.num_parameters();
-    for (const Tensor& p : model.parameters()) plan.weight_bytes += static_cast<int64_t>(p.nbytes());
+    for (const Tensor& p : model.parameters())
+      plan.weight_bytes += static_cast<int64_t>(p.nbytes());
     const int64_t resident = static_cast<int64_t>(memory_allocated(kMeta));
     meta.reset_peak_stats();
     {
@@ -79,31 +83,33 @@ InferencePlan plan_inference(const TrainingArguments& args, const PlanTarget& ta
     plan.kv_cache_bytes = kv_bytes_per_token(model.config(), dtype) * plan.context * plan.batch;
   }
   meta.empty_cache();
-  plan.required_bytes = plan.prefill_peak_reserved_bytes + plan.kv_cache_bytes + target.overhead_bytes;
+  plan.required_bytes =
+      plan.prefill_peak_reserved_bytes + plan.kv_cache_bytes + target.overhead_bytes;
   plan.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return plan;
 }
 
 nlohmann::ordered_json InferencePlan::to_json() const {
-  return {{"mode", "inference"},
-          {"target", target.description()},
-          {"model", model},
-          {"dtype", dtype},
-          {"batch", batch},
-          {"context", context},
-          {"num_parameters", num_parameters},
-          {"weight_bytes", weight_bytes},
-          {"kv_cache_bytes", kv_cache_bytes},
-          {"prefill_bytes", prefill_bytes},
-          {"prefill_peak_reserved_bytes", prefill_peak_reserved_bytes},
-          {"load_peak_reserved_bytes", load_peak_reserved_bytes},
-          {"cuda_overhead_bytes", target.overhead_bytes},
-          {"required_bytes", required_bytes},
-          {"capacity_bytes", target.capacity_bytes > 0 ? nlohmann::ordered_json(target.capacity_bytes)
-                                                       : nlohmann::ordered_json()},
-          {"fits", target.capacity_bytes > 0 ? nlohmann::ordered_json(fits())
-                                             : nlohmann::ordered_json()},
-          {"dry_run_seconds", seconds}};
+  return {
+      {"mode", "inference"},
+      {"target", target.description()},
+      {"model", model},
+      {"dtype", dtype},
+      {"batch", batch},
+      {"context", context},
+      {"num_parameters", num_parameters},
+      {"weight_bytes", weight_bytes},
+      {"kv_cache_bytes", kv_cache_bytes},
+      {"prefill_bytes", prefill_bytes},
+      {"prefill_peak_reserved_bytes", prefill_peak_reserved_bytes},
+      {"load_peak_reserved_bytes", load_peak_reserved_bytes},
+      {"cuda_overhead_bytes", target.overhead_bytes},
+      {"required_bytes", required_bytes},
+      {"capacity_bytes", target.capacity_bytes > 0 ? nlohmann::ordered_json(target.capacity_bytes)
+                                                   : nlohmann::ordered_json()},
+      {"fits",
+       target.capacity_bytes > 0 ? nlohmann::ordered_json(fits()) : nlohmann::ordered_json()},
+      {"dry_run_seconds", seconds}};
 }
 
 std::string InferencePlan::format() const {
@@ -116,7 +122,8 @@ std::string InferencePlan::format() const {
   };
   text += str_cat("inference plan: ", model, " in ", dtype, ", batch ", batch, " x context ",
                   context, " tokens, on ", target.description(), "\n");
-  std::snprintf(line, sizeof line, "  %.2fM parameters; dry run of the prefill in %.2f s (Note [Inference memory])\n",
+  std::snprintf(line, sizeof line,
+                "  %.2fM parameters; dry run of the prefill in %.2f s (Note [Inference memory])\n",
                 static_cast<double>(num_parameters) / 1e6, seconds);
   text += line;
   add("weights", weight_bytes, "");
@@ -133,7 +140,8 @@ std::string InferencePlan::format() const {
     const int64_t spare = target.capacity_bytes - required_bytes;
     std::snprintf(line, sizeof line, "  %s in %s: %s %s\n", fits() ? "fits" : "does NOT fit",
                   format_bytes(target.capacity_bytes).c_str(),
-                  format_bytes(spare < 0 ? -spare : spare).c_str(), spare < 0 ? "short" : "to spare");
+                  format_bytes(spare < 0 ? -spare : spare).c_str(),
+                  spare < 0 ? "short" : "to spare");
     text += line;
   }
   return text;

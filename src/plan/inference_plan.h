@@ -31,13 +31,15 @@ struct InferencePlan {
   int64_t num_parameters = 0;
   int64_t weight_bytes = 0;
   int64_t kv_cache_bytes = 0;
-  int64_t prefill_bytes = 0;             // peak allocated above the weights
+  int64_t prefill_bytes = 0;  // peak allocated above the weights
   int64_t prefill_peak_reserved_bytes = 0;
   int64_t load_peak_reserved_bytes = 0;  // the fp32 build and conversion
   int64_t required_bytes = 0;            // reserved peak + KV cache + CUDA overhead
   double seconds = 0.0;
 
-  bool fits() const { return target.capacity_bytes == 0 || required_bytes <= target.capacity_bytes; }
+  bool fits() const {
+    return target.capacity_bytes == 0 || required_bytes <= target.capacity_bytes;
+  }
   nlohmann::ordered_json to_json() const;
   std::string format() const;
 };

@@ -19,9 +19,8 @@ nlohmann::ordered_json StepCost::to_json() const {
 }
 
 StepCost estimate_step_cost(const HfConfig& config, const TrainingConfig& run,
-                            int64_t num_parameters, const StepKernels& kernels,
-                            const GpuSpec& gpu, int64_t host_transfer_bytes,
-                            int64_t host_state_bytes) {
+                            int64_t num_parameters, const StepKernels& kernels, const GpuSpec& gpu,
+                            int64_t host_transfer_bytes, int64_t host_state_bytes) {
   const TrainingArguments& args = run.args;
   StepCost cost;
   const ModelDims d = model_dims(config);
@@ -33,7 +32,7 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingConfig& run,
   // Scores and values over all query heads (Llama's head_dim x heads may differ from hidden).
   const double attention_forward =
       4.0 * layers * static_cast<double>(d.heads * d.head_dim) * t;  // per token
-  const double forward = 2.0 * n + attention_forward;                               // per token
+  const double forward = 2.0 * n + attention_forward;                // per token
   // Backward: twice the forward (dX and dW), or for a frozen base's matmuls only dX.
   const double backward = args.use_peft ? 2.0 * n + 2.0 * attention_forward : 2.0 * forward;
   cost.model_flops = (forward + backward) * tokens;
@@ -62,9 +61,8 @@ StepCost estimate_step_cost(const HfConfig& config, const TrainingConfig& run,
 }
 
 StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
-                            int64_t num_parameters, const StepKernels& kernels,
-                            const GpuSpec& gpu, int64_t host_transfer_bytes,
-                            int64_t host_state_bytes) {
+                            int64_t num_parameters, const StepKernels& kernels, const GpuSpec& gpu,
+                            int64_t host_transfer_bytes, int64_t host_state_bytes) {
   return estimate_step_cost(config, resolve_training_config(args), num_parameters, kernels, gpu,
                             host_transfer_bytes, host_state_bytes);
 }

@@ -32,12 +32,12 @@ namespace headroom {
 inline constexpr double kHostBytesPerSecond = 40e9;
 
 struct StepCost {
-  double model_flops = 0.0;      // forward + backward
-  double recompute_flops = 0.0;  // checkpointing's extra forward work (and LOMO's second pass)
-  int64_t launches = 0;          // the census's, on the device
-  double roofline_seconds = 0.0;  // the launches' roofline (Note [Step roofline])
-  double launch_seconds = 0.0;    // what launches shorter than kLaunchSeconds add
-  double host_transfer_bytes = 0.0;     // offload's traffic over the host link
+  double model_flops = 0.0;          // forward + backward
+  double recompute_flops = 0.0;      // checkpointing's extra forward work (and LOMO's second pass)
+  int64_t launches = 0;              // the census's, on the device
+  double roofline_seconds = 0.0;     // the launches' roofline (Note [Step roofline])
+  double launch_seconds = 0.0;       // what launches shorter than kLaunchSeconds add
+  double host_transfer_bytes = 0.0;  // offload's traffic over the host link
   double host_transfer_seconds = 0.0;
   double host_optimizer_seconds = 0.0;  // the offloaded optimizer's step on the host
   double seconds() const {
@@ -51,13 +51,11 @@ struct StepCost {
 // `num_parameters` unique parameters; with offload, `host_transfer_bytes` cross the host link
 // per step and the optimizer's `host_state_bytes` live on the host.
 StepCost estimate_step_cost(const HfConfig& config, const TrainingConfig& run,
-                            int64_t num_parameters, const StepKernels& kernels,
-                            const GpuSpec& gpu, int64_t host_transfer_bytes = 0,
-                            int64_t host_state_bytes = 0);
+                            int64_t num_parameters, const StepKernels& kernels, const GpuSpec& gpu,
+                            int64_t host_transfer_bytes = 0, int64_t host_state_bytes = 0);
 // The same for `args` (resolve_training_config).
 StepCost estimate_step_cost(const HfConfig& config, const TrainingArguments& args,
-                            int64_t num_parameters, const StepKernels& kernels,
-                            const GpuSpec& gpu, int64_t host_transfer_bytes = 0,
-                            int64_t host_state_bytes = 0);
+                            int64_t num_parameters, const StepKernels& kernels, const GpuSpec& gpu,
+                            int64_t host_transfer_bytes = 0, int64_t host_state_bytes = 0);
 
 }  // namespace headroom

@@ -11,10 +11,14 @@ namespace {
 
 double peak_flops(FlopPrecision precision, const GpuSpec& gpu) {
   switch (precision) {
-    case FlopPrecision::fp32: return gpu.fp32_tflops * 1e12;
-    case FlopPrecision::sixteen_bit: return gpu.bf16_tflops * 1e12;
-    case FlopPrecision::fp8: return 2.0 * gpu.bf16_tflops * 1e12;
-    case FlopPrecision::none: break;
+    case FlopPrecision::fp32:
+      return gpu.fp32_tflops * 1e12;
+    case FlopPrecision::sixteen_bit:
+      return gpu.bf16_tflops * 1e12;
+    case FlopPrecision::fp8:
+      return 2.0 * gpu.bf16_tflops * 1e12;
+    case FlopPrecision::none:
+      break;
   }
   return 0.0;
 }
@@ -25,10 +29,14 @@ bool is_transfer(const KernelLaunch& launch) {
 
 const char* precision_name(FlopPrecision precision) {
   switch (precision) {
-    case FlopPrecision::fp32: return "fp32";
-    case FlopPrecision::sixteen_bit: return "16-bit";
-    case FlopPrecision::fp8: return "fp8";
-    case FlopPrecision::none: break;
+    case FlopPrecision::fp32:
+      return "fp32";
+    case FlopPrecision::sixteen_bit:
+      return "16-bit";
+    case FlopPrecision::fp8:
+      return "fp8";
+    case FlopPrecision::none:
+      break;
   }
   return "";
 }
@@ -124,9 +132,8 @@ std::string StepKernels::format(size_t top) const {
   // The name last: a GEMM's shape and epilogue make it long.
   auto print_row = [&](const std::string& name, const KernelRow& r) {
     std::snprintf(line, sizeof line, "  %9lld %10.3f %11.1f %11.3f %6lld %8lld  ",
-                  static_cast<long long>(r.launches), r.bytes / 1e9, r.flops / 1e9,
-                  r.seconds * 1e3, static_cast<long long>(r.host_syncs),
-                  static_cast<long long>(r.strided_copies));
+                  static_cast<long long>(r.launches), r.bytes / 1e9, r.flops / 1e9, r.seconds * 1e3,
+                  static_cast<long long>(r.host_syncs), static_cast<long long>(r.strided_copies));
     out += line + name + "\n";
   };
   std::snprintf(line, sizeof line,
@@ -134,8 +141,8 @@ std::string StepKernels::format(size_t top) const {
                 "bandwidth)):\n",
                 gpu.c_str());
   out += line;
-  std::snprintf(line, sizeof line, "  %9s %10s %11s %11s %6s %8s  %s\n", "launches",
-                "GB moved", "GFLOP", "roofline ms", "syncs", "strided", "family");
+  std::snprintf(line, sizeof line, "  %9s %10s %11s %11s %6s %8s  %s\n", "launches", "GB moved",
+                "GFLOP", "roofline ms", "syncs", "strided", "family");
   out += line;
   std::vector<KernelRow> families_by_time = families;
   std::stable_sort(families_by_time.begin(), families_by_time.end(),

@@ -55,8 +55,8 @@ void SyntheticBatchSource::skip_batch() {
 
 TokenBatch SyntheticBatchSource::eval_batch(int64_t index, int64_t batch_size) const {
   if (index < 0 || index >= options_.eval_batches) {
-    throw IndexError(str_cat("eval_batch: batch ", index, " is outside 0..",
-                             options_.eval_batches - 1));
+    throw IndexError(
+        str_cat("eval_batch: batch ", index, " is outside 0..", options_.eval_batches - 1));
   }
   return make(batch_size);
 }

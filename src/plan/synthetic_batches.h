@@ -11,12 +11,12 @@
 namespace headroom {
 
 struct SyntheticBatchOptions {
-  int64_t batch_size = 8;       // per_device_train_batch_size
-  int64_t seq_length = 1024;    // max_seq_length
+  int64_t batch_size = 8;     // per_device_train_batch_size
+  int64_t seq_length = 1024;  // max_seq_length
   // Batches assembled ahead by the loader's workers (num_workers x prefetch_factor). They count
   // only when the planned device is the CPU: on a GPU they wait in host memory.
   int64_t prefetched = 0;
-  int64_t eval_batches = 0;     // what eval_batch_count reports (the data is unknown)
+  int64_t eval_batches = 0;  // what eval_batch_count reports (the data is unknown)
   // The planned device is the host, where the real loader assembles the batches it skips
   // (another data-parallel rank's, ShardedBatchSource): then a skipped batch is allocated too.
   bool host_is_device = true;

@@ -33,7 +33,8 @@ PlanTarget plan_target(const std::string& device, const std::string& gpu,
     if (device != "auto") {
       const Device named = Device::parse(device);
       if (!named.is_cuda()) {
-        throw ValueError(str_cat("device: '", device, "' with --gpu / --gpu-memory, which plan "
+        throw ValueError(str_cat("device: '", device,
+                                 "' with --gpu / --gpu-memory, which plan "
                                  "for a GPU (use cuda, cuda:N or leave device out)"));
       }
       target.device = named;
@@ -75,22 +76,24 @@ std::string offload_label(const TrainingArguments& args) {
 }
 
 std::string describe_configuration(const TrainingArguments& a) {
-  const std::string precision =
-      !a.precision.empty() ? a.precision : a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32";
-  const std::string checkpointing =
-      a.gradient_checkpointing ? str_cat("checkpointing ", a.gradient_checkpointing_policy)
-                               : std::string("no checkpointing");
+  const std::string precision = !a.precision.empty() ? a.precision
+                                : a.bf16             ? "bf16"
+                                : a.fp16             ? "fp16"
+                                                     : "fp32";
+  const std::string checkpointing = a.gradient_checkpointing
+                                        ? str_cat("checkpointing ", a.gradient_checkpointing_policy)
+                                        : std::string("no checkpointing");
   const std::string tokens =
       a.max_seq_length ? str_cat(*a.max_seq_length, " tokens") : std::string("context tokens");
   const std::string lora =
-      a.use_peft ? str_cat("LoRA r ", a.lora_r, " on ",
-                           a.lora_target_modules.empty() ? "default targets" : a.lora_target_modules,
-                           ", ")
-                 : std::string();
+      a.use_peft
+          ? str_cat("LoRA r ", a.lora_r, " on ",
+                    a.lora_target_modules.empty() ? "default targets" : a.lora_target_modules, ", ")
+          : std::string();
   const std::string fp8 = a.fp8 ? str_cat(" + fp8 ", a.fp8_recipe, " (", a.fp8_format, ")") : "";
   return str_cat(a.model, ", ", lora, precision, fp8, ", ", a.optim, ", ", checkpointing, ", ",
-                 a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ",
-                 tokens, a.expandable_segments ? ", expandable segments" : "",
+                 a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ", tokens,
+                 a.expandable_segments ? ", expandable segments" : "",
                  a.zero_stage.value_or(0) > 0 ? str_cat(", ZeRO-", *a.zero_stage) : std::string(),
                  offload_label(a).empty() ? "" : ", offload " + offload_label(a));
 }
@@ -122,12 +125,10 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
     if (!plan.fits()) break;
   }
   if (target.device.is_cuda()) {
-    plan.cost = estimate_step_cost(plan.dry.config, config, plan.dry.num_parameters,
-                                   plan.kernels(), target.rates(),
-                                   2 * plan.dry.host_bytes_per_step,
-                                   config.offload.optimizer
-                                       ? plan.dry.host_peak_allocated_bytes
-                                       : 0);
+    plan.cost =
+        estimate_step_cost(plan.dry.config, config, plan.dry.num_parameters, plan.kernels(),
+                           target.rates(), 2 * plan.dry.host_bytes_per_step,
+                           config.offload.optimizer ? plan.dry.host_peak_allocated_bytes : 0);
   }
   return plan;
 }
@@ -171,10 +172,11 @@ nlohmann::ordered_json TrainingPlan::to_json() const {
   out["required_bytes"] = required_bytes;
   out["capacity_bytes"] = target.capacity_bytes > 0 ? nlohmann::ordered_json(target.capacity_bytes)
                                                     : nlohmann::ordered_json();
-  out["fits"] = target.capacity_bytes > 0 ? nlohmann::ordered_json(fits()) : nlohmann::ordered_json();
+  out["fits"] =
+      target.capacity_bytes > 0 ? nlohmann::ordered_json(fits()) : nlohmann::ordered_json();
   out["step_time_estimate"] = cost ? cost->to_json() : nlohmann::ordered_json();
-  out["with_expandable_segments"] = with_expandable_segments ? with_expandable_segments->to_json()
-                                                             : nlohmann::ordered_json();
+  out["with_expandable_segments"] =
+      with_expandable_segments ? with_expandable_segments->to_json() : nlohmann::ordered_json();
   nlohmann::ordered_json per_rank = nlohmann::ordered_json::array();
   for (const RankPeaks& r : ranks) {
     per_rank.push_back({{"rank", r.rank},
@@ -185,12 +187,11 @@ nlohmann::ordered_json TrainingPlan::to_json() const {
   out["ranks"] = per_rank;
   out["kernels"] = kernels().to_json();
   if (without_fp8) {
-    out["without_fp8"] = {
-        {"configuration", describe_configuration(without_fp8_args)},
-        {"peak_allocated_bytes", without_fp8->peak_allocated_bytes},
-        {"peak_reserved_bytes", without_fp8->peak_reserved_bytes},
-        {"activations_at_peak",
-         without_fp8->at_peak[static_cast<size_t>(MemoryCategory::activations)]}};
+    out["without_fp8"] = {{"configuration", describe_configuration(without_fp8_args)},
+                          {"peak_allocated_bytes", without_fp8->peak_allocated_bytes},
+                          {"peak_reserved_bytes", without_fp8->peak_reserved_bytes},
+                          {"activations_at_peak",
+                           without_fp8->at_peak[static_cast<size_t>(MemoryCategory::activations)]}};
   }
   return out;
 }
@@ -203,17 +204,20 @@ std::string TrainingPlan::format() const {
     text += buffer;
   };
   text += str_cat("plan: ", describe_configuration(args), " on ", target.description(), "\n");
-  line("  %.2fM parameters, %s of weights in the %s recipe; dry run of %d steps on the meta "
-       "device in %.2f s\n",
-       static_cast<double>(dry.num_parameters) / 1e6, format_bytes(dry.parameter_bytes).c_str(),
-       dry.recipe.c_str(), dry.steps, dry.seconds);
+  line(
+      "  %.2fM parameters, %s of weights in the %s recipe; dry run of %d steps on the meta "
+      "device in %.2f s\n",
+      static_cast<double>(dry.num_parameters) / 1e6, format_bytes(dry.parameter_bytes).c_str(),
+      dry.recipe.c_str(), dry.steps, dry.seconds);
   if (dry.world_size > 1) {
-    line("  data parallel over %d ranks, ZeRO stage %lld: rank %d's dry run below (Note [Planning "
-         "data-parallel ranks])\n",
-         dry.world_size, static_cast<long long>(dry.zero_stage), dry.rank);
+    line(
+        "  data parallel over %d ranks, ZeRO stage %lld: rank %d's dry run below (Note [Planning "
+        "data-parallel ranks])\n",
+        dry.world_size, static_cast<long long>(dry.zero_stage), dry.rank);
     std::string peaks;
     for (const RankPeaks& r : ranks) {
-      peaks += str_cat(peaks.empty() ? "" : ", ", "rank ", r.rank, " ", format_bytes(r.peak_allocated));
+      peaks +=
+          str_cat(peaks.empty() ? "" : ", ", "rank ", r.rank, " ", format_bytes(r.peak_allocated));
     }
     if (ranks.size() > 1) line("  peak allocated per rank: %s\n", peaks.c_str());
   }
@@ -225,8 +229,10 @@ std::string TrainingPlan::format() const {
       return;
     }
     const std::string ratio =
-        run > 0 ? str_cat(std::lround(100.0 * static_cast<double>(*guess) / static_cast<double>(run)), "%")
-                : std::string("-");
+        run > 0
+            ? str_cat(std::lround(100.0 * static_cast<double>(*guess) / static_cast<double>(run)),
+                      "%")
+            : std::string("-");
     line("  %-26s %14s %14s %10s\n", name, format_bytes(run).c_str(), format_bytes(*guess).c_str(),
          ratio.c_str());
   };
@@ -252,16 +258,16 @@ std::string TrainingPlan::format() const {
          "host RAM required", format_bytes(dry.host_required_bytes()).c_str(),
          format_bytes(dry.host_peak_allocated_bytes).c_str());
   }
-  text += format_slack_report(dry.at_reserved_peak, dry.peak_allocated_bytes,
-                              dry.peak_reserved_bytes);
+  text +=
+      format_slack_report(dry.at_reserved_peak, dry.peak_allocated_bytes, dry.peak_reserved_bytes);
   if (with_expandable_segments) {
     const int64_t slack = with_expandable_segments->reserved - with_expandable_segments->allocated;
     line("  with expandable segments the dry run reserves %s (slack %s, %.1f%%): %s less\n",
          format_bytes(with_expandable_segments->reserved).c_str(), format_bytes(slack).c_str(),
          100.0 * static_cast<double>(slack) /
              static_cast<double>(std::max<int64_t>(1, with_expandable_segments->reserved)),
-         format_bytes(std::max<int64_t>(0, dry.peak_reserved_bytes -
-                                               with_expandable_segments->reserved))
+         format_bytes(
+             std::max<int64_t>(0, dry.peak_reserved_bytes - with_expandable_segments->reserved))
              .c_str());
   }
   if (without_fp8) {
@@ -271,10 +277,11 @@ std::string TrainingPlan::format() const {
     line("  %-26s %14s %14s %14s\n", "", "with FP8", "without", "difference");
     auto compare = [&](const char* name, int64_t with, int64_t without) {
       const int64_t d = with - without;
-      const std::string diff =
-          str_cat(d < 0 ? "-" : "+", format_bytes(d < 0 ? -d : d), " (",
-                  without > 0 ? std::lround(100.0 * static_cast<double>(d) / static_cast<double>(without)) : 0,
-                  "%)");
+      const std::string diff = str_cat(
+          d < 0 ? "-" : "+", format_bytes(d < 0 ? -d : d), " (",
+          without > 0 ? std::lround(100.0 * static_cast<double>(d) / static_cast<double>(without))
+                      : 0,
+          "%)");
       line("  %-26s %14s %14s %14s\n", name, format_bytes(with).c_str(),
            format_bytes(without).c_str(), diff.c_str());
     };
@@ -283,27 +290,30 @@ std::string TrainingPlan::format() const {
     compare("peak allocated", dry.peak_allocated_bytes, without_fp8->peak_allocated_bytes);
     compare("peak reserved", dry.peak_reserved_bytes, without_fp8->peak_reserved_bytes);
   }
-  line("  formula bytes per parameter: weights %.1f, gradients %.1f, optimizer %.2f "
-       "(Note [Formula memory])\n",
-       f.weight_bytes_per_parameter, f.gradient_bytes_per_parameter,
-       f.optimizer_bytes_per_parameter);
+  line(
+      "  formula bytes per parameter: weights %.1f, gradients %.1f, optimizer %.2f "
+      "(Note [Formula memory])\n",
+      f.weight_bytes_per_parameter, f.gradient_bytes_per_parameter,
+      f.optimizer_bytes_per_parameter);
   if (target.capacity_bytes > 0) {
     const int64_t spare = target.capacity_bytes - required_bytes;
     line("  %s in %s: %s %s\n", fits() ? "fits" : "does NOT fit",
-         format_bytes(target.capacity_bytes).c_str(), format_bytes(spare < 0 ? -spare : spare).c_str(),
-         spare < 0 ? "short" : "to spare");
+         format_bytes(target.capacity_bytes).c_str(),
+         format_bytes(spare < 0 ? -spare : spare).c_str(), spare < 0 ? "short" : "to spare");
   }
   if (cost) {
-    line("  step time estimate on %s: %.4f s (%lld launches: roofline %.4f s, launch-bound "
-         "%.4f s; Note [Step time estimate])\n",
-         target.rates().name.c_str(), cost->seconds(), static_cast<long long>(cost->launches),
-         cost->roofline_seconds, cost->launch_seconds);
+    line(
+        "  step time estimate on %s: %.4f s (%lld launches: roofline %.4f s, launch-bound "
+        "%.4f s; Note [Step time estimate])\n",
+        target.rates().name.c_str(), cost->seconds(), static_cast<long long>(cost->launches),
+        cost->roofline_seconds, cost->launch_seconds);
     if (cost->host_transfer_bytes > 0 || cost->host_optimizer_seconds > 0) {
-      line("  offload: %s per step over the host link (%.0f GB/s) %.3f s, the optimizer on the "
-           "host %.3f s\n",
-           format_bytes(static_cast<int64_t>(cost->host_transfer_bytes)).c_str(),
-           target.rates().host_link_gb_per_s, cost->host_transfer_seconds,
-           cost->host_optimizer_seconds);
+      line(
+          "  offload: %s per step over the host link (%.0f GB/s) %.3f s, the optimizer on the "
+          "host %.3f s\n",
+          format_bytes(static_cast<int64_t>(cost->host_transfer_bytes)).c_str(),
+          target.rates().host_link_gb_per_s, cost->host_transfer_seconds,
+          cost->host_optimizer_seconds);
     }
   }
   return text;

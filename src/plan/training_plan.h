@@ -44,8 +44,9 @@ PlanTarget plan_target(const std::string& device, const std::string& gpu,
 // ZeRO's shares are whole parameters, so its ranks hold different bytes: each rank is dry-run
 // as itself (DryRunOptions::rank) and the plan is the heaviest rank's (the one needing most,
 // then the one allocating most), the others' peaks listed beside it. A rank that does not fit
-// ends the loop, as the configuration cannot fit whatever the others need. Under DDP (stage 0) every rank makes the
-// same allocations (the same buckets, batches of one shape), so rank 0 stands for all.
+// ends the loop, as the configuration cannot fit whatever the others need. Under DDP (stage 0)
+// every rank makes the same allocations (the same buckets, batches of one shape), so rank 0 stands
+// for all.
 struct RankPeaks {
   int rank = 0;
   int64_t peak_allocated = 0, peak_reserved = 0, required = 0;
@@ -53,7 +54,8 @@ struct RankPeaks {
 
 struct TrainingPlan {
   TrainingArguments args;
-  DryRunResult dry;  // of one process, or of the heaviest rank (Note [Planning data-parallel ranks])
+  DryRunResult
+      dry;  // of one process, or of the heaviest rank (Note [Planning data-parallel ranks])
   std::vector<RankPeaks> ranks;  // the ranks dry-run, with target.world_size > 1
   PlanTarget target;
   // What the device must hold: the larger of the training and load peaks (reserved) plus the
@@ -68,7 +70,9 @@ struct TrainingPlan {
   std::optional<DryRunResult> without_fp8;
   TrainingArguments without_fp8_args;
 
-  bool fits() const { return target.capacity_bytes == 0 || required_bytes <= target.capacity_bytes; }
+  bool fits() const {
+    return target.capacity_bytes == 0 || required_bytes <= target.capacity_bytes;
+  }
   // DryRunResult::to_json() plus "target", "cuda_overhead_bytes", "required_bytes",
   // "capacity_bytes", "fits" and "step_time_estimate".
   nlohmann::ordered_json to_json() const;

@@ -19,9 +19,12 @@ const char* category(RecordScope scope) {
 // c10::DeviceType's numbers.
 int torch_device_type(DeviceType type) {
   switch (type) {
-    case DeviceType::cpu: return 0;
-    case DeviceType::cuda: return 1;
-    case DeviceType::meta: return 14;
+    case DeviceType::cpu:
+      return 0;
+    case DeviceType::cuda:
+      return 1;
+    case DeviceType::meta:
+      return 14;
   }
   return -1;
 }
@@ -46,7 +49,8 @@ nlohmann::ordered_json chrome_trace(const ProfilerEvents& events) {
       args["Input Dims"] = f.input_dims;
       args["Input type"] = f.input_types;
     }
-    timed.push_back({f.start_ns, f.end_ns - f.start_ns,
+    timed.push_back({f.start_ns,
+                     f.end_ns - f.start_ns,
                      {{"ph", "X"},
                       {"cat", category(f.scope)},
                       {"name", f.name},
@@ -58,7 +62,8 @@ nlohmann::ordered_json chrome_trace(const ProfilerEvents& events) {
   }
   for (const MemoryRecord& m : events.memory) {
     const MemoryUsageEvent& u = m.usage;
-    timed.push_back({m.time_ns, 0,
+    timed.push_back({m.time_ns,
+                     0,
                      {{"ph", "i"},
                       {"s", "t"},
                       {"cat", "cpu_instant_event"},
@@ -76,7 +81,8 @@ nlohmann::ordered_json chrome_trace(const ProfilerEvents& events) {
                         {"Category", memory_category_name(u.category)}}}}});
   }
   for (const DeviceActivity& d : events.device) {
-    timed.push_back({d.start_ns, d.end_ns - d.start_ns,
+    timed.push_back({d.start_ns,
+                     d.end_ns - d.start_ns,
                      {{"ph", "X"},
                       {"cat", "kernel"},
                       {"name", d.name},
@@ -99,7 +105,8 @@ nlohmann::ordered_json chrome_trace(const ProfilerEvents& events) {
                           {"tid", 0},
                           {"args", {{"name", "headroom"}}}});
   for (TimedEvent& e : timed) trace_events.push_back(std::move(e.json));
-  return {{"schemaVersion", 1}, {"displayTimeUnit", "ms"}, {"traceEvents", std::move(trace_events)}};
+  return {
+      {"schemaVersion", 1}, {"displayTimeUnit", "ms"}, {"traceEvents", std::move(trace_events)}};
 }
 
 void write_chrome_trace(const ProfilerEvents& events, const std::string& path) {

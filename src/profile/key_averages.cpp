@@ -127,7 +127,8 @@ SortKey sort_key(const std::string& name) {
       {"self_cpu_time_total", [](const KeyAverage& a) { return a.self_cpu_time_total_us; }},
       {"cpu_time", [](const KeyAverage& a) { return a.cpu_time_us(); }},
       {"count", [](const KeyAverage& a) { return static_cast<double>(a.count); }},
-      {"cpu_memory_usage", [](const KeyAverage& a) { return static_cast<double>(a.cpu_memory_usage); }},
+      {"cpu_memory_usage",
+       [](const KeyAverage& a) { return static_cast<double>(a.cpu_memory_usage); }},
       {"self_cpu_memory_usage",
        [](const KeyAverage& a) { return static_cast<double>(a.self_cpu_memory_usage); }},
       {"cuda_memory_usage",
@@ -184,12 +185,12 @@ std::string key_averages_table(std::vector<KeyAverage> averages,
   size_t name_width = 0;
   for (const KeyAverage& a : averages) name_width = std::max(name_width, a.key.size() + 4);
   name_width = std::min(name_width, kMaxNameWidth);
-  const bool has_cuda_memory = std::any_of(averages.begin(), averages.end(), [](const KeyAverage& a) {
-    return a.self_cuda_memory_usage > 0;
-  });
+  const bool has_cuda_memory =
+      std::any_of(averages.begin(), averages.end(),
+                  [](const KeyAverage& a) { return a.self_cuda_memory_usage > 0; });
 
-  std::vector<std::string> headers = {"Name",      "Self CPU %",  "Self CPU",
-                                      "CPU total %", "CPU total", "CPU time avg"};
+  std::vector<std::string> headers = {"Name",        "Self CPU %", "Self CPU",
+                                      "CPU total %", "CPU total",  "CPU time avg"};
   if (options.profile_memory) {
     headers.insert(headers.end(), {"CPU Mem", "Self CPU Mem"});
     if (has_cuda_memory) headers.insert(headers.end(), {"CUDA Mem", "Self CUDA Mem"});

@@ -55,8 +55,8 @@ class DeviceActivitySource {
 // Everything one profiler recorded.
 struct ProfilerEvents {
   std::vector<RecordedFunction> functions;  // in the order the scopes ended
-  std::vector<MemoryRecord> memory;          // in the order observers were told
-  std::vector<DeviceActivity> device;        // from the DeviceActivitySource, if any
+  std::vector<MemoryRecord> memory;         // in the order observers were told
+  std::vector<DeviceActivity> device;       // from the DeviceActivitySource, if any
 };
 
 struct ProfilerOptions {

@@ -35,12 +35,13 @@ void ProfilerCallback::on_step_end(Trainer&) { profiler_.step(); }
 void ProfilerCallback::on_train_end(Trainer& trainer) {
   profiler_.stop();
   const ProfilerEvents events = profiler_.events();
-  const std::string path =
-      (std::filesystem::path(trainer.args().output_dir) / kTraceFile).string();
+  const std::string path = (std::filesystem::path(trainer.args().output_dir) / kTraceFile).string();
   write_chrome_trace(events, path);
   if (events.functions.empty()) {
-    std::printf("Profiler: no step was recorded (the run ended before the schedule's active "
-                "steps); %s holds no op events\n", path.c_str());
+    std::printf(
+        "Profiler: no step was recorded (the run ended before the schedule's active "
+        "steps); %s holds no op events\n",
+        path.c_str());
   } else {
     std::printf("%s", key_averages_table(key_averages(events), {.row_limit = kTableRows}).c_str());
     std::printf("Profiler trace written to %s (open it in ui.perfetto.dev or chrome://tracing)\n",

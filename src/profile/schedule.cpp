@@ -7,10 +7,14 @@ namespace headroom {
 
 const char* profiler_action_name(ProfilerAction action) {
   switch (action) {
-    case ProfilerAction::none: return "NONE";
-    case ProfilerAction::warmup: return "WARMUP";
-    case ProfilerAction::record: return "RECORD";
-    case ProfilerAction::record_and_save: return "RECORD_AND_SAVE";
+    case ProfilerAction::none:
+      return "NONE";
+    case ProfilerAction::warmup:
+      return "WARMUP";
+    case ProfilerAction::record:
+      return "RECORD";
+    case ProfilerAction::record_and_save:
+      return "RECORD_AND_SAVE";
   }
   return "?";
 }

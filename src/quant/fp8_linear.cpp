@@ -105,8 +105,8 @@ void Fp8LinearState::end_forward() {
 void Fp8LinearState::end_backward() {
   if (!delayed_) return;
   need_kernel("fp8 end_backward", device(), &Fp8Kernels::delayed_scaling_update)(
-      backward_history_, backward_scaled_max_, context_->recipe.amax_compute_algo,
-      backward_scale_, backward_scale_inv_);
+      backward_history_, backward_scaled_max_, context_->recipe.amax_compute_algo, backward_scale_,
+      backward_scale_inv_);
 }
 
 std::pair<int64_t, int64_t> Fp8LinearState::take_counts() {
@@ -120,16 +120,16 @@ std::pair<int64_t, int64_t> Fp8LinearState::take_counts() {
 std::vector<std::pair<std::string, Tensor>> Fp8LinearState::resume_state() const {
   if (!delayed_) return {};
   return {{"forward_amax_history", forward_history_}, {"forward_scale", forward_scale_},
-          {"forward_scale_inv", forward_scale_inv_}, {"backward_amax_history", backward_history_},
-          {"backward_scale", backward_scale_}, {"backward_scale_inv", backward_scale_inv_}};
+          {"forward_scale_inv", forward_scale_inv_},  {"backward_amax_history", backward_history_},
+          {"backward_scale", backward_scale_},        {"backward_scale_inv", backward_scale_inv_}};
 }
 
 int64_t Fp8LinearState::state_bytes() const {
   int64_t bytes = 0;
-  for (const Tensor* t : {&forward_history_, &forward_scaled_max_, &forward_scale_,
-                          &forward_scale_inv_, &forward_scale_used_, &backward_history_,
-                          &backward_scaled_max_, &backward_scale_, &backward_scale_inv_,
-                          &scratch_amax_, &counts_}) {
+  for (const Tensor* t :
+       {&forward_history_, &forward_scaled_max_, &forward_scale_, &forward_scale_inv_,
+        &forward_scale_used_, &backward_history_, &backward_scaled_max_, &backward_scale_,
+        &backward_scale_inv_, &scratch_amax_, &counts_}) {
     if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
   }
   return bytes;
@@ -230,8 +230,8 @@ bool fits_fp8_gemm(int64_t n, int64_t k) { return n % 16 == 0 && k % 16 == 0; }
 // bytes when its flag asks for the other layout), else the dequantized operands in the compute
 // dtype (f32 for an f32 c) through the ordinary gemm. Every choice depends on shapes and the
 // recipe only, so every device allocates the same.
-void fp8_product(const char* op, const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b,
-                 bool trans_b, const Tensor& c, const Tensor& bias) {
+void fp8_product(const char* op, const Fp8Tensor& a, bool trans_a, const Fp8Tensor& b, bool trans_b,
+                 const Tensor& c, const Tensor& bias) {
   const int64_t k = trans_a ? a.data.size(0) : a.data.size(1);
   const int64_t n = c.size(1);
   if (c.numel() == 0) return;
@@ -250,17 +250,16 @@ void fp8_product(const char* op, const Fp8Tensor& a, bool trans_a, const Fp8Tens
     // cuBLASLt's FP8 kernels take no f32 bias: an f32 c gets it added in fp32 afterwards, as the
     // epilogue would (the CPU's sum, then + bias, rounds the same).
     const bool bias_after = bias.defined() && c.dtype() == DType::f32;
-    need_kernel(op, device, &GemmKernels::gemm_fp8)(a_tn.data, a_tn.scales, b_tn.data,
-                                                    b_tn.scales, c, bias_after ? Tensor() : bias);
+    need_kernel(op, device, &GemmKernels::gemm_fp8)(a_tn.data, a_tn.scales, b_tn.data, b_tn.scales,
+                                                    c, bias_after ? Tensor() : bias);
     if (bias_after) c.add_(bias);
     return;
   }
   const DType compute = c.dtype();
   const Tensor ad = fp8_dequantize(a, compute), bd = fp8_dequantize(b, compute);
-  need_kernel(op, device, &GemmKernels::gemm)(trans_a, trans_b, ad, bd, 1.0f, 0.0f, c,
-                                              bias.defined() ? GemmEpilogue::bias
-                                                             : GemmEpilogue::none,
-                                              bias);
+  need_kernel(op, device, &GemmKernels::gemm)(
+      trans_a, trans_b, ad, bd, 1.0f, 0.0f, c,
+      bias.defined() ? GemmEpilogue::bias : GemmEpilogue::none, bias);
 }
 
 struct Fp8LinearSaved {
@@ -331,8 +330,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Wei
                        " must be at least 1-D and weight ", weight.shape(), " 2-D");
   const bool out_in = layout == WeightLayout::out_in;
   const int64_t in = x.size(-1), out = out_in ? weight.size(0) : weight.size(1);
-  HEADROOM_CHECK_VALUE((out_in ? weight.size(1) : weight.size(0)) == in, "fp8_linear: x has ",
-                       in, " features but weight ", weight.shape(),
+  HEADROOM_CHECK_VALUE((out_in ? weight.size(1) : weight.size(0)) == in, "fp8_linear: x has ", in,
+                       " features but weight ", weight.shape(),
                        out_in ? " ([out, in])" : " ([in, out])", " expects another");
   HEADROOM_CHECK_VALUE(!bias.defined() || (bias.ndim() == 1 && bias.size(0) == out),
                        "fp8_linear: bias ", bias.shape(), " must be [", out, "]");

@@ -9,9 +9,9 @@ namespace headroom {
 namespace {
 
 void check_quantize(const char* op, const Tensor& x, DType fp8_dtype) {
-  HEADROOM_CHECK_VALUE(x.dtype() == DType::f32 || x.dtype() == DType::bf16 ||
-                           x.dtype() == DType::f16,
-                       op, ": x is ", dtype_name(x.dtype()), "; FP8 quantizes f32, bf16 or f16");
+  HEADROOM_CHECK_VALUE(
+      x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16, op, ": x is ",
+      dtype_name(x.dtype()), "; FP8 quantizes f32, bf16 or f16");
   HEADROOM_CHECK_VALUE(fp8_dtype == DType::f8_e4m3fn || fp8_dtype == DType::f8_e5m2, op,
                        ": the target ", dtype_name(fp8_dtype), " is not f8_e4m3fn or f8_e5m2");
   HEADROOM_CHECK_VALUE(x.ndim() >= 1, op, ": x must be at least 1-D, got ", x.shape());
@@ -45,9 +45,8 @@ Fp8Tensor fp8_quantize_blockwise(const Tensor& x, DType fp8_dtype, Fp8BlockShape
                                  const Tensor& counts) {
   RecordFunction record("fp8_quantize", x);
   check_quantize("fp8_quantize", x, fp8_dtype);
-  HEADROOM_CHECK_VALUE(block.block_rows >= 1 && block.block_cols >= 1,
-                       "fp8_quantize: block ", block.block_rows, " x ", block.block_cols,
-                       " must be at least 1 x 1");
+  HEADROOM_CHECK_VALUE(block.block_rows >= 1 && block.block_cols >= 1, "fp8_quantize: block ",
+                       block.block_rows, " x ", block.block_cols, " must be at least 1 x 1");
   const Tensor xc = x.contiguous();
   Fp8Tensor q;
   q.block = block;
@@ -56,7 +55,7 @@ Fp8Tensor fp8_quantize_blockwise(const Tensor& x, DType fp8_dtype, Fp8BlockShape
                            block.e8m0 ? DType::u8 : DType::f32, x.device());
   if (x.numel() == 0) return q;
   need_kernel("fp8_quantize", x.device(), &Fp8Kernels::quantize_blockwise)(xc, block, q.data,
-                                                                             q.scales, counts);
+                                                                           q.scales, counts);
   return q;
 }
 

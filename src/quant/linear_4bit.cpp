@@ -12,7 +12,9 @@ namespace headroom {
 
 namespace {
 
-int64_t leading_rows(const Tensor& x) { return x.ndim() == 0 ? 0 : x.numel() / std::max<int64_t>(x.size(-1), 1); }
+int64_t leading_rows(const Tensor& x) {
+  return x.ndim() == 0 ? 0 : x.numel() / std::max<int64_t>(x.size(-1), 1);
+}
 
 }  // namespace
 
@@ -50,9 +52,9 @@ Tensor linear_4bit(const Tensor& x, const Quant4bitWeight& weight, const Tensor&
     throw ValueError(str_cat("linear_4bit: bias ", bias.shape(), " must be [", w.rows, "]"));
   }
   if (x.device() != weight.device() || (bias.defined() && bias.device() != x.device())) {
-    throw ValueError(str_cat("linear_4bit: x on ", x.device(), ", the 4-bit weight on ",
-                             weight.device(), bias.defined() ? str_cat(", bias on ", bias.device()) : "",
-                             ": all must be on one device"));
+    throw ValueError(str_cat(
+        "linear_4bit: x on ", x.device(), ", the 4-bit weight on ", weight.device(),
+        bias.defined() ? str_cat(", bias on ", bias.device()) : "", ": all must be on one device"));
   }
   const DType input_dtype = x.dtype();
   // Autograd-recorded casts and copies: x and bias get their gradients through them.
@@ -74,20 +76,21 @@ Tensor linear_4bit(const Tensor& x, const Quant4bitWeight& weight, const Tensor&
   if (auto node = make_function_node("Linear4bitBackward0", {xc, bc})) {
     const Shape x_shape = xc.shape();
     const bool has_bias = bc.defined();
-    node->set_backward([w, x_shape, rows, has_bias, device](BackwardContext& ctx) -> std::vector<Tensor> {
-      const Tensor g = ctx.grad_output().contiguous();
-      Tensor gx, gb;
-      if (ctx.needs_input_grad(0)) {
-        gx = Tensor::empty(x_shape, g.dtype(), device);
-        const Tensor workspace = Tensor::empty(
-            {linear_4bit_backward_workspace(rows, w.cols, w.rows)}, DType::f32, device);
-        const auto& kernel = need_kernel("linear_4bit backward", device,
-                                         &QuantizationKernels::linear_4bit_backward_input);
-        if (rows > 0) kernel(g, w, workspace, gx);
-      }
-      if (has_bias && ctx.needs_input_grad(1)) gb = sum_to_shape(g, Shape{w.rows});
-      return {gx, gb};
-    });
+    node->set_backward(
+        [w, x_shape, rows, has_bias, device](BackwardContext& ctx) -> std::vector<Tensor> {
+          const Tensor g = ctx.grad_output().contiguous();
+          Tensor gx, gb;
+          if (ctx.needs_input_grad(0)) {
+            gx = Tensor::empty(x_shape, g.dtype(), device);
+            const Tensor workspace = Tensor::empty(
+                {linear_4bit_backward_workspace(rows, w.cols, w.rows)}, DType::f32, device);
+            const auto& kernel = need_kernel("linear_4bit backward", device,
+                                             &QuantizationKernels::linear_4bit_backward_input);
+            if (rows > 0) kernel(g, w, workspace, gx);
+          }
+          if (has_bias && ctx.needs_input_grad(1)) gb = sum_to_shape(g, Shape{w.rows});
+          return {gx, gb};
+        });
     node->set_outputs({y});
   }
   return cast(y, input_dtype);

@@ -128,8 +128,8 @@ const char* quant_4bit_type_name(Quant4bitType type) {
 void check_quant_4bit_config(const Quant4bitConfig& config, const std::string& source) {
   const int64_t b = config.blocksize;
   if (b < 32 || b > 4096 || (b & (b - 1)) != 0) {
-    throw ValueError(str_cat(source, ": blocksize ", b,
-                             " is not one bitsandbytes takes (32, 64, ..., 4096)"));
+    throw ValueError(
+        str_cat(source, ": blocksize ", b, " is not one bitsandbytes takes (32, 64, ..., 4096)"));
   }
   const DType s = config.quant_storage;
   if (s != DType::u8 && s != DType::bf16 && s != DType::f16 && s != DType::f32) {
@@ -153,8 +153,8 @@ Quant4bitWeight quantize_4bit(const Tensor& weight, const Quant4bitConfig& confi
   check_quant_4bit_config(config, "quantize_4bit");
   const DType d = weight.dtype();
   if (d != DType::f32 && d != DType::bf16 && d != DType::f16) {
-    throw ValueError(str_cat("quantize_4bit: weight dtype ", dtype_name(d),
-                             " is not f32, bf16 or f16"));
+    throw ValueError(
+        str_cat("quantize_4bit: weight dtype ", dtype_name(d), " is not f32, bf16 or f16"));
   }
   Quant4bitWeight q;
   q.quant_type = config.quant_type;
@@ -234,9 +234,9 @@ Tensor dequantize_4bit(const Quant4bitWeight& weight, DType dtype) {
 }
 
 bool is_quant_4bit_state_key(const std::string& name) {
-  for (const char* suffix : {"weight.absmax", "weight.quant_map", "weight.nested_absmax",
-                             "weight.nested_quant_map", "weight.quant_state.bitsandbytes__nf4",
-                             "weight.quant_state.bitsandbytes__fp4"}) {
+  for (const char* suffix :
+       {"weight.absmax", "weight.quant_map", "weight.nested_absmax", "weight.nested_quant_map",
+        "weight.quant_state.bitsandbytes__nf4", "weight.quant_state.bitsandbytes__fp4"}) {
     const size_t len = std::strlen(suffix);
     if (name.size() >= len && name.compare(name.size() - len, len, suffix) == 0) return true;
   }
@@ -281,7 +281,8 @@ Quant4bitWeight quant_4bit_from_state_dict(const std::string& prefix,
   auto need = [&](const std::string& key) {
     Tensor t = load(key);
     if (!t.defined()) {
-      throw ValueError(str_cat(source, ": tensor '", key, "' is missing (a 4-bit weight needs it)"));
+      throw ValueError(
+          str_cat(source, ": tensor '", key, "' is missing (a 4-bit weight needs it)"));
     }
     return t;
   };
@@ -303,8 +304,8 @@ Quant4bitWeight quant_4bit_from_state_dict(const std::string& prefix,
     q.quant_type = parse_quant_4bit_type(field("quant_type").get<std::string>(),
                                          str_cat(source, ": ", state_key, ".quant_type"));
     q.blocksize = field("blocksize").get<int64_t>();
-    q.dtype = dtype_from_torch_name(field("dtype").get<std::string>(), source,
-                                    state_key + ".dtype");
+    q.dtype =
+        dtype_from_torch_name(field("dtype").get<std::string>(), source, state_key + ".dtype");
     q.shape = Shape(field("shape").get<std::vector<int64_t>>());
     q.nested = j.contains("nested_offset");
     if (q.nested) {

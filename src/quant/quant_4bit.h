@@ -41,13 +41,13 @@ struct Quant4bitWeight {
   Tensor packed;  // [ceil(numel / 2) bytes / storage size, 1] in the storage dtype
   Quant4bitType quant_type = Quant4bitType::fp4;
   int64_t blocksize = 64;
-  Shape shape;              // the weight's shape ([out, in] or Conv1D's [in, out])
+  Shape shape;               // the weight's shape ([out, in] or Conv1D's [in, out])
   DType dtype = DType::f32;  // the dtype it was quantized from (quant_state "dtype")
-  Tensor absmax;            // f32 [blocks], or u8 [blocks] codes when nested
+  Tensor absmax;             // f32 [blocks], or u8 [blocks] codes when nested
   bool nested = false;
-  float offset = 0.0f;      // mean of the absmax values (nested only)
-  Tensor nested_absmax;     // f32 [ceil(blocks / 256)] (nested only)
-  Tensor nested_code;       // f32 [256], the signed dynamic map (nested only)
+  float offset = 0.0f;   // mean of the absmax values (nested only)
+  Tensor nested_absmax;  // f32 [ceil(blocks / 256)] (nested only)
+  Tensor nested_code;    // f32 [256], the signed dynamic map (nested only)
 
   int64_t numel() const { return shape.numel(); }
   int64_t blocks() const { return (numel() + blocksize - 1) / blocksize; }

@@ -109,8 +109,8 @@ class RecordReader {
 
 }  // namespace
 
-AdapterBase describe_adapter_base(const std::string& model, uint64_t seed,
-                                  const LoadOptions& load, bool read_files) {
+AdapterBase describe_adapter_base(const std::string& model, uint64_t seed, const LoadOptions& load,
+                                  bool read_files) {
   AdapterBase base;
   base.model = model;
   base.seed = seed;
@@ -135,8 +135,8 @@ AdapterBase describe_adapter_base(const std::string& model, uint64_t seed,
   if (!read_files) return base;
   for (const std::string& name : names) {
     const fs::path file = dir / name;
-    base.files.push_back({name, static_cast<uint64_t>(fs::file_size(file)),
-                          file_crc32c(file.string())});
+    base.files.push_back(
+        {name, static_cast<uint64_t>(fs::file_size(file)), file_crc32c(file.string())});
   }
   return base;
 }
@@ -164,12 +164,12 @@ void write_adapter_base(const std::string& dir, const AdapterBase& base) {
   }
   j["files"] = files;
   j["dtype"] = dtype_name(base.dtype);
-  j["frozen_linear_dtype"] =
-      base.frozen_linear_dtype ? nlohmann::ordered_json(dtype_name(*base.frozen_linear_dtype))
-                               : nlohmann::ordered_json(nullptr);
+  j["frozen_linear_dtype"] = base.frozen_linear_dtype
+                                 ? nlohmann::ordered_json(dtype_name(*base.frozen_linear_dtype))
+                                 : nlohmann::ordered_json(nullptr);
   j["keep_modules"] = base.keep_modules;
-  j["load_in_4bit"] = base.load_in_4bit ? quant_json(*base.load_in_4bit)
-                                        : nlohmann::ordered_json(nullptr);
+  j["load_in_4bit"] =
+      base.load_in_4bit ? quant_json(*base.load_in_4bit) : nlohmann::ordered_json(nullptr);
   j["skip_modules"] = base.skip_modules;
   write_file_atomically((fs::path(dir) / kAdapterBaseFile).string(), j.dump(2) + "\n");
 }
@@ -212,8 +212,8 @@ std::optional<AdapterBase> read_adapter_base(const std::string& dir) {
   if (!q.is_null()) {
     Quant4bitConfig config;
     try {
-      config.quant_type = parse_quant_4bit_type(r.string(q, "bnb_4bit_quant_type"),
-                                                "bnb_4bit_quant_type");
+      config.quant_type =
+          parse_quant_4bit_type(r.string(q, "bnb_4bit_quant_type"), "bnb_4bit_quant_type");
     } catch (const ValueError& e) {
       r.fail("load_in_4bit", e.what());
     }
@@ -251,9 +251,10 @@ void check_adapter_base(const AdapterBase& recorded, const AdapterBase& given,
                str_cat("'", model, "', which has none"));
       }
       if (!(*it == f)) {
-        refuse("--model",
-               str_cat("a ", f.name, " of ", f.bytes, " bytes, CRC-32C ", crc32c_hex(f.crc32c)),
-               str_cat("'", model, "'s of ", it->bytes, " bytes, CRC-32C ", crc32c_hex(it->crc32c)));
+        refuse(
+            "--model",
+            str_cat("a ", f.name, " of ", f.bytes, " bytes, CRC-32C ", crc32c_hex(f.crc32c)),
+            str_cat("'", model, "'s of ", it->bytes, " bytes, CRC-32C ", crc32c_hex(it->crc32c)));
       }
     }
     if (given.files.size() != recorded.files.size()) {
@@ -272,10 +273,9 @@ void check_adapter_base(const AdapterBase& recorded, const AdapterBase& given,
   }
   // A resume under another precision recipe (eval and merge take the record's).
   auto precision = [](const AdapterBase& b) {
-    const std::string frozen =
-        b.frozen_linear_dtype
-            ? str_cat(" with the frozen projections in ", dtype_name(*b.frozen_linear_dtype))
-            : std::string();
+    const std::string frozen = b.frozen_linear_dtype ? str_cat(" with the frozen projections in ",
+                                                               dtype_name(*b.frozen_linear_dtype))
+                                                     : std::string();
     return str_cat("a base in ", dtype_name(b.dtype), frozen);
   };
   if (given.dtype != recorded.dtype || given.frozen_linear_dtype != recorded.frozen_linear_dtype) {
@@ -299,8 +299,8 @@ AdapterBase resolve_adapter_base(const AdapterBaseRequest& request,
     }
     model = recorded->preset ? recorded->model : recorded->path;
     if (!recorded->preset && !fs::is_directory(model)) {
-      throw ValueError(str_cat(source, ": the base '", model,
-                               "' is no longer there; give its copy as --model"));
+      throw ValueError(
+          str_cat(source, ": the base '", model, "' is no longer there; give its copy as --model"));
     }
   }
   // The 4-bit settings asked for: the record's (or bitsandbytes' defaults) with the options
@@ -310,11 +310,12 @@ AdapterBase resolve_adapter_base(const AdapterBaseRequest& request,
     quant = *request.load_in_4bit ? quant.value_or(Quant4bitConfig{})
                                   : std::optional<Quant4bitConfig>();
   }
-  const bool bnb_given = request.quant_type || request.double_quant || request.compute_dtype ||
-                         request.quant_storage;
+  const bool bnb_given =
+      request.quant_type || request.double_quant || request.compute_dtype || request.quant_storage;
   if (bnb_given && !quant) {
-    throw ValueError("--bnb_4bit_*: given for a base that is not loaded in 4 bits (add "
-                     "--load_in_4bit true)");
+    throw ValueError(
+        "--bnb_4bit_*: given for a base that is not loaded in 4 bits (add "
+        "--load_in_4bit true)");
   }
   if (quant) {
     if (request.quant_type) quant->quant_type = *request.quant_type;

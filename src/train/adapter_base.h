@@ -35,11 +35,11 @@ struct BaseFileDigest {
 // compare what they are given: a directory by the size and CRC-32C of config.json and each
 // weights file (it may have moved), a preset by its name.
 struct AdapterBase {
-  std::string model;            // --model as training was given it
-  bool preset = false;          // a preset name, else a directory
-  std::string path;             // the directory, absolute; empty for a preset
-  uint64_t seed = 0;            // HF's init's seed
-  bool weights_loaded = false;  // a directory with weights: the seed does not enter them
+  std::string model;                  // --model as training was given it
+  bool preset = false;                // a preset name, else a directory
+  std::string path;                   // the directory, absolute; empty for a preset
+  uint64_t seed = 0;                  // HF's init's seed
+  bool weights_loaded = false;        // a directory with weights: the seed does not enter them
   std::vector<BaseFileDigest> files;  // a directory's config.json and weights files
   DType dtype = DType::f32;           // LoadOptions.dtype
   std::optional<DType> frozen_linear_dtype;
@@ -51,8 +51,8 @@ struct AdapterBase {
 // The base `model` (a preset or a directory) loaded with `seed` and `load`, described; with
 // `read_files`, a directory's files are read for their checksums (else `files` stays empty).
 // ValueError when `model` is neither.
-AdapterBase describe_adapter_base(const std::string& model, uint64_t seed,
-                                  const LoadOptions& load, bool read_files = true);
+AdapterBase describe_adapter_base(const std::string& model, uint64_t seed, const LoadOptions& load,
+                                  bool read_files = true);
 
 // The LoadOptions that make the recorded base (dtype, frozen projections, 4-bit).
 LoadOptions adapter_base_load_options(const AdapterBase& base);
@@ -94,8 +94,7 @@ void check_adapter_base(const AdapterBase& recorded, const AdapterBase& given,
 // ValueError naming the adapter's record, the field and both values when the request's base
 // differs from the recorded one (another preset or seed, another directory's contents, 4-bit
 // on or off or other bnb settings), and naming --model when none is given and none recorded.
-AdapterBase resolve_adapter_base(const AdapterBaseRequest& request,
-                                 const std::string& adapter_dir);
+AdapterBase resolve_adapter_base(const AdapterBaseRequest& request, const std::string& adapter_dir);
 
 // The base made on `device` as described: load_model_and_tokenizer with its seed and options.
 ModelAndTokenizer load_adapter_base(const AdapterBase& base, Device device);

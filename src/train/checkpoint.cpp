@@ -80,7 +80,7 @@ std::optional<pid_t> leftover_pid(const std::string& name) {
 }
 
 bool process_is_running(pid_t pid) {
-  if (pid <= 0) return true;  // not a process of ours to judge: kept
+  if (pid <= 0) return true;            // not a process of ours to judge: kept
   if (pid == ::getpid()) return false;  // this process saves one checkpoint at a time
   return ::kill(pid, 0) == 0 || errno == EPERM;
 }
@@ -256,15 +256,17 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
   // PEFT's file names (peft/lora_model.h's kAdapterConfigFile, kAdapterWeightsFile).
   const char* config_name = adapter ? "adapter_config.json" : "config.json";
   const char* weights_name = adapter ? "adapter_model.safetensors" : kSafetensorsWeightsName;
-  for (const std::string& name : {std::string(config_name), std::string(weights_name),
-                                  optimizer_file, std::string(kSchedulerFile),
-                                  std::string(kRngStateFile), std::string(kTrainerStateFile)}) {
+  for (const std::string& name :
+       {std::string(config_name), std::string(weights_name), optimizer_file,
+        std::string(kSchedulerFile), std::string(kRngStateFile), std::string(kTrainerStateFile)}) {
     require_file(root / name);
   }
   if (needs_scaler) require_file(root / kScalerFile);
   if (!verify_checkpoint_checksums(dir)) {
-    std::fprintf(stderr, "warning: %s has no %s (saved before headroom kept checksums): its files "
-                 "are not verified\n", dir.c_str(), kChecksumsFile);
+    std::fprintf(stderr,
+                 "warning: %s has no %s (saved before headroom kept checksums): its files "
+                 "are not verified\n",
+                 dir.c_str(), kChecksumsFile);
   }
 
   contents.weights = std::make_unique<SafetensorsCheckpoint>((root / weights_name).string());

@@ -79,8 +79,8 @@ struct CheckpointContents {
   nlohmann::json rng_state;
   nlohmann::ordered_json trainer_state;  // key order kept, as it is shown again
   // `fp8_file`'s tensors and metadata, when the checkpoint has that file (an FP8 run's)
-  std::optional<std::pair<std::vector<std::pair<std::string, Tensor>>,
-                          std::map<std::string, std::string>>>
+  std::optional<
+      std::pair<std::vector<std::pair<std::string, Tensor>>, std::map<std::string, std::string>>>
       fp8_state;
 };
 

@@ -77,8 +77,8 @@ bool verify_checkpoint_checksums(const std::string& dir) {
   const nlohmann::json manifest = parse_json(read_text_file(manifest_name), manifest_name);
   if (!manifest.is_object() || manifest.value("algorithm", nlohmann::json()) != "crc32c" ||
       !manifest.contains("files") || !manifest["files"].is_object()) {
-    throw ValueError(str_cat(manifest_name,
-                             ": expected {\"algorithm\": \"crc32c\", \"files\": {...}}"));
+    throw ValueError(
+        str_cat(manifest_name, ": expected {\"algorithm\": \"crc32c\", \"files\": {...}}"));
   }
   for (const auto& [name, entry] : manifest["files"].items()) {
     const fs::path path = fs::path(dir) / name;

@@ -12,11 +12,11 @@
 
 namespace headroom {
 
-DataLoaderBatchSource::DataLoaderBatchSource(TrainEvalSplit split,
-                                             const DataLoaderOptions& options,
-                                             std::optional<int64_t> max_eval_samples,
-                                             Device device)
-    : train_(std::move(split.train)), eval_(std::move(split.eval)), options_(options),
+DataLoaderBatchSource::DataLoaderBatchSource(TrainEvalSplit split, const DataLoaderOptions& options,
+                                             std::optional<int64_t> max_eval_samples, Device device)
+    : train_(std::move(split.train)),
+      eval_(std::move(split.eval)),
+      options_(options),
       device_(device) {
   options_.pin_memory_device = device_;
   if (max_eval_samples && *max_eval_samples < 1) {
@@ -85,8 +85,8 @@ int64_t DataLoaderBatchSource::eval_batch_count(int64_t batch_size) const {
 
 TokenBatch DataLoaderBatchSource::eval_batch(int64_t index, int64_t batch_size) const {
   if (index < 0 || index >= eval_batch_count(batch_size)) {
-    throw IndexError(str_cat("eval_batch: batch ", index, " is outside 0..",
-                             eval_batch_count(batch_size) - 1));
+    throw IndexError(
+        str_cat("eval_batch: batch ", index, " is outside 0..", eval_batch_count(batch_size) - 1));
   }
   // An unshuffled loader's batch `index` is eval sequences [index * B, (index + 1) * B), in order.
   const DataLoader eval(eval_, {.batch_size = batch_size, .shuffle = false});
@@ -123,8 +123,8 @@ std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArgumen
                                                            int64_t window, Device device) {
   if (args.data.empty()) throw ValueError("data: no training data given");
   const std::string cache_dir = (std::filesystem::path(args.output_dir) / "cache").string();
-  std::shared_ptr<const TokenCorpus> corpus =
-      load_token_corpus(args.data, tokenizer, {.cache_dir = cache_dir, .output_dir = args.output_dir});
+  std::shared_ptr<const TokenCorpus> corpus = load_token_corpus(
+      args.data, tokenizer, {.cache_dir = cache_dir, .output_dir = args.output_dir});
   if (const std::string note = skipped_note(args.data, corpus->skipped()); !note.empty()) {
     std::fprintf(stderr, "headroom: %s\n", note.c_str());
   }

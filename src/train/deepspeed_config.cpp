@@ -13,13 +13,13 @@ namespace {
 
 using nlohmann::json;
 
-std::optional<bool> read_bool(const json& section, const std::string& key,
-                              const std::string& path, const std::string& where) {
+std::optional<bool> read_bool(const json& section, const std::string& key, const std::string& path,
+                              const std::string& where) {
   if (!section.contains(key)) return std::nullopt;
   const json& value = section[key];
   if (!value.is_boolean()) {
-    throw ValueError(str_cat(path, ": ", where, ".", key, " is ", describe_json(value),
-                             ", not true or false"));
+    throw ValueError(
+        str_cat(path, ": ", where, ".", key, " is ", describe_json(value), ", not true or false"));
   }
   return value.get<bool>();
 }
@@ -44,7 +44,8 @@ bool read_offload(const json& section, const std::string& path, const std::strin
   }
   const std::string device = section.value("device", std::string("none"));
   if (device == "nvme") {
-    throw NotImplementedError(str_cat(path, ": ", where, ".device nvme: headroom offloads to "
+    throw NotImplementedError(str_cat(path, ": ", where,
+                                      ".device nvme: headroom offloads to "
                                       "host memory only (device cpu)"));
   }
   if (device != "cpu" && device != "none") {
@@ -58,8 +59,8 @@ bool read_offload(const json& section, const std::string& path, const std::strin
 DeepSpeedConfig read_deepspeed_config(const std::string& path) {
   const json config = parse_json(read_text_file(path), path);
   if (!config.is_object()) {
-    throw ValueError(str_cat(path, ": the DeepSpeed config is ", describe_json(config),
-                             ", not a JSON object"));
+    throw ValueError(
+        str_cat(path, ": the DeepSpeed config is ", describe_json(config), ", not a JSON object"));
   }
   DeepSpeedConfig out;
   for (const auto& [key, value] : config.items()) {
@@ -68,8 +69,8 @@ DeepSpeedConfig read_deepspeed_config(const std::string& path) {
   if (!config.contains("zero_optimization")) return out;
   const json& zero = config["zero_optimization"];
   if (!zero.is_object()) {
-    throw ValueError(str_cat(path, ": zero_optimization is ", describe_json(zero),
-                             ", not an object"));
+    throw ValueError(
+        str_cat(path, ": zero_optimization is ", describe_json(zero), ", not an object"));
   }
   for (const auto& [key, value] : zero.items()) {
     if (key != "stage" && key != "offload_optimizer" && key != "offload_param") {
@@ -101,15 +102,14 @@ DeepSpeedConfig read_deepspeed_config(const std::string& path) {
   if (zero.contains("offload_param")) {
     const json& section = zero["offload_param"];
     const std::string where = "zero_optimization.offload_param";
-    out.offload_param = read_offload(section, path, where, {"device", "pin_memory"},
-                                     out.ignored_keys);
+    out.offload_param =
+        read_offload(section, path, where, {"device", "pin_memory"}, out.ignored_keys);
     out.offload_param_pin_memory = read_bool(section, "pin_memory", path, where);
   }
   return out;
 }
 
-std::string deepspeed_ignored_keys_warning(const std::string& path,
-                                           const DeepSpeedConfig& config) {
+std::string deepspeed_ignored_keys_warning(const std::string& path, const DeepSpeedConfig& config) {
   if (config.ignored_keys.empty()) return "";
   std::string keys;
   for (const std::string& key : config.ignored_keys) keys += (keys.empty() ? "" : ", ") + key;

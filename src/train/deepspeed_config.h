@@ -10,7 +10,7 @@
 namespace headroom {
 
 struct DeepSpeedConfig {
-  std::optional<int64_t> zero_stage;            // zero_optimization.stage
+  std::optional<int64_t> zero_stage;  // zero_optimization.stage
   // zero_optimization.offload_optimizer {device: cpu|none, pin_memory, ratio}
   std::optional<bool> offload_optimizer;
   std::optional<double> offload_optimizer_ratio;

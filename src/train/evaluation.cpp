@@ -44,8 +44,7 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
   for (int64_t i = 0; i < count; ++i) {
     const TokenBatch batch = batch_at(i);
     Autocast region(device.type, autocast_dtype, autocast_dtype.has_value());
-    const double loss =
-        host_value(model.loss(batch.input_ids, batch.targets, batch.target_count));
+    const double loss = host_value(model.loss(batch.input_ids, batch.targets, batch.target_count));
     const int64_t tokens = batch.targets.numel();
     total += loss * static_cast<double>(tokens);
     result.tokens += tokens;
@@ -85,7 +84,8 @@ EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& d
   const int64_t context = context_length(loaded.model->config());
   const int64_t t = max_seq_length > 0 ? max_seq_length : context;
   if (t > context) {
-    throw ValueError(str_cat("max_seq_length: ", t, " exceeds the model's context length ", context));
+    throw ValueError(
+        str_cat("max_seq_length: ", t, " exceeds the model's context length ", context));
   }
   // No token cache: eval writes nothing, and has no output_dir to put one in.
   const std::shared_ptr<const TokenCorpus> tokens = load_token_corpus(data, *loaded.tokenizer);
@@ -106,8 +106,7 @@ EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& d
     }
     return batch;
   };
-  return evaluate_batches(*loaded.model, loader.size(), batch_at, target,
-                          std::nullopt);
+  return evaluate_batches(*loaded.model, loader.size(), batch_at, target, std::nullopt);
 }
 
 }  // namespace headroom

@@ -23,8 +23,8 @@ int32_t pick_token(const std::vector<float>& logits, const GenerationOptions& op
   }
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
-  const int32_t k = options.top_k > 0 ? static_cast<int32_t>(std::min<int64_t>(options.top_k, vocab))
-                                      : vocab;
+  const int32_t k =
+      options.top_k > 0 ? static_cast<int32_t>(std::min<int64_t>(options.top_k, vocab)) : vocab;
   // Ties keep the lower id first, so the candidates do not depend on the sort's internals.
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
     return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||

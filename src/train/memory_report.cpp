@@ -46,9 +46,9 @@ std::string MemoryBreakdown::format() const {
   std::string text = "memory at the peak (see Note [Memory breakdown at the peak]):\n";
   auto row = [&](const char* name, int64_t value) {
     char line[128];
-    const double share = peak_reserved > 0 ? 100.0 * static_cast<double>(value) /
-                                                 static_cast<double>(peak_reserved)
-                                           : 0.0;
+    const double share =
+        peak_reserved > 0 ? 100.0 * static_cast<double>(value) / static_cast<double>(peak_reserved)
+                          : 0.0;
     std::snprintf(line, sizeof(line), "  %-18s %12s  %5.1f%%\n", name,
                   format_bytes(static_cast<size_t>(value)).c_str(), share);
     text += line;

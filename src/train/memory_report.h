@@ -33,9 +33,7 @@ struct MemoryBreakdown {
   // The allocator's state at the reserved peak, which explains the slack (Note [Slack report]).
   ReservedPeakState at_reserved_peak;
 
-  int64_t bytes(MemoryCategory category) const {
-    return at_peak[static_cast<size_t>(category)];
-  }
+  int64_t bytes(MemoryCategory category) const { return at_peak[static_cast<size_t>(category)]; }
 
   // The device allocator's figures since its last reset_peak_memory_stats.
   static MemoryBreakdown of_device(Device device);

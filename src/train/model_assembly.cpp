@@ -34,9 +34,9 @@ AssembledModel assemble_model(const TrainingConfig& config, RankPosition positio
   // so only adapters can train on it (transformers' Trainer refuses "purely quantized models"
   // too). Accepted, the run would train the rest and save checkpoints no resume could read.
   if (const fs::path config = fs::path(args.model) / "config.json";
-      !args.use_peft && fs::is_regular_file(config) &&
-      read_quantization_config(config.string())) {
-    throw ValueError(str_cat(config.string(), ": quantization_config: the model is saved in 4 "
+      !args.use_peft && fs::is_regular_file(config) && read_quantization_config(config.string())) {
+    throw ValueError(str_cat(config.string(),
+                             ": quantization_config: the model is saved in 4 "
                              "bits, and full fine-tuning cannot update 4-bit weights; add "
                              "--use_peft to train LoRA adapters on it"));
   }
@@ -69,9 +69,8 @@ AssembledModel assemble_model(const TrainingConfig& config, RankPosition positio
       for (size_t i = 0; i < names.size(); ++i) {
         if (owners[i] != rank && is_block_parameter(meta, names[i])) others.insert(names[i]);
       }
-      return [others = std::move(others)](const std::string& name) {
-        return others.count(name) == 0;
-      };
+      return
+          [others = std::move(others)](const std::string& name) { return others.count(name) == 0; };
     };
   }
   ModelAndTokenizer loaded =

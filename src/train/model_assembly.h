@@ -21,8 +21,8 @@ struct AssembledModel {
   // With LoRA, on rank 0: the base the adapters train on (Note [The base of an adapter]).
   std::optional<AdapterBase> adapter_base;
   std::unique_ptr<Fp8Training> fp8;  // with fp8: the FP8 layers' scales and weight copies
-  OffloadSettings offload;  // config.offload, offload_params taking the optimizer with it
-  int64_t window = 0;       // max_seq_length + 1 tokens (max_seq_length unset: the context)
+  OffloadSettings offload;           // config.offload, offload_params taking the optimizer with it
+  int64_t window = 0;  // max_seq_length + 1 tokens (max_seq_length unset: the context)
 };
 
 // This process's place in a data-parallel run ({0, 1}: a single process).

@@ -11,8 +11,8 @@
 
 namespace headroom {
 
-ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device,
-                                           uint64_t seed, const LoadOptions& options) {
+ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device, uint64_t seed,
+                                           const LoadOptions& options) {
   ModelAndTokenizer result;
   if (std::optional<HfConfig> preset = find_model_preset(model)) {
     const bool plain = options.dtype == DType::f32 && !options.load_in_4bit &&
@@ -28,9 +28,10 @@ ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device devi
     result.tokenizer = load_tokenizer(model);
   } else {
     std::string known;
-    for (const std::string& name : model_preset_names()) known += (known.empty() ? "" : ", ") + name;
-    throw ValueError(str_cat("model: '", model, "' is neither a preset (", known,
-                             ") nor a model directory"));
+    for (const std::string& name : model_preset_names())
+      known += (known.empty() ? "" : ", ") + name;
+    throw ValueError(
+        str_cat("model: '", model, "' is neither a preset (", known, ") nor a model directory"));
   }
   const int64_t model_vocab = vocab_size(result.model->config());
   if (result.tokenizer->vocab_size() > model_vocab) {

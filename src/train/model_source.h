@@ -23,8 +23,8 @@ struct ModelAndTokenizer {
 // and load_tokenizer; either made in options' dtype and 4-bit layers, one tensor at a time.
 // ValueError naming the argument or path when it is neither, and when the tokenizer's
 // vocabulary does not fit in the model's.
-ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device,
-                                           uint64_t seed, const LoadOptions& options = {});
+ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device, uint64_t seed,
+                                           const LoadOptions& options = {});
 
 // TrainingArguments.device: "auto" is auto_device(), anything else is Device::parse's (an
 // explicit "cuda" is taken as asked, and its ops then say that they have no kernel there).

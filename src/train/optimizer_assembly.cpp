@@ -42,7 +42,7 @@ AssembledOptimizer assemble_optimizer(const TrainingConfig& config,
     auto zero = std::make_unique<ZeroRedundancyOptimizer>(
         communicator, trainable, [&](const std::vector<NamedTensor>& share) {
           return offload.optimizer ? std::unique_ptr<Optimizer>(make_offloaded(share))
-                                    : make_optimizer(options, share);
+                                   : make_optimizer(options, share);
         });
     // ZeRO-2 and 3: each gradient is reduced to its owner alone (Note [ZeRO-2 gradient
     // reduction]).
@@ -50,7 +50,7 @@ AssembledOptimizer assemble_optimizer(const TrainingConfig& config,
     out.optimizer = std::move(zero);
   } else {
     out.optimizer = offload.optimizer ? std::unique_ptr<Optimizer>(make_offloaded(trainable))
-                                    : make_optimizer(options, trainable);
+                                      : make_optimizer(options, trainable);
     std::map<std::string, size_t> order;
     for (size_t i = 0; i < trainable.size(); ++i) order[trainable[i].first] = i;
     std::vector<std::pair<size_t, Tensor>> ordered;

@@ -74,8 +74,11 @@ std::string format_bytes(int64_t bytes) {
 }
 
 ProgressBar::ProgressBar(int64_t total_steps, int64_t first_step, bool live)
-    : total_(total_steps), first_step_(first_step), live_(live),
-      start_(std::chrono::steady_clock::now()), step_(first_step) {}
+    : total_(total_steps),
+      first_step_(first_step),
+      live_(live),
+      start_(std::chrono::steady_clock::now()),
+      step_(first_step) {}
 
 void ProgressBar::update(int64_t step, double loss, double lr, double tokens_per_s,
                          int64_t peak_bytes) {
@@ -92,10 +95,11 @@ void ProgressBar::update(int64_t step, double loss, double lr, double tokens_per
 }
 
 void ProgressBar::draw() {
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done = step_ - first_step_;
-  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - step_)
-                              : NAN;
+  const double eta =
+      done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - step_) : NAN;
   constexpr int kWidth = 20;
   const int filled = total_ > 0 ? static_cast<int>(kWidth * step_ / total_) : 0;
   std::string bar(static_cast<size_t>(filled), '#');

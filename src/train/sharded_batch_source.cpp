@@ -6,12 +6,11 @@
 
 namespace headroom {
 
-ShardedBatchSource::ShardedBatchSource(std::unique_ptr<BatchSource> inner, int rank,
-                                       int world_size)
+ShardedBatchSource::ShardedBatchSource(std::unique_ptr<BatchSource> inner, int rank, int world_size)
     : inner_(std::move(inner)), rank_(rank), world_size_(world_size) {
   if (world_size_ < 1 || rank_ < 0 || rank_ >= world_size_) {
-    throw ValueError(str_cat("ShardedBatchSource: rank ", rank_, " is outside 0..",
-                             world_size_ - 1));
+    throw ValueError(
+        str_cat("ShardedBatchSource: rank ", rank_, " is outside 0..", world_size_ - 1));
   }
   if (inner_->batches_per_epoch() < world_size_) {
     throw ValueError(str_cat("data: ", inner_->batches_per_epoch(),

@@ -147,8 +147,8 @@ void Trainer::build() {
   data_.reset();
   model_.reset();
   AssembledModel assembled = assemble_model(
-      config_, {communicator_ ? communicator_->rank() : 0,
-                communicator_ ? communicator_->world_size() : 1});
+      config_,
+      {communicator_ ? communicator_->rank() : 0, communicator_ ? communicator_->world_size() : 1});
   model_ = std::move(assembled.model);
   tokenizer_ = std::move(assembled.tokenizer);
   adapter_base_ = std::move(assembled.adapter_base);
@@ -202,8 +202,8 @@ void Trainer::start_schedule() {
       std::max<int64_t>(1, data_->batches_per_epoch() / args_.gradient_accumulation_steps);
   max_steps_ = args_.max_steps > 0
                    ? args_.max_steps
-                   : static_cast<int64_t>(std::ceil(args_.num_train_epochs *
-                                                    static_cast<double>(steps_per_epoch_)));
+                   : static_cast<int64_t>(
+                         std::ceil(args_.num_train_epochs * static_cast<double>(steps_per_epoch_)));
   SchedulerOptions schedule;
   schedule.type = config_.lr_scheduler;
   schedule.num_training_steps = max_steps_;
@@ -211,7 +211,6 @@ void Trainer::start_schedule() {
   schedule.warmup_ratio = args_.warmup_ratio;
   scheduler_ = std::make_unique<LRScheduler>(*optimizer_, schedule);
   scaler_ = std::make_unique<GradScaler>(GradScalerOptions{.enabled = recipe_.loss_scaling});
-
 }
 
 void Trainer::reset_run_state() {
@@ -414,7 +413,8 @@ CachingAllocator* Trainer::host_pool_in_use() const {
 
 void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
   nlohmann::ordered_json entry = {{"loss", loss}};
-  entry["grad_norm"] = std::isnan(grad_norm) ? nlohmann::ordered_json() : nlohmann::ordered_json(grad_norm);
+  entry["grad_norm"] =
+      std::isnan(grad_norm) ? nlohmann::ordered_json() : nlohmann::ordered_json(grad_norm);
   entry["lr"] = optimizer_->lr();
   entry["epoch"] = epoch();
   entry["step"] = global_step_;
@@ -430,8 +430,10 @@ void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
   if (const CachingAllocator* pool = host_pool_in_use()) {
     // Offload's host pool (Note [The host pool]), on a GPU or on the CPU.
     const DeviceStats host = pool->stats();
-    entry["host_peak_allocated_bytes"] = host.allocated_bytes[static_cast<size_t>(StatType::all)].peak;
-    entry["host_peak_reserved_bytes"] = host.reserved_bytes[static_cast<size_t>(StatType::all)].peak;
+    entry["host_peak_allocated_bytes"] =
+        host.allocated_bytes[static_cast<size_t>(StatType::all)].peak;
+    entry["host_peak_reserved_bytes"] =
+        host.reserved_bytes[static_cast<size_t>(StatType::all)].peak;
   } else if (!device_.is_cpu()) {
     // The host's share of a GPU run (pinned batches): the CPU's allocator.
     entry["host_peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(kCPU));
@@ -465,14 +467,15 @@ EvalResult Trainer::evaluate() {
   const int64_t total_batches = data_->eval_batch_count(batch);
   const int64_t mine = total_batches > rank ? (total_batches - rank + world - 1) / world : 0;
   EvalResult local = evaluate_batches(
-      *model_, mine, [&](int64_t i) { return data_->eval_batch(i * world + rank, batch); },
-      device_, recipe_.autocast_dtype);
+      *model_, mine, [&](int64_t i) { return data_->eval_batch(i * world + rank, batch); }, device_,
+      recipe_.autocast_dtype);
   if (zero_parameters_) {
     // ZeRO-3 gathers each block with collectives, so every rank runs as many forwards: a rank
     // with a batch fewer scores batch 0 once more and drops it (FSDP hangs on uneven inputs).
     const int64_t most = (total_batches + world - 1) / world;
-    evaluate_batches(*model_, most - mine, [&](int64_t) { return data_->eval_batch(0, batch); },
-                     device_, recipe_.autocast_dtype);
+    evaluate_batches(
+        *model_, most - mine, [&](int64_t) { return data_->eval_batch(0, batch); }, device_,
+        recipe_.autocast_dtype);
   }
   const double loss_sum = local.tokens > 0 ? local.loss * static_cast<double>(local.tokens) : 0.0;
   EvalResult result;
@@ -507,32 +510,34 @@ int Trainer::train() {
   int64_t num_parameters = model_->num_parameters();
   for (const Quant4bitWeight* w : weights_4bit(*model_)) num_parameters += w->numel();
   if (is_main_process() && communicator_) {
-    std::printf("Data-parallel over %d ranks (%s): a global batch of %lld windows per step\n",
-                communicator_->world_size(), communicator_->backend().c_str(),
-                static_cast<long long>(args_.per_device_train_batch_size *
-                                       args_.gradient_accumulation_steps *
-                                       communicator_->world_size()));
+    std::printf(
+        "Data-parallel over %d ranks (%s): a global batch of %lld windows per step\n",
+        communicator_->world_size(), communicator_->backend().c_str(),
+        static_cast<long long>(args_.per_device_train_batch_size *
+                               args_.gradient_accumulation_steps * communicator_->world_size()));
   }
-  if (is_main_process()) std::printf("Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld windows of %lld "
-              "tokens, %lld micro-batches per epoch\n",
-              args_.model.c_str(), static_cast<double>(num_parameters) / 1e6,
-              recipe_.name().c_str(), device_.str().c_str(), static_cast<long long>(max_steps_),
-              static_cast<long long>(args_.gradient_accumulation_steps),
-              static_cast<long long>(args_.per_device_train_batch_size),
-              static_cast<long long>(window_ - 1),
-              static_cast<long long>(data_->batches_per_epoch()));
+  if (is_main_process())
+    std::printf(
+        "Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld windows of %lld "
+        "tokens, %lld micro-batches per epoch\n",
+        args_.model.c_str(), static_cast<double>(num_parameters) / 1e6, recipe_.name().c_str(),
+        device_.str().c_str(), static_cast<long long>(max_steps_),
+        static_cast<long long>(args_.gradient_accumulation_steps),
+        static_cast<long long>(args_.per_device_train_batch_size),
+        static_cast<long long>(window_ - 1), static_cast<long long>(data_->batches_per_epoch()));
   if (lora_ && is_main_process()) {
     // PEFT's print_trainable_parameters.
     int64_t trainable = 0;
     for (const auto& [name, p] : lora_state_dict(*model_)) trainable += p.numel();
     const int64_t all = num_parameters;
-    std::printf("LoRA r %lld on %s: trainable params: %lld || all params: %lld || trainable%%: "
-                "%.4f\n",
-                static_cast<long long>(lora_->r),
-                args_.lora_target_modules.empty() ? "the default targets"
-                                                  : args_.lora_target_modules.c_str(),
-                static_cast<long long>(trainable), static_cast<long long>(all),
-                100.0 * static_cast<double>(trainable) / static_cast<double>(all));
+    std::printf(
+        "LoRA r %lld on %s: trainable params: %lld || all params: %lld || trainable%%: "
+        "%.4f\n",
+        static_cast<long long>(lora_->r),
+        args_.lora_target_modules.empty() ? "the default targets"
+                                          : args_.lora_target_modules.c_str(),
+        static_cast<long long>(trainable), static_cast<long long>(all),
+        100.0 * static_cast<double>(trainable) / static_cast<double>(all));
   }
   std::fflush(stdout);
   ProgressBar progress(max_steps_, global_step_,
@@ -546,8 +551,9 @@ int Trainer::train() {
   const int64_t eval_steps = args_.eval_steps.value_or(args_.logging_steps);
   if (config_.eval_strategy == IntervalStrategy::steps && is_main_process() &&
       data_->eval_batch_count(args_.per_device_eval_batch_size) == 0) {
-    std::fprintf(stderr, "warning: eval_strategy=steps, but the data has no eval split "
-                         "(validation_split_percentage %g): no evaluation\n",
+    std::fprintf(stderr,
+                 "warning: eval_strategy=steps, but the data has no eval split "
+                 "(validation_split_percentage %g): no evaluation\n",
                  args_.validation_split_percentage);
   }
   // The report is of this run: earlier work in the process (a test, a failed resume) not counted.
@@ -571,17 +577,20 @@ int Trainer::train() {
     interval_steps_ += 1;
     interval_tokens_ += tokens;
     interval_seconds_ += step_seconds;
-    progress.update(global_step_, loss, optimizer_->lr(), static_cast<double>(tokens) / step_seconds,
+    progress.update(global_step_, loss, optimizer_->lr(),
+                    static_cast<double>(tokens) / step_seconds,
                     static_cast<int64_t>(max_memory_allocated(device_)));
-    if (global_step_ % args_.logging_steps == 0 || (args_.logging_first_step && global_step_ == 1) ||
-        global_step_ == max_steps_) {
+    if (global_step_ % args_.logging_steps == 0 ||
+        (args_.logging_first_step && global_step_ == 1) || global_step_ == max_steps_) {
       log_step(interval_loss_ / static_cast<double>(interval_steps_), grad_norm,
                static_cast<double>(interval_tokens_) / interval_seconds_);
       interval_loss_ = interval_seconds_ = 0.0;
       interval_steps_ = interval_tokens_ = 0;
     }
-    if (config_.eval_strategy == IntervalStrategy::steps && global_step_ % eval_steps == 0) log_eval();
-    if (config_.save_strategy == IntervalStrategy::steps && global_step_ % args_.save_steps == 0) save_checkpoint();
+    if (config_.eval_strategy == IntervalStrategy::steps && global_step_ % eval_steps == 0)
+      log_eval();
+    if (config_.save_strategy == IntervalStrategy::steps && global_step_ % args_.save_steps == 0)
+      save_checkpoint();
     stop_signal = training_stop_requested();
     // A signal reaches the ranks at different moments: they stop after the same step.
     if (communicator_) {
@@ -594,9 +603,10 @@ int Trainer::train() {
     g_stop_signal.store(0);
     if (last_saved_step_ != global_step_) save_checkpoint();
     progress.finish();
-    if (is_main_process()) std::printf("Stopped by signal %d after step %lld; checkpoint saved in %s\n", stop_signal,
-                static_cast<long long>(global_step_),
-                (fs::path(args_.output_dir) / str_cat(kCheckpointPrefix, global_step_)).c_str());
+    if (is_main_process())
+      std::printf("Stopped by signal %d after step %lld; checkpoint saved in %s\n", stop_signal,
+                  static_cast<long long>(global_step_),
+                  (fs::path(args_.output_dir) / str_cat(kCheckpointPrefix, global_step_)).c_str());
   } else {
     progress.finish();
     const double runtime = seconds_since(run_start);
@@ -650,8 +660,9 @@ void Trainer::finish_run(bool stopped) {
   if (!stopped && args_.sample_max_new_tokens > 0) {
     if (zero_parameters_) {
       // Generating would gather every block on every rank in step with rank 0.
-      std::printf("The sample is skipped under zero_stage 3: the blocks are sharded over the "
-                  "ranks\n");
+      std::printf(
+          "The sample is skipped under zero_stage 3: the blocks are sharded over the "
+          "ranks\n");
     } else {
       optional_end_step("the sample", [&] { print_sample(); });
     }
@@ -679,7 +690,9 @@ void Trainer::print_sample() {
   if (prompt.empty()) prompt.push_back(tokenizer_->eos_token_id().value_or(0));
   const std::vector<int32_t> ids =
       generate(*model_, prompt,
-               {.max_new_tokens = args_.sample_max_new_tokens, .temperature = 0.8, .top_k = 40,
+               {.max_new_tokens = args_.sample_max_new_tokens,
+                .temperature = 0.8,
+                .top_k = 40,
                 .seed = static_cast<uint64_t>(args_.seed),
                 .autocast_dtype = recipe_.autocast_dtype,
                 .stop = [] { return training_stop_requested() != 0; }});

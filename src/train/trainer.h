@@ -32,11 +32,11 @@
 
 namespace headroom {
 
-class ProgressBar;  // train/progress.h
-class GradientReducer;  // dist/gradient_reducer.h
+class ProgressBar;            // train/progress.h
+class GradientReducer;        // dist/gradient_reducer.h
 class ZeroParameterSharding;  // dist/zero_parameters.h
-class OffloadedOptimizer;  // optim/optimizer_offload.h
-class CachingAllocator;    // memory/caching_allocator.h
+class OffloadedOptimizer;     // optim/optimizer_offload.h
+class CachingAllocator;       // memory/caching_allocator.h
 
 // Asks the running Trainer to stop after its current step, save a checkpoint and return
 // 128 + signal_number. Only stores to a lock-free atomic, so signal handlers may call it.
@@ -53,8 +53,8 @@ using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>(
 class Trainer {
  public:
   // Builds the model and tokenizer from args.model (seeded by args.seed), the data through
-  // `make_data` (default: make_data_loader_batch_source), the optimizer, scheduler and scaler from the
-  // precision recipe. ValueError naming the option for arguments out of range.
+  // `make_data` (default: make_data_loader_batch_source), the optimizer, scheduler and scaler from
+  // the precision recipe. ValueError naming the option for arguments out of range.
   //
   // With a `communicator` of more than one rank it trains data-parallel as torch DDP: rank 0's
   // parameters broadcast at the start, each rank reading its shard of the batches (Note
@@ -123,8 +123,8 @@ class Trainer {
   int64_t global_step() const { return global_step_; }
   int64_t max_steps() const { return max_steps_; }
   // Every entry logged so far (trainer_state.json's log_history; metrics.jsonl holds each but the
-  // summary as a line): training entries {loss (mean over the logging interval of the per-step sums of
-  // loss / accumulation steps), grad_norm (before clipping; null without clipping), lr (after
+  // summary as a line): training entries {loss (mean over the logging interval of the per-step sums
+  // of loss / accumulation steps), grad_norm (before clipping; null without clipping), lr (after
   // the step's scheduler update, as HF logs it), epoch, step, loss_scale, tokens_per_s,
   // peak_allocated_bytes, peak_reserved_bytes, and off the CPU host_peak_allocated_bytes,
   // host_peak_reserved_bytes (the host's allocator)}, eval entries {eval_loss, eval_perplexity,
@@ -207,7 +207,7 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<Fp8Training> fp8_;  // with fp8: the FP8 layers' scales and weight copies
   std::pair<int64_t, int64_t> fp8_counts_{0, 0};  // the last step's FP8 overflows, underflows
-  std::shared_ptr<Communicator> communicator_;  // data-parallel runs only
+  std::shared_ptr<Communicator> communicator_;    // data-parallel runs only
   std::unique_ptr<GradientReducer> reducer_;
   int64_t zero_stage_ = 0;
   std::shared_ptr<ZeroParameterSharding> zero_parameters_;  // ZeRO-3 only

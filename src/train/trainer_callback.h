@@ -1,5 +1,6 @@
 // TrainerCallback: HF's hooks into the Trainer's loop, for work that lives outside train/ (the
-// profiler of profile/, the TensorBoard logs of integrations/), so that the Trainer need not know it.
+// profiler of profile/, the TensorBoard logs of integrations/), so that the Trainer need not know
+// it.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -111,8 +111,8 @@ std::string Trainer::save_checkpoint() {
     }
     if (!sharded && !is_main_process()) return;  // one optimizer file, rank 0's
     const OptimizerStateDict state = optimizer_->state_dict();
-    const std::string file = sharded ? zero_optimizer_file(rank, world)
-                                     : std::string(kOptimizerFile);
+    const std::string file =
+        sharded ? zero_optimizer_file(rank, world) : std::string(kOptimizerFile);
     save_safetensors((fs::path(dir) / file).string(), state.tensors,
                      {{kOptimizerMetaKey, state.meta.dump()}});
   };
@@ -129,32 +129,34 @@ std::string Trainer::save_checkpoint() {
     last_saved_step_ = global_step_;
     return (fs::path(args_.output_dir) / str_cat(kCheckpointPrefix, global_step_)).string();
   }
-  const std::string dir = commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
-    const fs::path root(tmp);
-    save_model_files(tmp);  // as HF's Trainer: a checkpoint is a model (or adapter) directory
-    write_rank_files(tmp);
-    write_file_atomically((root / kSchedulerFile).string(),
-                          dump_json(nlohmann::ordered_json(scheduler_->state_dict())));
-    if (scaler_->is_enabled()) {
-      write_file_atomically((root / kScalerFile).string(),
-                            dump_json(nlohmann::ordered_json(scaler_->state_dict())));
-    }
-    const Generator& generator = default_generator();
-    const nlohmann::ordered_json rng = {
-        {"generator", {{"seed", generator.seed()}, {"offset", generator.offset()}}},
-        {"data", nlohmann::ordered_json(data_->state_dict())}};
-    write_file_atomically((root / kRngStateFile).string(), dump_json(rng));
-    write_file_atomically((root / kTrainerStateFile).string(), dump_json(trainer_state()));
-    if (rank_files) {
-      communicator_->all_reduce_scalar(static_cast<double>(::getpid()), ReduceOp::sum);
-      communicator_->barrier();  // every rank's files are in
-    }
-    if (sharded) write_zero_manifest(tmp, world, zero_stage_);
-    write_checkpoint_checksums(tmp);  // last: it covers every file above
-  });
+  const std::string dir =
+      commit_checkpoint(args_.output_dir, global_step_, [&](const std::string& tmp) {
+        const fs::path root(tmp);
+        save_model_files(tmp);  // as HF's Trainer: a checkpoint is a model (or adapter) directory
+        write_rank_files(tmp);
+        write_file_atomically((root / kSchedulerFile).string(),
+                              dump_json(nlohmann::ordered_json(scheduler_->state_dict())));
+        if (scaler_->is_enabled()) {
+          write_file_atomically((root / kScalerFile).string(),
+                                dump_json(nlohmann::ordered_json(scaler_->state_dict())));
+        }
+        const Generator& generator = default_generator();
+        const nlohmann::ordered_json rng = {
+            {"generator", {{"seed", generator.seed()}, {"offset", generator.offset()}}},
+            {"data", nlohmann::ordered_json(data_->state_dict())}};
+        write_file_atomically((root / kRngStateFile).string(), dump_json(rng));
+        write_file_atomically((root / kTrainerStateFile).string(), dump_json(trainer_state()));
+        if (rank_files) {
+          communicator_->all_reduce_scalar(static_cast<double>(::getpid()), ReduceOp::sum);
+          communicator_->barrier();  // every rank's files are in
+        }
+        if (sharded) write_zero_manifest(tmp, world, zero_stage_);
+        write_checkpoint_checksums(tmp);  // last: it covers every file above
+      });
   last_saved_step_ = global_step_;
   if (args_.save_total_limit) {
-    for (const std::string& deleted : rotate_checkpoints(args_.output_dir, *args_.save_total_limit)) {
+    for (const std::string& deleted :
+         rotate_checkpoints(args_.output_dir, *args_.save_total_limit)) {
       print_log_line(str_cat("Deleting older checkpoint [", deleted, "] due to save_total_limit"));
     }
   }
@@ -179,8 +181,11 @@ void Trainer::prepare_output_dir() {
     // Another run's checkpoints would be taken for this one's: rotation would keep the stale
     // higher-numbered ones and delete each new one, and "last" would resume the other run.
     if (!args_.overwrite_output_dir) {
-      throw ValueError(str_cat("output_dir: '", args_.output_dir, "' holds the checkpoints of an "
-                               "earlier run (", names, "); resume it with "
+      throw ValueError(str_cat("output_dir: '", args_.output_dir,
+                               "' holds the checkpoints of an "
+                               "earlier run (",
+                               names,
+                               "); resume it with "
                                "--resume_from_checkpoint last, or pass --overwrite_output_dir to "
                                "delete them"));
     }

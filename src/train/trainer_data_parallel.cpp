@@ -16,7 +16,8 @@ void Trainer::start_data_parallel(const std::vector<NamedTensor>& trainable,
                                   std::vector<int> gradient_owners) {
   if (optimizer_->updates_in_backward()) {
     throw NotImplementedError(str_cat("optim ", optimizer_->name(), " with ",
-                                      communicator_->world_size(), " data-parallel ranks: it "
+                                      communicator_->world_size(),
+                                      " data-parallel ranks: it "
                                       "updates inside backward, before gradients could be "
                                       "averaged over the ranks"));
   }
@@ -30,7 +31,8 @@ void Trainer::start_data_parallel(const std::vector<NamedTensor>& trainable,
   broadcast_parameters(*communicator_, whole);
   GradientBucketOptions buckets;
   buckets.bucket_cap_bytes = static_cast<int64_t>(args_.ddp_bucket_cap_mb * (1 << 20));
-  buckets.first_bucket_cap_bytes = std::min(buckets.first_bucket_cap_bytes, buckets.bucket_cap_bytes);
+  buckets.first_bucket_cap_bytes =
+      std::min(buckets.first_bucket_cap_bytes, buckets.bucket_cap_bytes);
   const std::vector<int> owners = gradient_owners;
   reducer_ = std::make_unique<GradientReducer>(communicator_, trainable, buckets,
                                                std::move(gradient_owners));
@@ -50,8 +52,7 @@ void Trainer::shard_parameters(const std::vector<std::pair<std::string, Tensor>>
     frozen_names.push_back(name);
     frozen.push_back(p);
   }
-  const std::vector<int> frozen_owners =
-      partition_parameters(frozen, communicator_->world_size());
+  const std::vector<int> frozen_owners = partition_parameters(frozen, communicator_->world_size());
   for (size_t i = 0; i < frozen.size(); ++i) by_name[frozen_names[i]] = frozen_owners[i];
   zero_parameters_ = ZeroParameterSharding::enable(*model_, communicator_, by_name);
   // The blocks' trainable parameters stay with their owners; the rest is broadcast after a step.

@@ -15,9 +15,9 @@ struct TrainingArguments {
                                     // directory with config.json (+ safetensors, tokenizer files)
   std::string data;                 // a text file, a directory of them, or JSONL with "text"
   std::string output_dir = "trainer_output";
-  bool overwrite_output_dir = false;  // a fresh run into an output_dir holding checkpoints:
-                                      // delete them (else refused, as HF's examples do)
-  std::string device = "auto";      // headroom: auto (train/model_source.h), cpu, cuda, meta
+  bool overwrite_output_dir = false;      // a fresh run into an output_dir holding checkpoints:
+                                          // delete them (else refused, as HF's examples do)
+  std::string device = "auto";            // headroom: auto (train/model_source.h), cpu, cuda, meta
   std::optional<int64_t> max_seq_length;  // TRL's name; unset: the model's context length
   double validation_split_percentage = 5.0;  // run_clm's held-out share of the data
   std::optional<int64_t> max_eval_samples;   // run_clm's: eval on the first N sequences of the
@@ -27,7 +27,7 @@ struct TrainingArguments {
   int64_t per_device_train_batch_size = 8;
   int64_t per_device_eval_batch_size = 8;
   int64_t gradient_accumulation_steps = 1;
-  int64_t max_steps = -1;       // > 0 overrides num_train_epochs
+  int64_t max_steps = -1;  // > 0 overrides num_train_epochs
   double num_train_epochs = 3.0;
 
   // Optimizer, schedule, clipping (see optim/optimizer_factory.h for `optim` names).
@@ -38,17 +38,17 @@ struct TrainingArguments {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
-  double max_grad_norm = 1.0;   // 0 disables clipping
+  double max_grad_norm = 1.0;        // 0 disables clipping
   double neftune_noise_alpha = 0.0;  // NEFTune's noise on the input embeddings (training only);
                                      // 0: none (HF's None)
   std::string lr_scheduler_type = "linear";
   double warmup_ratio = 0.0;
-  int64_t warmup_steps = 0;     // > 0 overrides warmup_ratio
+  int64_t warmup_steps = 0;  // > 0 overrides warmup_ratio
 
   // Precision and memory savers.
   bool bf16 = false;
   bool fp16 = false;
-  std::string precision;        // headroom: fp32 | bf16 | fp16 | pure_bf16; overrides bf16/fp16
+  std::string precision;  // headroom: fp32 | bf16 | fp16 | pure_bf16; overrides bf16/fp16
   bool gradient_checkpointing = false;
   std::string gradient_checkpointing_policy = "full";  // headroom: full | every_N | selective
   // FP8 (Transformer Engine's recipes, with accelerate's names): the models' projection layers
@@ -74,10 +74,10 @@ struct TrainingArguments {
   // QLoRA: a frozen 4-bit base under the adapters, with HF's BitsAndBytesConfig names and
   // defaults (TRL's use_bnb_nested_quant is bnb_4bit_use_double_quant). Needs use_peft.
   bool load_in_4bit = false;
-  std::string bnb_4bit_quant_type = "fp4";     // fp4 | nf4
+  std::string bnb_4bit_quant_type = "fp4";  // fp4 | nf4
   bool bnb_4bit_use_double_quant = false;
-  std::string bnb_4bit_compute_dtype;          // float32 | bfloat16 | float16; empty: the
-                                               // recipe's compute dtype (as TRL passes its dtype)
+  std::string bnb_4bit_compute_dtype;            // float32 | bfloat16 | float16; empty: the
+                                                 // recipe's compute dtype (as TRL passes its dtype)
   std::string bnb_4bit_quant_storage = "uint8";  // uint8 | bfloat16 | float16 | float32
 
   // Reproducibility.
@@ -92,12 +92,12 @@ struct TrainingArguments {
   std::string save_strategy = "steps";  // no | steps
   int64_t save_steps = 500;
   std::optional<int64_t> save_total_limit;
-  std::string resume_from_checkpoint;   // a checkpoint directory, or "last" (newest in output_dir)
-  bool disable_tqdm = false;            // plain log lines even on a terminal
-  std::string report_to = "none";       // none | all | tensorboard (integrations/report_to.h);
-                                        // transformers 5's default
-  std::string logging_dir;              // TensorBoard's; empty: output_dir/runs/<date>_<host>
-                                        // (transformers 4's default)
+  std::string resume_from_checkpoint;  // a checkpoint directory, or "last" (newest in output_dir)
+  bool disable_tqdm = false;           // plain log lines even on a terminal
+  std::string report_to = "none";      // none | all | tensorboard (integrations/report_to.h);
+                                       // transformers 5's default
+  std::string logging_dir;             // TensorBoard's; empty: output_dir/runs/<date>_<host>
+                                       // (transformers 4's default)
 
   // Data loading.
   int64_t dataloader_num_workers = 0;

@@ -18,8 +18,7 @@ void check_numbers(const TrainingArguments& args) {
   at_least("per_device_train_batch_size", args.per_device_train_batch_size, 1);
   at_least("per_device_eval_batch_size", args.per_device_eval_batch_size, 1);
   if (!(args.ddp_bucket_cap_mb * (1 << 20) >= 1.0)) {
-    throw ValueError(str_cat("ddp_bucket_cap_mb: ", args.ddp_bucket_cap_mb,
-                             " is below one byte"));
+    throw ValueError(str_cat("ddp_bucket_cap_mb: ", args.ddp_bucket_cap_mb, " is below one byte"));
   }
   at_least("gradient_accumulation_steps", args.gradient_accumulation_steps, 1);
   at_least("logging_steps", args.logging_steps, 1);
@@ -40,8 +39,7 @@ void check_numbers(const TrainingArguments& args) {
 IntervalStrategy parse_interval_strategy(const std::string& value, const char* field) {
   if (value == "no") return IntervalStrategy::no;
   if (value == "steps") return IntervalStrategy::steps;
-  throw ValueError(
-      str_cat(field, ": unknown value '", value, "' (expected one of no, steps)"));
+  throw ValueError(str_cat(field, ": unknown value '", value, "' (expected one of no, steps)"));
 }
 
 // dtype_from_name with the option's name in front of its error.
@@ -100,8 +98,8 @@ OffloadSettings training_offload(const TrainingArguments& args) {
     }
   }
   if (!(out.optimizer_ratio >= 0.0 && out.optimizer_ratio <= 1.0)) {
-    throw ValueError(str_cat("offload_optimizer_ratio: ", out.optimizer_ratio,
-                             " is not in [0, 1]"));
+    throw ValueError(
+        str_cat("offload_optimizer_ratio: ", out.optimizer_ratio, " is not in [0, 1]"));
   }
   return out;
 }
@@ -130,8 +128,9 @@ std::optional<Quant4bitConfig> training_quant_4bit_config(const TrainingArgument
                                                           const PrecisionRecipe& recipe) {
   if (!args.load_in_4bit) return std::nullopt;
   if (!args.use_peft) {
-    throw ValueError("load_in_4bit: true without use_peft; a 4-bit base is frozen and trains "
-                     "only through LoRA adapters");
+    throw ValueError(
+        "load_in_4bit: true without use_peft; a 4-bit base is frozen and trains "
+        "only through LoRA adapters");
   }
   Quant4bitConfig config;
   config.quant_type = parse_quant_4bit_type(args.bnb_4bit_quant_type, "bnb_4bit_quant_type");
@@ -152,8 +151,8 @@ std::optional<Fp8Recipe> training_fp8_recipe(const TrainingArguments& args) {
   recipe.format = parse_fp8_format(args.fp8_format);
   recipe.amax_history_len = args.fp8_amax_history_len;
   recipe.amax_compute_algo = parse_amax_compute_algo(args.fp8_amax_compute_algo);
-  HEADROOM_CHECK_VALUE(args.fp8_margin >= 0 && args.fp8_margin <= 64, "fp8_margin: ",
-                       args.fp8_margin, " is outside [0, 64]");
+  HEADROOM_CHECK_VALUE(args.fp8_margin >= 0 && args.fp8_margin <= 64,
+                       "fp8_margin: ", args.fp8_margin, " is outside [0, 64]");
   recipe.margin = static_cast<int>(args.fp8_margin);
   recipe.validate();
   return recipe;

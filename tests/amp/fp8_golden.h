@@ -22,8 +22,9 @@ inline std::vector<float> read_hex_floats(std::istream& in) {
   std::vector<float> values;
   std::string word;
   while (in >> word) {
-    values.push_back(word.size() == 4 ? bf16_bits_to_f32(static_cast<uint16_t>(std::stoul(word, nullptr, 16)))
-                                      : hex_f32(word));
+    values.push_back(word.size() == 4
+                         ? bf16_bits_to_f32(static_cast<uint16_t>(std::stoul(word, nullptr, 16)))
+                         : hex_f32(word));
   }
   return values;
 }

@@ -34,15 +34,15 @@ TEST(Autocast, PolicyPicksEachOpsDtype) {
   const Tensor ln_w = parameter({64});
   Autocast region(DeviceType::cpu);
   const Tensor y = linear(x, w);
-  EXPECT_EQ(y.dtype(), DType::bf16);                      // lower precision
-  EXPECT_EQ(softmax(y).dtype(), DType::f32);              // fp32
-  EXPECT_EQ(sum(y).dtype(), DType::f32);                  // fp32
-  EXPECT_EQ(mean(y, 0).dtype(), DType::f32);              // fp32
+  EXPECT_EQ(y.dtype(), DType::bf16);          // lower precision
+  EXPECT_EQ(softmax(y).dtype(), DType::f32);  // fp32
+  EXPECT_EQ(sum(y).dtype(), DType::f32);      // fp32
+  EXPECT_EQ(mean(y, 0).dtype(), DType::f32);  // fp32
   EXPECT_EQ(layer_norm(linear(x, parameter({64, 64})), ln_w, Tensor()).dtype(), DType::f32);
   EXPECT_EQ(rms_norm(cast(x, DType::bf16), ln_w).dtype(), DType::f32);
   EXPECT_EQ(add(y, Tensor::zeros({4, 32})).dtype(), DType::f32);  // promote
   EXPECT_EQ(add(y, y).dtype(), DType::bf16);
-  EXPECT_EQ(gelu(y).dtype(), DType::bf16);                // not listed: input dtype
+  EXPECT_EQ(gelu(y).dtype(), DType::bf16);  // not listed: input dtype
   EXPECT_EQ(matmul(x, transpose(x, 0, 1)).dtype(), DType::bf16);
   // torch's bmm: batched operands go through matmul.
   const Tensor batched = Tensor::randn({3, 4, 16});
@@ -280,8 +280,8 @@ TEST(Autocast, BackwardInsideARegionKeepsTheForwardDtypes) {
   const Tensor w = parameter({64, 64});
   const Tensor x = Tensor::randn({4, 64});
   Autocast region(DeviceType::cpu);
-  const Tensor h = linear(x, w);           // bf16
-  const Tensor loss = sum(softmax(h));     // fp32 softmax over a cast of h
+  const Tensor h = linear(x, w);        // bf16
+  const Tensor loss = sum(softmax(h));  // fp32 softmax over a cast of h
   backward(loss);
   EXPECT_EQ(w.grad().dtype(), DType::f32);
   EXPECT_TRUE(AutocastMode::get(DeviceType::cpu).enabled);
@@ -385,7 +385,8 @@ TEST(Autocast, DropoutOfABranchTakesTheResidualGradientInFp32) {
   const std::vector<float> kept = branch.to_float_vector(), dyv = dy.to_float_vector();
   const float scale = static_cast<float>(1.0 / 0.7);
   const auto to_bf16 = [](const std::vector<float>& v) {
-    return Tensor::from_floats(v, {static_cast<int64_t>(v.size())}).to(DType::bf16)
+    return Tensor::from_floats(v, {static_cast<int64_t>(v.size())})
+        .to(DType::bf16)
         .to_float_vector();
   };
   const std::vector<float> rounded = to_bf16(dyv);

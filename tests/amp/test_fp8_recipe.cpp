@@ -77,20 +77,20 @@ TEST(Fp8Recipe, DelayedScalingHistoryAndScaleMatchTransformerEngine) {
 TEST(Fp8Recipe, CurrentBlockAndMxfp8ScalesMatchTransformerEngine) {
   IeeeArithmetic ieee;
   int checked = 0;
-  optim_test::for_each_fixture_line(fp8_test::kFp8Golden, [&](const std::string& key,
-                                                              std::istringstream& in) {
-    if (key != "current" && key != "pow2" && key != "e8m0") return;
-    std::string format, amax_word, want;
-    in >> format >> amax_word >> want;
-    const float amax = hex_f32(amax_word), max = fp8_max(fp8_dtype(format));
-    if (key == "e8m0") {
-      EXPECT_EQ(int{mxfp8_block_exponent(amax, max)}, std::stoi(want)) << format << " " << amax;
-    } else {
-      EXPECT_EQ(bits(scale_from_amax(amax, max, key == "pow2")), bits(hex_f32(want)))
-          << key << " " << format << " amax " << amax;
-    }
-    ++checked;
-  });
+  optim_test::for_each_fixture_line(
+      fp8_test::kFp8Golden, [&](const std::string& key, std::istringstream& in) {
+        if (key != "current" && key != "pow2" && key != "e8m0") return;
+        std::string format, amax_word, want;
+        in >> format >> amax_word >> want;
+        const float amax = hex_f32(amax_word), max = fp8_max(fp8_dtype(format));
+        if (key == "e8m0") {
+          EXPECT_EQ(int{mxfp8_block_exponent(amax, max)}, std::stoi(want)) << format << " " << amax;
+        } else {
+          EXPECT_EQ(bits(scale_from_amax(amax, max, key == "pow2")), bits(hex_f32(want)))
+              << key << " " << format << " amax " << amax;
+        }
+        ++checked;
+      });
   EXPECT_EQ(checked, 84);
 }
 

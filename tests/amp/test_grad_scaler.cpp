@@ -87,8 +87,7 @@ void expect_same(const std::vector<float>& got, const std::vector<float>& want,
                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(same(got[i], want[i]))
-        << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+    EXPECT_TRUE(same(got[i], want[i])) << what << "[" << i << "]: " << got[i] << " vs " << want[i];
   }
 }
 
@@ -275,8 +274,8 @@ TEST(GradScaler, UnscaleMatchesTorchInEachGradientDtype) {
     p.set_grad(grad);
     TinySgd optimizer({{p}}, 1.0);
     GradScaler scaler({.init_scale = c.scale, .allow_fp16_grads = true});
-    EXPECT_TRUE(same(static_cast<float>(1.0 / static_cast<double>(scaler.get_scale())),
-                     c.inv_scale))
+    EXPECT_TRUE(
+        same(static_cast<float>(1.0 / static_cast<double>(scaler.get_scale())), c.inv_scale))
         << what;
     scaler.scale(Tensor::ones({}));
     scaler.unscale_(optimizer);
@@ -483,8 +482,7 @@ TEST(GradScaler, ScaleMultipliesTheLossInFp32AndBackpropagatesTheScale) {
   EXPECT_EQ(scaler.scale(scalar_bf16).item(), static_cast<double>(1.5f * s));
   const Tensor vector_bf16 = Tensor::full({2}, 1.5, DType::bf16);
   EXPECT_EQ(scaler.scale(vector_bf16).dtype(), DType::bf16);
-  EXPECT_EQ(scaler.scale(vector_bf16).to_float_vector()[0],
-            static_cast<float>(BFloat16(1.5f * s)));
+  EXPECT_EQ(scaler.scale(vector_bf16).to_float_vector()[0], static_cast<float>(BFloat16(1.5f * s)));
   EXPECT_THROW(scaler.scale(Tensor::from_ints({1}, {1})), ValueError);
 }
 

@@ -73,10 +73,10 @@ RecipeMemory measure(const PrecisionRecipe& recipe, Device device) {
   const size_t base = memory_allocated(device);
   auto model = std::make_unique<GPT2LMHeadModel>(small_gpt2(), device, 7);
   model->to(recipe.param_dtype);
-  AdamW optimizer(model->named_parameters(),
-                  {.lr = 1e-3, .state_dtype = recipe.optimizer_state_dtype,
-                   .kahan_summation = recipe.kahan_summation,
-                   .stochastic_rounding = recipe.stochastic_rounding});
+  AdamW optimizer(model->named_parameters(), {.lr = 1e-3,
+                                              .state_dtype = recipe.optimizer_state_dtype,
+                                              .kahan_summation = recipe.kahan_summation,
+                                              .stochastic_rounding = recipe.stochastic_rounding});
   for (int step = 0; step < 2; ++step) {
     optimizer.zero_grad();
     Tensor loss;

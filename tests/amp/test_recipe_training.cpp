@@ -94,13 +94,15 @@ struct RunResult {
 RunResult train(const PrecisionRecipe& recipe, int steps) {
   GPT2LMHeadModel model(tiny_text_gpt2(), kCPU, 42);
   model.to(recipe.param_dtype);
-  AdamW optimizer(model.named_parameters(),
-                  {.lr = 3e-3, .weight_decay = 0.0, .state_dtype = recipe.optimizer_state_dtype,
-                   .kahan_summation = recipe.kahan_summation,
-                   .stochastic_rounding = recipe.stochastic_rounding});
+  AdamW optimizer(model.named_parameters(), {.lr = 3e-3,
+                                             .weight_decay = 0.0,
+                                             .state_dtype = recipe.optimizer_state_dtype,
+                                             .kahan_summation = recipe.kahan_summation,
+                                             .stochastic_rounding = recipe.stochastic_rounding});
   GradScaler scaler({.enabled = recipe.loss_scaling});
-  LRScheduler scheduler(optimizer, {.type = SchedulerType::linear, .num_training_steps = steps,
-                                    .warmup_ratio = 0.05});
+  LRScheduler scheduler(
+      optimizer,
+      {.type = SchedulerType::linear, .num_training_steps = steps, .warmup_ratio = 0.05});
   RunResult result;
   for (int step = 0; step < steps; ++step) {
     const auto [ids, targets] = tiny_text_batch(step, 8, 32);

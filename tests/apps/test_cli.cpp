@@ -80,9 +80,12 @@ TEST(HeadroomCli, TrainUsageErrorsExitTwoOnOneLine) {
   const std::string yaml = dir.file("run.yaml");
   write_bytes(yaml, "{}: 1\n");
   expect_usage_error("train --data " + data + " --config " + yaml, "run.yaml: line 1: the key is");
-  write_bytes(data, std::string("\x7f" "ELF\x02\x01\x01\0\0", 9));
-  expect_usage_error("train --model gpt2-tiny --max_steps 1 --output_dir " + dir.file("run") +
-                         " --data " + data, "data file '" + data + "' is binary");
+  write_bytes(data, std::string("\x7f"
+                                "ELF\x02\x01\x01\0\0",
+                                9));
+  expect_usage_error(
+      "train --model gpt2-tiny --max_steps 1 --output_dir " + dir.file("run") + " --data " + data,
+      "data file '" + data + "' is binary");
 }
 
 // The GOMP_SPINCOUNT of each program image libgomp started in, in order, as OMP_DISPLAY_ENV has
@@ -111,7 +114,8 @@ TEST(HeadroomCli, DeeplyNestedJsonIsAnErrorNotACrash) {
   expect_usage_error("train --data " + data + " --config " + config,
                      "run.json: invalid JSON: nested deeper than 512 levels");
   std::filesystem::create_directories(dir.file("model"));
-  write_bytes(dir.file("model/config.json"), "{\"model_type\": \"gpt2\", \"n_embd\": " + deep + "}");
+  write_bytes(dir.file("model/config.json"),
+              "{\"model_type\": \"gpt2\", \"n_embd\": " + deep + "}");
   expect_usage_error("plan --model " + dir.file("model") + " --max_seq_length 8",
                      "config.json: invalid JSON: nested deeper than 512 levels");
 }
@@ -188,8 +192,8 @@ TEST(HeadroomCli, TrainsAFewStepsAndEvaluatesTheResult) {
   EXPECT_NE(read_bytes(out + "/metrics.jsonl").find("\"eval_tokens\":64"), std::string::npos)
       << "max_eval_samples 2 x 32 tokens: " << read_bytes(out + "/metrics.jsonl");
 
-  const CliRun eval = run_cli("eval --model " + out + " --data " + data +
-                              " --max_seq_length 32 --json");
+  const CliRun eval =
+      run_cli("eval --model " + out + " --data " + data + " --max_seq_length 32 --json");
   ASSERT_EQ(eval.exit_code, 0) << eval.out << eval.err;
   const nlohmann::json result = nlohmann::json::parse(eval.out);
   for (const char* key : {"loss", "perplexity", "tokens"}) {
@@ -229,7 +233,8 @@ TEST(HeadroomCli, TrainProfilesAndWritesTheMemorySnapshot) {
       "train --model gpt2-tiny --data " + data + " --output_dir " + out +
       " --max_steps 3 --max_seq_length 16 --per_device_train_batch_size 2 --save_strategy no"
       " --sample_max_new_tokens 0 --disable_tqdm --profile --profile-wait 0 --profile-warmup 1"
-      " --profile-active 2 --memory-snapshot " + snapshot);
+      " --profile-active 2 --memory-snapshot " +
+      snapshot);
   ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
   EXPECT_NE(train.out.find("Self CPU time total: "), std::string::npos) << train.out;
   EXPECT_NE(train.out.find("Memory snapshot written to " + snapshot), std::string::npos);
@@ -252,18 +257,21 @@ TEST(HeadroomCli, OutOfMemoryStillWritesTheMemorySnapshot) {
   write_bytes(data, std::string(kTinyText) + "\n");
   // Enough for the model, not for its gradients and AdamW's states: --memory_limit, as
   // HEADROOM_MEMORY_LIMIT (issue 19, defect 13).
-  const CliRun train = run_cli("train --model gpt2-tiny --data " + data + " --output_dir " +
-                               dir.file("run") + " --max_steps 2 --max_seq_length 16"
-                               " --per_device_train_batch_size 2 --disable_tqdm"
-                               " --memory_limit 8MiB --memory_snapshot " + snapshot,
-                               "-u HEADROOM_MEMORY_LIMIT");
+  const CliRun train =
+      run_cli("train --model gpt2-tiny --data " + data + " --output_dir " + dir.file("run") +
+                  " --max_steps 2 --max_seq_length 16"
+                  " --per_device_train_batch_size 2 --disable_tqdm"
+                  " --memory_limit 8MiB --memory_snapshot " +
+                  snapshot,
+              "-u HEADROOM_MEMORY_LIMIT");
   EXPECT_EQ(train.exit_code, 1) << train.out << train.err;
   EXPECT_NE(train.err.find("out of memory"), std::string::npos) << train.err;
   EXPECT_NE(train.err.find("capacity limit is 8.00 MiB (--memory_limit"), std::string::npos)
       << train.err;
   EXPECT_NE(train.err.find("`headroom plan`"), std::string::npos) << train.err;
   EXPECT_NE(train.err.find("memory snapshot at out-of-memory written to " + snapshot),
-            std::string::npos) << train.err;
+            std::string::npos)
+      << train.err;
   const PickleValue decoded = memory_test::MemoryVizDecoder(read_bytes(snapshot)).decode();
   bool oom = false;
   for (const PickleValue& entry : decoded.at("device_traces").at(size_t{0}).as_list()) {
@@ -280,7 +288,8 @@ TEST(HeadroomCli, ARunThatCannotFitIsRefusedBeforeItAllocates) {
   const std::string data = dir.file("data.txt");
   write_bytes(data, std::string(kTinyText) + "\n");
   const std::string run = "train --model gpt2-tiny --data " + data + " --output_dir " +
-                          dir.file("run") + " --max_steps 1 --max_seq_length 16 --device cpu"
+                          dir.file("run") +
+                          " --max_steps 1 --max_seq_length 16 --device cpu"
                           " --per_device_train_batch_size 2 --disable_tqdm --fp8"
                           " --fp8_amax_history_len 1000000000";
   expect_usage_error(run, "the run needs 178.");

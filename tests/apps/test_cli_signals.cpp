@@ -120,14 +120,15 @@ void expect_signal_stops_with_a_checkpoint(int signal_number) {
   const std::string data = dir.file("data.txt"), out = dir.file("run");
   write_bytes(data, std::string(test_data::kTinyText) + "\n" + test_data::kTinyText + "\n");
   // Far more steps than the test waits for: the run is still training when the signal comes.
-  BackgroundCli train({"train", "--model", "gpt2-tiny", "--data", data, "--output_dir", out,
-                       "--max_steps", "1000000", "--max_seq_length", "16",
-                       "--per_device_train_batch_size", "2", "--logging_steps", "1",
-                       "--save_strategy", "no", "--disable_tqdm"},
-                      dir.file("stdout"), dir.file("stderr"));
+  BackgroundCli train(
+      {"train", "--model", "gpt2-tiny", "--data", data, "--output_dir", out, "--max_steps",
+       "1000000", "--max_seq_length", "16", "--per_device_train_batch_size", "2", "--logging_steps",
+       "1", "--save_strategy", "no", "--disable_tqdm"},
+      dir.file("stdout"), dir.file("stderr"));
   ASSERT_TRUE(train.started());
   ASSERT_TRUE(wait_for_line(out + "/metrics.jsonl", train, std::chrono::seconds(120)))
-      << "no step logged\n" << read_bytes(dir.file("stdout")) << read_bytes(dir.file("stderr"));
+      << "no step logged\n"
+      << read_bytes(dir.file("stdout")) << read_bytes(dir.file("stderr"));
   train.signal(signal_number);
   const int exit_code = train.wait_for_exit(std::chrono::seconds(120));
   const std::string stdout_text = read_bytes(dir.file("stdout"));
@@ -142,8 +143,9 @@ void expect_signal_stops_with_a_checkpoint(int signal_number) {
   const int64_t step = checkpoints[0].first;
   EXPECT_GE(step, 1);
   const CliRun resumed =
-      run_cli("train --model gpt2-tiny --data " + data + " --output_dir " + out +
-              " --max_steps " + std::to_string(step + 1) + " --max_seq_length 16"
+      run_cli("train --model gpt2-tiny --data " + data + " --output_dir " + out + " --max_steps " +
+              std::to_string(step + 1) +
+              " --max_seq_length 16"
               " --per_device_train_batch_size 2 --logging_steps 1 --save_strategy no"
               " --sample_max_new_tokens 0 --disable_tqdm --resume_from_checkpoint last");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
@@ -171,11 +173,11 @@ TEST(HeadroomCliSignals, SecondSigintEndsTheRunAtOnce) {
   std::string text;
   for (int copy = 0; copy < 120; ++copy) text += std::string(test_data::kTinyText) + "\n";
   write_bytes(data, text);
-  BackgroundCli train({"train", "--model", "gpt2-tiny", "--data", data, "--output_dir", out,
-                       "--max_steps", "1000000", "--max_seq_length", "256",
-                       "--per_device_train_batch_size", "96", "--logging_steps", "1",
-                       "--save_strategy", "no", "--disable_tqdm"},
-                      dir.file("stdout"), dir.file("stderr"));
+  BackgroundCli train(
+      {"train", "--model", "gpt2-tiny", "--data", data, "--output_dir", out, "--max_steps",
+       "1000000", "--max_seq_length", "256", "--per_device_train_batch_size", "96",
+       "--logging_steps", "1", "--save_strategy", "no", "--disable_tqdm"},
+      dir.file("stdout"), dir.file("stderr"));
   ASSERT_TRUE(train.started());
   ASSERT_TRUE(wait_for_line(out + "/metrics.jsonl", train, std::chrono::seconds(120)));
   train.signal(SIGINT);

@@ -120,7 +120,8 @@ TEST(HeadroomPlanCli, PredictsWhatTrainLogsUnderAllocatorSettings) {
 // bf16 compensation buffer (Note [Precision recipes]: optimizer states of 6 bytes per parameter,
 // pure_bf16's 4 and a buffer the size of either moment); the search offers it with AdamW only.
 TEST(HeadroomPlanCli, PlansPureBf16WithKahanSummation) {
-  const std::string model = " --model gpt2-tiny --max_seq_length 64 --per_device_train_batch_size 2";
+  const std::string model =
+      " --model gpt2-tiny --max_seq_length 64 --per_device_train_batch_size 2";
   expect_plan_equals_train(model + " --precision pure_bf16+kahan --device cpu");
   const CliRun kahan = run_cli("plan" + model + " --precision pure_bf16+kahan --device cpu --json");
   const CliRun plain = run_cli("plan" + model + " --precision pure_bf16 --device cpu --json");
@@ -135,7 +136,8 @@ TEST(HeadroomPlanCli, PlansPureBf16WithKahanSummation) {
             3 * without["breakdown"]["optimizer_states"].get<int64_t>());
 
   const CliRun search = run_cli(
-      "plan" + model + " --gpu-memory 1GiB --search-precisions pure_bf16+kahan"
+      "plan" + model +
+      " --gpu-memory 1GiB --search-precisions pure_bf16+kahan"
       " --search-optims adamw_torch,adamw_bf16,lion --search-policies none --search-adapters full"
       " --json");
   ASSERT_EQ(search.exit_code, 0) << search.err;
@@ -184,8 +186,10 @@ TEST(HeadroomPlanCli, SearchesAGpuAndPlansInference) {
 TEST(HeadroomPlanCli, WritesTheDryRunsMemorySnapshot) {
   TempDir dir;
   const std::string snapshot = dir.file("plan.pickle");
-  const CliRun plan = run_cli("plan --model gpt2-tiny --max_seq_length 64"
-                              " --per_device_train_batch_size 2 --memory_snapshot " + snapshot);
+  const CliRun plan = run_cli(
+      "plan --model gpt2-tiny --max_seq_length 64"
+      " --per_device_train_batch_size 2 --memory_snapshot " +
+      snapshot);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_NE(plan.out.find("snapshot written to " + snapshot), std::string::npos) << plan.out;
   const PickleValue decoded = memory_test::MemoryVizDecoder(read_bytes(snapshot)).decode();

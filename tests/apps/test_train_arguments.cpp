@@ -225,7 +225,8 @@ TEST_F(TrainArguments, ChecksNameTheOptionAndValue) {
   expect_invalid({"--resume_from_checkpoint", dir_.file("nope")},
                  {"--resume_from_checkpoint", "nope"});
   expect_invalid({"--no_such_option", "1"}, {"unknown option --no_such_option"});
-  expect_invalid({"--lerning_rate", "1"}, {"unknown option --lerning_rate; did you mean --learning_rate?"});
+  expect_invalid({"--lerning_rate", "1"},
+                 {"unknown option --lerning_rate; did you mean --learning_rate?"});
   expect_invalid({"--memory_limit", "lots"}, {"--memory_limit", "'lots' is not a byte size"});
   // A DeepSpeed file that offloads against an explicit --offload_optimizer false: the file won
   // silently (issue 39, item 10). Left out, the option lets the file decide.
@@ -266,9 +267,9 @@ TEST_F(TrainArguments, ProfilingOptions) {
   EXPECT_EQ(defaults.profile_active, 3);
   EXPECT_EQ(defaults.profile_repeat, 1);
   EXPECT_EQ(defaults.memory_snapshot, "");
-  const TrainingArguments set =
-      parse({"--profile", "--profile-wait", "0", "--profile_warmup", "2", "--profile-active", "4",
-             "--profile_repeat", "0", "--profile_skip_first", "5", "--memory-snapshot", "run.pickle"});
+  const TrainingArguments set = parse(
+      {"--profile", "--profile-wait", "0", "--profile_warmup", "2", "--profile-active", "4",
+       "--profile_repeat", "0", "--profile_skip_first", "5", "--memory-snapshot", "run.pickle"});
   EXPECT_TRUE(set.profile);
   EXPECT_EQ(set.profile_wait, 0);
   EXPECT_EQ(set.profile_warmup, 2);

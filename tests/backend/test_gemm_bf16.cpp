@@ -26,7 +26,7 @@ struct Problem {
   int64_t pad = 0;    // added to every leading dimension
   int64_t batch = 1;  // gemm_bf16_batched when `batched`, else gemm_bf16
   bool batched = false;
-  int64_t gap = 0;    // extra elements between the matrices of a batch
+  int64_t gap = 0;           // extra elements between the matrices of a batch
   bool broadcast_b = false;  // stride_b 0: every matrix of the batch uses the same B
   float alpha = 1.0f, beta = 0.0f;
   bool bias = false;
@@ -93,7 +93,7 @@ GemmData make_inputs(const Problem& p, uint64_t seed, Values values = Values::un
   GemmData run;
   run.a.resize(static_cast<size_t>(p.batch * p.stride_a()));
   run.b.resize(static_cast<size_t>(p.broadcast_b ? p.stride_b() + (p.trans_b ? p.n : p.k) * p.ldb()
-                                                  : p.batch * p.stride_b()));
+                                                 : p.batch * p.stride_b()));
   for (BFloat16& x : run.a) x = BFloat16(draw());
   for (BFloat16& x : run.b) x = BFloat16(draw());
   if (p.bias) {
@@ -118,8 +118,8 @@ void call(const Problem& p, GemmData& run) {
   run.c_after = run.c_before;
   if (p.batched) {
     gemm_bf16_batched(p.trans_a, p.trans_b, p.batch, p.m, p.n, p.k, p.alpha, run.a.data(), p.lda(),
-                      p.stride_a(), run.b.data(), p.ldb(), p.stride_b(), p.beta,
-                      run.c_after.data(), p.c_dtype, p.ldc(), p.stride_c());
+                      p.stride_a(), run.b.data(), p.ldb(), p.stride_b(), p.beta, run.c_after.data(),
+                      p.c_dtype, p.ldc(), p.stride_c());
   } else {
     gemm_bf16(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, run.a.data(), p.lda(), run.b.data(),
               p.ldb(), p.beta, run.c_after.data(), p.c_dtype, p.ldc(),
@@ -180,13 +180,12 @@ int64_t count_errors(const Problem& p, const GemmData& run, std::string& first) 
           magnitude += std::fabs(run.bias[j]);
         }
         const double bound = static_cast<double>(p.k + 4) * 0x1p-23 * magnitude;
-        const bool ok =
-            p.c_dtype == DType::bf16
-                ? round_to_bf16(exact - bound) <= got && got <= round_to_bf16(exact + bound)
-                : std::fabs(got - exact) <= bound;
+        const bool ok = p.c_dtype == DType::bf16 ? round_to_bf16(exact - bound) <= got &&
+                                                       got <= round_to_bf16(exact + bound)
+                                                 : std::fabs(got - exact) <= bound;
         if (!ok) {
-          report(str_cat("C[", batch, "][", i, "][", j, "] = ", got, ", exact ", exact,
-                         ", bound ", bound));
+          report(str_cat("C[", batch, "][", i, "][", j, "] = ", got, ", exact ", exact, ", bound ",
+                         bound));
         }
       }
     }
@@ -222,7 +221,7 @@ TEST(GemmBf16, TransposesLeadingDimensionsAlphaBetaBias) {
 }
 
 TEST(GemmBf16, SizesWithOnesAndOddSizes) {
-  const int64_t sizes[][3] = {{1, 1, 1},   {1, 64, 300}, {300, 1, 7}, {7, 300, 1},
+  const int64_t sizes[][3] = {{1, 1, 1},   {1, 64, 300}, {300, 1, 7},  {7, 300, 1},
                               {1, 1, 513}, {65, 33, 17}, {129, 257, 3}};
   for (const auto& [m, n, k] : sizes) {
     for (DType c_dtype : {DType::f32, DType::bf16}) {

@@ -33,22 +33,31 @@ float f32(uint32_t bits) { return detail::f32_from_bits(bits); }
 
 uint32_t encode_one(DType dtype, float x, Overflow overflow) {
   switch (dtype) {
-    case DType::f16: return f32_to_f16_bits(x, overflow);
-    case DType::bf16: return f32_to_bf16_bits(x, overflow);
-    case DType::f8_e4m3fn: return f32_to_f8_e4m3fn_bits(x, overflow);
-    case DType::f8_e5m2: return f32_to_f8_e5m2_bits(x, overflow);
-    default: throw std::logic_error("not a narrow float");
+    case DType::f16:
+      return f32_to_f16_bits(x, overflow);
+    case DType::bf16:
+      return f32_to_bf16_bits(x, overflow);
+    case DType::f8_e4m3fn:
+      return f32_to_f8_e4m3fn_bits(x, overflow);
+    case DType::f8_e5m2:
+      return f32_to_f8_e5m2_bits(x, overflow);
+    default:
+      throw std::logic_error("not a narrow float");
   }
 }
 
 uint32_t decode_one(DType dtype, uint32_t code) {
   switch (dtype) {
-    case DType::f16: return detail::f32_bits(f16_bits_to_f32(static_cast<uint16_t>(code)));
-    case DType::bf16: return detail::f32_bits(bf16_bits_to_f32(static_cast<uint16_t>(code)));
+    case DType::f16:
+      return detail::f32_bits(f16_bits_to_f32(static_cast<uint16_t>(code)));
+    case DType::bf16:
+      return detail::f32_bits(bf16_bits_to_f32(static_cast<uint16_t>(code)));
     case DType::f8_e4m3fn:
       return detail::f32_bits(f8_e4m3fn_bits_to_f32(static_cast<uint8_t>(code)));
-    case DType::f8_e5m2: return detail::f32_bits(f8_e5m2_bits_to_f32(static_cast<uint8_t>(code)));
-    default: throw std::logic_error("not a narrow float");
+    case DType::f8_e5m2:
+      return detail::f32_bits(f8_e5m2_bits_to_f32(static_cast<uint8_t>(code)));
+    default:
+      throw std::logic_error("not a narrow float");
   }
 }
 

@@ -313,9 +313,12 @@ enum class Path { scalar_functions, bulk_scalar, bulk_avx512 };
 
 std::string path_name(Path p) {
   switch (p) {
-    case Path::scalar_functions: return "ScalarFunctions";
-    case Path::bulk_scalar: return "BulkScalar";
-    case Path::bulk_avx512: return "BulkAvx512";
+    case Path::scalar_functions:
+      return "ScalarFunctions";
+    case Path::bulk_scalar:
+      return "BulkScalar";
+    case Path::bulk_avx512:
+      return "BulkAvx512";
   }
   return "?";
 }

@@ -17,12 +17,18 @@ namespace {
 // The value of a code of a floating dtype, through the conversions under test.
 double decode(DType dtype, uint32_t code) {
   switch (dtype) {
-    case DType::f32: return detail::f32_from_bits(code);
-    case DType::f16: return f16_bits_to_f32(static_cast<uint16_t>(code));
-    case DType::bf16: return bf16_bits_to_f32(static_cast<uint16_t>(code));
-    case DType::f8_e4m3fn: return f8_e4m3fn_bits_to_f32(static_cast<uint8_t>(code));
-    case DType::f8_e5m2: return f8_e5m2_bits_to_f32(static_cast<uint8_t>(code));
-    default: throw std::logic_error("not floating");
+    case DType::f32:
+      return detail::f32_from_bits(code);
+    case DType::f16:
+      return f16_bits_to_f32(static_cast<uint16_t>(code));
+    case DType::bf16:
+      return bf16_bits_to_f32(static_cast<uint16_t>(code));
+    case DType::f8_e4m3fn:
+      return f8_e4m3fn_bits_to_f32(static_cast<uint8_t>(code));
+    case DType::f8_e5m2:
+      return f8_e5m2_bits_to_f32(static_cast<uint8_t>(code));
+    default:
+      throw std::logic_error("not floating");
   }
 }
 

@@ -14,12 +14,20 @@ namespace {
 
 // Random123 tests/kat_vectors, "philox4x32 10" lines: counter, key -> output.
 TEST(Philox, KnownAnswerVectors) {
-  struct Case { Philox4x32Block counter; uint32_t key0, key1; uint32_t expected[4]; };
+  struct Case {
+    Philox4x32Block counter;
+    uint32_t key0, key1;
+    uint32_t expected[4];
+  };
   const Case cases[] = {
       {{{0, 0, 0, 0}}, 0, 0, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
        {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
        {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
   };
   for (const Case& c : cases) {
@@ -32,8 +40,7 @@ TEST(Philox, StreamLayoutSplitsSeedAndBlockIndex) {
   const uint64_t seed = 0x299f31d0a4093822ull;
   const uint64_t index = 0x85a308d3243f6a88ull;
   const Philox4x32Block a = philox_block(seed, index);
-  const Philox4x32Block b =
-      philox4x32_10({{0x243f6a88, 0x85a308d3, 0, 0}}, 0xa4093822, 0x299f31d0);
+  const Philox4x32Block b = philox4x32_10({{0x243f6a88, 0x85a308d3, 0, 0}}, 0xa4093822, 0x299f31d0);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(a.word[i], b.word[i]);
 }
 
@@ -65,7 +72,8 @@ TEST(Philox, NormalMatchesDoublePrecisionBoxMuller) {
 TEST(Philox, LogIsAccurateOverTheUnitInterval) {
   for (uint32_t k = 1; k <= (1u << 24); k += 997) {
     const float u = static_cast<float>(k) / 16777216.0f;
-    EXPECT_NEAR(philox_log(u), std::log(static_cast<double>(u)), 4e-7 * std::max(1.0, -std::log(static_cast<double>(u))));
+    EXPECT_NEAR(philox_log(u), std::log(static_cast<double>(u)),
+                4e-7 * std::max(1.0, -std::log(static_cast<double>(u))));
   }
 }
 

@@ -76,8 +76,8 @@ TEST(Tensor, JoinedViewUndoesAdjacentNarrowsOnly) {
   EXPECT_FALSE(Tensor::joined_view({t.narrow(1, 2, 2), t.narrow(1, 0, 2)}, 1).defined());
   EXPECT_FALSE(Tensor::joined_view({t.narrow(1, 0, 1), t.narrow(1, 2, 2)}, 1).defined());
   EXPECT_FALSE(Tensor::joined_view({t.narrow(1, 0, 2), t.clone().narrow(1, 2, 2)}, 1).defined());
-  EXPECT_FALSE(Tensor::joined_view({t.narrow(0, 0, 1).narrow(1, 0, 2), t.narrow(1, 2, 2)}, 1)
-                   .defined());
+  EXPECT_FALSE(
+      Tensor::joined_view({t.narrow(0, 0, 1).narrow(1, 0, 2), t.narrow(1, 2, 2)}, 1).defined());
   EXPECT_FALSE(Tensor::joined_view({t.narrow(1, 0, 2), Tensor()}, 1).defined());
 }
 
@@ -123,8 +123,7 @@ TEST(Tensor, CopyBroadcastsAndConverts) {
 TEST(Tensor, IntegerConversionsMatchPyTorch) {
   Tensor f = Tensor::from_floats({-2.7f, -0.5f, 0.5f, 2.7f, NAN, 1e20f}, {6});
   // Truncation toward zero; NaN and out-of-range saturate where C++ leaves it undefined.
-  EXPECT_EQ(f.to(DType::i64).to_int64_vector(),
-            std::vector<int64_t>({-2, 0, 0, 2, 0, INT64_MAX}));
+  EXPECT_EQ(f.to(DType::i64).to_int64_vector(), std::vector<int64_t>({-2, 0, 0, 2, 0, INT64_MAX}));
   EXPECT_EQ(f.to(DType::boolean).to_int64_vector(), std::vector<int64_t>({1, 1, 1, 1, 1, 1}));
   Tensor i = Tensor::from_ints({-1, 256, 300, 0}, {4});
   EXPECT_EQ(i.to(DType::u8).to_int64_vector(), std::vector<int64_t>({255, 0, 44, 0}));  // wraps
@@ -136,10 +135,12 @@ TEST(Tensor, IntegerConversionsMatchPyTorch) {
 TEST(Tensor, OverflowModesForNarrowFormats) {
   Tensor big = Tensor::from_floats({500.0f, -1e6f, 70000.0f, INFINITY}, {4});
   const auto ieee = big.to(DType::f8_e4m3fn).to_float_vector();
-  EXPECT_TRUE(std::isnan(ieee[0]) && std::isnan(ieee[1]) && std::isnan(ieee[3]));  // no inf in e4m3fn
+  EXPECT_TRUE(std::isnan(ieee[0]) && std::isnan(ieee[1]) &&
+              std::isnan(ieee[3]));  // no inf in e4m3fn
   EXPECT_EQ(big.to(DType::f8_e4m3fn, Overflow::saturate).to_float_vector(),
             std::vector<float>({448, -448, 448, 448}));
-  EXPECT_EQ(big.to(DType::f16).to_float_vector(), std::vector<float>({500, -INFINITY, INFINITY, INFINITY}));
+  EXPECT_EQ(big.to(DType::f16).to_float_vector(),
+            std::vector<float>({500, -INFINITY, INFINITY, INFINITY}));
   EXPECT_EQ(big.to(DType::f16, Overflow::saturate).to_float_vector(),
             std::vector<float>({500, -65504, 65504, 65504}));
   // The strided path saturates exactly as the contiguous (vectorised) one.
@@ -157,14 +158,16 @@ TEST(Tensor, TypedDataChecksTheDtype) {
 }
 
 TEST(Tensor, FillAndFactories) {
-  EXPECT_EQ(Tensor::full({3}, 2.5, DType::f16).to_float_vector(), std::vector<float>({2.5f, 2.5f, 2.5f}));
+  EXPECT_EQ(Tensor::full({3}, 2.5, DType::f16).to_float_vector(),
+            std::vector<float>({2.5f, 2.5f, 2.5f}));
   EXPECT_EQ(Tensor::ones({2}, DType::i32).to_int64_vector(), std::vector<int64_t>({1, 1}));
   Tensor t = Tensor::zeros({4, 4});
   t.narrow(1, 1, 2).fill_(7.0);
   EXPECT_EQ(t.select(0, 3).to_float_vector(), std::vector<float>({0, 7, 7, 0}));
   EXPECT_EQ(Tensor::arange(0, 5).to_float_vector(), std::vector<float>({0, 1, 2, 3, 4}));
   EXPECT_EQ(Tensor::arange(1, 2, 0.25).to_float_vector(), std::vector<float>({1, 1.25, 1.5, 1.75}));
-  EXPECT_EQ(Tensor::arange(10, 0, -3, DType::i64).to_int64_vector(), std::vector<int64_t>({10, 7, 4, 1}));
+  EXPECT_EQ(Tensor::arange(10, 0, -3, DType::i64).to_int64_vector(),
+            std::vector<int64_t>({10, 7, 4, 1}));
   EXPECT_THROW(Tensor::arange(0, 5, 0), ValueError);
   EXPECT_THROW(Tensor::arange(5, 0, 1), ValueError);
   EXPECT_DOUBLE_EQ(Tensor::full({1, 1}, 3.0).item(), 3.0);
@@ -229,11 +232,13 @@ TEST(Tensor, PrintsLikePyTorch) {
             "tensor([[0., 1., 2.],\n        [3., 4., 5.]])");
   EXPECT_EQ(Tensor::from_floats({0.1f, 2.5f}, {2}).str(), "tensor([0.1000, 2.5000])");
   EXPECT_EQ(Tensor::from_floats({1e-5f, 1.0f}, {2}).str(), "tensor([1.0000e-05, 1.0000e+00])");
-  EXPECT_EQ(Tensor::from_floats({1, 2}, {2}, DType::bf16).str(), "tensor([1., 2.], dtype=bfloat16)");
+  EXPECT_EQ(Tensor::from_floats({1, 2}, {2}, DType::bf16).str(),
+            "tensor([1., 2.], dtype=bfloat16)");
   EXPECT_EQ(Tensor::from_ints({1, -20, 3}, {3}).str(), "tensor([  1, -20,   3])");
   EXPECT_EQ(Tensor::from_ints({1, 0}, {2}, DType::boolean).str(), "tensor([ True, False])");
   EXPECT_EQ(Tensor::full({}, 2.0).str(), "tensor(2.)");
-  EXPECT_EQ(Tensor::from_floats({NAN, 1.5f, -INFINITY}, {3}).str(), "tensor([   nan, 1.5000,   -inf])");
+  EXPECT_EQ(Tensor::from_floats({NAN, 1.5f, -INFINITY}, {3}).str(),
+            "tensor([   nan, 1.5000,   -inf])");
   EXPECT_EQ(Tensor::arange(0, 8).view({2, 2, 2}).str(),
             "tensor([[[0., 1.],\n         [2., 3.]],\n\n        [[4., 5.],\n         [6., 7.]]])");
   const std::string big = Tensor::arange(0, 2000).str();

@@ -19,8 +19,8 @@ namespace headroom {
 
 inline constexpr Device kGpu{DeviceType::cuda, 0};
 
-#define REQUIRE_GPU()                                                                          \
-  do {                                                                                         \
+#define REQUIRE_GPU()                                                                        \
+  do {                                                                                       \
     if (!::headroom::cuda_is_available()) GTEST_SKIP() << "no CUDA device present: skipped"; \
   } while (0)
 
@@ -65,8 +65,7 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, Tolerance
   for (float v : b) largest = std::max(largest, static_cast<double>(std::abs(v)));
   size_t mismatches = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    const double bound =
-        tol.rtol * std::abs(b[i]) + tol.atol_fraction * largest + tol.atol + 1e-30;
+    const double bound = tol.rtol * std::abs(b[i]) + tol.atol_fraction * largest + tol.atol + 1e-30;
     const bool same_special = (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i];
     if (!same_special && !(std::abs(static_cast<double>(a[i]) - b[i]) <= bound) &&
         ++mismatches <= 5) {

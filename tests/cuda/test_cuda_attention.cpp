@@ -29,8 +29,8 @@ struct Config {
 };
 
 std::string name_of(const Config& c, DType dtype) {
-  return str_cat(dtype_name(dtype), " B", c.b, " Hq", c.hq, " Hkv", c.hkv, " Tq", c.tq, " Tk",
-                 c.tk, " D", c.d, c.causal ? " causal" : " full", " p", c.dropout_p,
+  return str_cat(dtype_name(dtype), " B", c.b, " Hq", c.hq, " Hkv", c.hkv, " Tq", c.tq, " Tk", c.tk,
+                 " D", c.d, c.causal ? " causal" : " full", " p", c.dropout_p,
                  c.transposed ? " transposed" : "");
 }
 
@@ -50,17 +50,23 @@ std::string name_of(const Config& c, DType dtype) {
 // f16 (floor 2.0e-3) and below 7.3e-7 in f32.
 double tolerance_of(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 2e-5;
-    case DType::bf16: return 1e-2;
-    default: return 3e-3;
+    case DType::f32:
+      return 2e-5;
+    case DType::bf16:
+      return 1e-2;
+    default:
+      return 3e-3;
   }
 }
 
 double floor_of(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 1.0 / 64;
-    case DType::f16: return 1.0 / 512;
-    default: return 0.0;
+    case DType::bf16:
+      return 1.0 / 64;
+    case DType::f16:
+      return 1.0 / 512;
+    default:
+      return 0.0;
   }
 }
 
@@ -87,8 +93,8 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
                     << " on the CPU (difference " << diff << ", bound " << bound << ")";
     }
   }
-  std::printf("measured: %s: max |gpu - cpu| / max |cpu| = %.3g (max |cpu| %.3g)\n",
-              what.c_str(), largest > 0 ? worst / largest : worst, largest);
+  std::printf("measured: %s: max |gpu - cpu| / max |cpu| = %.3g (max |cpu| %.3g)\n", what.c_str(),
+              largest > 0 ? worst / largest : worst, largest);
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements off";
 }
 

@@ -36,8 +36,8 @@ Tensor fp8_input(int64_t rows, int64_t cols, uint64_t seed) {
 
 TEST(CudaFp8, QuantizeMatchesTheCpuBitForBit) {
   REQUIRE_GPU();
-  const std::vector<Fp8BlockShape> blocks = {{0, 0, false}, {1, 32, true}, {1, 128, false},
-                                             {128, 128, false}};
+  const std::vector<Fp8BlockShape> blocks = {
+      {0, 0, false}, {1, 32, true}, {1, 128, false}, {128, 128, false}};
   for (const DType fp8 : {DType::f8_e4m3fn, DType::f8_e5m2}) {
     for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
       for (const Fp8BlockShape& block : blocks) {
@@ -53,8 +53,7 @@ TEST(CudaFp8, QuantizeMatchesTheCpuBitForBit) {
           Tensor scale_cpu = Tensor::full({1}, 3.0e3), scale_gpu = scale_cpu.to(kGpu);
           if (fp8_per_tensor(block)) {
             qc = fp8_quantize_tensorwise(x, fp8, scale_cpu, current, amax_cpu, counts_cpu);
-            qg = fp8_quantize_tensorwise(x.to(kGpu), fp8, scale_gpu, current, amax_gpu,
-                                         counts_gpu);
+            qg = fp8_quantize_tensorwise(x.to(kGpu), fp8, scale_gpu, current, amax_gpu, counts_gpu);
             expect_same_bits(amax_cpu.to_float_vector(), amax_gpu.to(kCPU).to_float_vector(),
                              "amax");
             expect_same_bits(scale_cpu.to_float_vector(), scale_gpu.to(kCPU).to_float_vector(),
@@ -77,9 +76,8 @@ TEST(CudaFp8, QuantizeMatchesTheCpuBitForBit) {
 
 TEST(CudaFp8, DelayedScalingUpdateMatchesTheCpu) {
   REQUIRE_GPU();
-  const Tensor history = Tensor::from_floats({3.0f, 0.0f, 7.0f, 1.0f, 0.0f, 0.0f, 2.0f, 9.0f,
-                                              1e-39f, 4.0f, 5.0f, 6.0f},
-                                             {3, 4});
+  const Tensor history = Tensor::from_floats(
+      {3.0f, 0.0f, 7.0f, 1.0f, 0.0f, 0.0f, 2.0f, 9.0f, 1e-39f, 4.0f, 5.0f, 6.0f}, {3, 4});
   const Tensor scaled_max = Tensor::from_floats({448.0f, 57344.0f, 224.0f}, {3});
   for (const AmaxComputeAlgo algo : {AmaxComputeAlgo::max, AmaxComputeAlgo::most_recent}) {
     const Tensor hc = history.clone(), hg = history.to(kGpu);
@@ -87,7 +85,7 @@ TEST(CudaFp8, DelayedScalingUpdateMatchesTheCpu) {
     const Tensor ic = Tensor::ones({3}), ig = ic.to(kGpu);
     need_kernel("test", kCPU, &Fp8Kernels::delayed_scaling_update)(hc, scaled_max, algo, sc, ic);
     need_kernel("test", kGpu, &Fp8Kernels::delayed_scaling_update)(hg, scaled_max.to(kGpu), algo,
-                                                                    sg, ig);
+                                                                   sg, ig);
     expect_same_bits(hc.to_float_vector(), hg.to(kCPU).to_float_vector(), "history");
     expect_same_bits(sc.to_float_vector(), sg.to(kCPU).to_float_vector(), "scale");
     expect_same_bits(ic.to_float_vector(), ig.to(kCPU).to_float_vector(), "scale_inv");
@@ -102,11 +100,14 @@ TEST(CudaFp8, CublasLtGemmMatchesTheCpuWithinSummationOrder) {
   // bf16 rounding (2^-7 relative).
   const int64_t m = 64, n = 48, k = 96;
   Generator g(3);
-  const Tensor a = Tensor::randn({m, k}, DType::f32, kCPU, &g).to(DType::f8_e4m3fn, Overflow::saturate);
-  const Tensor b = Tensor::randn({n, k}, DType::f32, kCPU, &g).to(DType::f8_e5m2, Overflow::saturate);
+  const Tensor a =
+      Tensor::randn({m, k}, DType::f32, kCPU, &g).to(DType::f8_e4m3fn, Overflow::saturate);
+  const Tensor b =
+      Tensor::randn({n, k}, DType::f32, kCPU, &g).to(DType::f8_e5m2, Overflow::saturate);
   const Tensor sa = Tensor::full({1}, 0.25), sb = Tensor::full({1}, 3.0);
   const Tensor bias = Tensor::randn({n}, DType::f32, kCPU, &g).to(DType::bf16);
-  const Tensor cc = Tensor::empty({m, n}, DType::bf16), cg = Tensor::empty({m, n}, DType::bf16, kGpu);
+  const Tensor cc = Tensor::empty({m, n}, DType::bf16),
+               cg = Tensor::empty({m, n}, DType::bf16, kGpu);
   need_kernel("test", kCPU, &GemmKernels::gemm_fp8)(a, sa, b, sb, cc, bias);
   need_kernel("test", kGpu, &GemmKernels::gemm_fp8)(a.to(kGpu), sa.to(kGpu), b.to(kGpu),
                                                     sb.to(kGpu), cg, bias.to(kGpu));

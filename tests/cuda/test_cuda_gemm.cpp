@@ -31,14 +31,16 @@
 namespace headroom {
 namespace {
 
-
 // Relative tolerance per output dtype: fp32 accumulation in another order (f32), plus the one
 // rounding of the result (bf16: 2^-8 relative, f16: 2^-11).
 double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 1e-2;
-    case DType::f16: return 2e-3;
-    default: return 1e-5;
+    case DType::bf16:
+      return 1e-2;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1e-5;
   }
 }
 
@@ -168,11 +170,12 @@ TEST(CudaGemm, EntryTransposesAlphaBetaAndAStridedC) {
         c.copy_(c0.to(kGpu));
         ops.gemm(trans_a, trans_b, a.to(kGpu), b.to(kGpu), 0.5f, 2.0f, c, GemmEpilogue::none,
                  Tensor());
-        const std::string what = std::string(dtype_name(dtype)) + " -> " +
-                                 dtype_name(c_dtype) + " trans " + std::to_string(t);
+        const std::string what = std::string(dtype_name(dtype)) + " -> " + dtype_name(c_dtype) +
+                                 " trans " + std::to_string(t);
         expect_near_reference(reference_gemm(trans_a, trans_b, a, b, 0.5f, 2.0f, c0), c,
                               tolerance(c_dtype), what);
-        const std::vector<float> pad = wide.narrow(1, n, 5).to(kCPU).to(DType::f32).contiguous().to_float_vector();
+        const std::vector<float> pad =
+            wide.narrow(1, n, 5).to(kCPU).to(DType::f32).contiguous().to_float_vector();
         EXPECT_TRUE(std::all_of(pad.begin(), pad.end(), [](float v) { return v == 7.0f; })) << what;
       }
     }
@@ -184,11 +187,11 @@ TEST(CudaGemm, EntryBroadcastsABatchWithStrideZero) {
   const GemmKernels& ops = cuda_ops();
   const int64_t batch = 5, m = 33, n = 17, k = 40;
   for (DType dtype : {DType::f32, DType::bf16}) {
-    const Tensor a = random({m, k}, dtype, 3);          // shared by every batch
+    const Tensor a = random({m, k}, dtype, 3);  // shared by every batch
     const Tensor b = random({batch, k, n}, dtype, 4);
     const Tensor c = Tensor::empty({batch, m, n}, dtype, kGpu);
-    ops.gemm(false, false, a.to(kGpu).unsqueeze(0).expand({batch, m, k}), b.to(kGpu), 1.0f, 0.0f,
-             c, GemmEpilogue::none, Tensor());
+    ops.gemm(false, false, a.to(kGpu).unsqueeze(0).expand({batch, m, k}), b.to(kGpu), 1.0f, 0.0f, c,
+             GemmEpilogue::none, Tensor());
     for (int64_t i = 0; i < batch; ++i) {
       const Tensor zero = Tensor::zeros({m, n});
       expect_near_reference(reference_gemm(false, false, a, b.select(0, i), 1.0f, 0.0f, zero),
@@ -244,8 +247,8 @@ TEST(CudaGemm, EntryBiasGradientEpilogues) {
         const std::vector<double> reference =
             of_a ? reference_gemm(true, false, g, x, 1.0f, 0.0f, zero)
                  : reference_gemm(true, false, x, g, 1.0f, 0.0f, zero);
-        const std::string what = std::string(dtype_name(dtype)) + " into " +
-                                 dtype_name(result) + (of_a ? " dbias of a" : " dbias of b");
+        const std::string what = std::string(dtype_name(dtype)) + " into " + dtype_name(result) +
+                                 (of_a ? " dbias of a" : " dbias of b");
         // The result dtype's rounding over fp32 accumulation (tolerance() above).
         expect_near_reference(reference, c, tolerance(result), what);
         expect_close(column_sums.to(result), db, tolerance(result), what + " sums");
@@ -267,8 +270,8 @@ void check_linear(DType dtype, WeightLayout layout, const LinearCase& s, bool wi
                            std::to_string(s.out) + (with_bias ? " bias" : "");
   const Shape w_shape = layout == WeightLayout::out_in ? Shape{s.out, s.in} : Shape{s.in, s.out};
   const Pair x = pair_of(random({s.rows, s.in}, dtype, 31), dtype);
-  const Pair w = pair_of(random(w_shape, dtype, 32, 1.0 / std::sqrt(static_cast<double>(s.in))),
-                         dtype);
+  const Pair w =
+      pair_of(random(w_shape, dtype, 32, 1.0 / std::sqrt(static_cast<double>(s.in))), dtype);
   const Pair b = pair_of(random({s.out}, dtype, 33), dtype);
   const Tensor g = random({s.rows, s.out}, dtype, 34);
   const Tensor ref = linear(x.cpu, w.cpu, with_bias ? b.cpu : Tensor(), layout);
@@ -403,8 +406,10 @@ TEST(CudaGemm, WorkspaceIsAllocatedOncePerStream) {
 // The GPU run allocates exactly what a meta dry run in the native pattern does.
 TEST(CudaGemm, AllocationsMatchAMetaDryRun) {
   REQUIRE_GPU();
-  { const Tensor warm = matmul(Tensor::ones({8, 8}, DType::bf16, kGpu),
-                               Tensor::ones({8, 8}, DType::bf16, kGpu)); }  // the workspace
+  {
+    const Tensor warm =
+        matmul(Tensor::ones({8, 8}, DType::bf16, kGpu), Tensor::ones({8, 8}, DType::bf16, kGpu));
+  }  // the workspace
   auto run = [](Device device) {
     Tensor x = Tensor::zeros({4, 128, 256}, DType::bf16, device).set_requires_grad(true);
     Tensor w = Tensor::zeros({384, 256}, DType::bf16, device).set_requires_grad(true);

@@ -108,13 +108,13 @@ TEST(CudaNccl, RefusesTensorsItCannotReduce) {
   // all_gather output that is not world_size times the input.
   EXPECT_THROW(comm->all_reduce(Tensor::zeros({4}), ReduceOp::sum), ValueError);
   EXPECT_THROW(comm->all_reduce(Tensor::zeros({4}, DType::i64, kGpu), ReduceOp::sum), ValueError);
-  EXPECT_THROW(comm->all_reduce(Tensor::zeros({4, 4}, DType::f32, kGpu).transpose(0, 1),
-                                ReduceOp::sum),
-               ValueError);
+  EXPECT_THROW(
+      comm->all_reduce(Tensor::zeros({4, 4}, DType::f32, kGpu).transpose(0, 1), ReduceOp::sum),
+      ValueError);
   EXPECT_THROW(comm->broadcast(Tensor::zeros({4}, DType::f32, kGpu), 1), ValueError);
-  EXPECT_THROW(comm->all_gather(Tensor::zeros({4}, DType::f32, kGpu),
-                                Tensor::zeros({8}, DType::f32, kGpu)),
-               ValueError);
+  EXPECT_THROW(
+      comm->all_gather(Tensor::zeros({4}, DType::f32, kGpu), Tensor::zeros({8}, DType::f32, kGpu)),
+      ValueError);
 }
 
 }  // namespace

@@ -27,9 +27,12 @@ namespace {
 // reference magnitude, for elements that cancel to near zero).
 double tolerance_of(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 1e-2;
-    case DType::f16: return 2e-3;
-    default: return 1e-5;
+    case DType::bf16:
+      return 1e-2;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1e-5;
   }
 }
 
@@ -96,9 +99,9 @@ NormRun run_norm(const NormCase& c, Device device, bool reference) {
   const DType dtype = reference ? DType::f32 : c.dtype;
   const DType wdtype = reference ? DType::f32 : c.weight_dtype;
   const Tensor x = leaf(random_tensor({c.rows, c.dim}, c.dtype, 1, 2.0f, 0.5f), dtype, device);
-  const Tensor w =
-      c.affine ? leaf(random_tensor({c.dim}, c.weight_dtype, 2, 0.5f, 1.0f), wdtype, device)
-               : Tensor();
+  const Tensor w = c.affine
+                       ? leaf(random_tensor({c.dim}, c.weight_dtype, 2, 0.5f, 1.0f), wdtype, device)
+                       : Tensor();
   const Tensor b = c.affine && c.centred
                        ? leaf(random_tensor({c.dim}, c.weight_dtype, 3, 0.2f), wdtype, device)
                        : Tensor();
@@ -134,8 +137,12 @@ TEST(CudaNorm, LayerNormMatchesTheCpu) {
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     // Odd sizes (scalar path), packed sizes, one row, rows above one backward block, a dim whose
     // partial sums do not fit in shared memory, and a large case.
-    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {3, 64}, {300, 768},
-                             {37, 6144}, {4099, 1024}}) {
+    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 1},
+                             {7, 33},
+                             {3, 64},
+                             {300, 768},
+                             {37, 6144},
+                             {4099, 1024}}) {
       check_norm({true, rows, dim, dtype, dtype, true});
     }
     check_norm({true, 129, 96, dtype, dtype, false});
@@ -147,8 +154,8 @@ TEST(CudaNorm, LayerNormMatchesTheCpu) {
 TEST(CudaNorm, RmsNormMatchesTheCpu) {
   REQUIRE_GPU();
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {300, 768},
-                             {37, 6144}, {4099, 1024}}) {
+    for (auto [rows, dim] :
+         {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {300, 768}, {37, 6144}, {4099, 1024}}) {
       check_norm({false, rows, dim, dtype, dtype, true});
     }
     check_norm({false, 17, 40, dtype, dtype, false});
@@ -182,11 +189,9 @@ LossRun run_cross_entropy(const Tensor& logits_value, const Tensor& targets, DTy
   return {loss.detach(), logits.grad()};
 }
 
-void check_cross_entropy(int64_t rows, int64_t vocab, DType dtype, DType index_dtype,
-                         double grad) {
-  const std::string what =
-      str_cat("cross_entropy [", rows, ", ", vocab, "] ", dtype_name(dtype), " targets ",
-              dtype_name(index_dtype), " grad ", grad);
+void check_cross_entropy(int64_t rows, int64_t vocab, DType dtype, DType index_dtype, double grad) {
+  const std::string what = str_cat("cross_entropy [", rows, ", ", vocab, "] ", dtype_name(dtype),
+                                   " targets ", dtype_name(index_dtype), " grad ", grad);
   const Tensor logits = random_tensor({rows, vocab}, dtype, 11, 3.0f);
   const Tensor targets = random_targets(rows, vocab, index_dtype, 12);
   const LossRun ref = run_cross_entropy(logits, targets, DType::f32, kCPU, grad);
@@ -201,8 +206,8 @@ void check_cross_entropy(int64_t rows, int64_t vocab, DType dtype, DType index_d
 TEST(CudaCrossEntropy, MatchesTheCpu) {
   REQUIRE_GPU();
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{1, 1}, {1, 7}, {37, 1001},
-                               {300, 1024}, {513, 4096}}) {
+    for (auto [rows, vocab] :
+         {std::pair<int64_t, int64_t>{1, 1}, {1, 7}, {37, 1001}, {300, 1024}, {513, 4096}}) {
       check_cross_entropy(rows, vocab, dtype, DType::i64, 1.0);
     }
     check_cross_entropy(64, 1000, dtype, DType::i32, 2.5);
@@ -261,8 +266,8 @@ struct FusedRun {
   Tensor loss, dx, dweight;
 };
 
-FusedRun run_fused(const Tensor& x_value, const Tensor& w_value, const Tensor& targets,
-                   DType dtype, Device device, int64_t chunk, double grad, bool retain) {
+FusedRun run_fused(const Tensor& x_value, const Tensor& w_value, const Tensor& targets, DType dtype,
+                   Device device, int64_t chunk, double grad, bool retain) {
   const Tensor x = leaf(x_value, dtype, device);
   const Tensor w = leaf(w_value, dtype, device);
   Tensor loss = linear_cross_entropy_chunked(x, w, targets.to(device), -100, chunk);
@@ -270,11 +275,11 @@ FusedRun run_fused(const Tensor& x_value, const Tensor& w_value, const Tensor& t
   return {loss.detach(), x.grad(), w.grad()};
 }
 
-void check_fused(int64_t rows, int64_t dim, int64_t vocab, int64_t chunk, DType dtype,
-                 double grad, bool retain) {
-  const std::string what = str_cat("linear_cross_entropy rows ", rows, " dim ", dim, " vocab ",
-                                   vocab, " chunk ", chunk, " ", dtype_name(dtype), " grad ",
-                                   grad, retain ? " retained" : "");
+void check_fused(int64_t rows, int64_t dim, int64_t vocab, int64_t chunk, DType dtype, double grad,
+                 bool retain) {
+  const std::string what =
+      str_cat("linear_cross_entropy rows ", rows, " dim ", dim, " vocab ", vocab, " chunk ", chunk,
+              " ", dtype_name(dtype), " grad ", grad, retain ? " retained" : "");
   const Tensor x = random_tensor({rows, dim}, dtype, 51);
   const Tensor w = random_tensor({vocab, dim}, dtype, 52, 0.2f);
   const Tensor targets = random_targets(rows, vocab, DType::i64, 53);
@@ -364,7 +369,8 @@ TEST(CudaNormLossMemory, MetaDryRunPlansTheGpuPeak) {
   const Tensor ids = random_targets(300, 1000, DType::i64, 69);
   expect_meta_plans_the_gpu("linear_cross_entropy", {hidden, head, ids}, {true, true, false},
                             [](const std::vector<Tensor>& t) {
-                              Tensor loss = linear_cross_entropy_chunked(t[0], t[1], t[2], -100, 128);
+                              Tensor loss =
+                                  linear_cross_entropy_chunked(t[0], t[1], t[2], -100, 128);
                               backward(loss);
                             });
 }

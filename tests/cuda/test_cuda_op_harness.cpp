@@ -33,11 +33,14 @@ namespace {
 Tolerance forward_tolerance(const OpCase& c, DType dtype) {
   const double accumulation = c.gpu_accumulation_atol_fraction;
   switch (dtype) {
-    case DType::bf16: return {1e-2 + c.low_precision_rtol,
-                              1e-5 + c.rounded_intermediate_units / 256.0 + accumulation};
-    case DType::f16: return {2e-3 + c.low_precision_rtol,
-                             1e-5 + c.rounded_intermediate_units / 2048.0 + accumulation};
-    default: return {1e-5, 1e-6 + accumulation};
+    case DType::bf16:
+      return {1e-2 + c.low_precision_rtol,
+              1e-5 + c.rounded_intermediate_units / 256.0 + accumulation};
+    case DType::f16:
+      return {2e-3 + c.low_precision_rtol,
+              1e-5 + c.rounded_intermediate_units / 2048.0 + accumulation};
+    default:
+      return {1e-5, 1e-6 + accumulation};
   }
 }
 
@@ -130,9 +133,7 @@ TEST_P(CudaOpHarness, AllocatesAsTheMetaDryRun) {
   for (DType dtype : case_dtypes(c)) {
     const Allocations gpu = measure(c, dtype, kGpu);
     Allocations meta;
-    {
-      meta = measure(c, dtype, kMeta);
-    }
+    { meta = measure(c, dtype, kMeta); }
     EXPECT_EQ(gpu.peak_growth, meta.peak_growth)
         << c.name << " in " << dtype_name(dtype) << ": peak allocated bytes differ";
     EXPECT_EQ(gpu.count, meta.count)

@@ -1,6 +1,7 @@
 // The fused optimizer updates, clip_grad_norm_ / grad_norm and the GradScaler on the GPU against
 // the CPU reference, for f32 / bf16 / f16 parameters and gradients, odd sizes, sizes above one
-// block and a large case; and each first step's allocations against a meta dry run. Skipped without a GPU.
+// block and a large case; and each first step's allocations against a meta dry run. Skipped without
+// a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,9 +35,12 @@ const Device kMetaDevice{DeviceType::meta, 0};
 // and a few fp32 ulps where an order of operations differs).
 double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 1e-2;
-    case DType::f16: return 2e-3;
-    default: return 1e-5;
+    case DType::bf16:
+      return 1e-2;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1e-5;
   }
 }
 
@@ -139,12 +143,10 @@ TEST(CudaOptim, AdamWMatchesTheCpu) {
   for (DType dtype : {DType::bf16, DType::f16}) {
     const std::string name = dtype_name(dtype);
     compare_steps(
-        [](auto& p) {
-          return std::make_unique<AdamW>(p, AdamWOptions{.kahan_summation = true});
-        },
+        [](auto& p) { return std::make_unique<AdamW>(p, AdamWOptions{.kahan_summation = true}); },
         kShapes, dtype, dtype, 3, 1.0, "adamw kahan " + name);
-    compare_steps([](auto& p) { return std::make_unique<AdamW>(p); }, kShapes, dtype, dtype, 3,
-                  1.0, "adamw stochastic " + name);
+    compare_steps([](auto& p) { return std::make_unique<AdamW>(p); }, kShapes, dtype, dtype, 3, 1.0,
+                  "adamw stochastic " + name);
     compare_steps(
         [](auto& p) {
           return std::make_unique<AdamW>(
@@ -205,8 +207,8 @@ TEST(CudaOptim, AdamW8bitMatchesTheCpu) {
   }
   // 16-bit parameters, rounded after the step and after the decay on both devices.
   for (DType dtype : {DType::bf16, DType::f16}) {
-    compare_steps([](auto& p) { return std::make_unique<AdamW8bit>(p); }, kShapes, dtype, dtype,
-                  3, 1.0, std::string("adamw8bit ") + dtype_name(dtype));
+    compare_steps([](auto& p) { return std::make_unique<AdamW8bit>(p); }, kShapes, dtype, dtype, 3,
+                  1.0, std::string("adamw8bit ") + dtype_name(dtype));
   }
 }
 
@@ -242,16 +244,18 @@ TEST(CudaOptim, Bnb8bitOn16BitParametersMatchesTheCpuBitForBit) {
       const Tensor grad = Tensor::randn({5000}, DType::f32, kCPU, &gen).to(dtype);
       for (Tensor* p : {&cpu_adam, &cpu_lion}) p->set_grad(grad);
       for (Tensor* p : {&gpu_adam, &gpu_lion}) p->set_grad(grad.to(kGpu));
-      for (Optimizer* o : std::initializer_list<Optimizer*>{&adam_cpu, &adam_gpu, &lion_cpu,
-                                                           &lion_gpu}) {
+      for (Optimizer* o :
+           std::initializer_list<Optimizer*>{&adam_cpu, &adam_gpu, &lion_cpu, &lion_gpu}) {
         o->step();
       }
     }
     const std::string name = dtype_name(dtype);
     EXPECT_EQ(adam_cpu.state(0, 0).state1.to_int64_vector(),
-              adam_gpu.state(0, 0).state1.to(kCPU).to_int64_vector()) << name;
+              adam_gpu.state(0, 0).state1.to(kCPU).to_int64_vector())
+        << name;
     EXPECT_EQ(lion_cpu.state(0, 0).state1.to_int64_vector(),
-              lion_gpu.state(0, 0).state1.to(kCPU).to_int64_vector()) << name;
+              lion_gpu.state(0, 0).state1.to(kCPU).to_int64_vector())
+        << name;
     expect_close(lion_cpu.state(0, 0).absmax1, lion_gpu.state(0, 0).absmax1, 0.0,
                  "lion8bit absmax1 " + name);
     expect_close(cpu_adam, gpu_adam, 0.0, "adamw8bit parameter " + name);
@@ -299,12 +303,12 @@ TEST(CudaOptim, LionAndSgdMatchTheCpu) {
         kShapes, dtype, DType::f32, 3, 1.0, "sgd nesterov " + name);
     compare_steps(
         [](auto& p) {
-          return std::make_unique<SGD>(p, SGDOptions{.lr = 0.01, .momentum = 0.9,
-                                                     .dampening = 0.1});
+          return std::make_unique<SGD>(p,
+                                       SGDOptions{.lr = 0.01, .momentum = 0.9, .dampening = 0.1});
         },
         kShapes, dtype, dtype, 3, 1.0, "sgd dampening " + name);
-    compare_steps([](auto& p) { return std::make_unique<SGD>(p, SGDOptions{.lr = 0.01}); },
-                  kShapes, dtype, dtype, 2, 1.0, "sgd plain " + name);
+    compare_steps([](auto& p) { return std::make_unique<SGD>(p, SGDOptions{.lr = 0.01}); }, kShapes,
+                  dtype, dtype, 2, 1.0, "sgd plain " + name);
   }
 }
 
@@ -312,13 +316,15 @@ TEST(CudaOptim, AdafactorMatchesTheCpu) {
   REQUIRE_GPU();
   for (DType dtype : {DType::f32, DType::bf16}) {
     const std::string name = dtype_name(dtype);
-    compare_steps([](auto& p) { return std::make_unique<Adafactor>(p); }, kShapes, dtype, dtype,
-                  3, 1.0, "adafactor relative step " + name);
+    compare_steps([](auto& p) { return std::make_unique<Adafactor>(p); }, kShapes, dtype, dtype, 3,
+                  1.0, "adafactor relative step " + name);
     compare_steps(
         [](auto& p) {
-          return std::make_unique<Adafactor>(
-              p, AdafactorOptions{.lr = 1e-3, .beta1 = 0.9, .weight_decay = 0.01,
-                                  .scale_parameter = false, .relative_step = false});
+          return std::make_unique<Adafactor>(p, AdafactorOptions{.lr = 1e-3,
+                                                                 .beta1 = 0.9,
+                                                                 .weight_decay = 0.01,
+                                                                 .scale_parameter = false,
+                                                                 .relative_step = false});
         },
         kShapes, dtype, DType::f32, 3, 1.0, "adafactor beta1 " + name);
   }

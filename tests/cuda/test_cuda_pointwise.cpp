@@ -40,9 +40,12 @@ struct Tolerance {
 // A few ulps of each dtype; `abs` covers results that cancel to near zero.
 Tolerance tolerance_for(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return {1e-2, 1e-2};
-    case DType::f16: return {2e-3, 2e-3};
-    default: return {1e-5, 1e-5};
+    case DType::bf16:
+      return {1e-2, 1e-2};
+    case DType::f16:
+      return {2e-3, 2e-3};
+    default:
+      return {1e-5, 1e-5};
   }
 }
 
@@ -131,18 +134,17 @@ void check_op(const std::string& what, const Op& op, const std::vector<Tensor>& 
     out_dtype = probe.dtype();
   }
   Generator generator(seed);
-  const Tensor grad_out =
-      Tensor::randn(out_shape, DType::f32, kCPU, &generator).to(out_dtype);
-  {
-    meta = run_on(kMeta, op, inputs, grad_out);
-  }
+  const Tensor grad_out = Tensor::randn(out_shape, DType::f32, kCPU, &generator).to(out_dtype);
+  { meta = run_on(kMeta, op, inputs, grad_out); }
   const Run cpu = run_on(kCPU, op, inputs, grad_out);
   const Run gpu = run_on(kGpu, op, inputs, grad_out);
   EXPECT_EQ(gpu.peak, meta.peak) << "GPU peak allocated against the meta dry run";
   EXPECT_EQ(meta.out.dtype(), gpu.out.dtype());
   auto compare = [&](const Tensor& a, const Tensor& e, const std::string& name) {
-    if (exact) expect_bitwise_equal(a, e, name);
-    else expect_close(a, e, tol, name);
+    if (exact)
+      expect_bitwise_equal(a, e, name);
+    else
+      expect_close(a, e, tol, name);
   };
   compare(gpu.out, cpu.out, what + " forward");
   ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
@@ -174,13 +176,16 @@ TEST(CudaPointwise, ActivationsMatchTheCpu) {
   for (DType dtype : kDtypes) {
     for (const Shape& shape : kPointwiseShapes) {
       const Tensor x = random(shape, dtype, 11, 3.0);
-      check_op(name_of("gelu", dtype, shape), [](auto& in) { return gelu(in[0]); }, {x},
-               tolerance_for(dtype));
-      check_op(name_of("silu", dtype, shape), [](auto& in) { return silu(in[0]); }, {x},
-               tolerance_for(dtype));
+      check_op(
+          name_of("gelu", dtype, shape), [](auto& in) { return gelu(in[0]); }, {x},
+          tolerance_for(dtype));
+      check_op(
+          name_of("silu", dtype, shape), [](auto& in) { return silu(in[0]); }, {x},
+          tolerance_for(dtype));
       const Tensor up = random(shape, dtype, 12);
-      check_op(name_of("swiglu", dtype, shape), [](auto& in) { return swiglu(in[0], in[1]); },
-               {x, up}, tolerance_for(dtype));
+      check_op(
+          name_of("swiglu", dtype, shape), [](auto& in) { return swiglu(in[0], in[1]); }, {x, up},
+          tolerance_for(dtype));
     }
   }
 }
@@ -191,8 +196,10 @@ TEST(CudaPointwise, ActivationTailsMatchTheCpu) {
   const Tensor x = Tensor::from_floats({-100.0f, -88.5f, -20.0f, -9.5f, -0.7f, -0.3f, -0.0f, 0.0f,
                                         1e-30f, 0.3f, 0.7f, 9.5f, 20.0f, 88.5f, 100.0f},
                                        {15});
-  check_op("gelu tails", [](auto& in) { return gelu(in[0]); }, {x}, tolerance_for(DType::f32));
-  check_op("silu tails", [](auto& in) { return silu(in[0]); }, {x}, tolerance_for(DType::f32));
+  check_op(
+      "gelu tails", [](auto& in) { return gelu(in[0]); }, {x}, tolerance_for(DType::f32));
+  check_op(
+      "silu tails", [](auto& in) { return silu(in[0]); }, {x}, tolerance_for(DType::f32));
 }
 
 TEST(CudaPointwise, BinaryOpsWithBroadcastingMatchTheCpu) {
@@ -221,20 +228,23 @@ TEST(CudaPointwise, BinaryOpsWithBroadcastingMatchTheCpu) {
     }
   }
   // Mixed dtypes compute in f32.
-  check_op("add bf16 + f32", [](auto& in) { return add(in[0], in[1]); },
-           {random(Shape{5, 300}, DType::bf16, 29), random(Shape{300}, DType::f32, 30)},
-           tolerance_for(DType::f32));
-  check_op("mul f16 * bf16", [](auto& in) { return mul(in[0], in[1]); },
-           {random(Shape{1000}, DType::f16, 31), random(Shape{1000}, DType::bf16, 32)},
-           tolerance_for(DType::f32));
+  check_op(
+      "add bf16 + f32", [](auto& in) { return add(in[0], in[1]); },
+      {random(Shape{5, 300}, DType::bf16, 29), random(Shape{300}, DType::f32, 30)},
+      tolerance_for(DType::f32));
+  check_op(
+      "mul f16 * bf16", [](auto& in) { return mul(in[0], in[1]); },
+      {random(Shape{1000}, DType::f16, 31), random(Shape{1000}, DType::bf16, 32)},
+      tolerance_for(DType::f32));
 }
 
 TEST(CudaPointwise, ScaleMatchesTheCpuBitForBit) {
   REQUIRE_GPU();
   for (DType dtype : kDtypes) {
     for (const Shape& shape : kPointwiseShapes) {
-      check_op(name_of("scale", dtype, shape), [](auto& in) { return scale(in[0], -0.37); },
-               {random(shape, dtype, 41)}, tolerance_for(dtype), /*exact=*/true);
+      check_op(
+          name_of("scale", dtype, shape), [](auto& in) { return scale(in[0], -0.37); },
+          {random(shape, dtype, 41)}, tolerance_for(dtype), /*exact=*/true);
     }
   }
 }
@@ -269,16 +279,17 @@ TEST(CudaPointwise, CastListMatchesTheCpuBitForBit) {
 TEST(CudaPointwise, FullReductionsMatchTheCpu) {
   REQUIRE_GPU();
   using Reduce = Tensor (*)(const Tensor&);
-  const std::pair<const char*, Reduce> ops[] = {
-      {"sum", static_cast<Reduce>(sum)}, {"mean", static_cast<Reduce>(mean)}};
+  const std::pair<const char*, Reduce> ops[] = {{"sum", static_cast<Reduce>(sum)},
+                                                {"mean", static_cast<Reduce>(mean)}};
   // One block up to kSumAllOneBlock elements, two passes above.
   const std::vector<Shape> shapes = {Shape{1}, Shape{1000}, Shape{kSumAllOneBlock},
                                      Shape{kSumAllOneBlock + 1}, Shape{3, 1 << 20}};
   for (DType dtype : kDtypes) {
     for (const auto& [name, op] : ops) {
       for (const Shape& shape : shapes) {
-        check_op(name_of(name, dtype, shape), [op = op](auto& in) { return op(in[0]); },
-                 {random(shape, dtype, 51)}, tolerance_for(dtype));
+        check_op(
+            name_of(name, dtype, shape), [op = op](auto& in) { return op(in[0]); },
+            {random(shape, dtype, 51)}, tolerance_for(dtype));
       }
     }
   }
@@ -300,17 +311,19 @@ TEST(CudaPointwise, DimReductionsMatchTheCpu) {
     Shape shape;
     int64_t dim;
   };
-  const Case cases[] = {{Shape{8, 50, 30}, 0},   {Shape{8, 50, 30}, 1}, {Shape{8, 50, 30}, 2},
-                        {Shape{1000, 3001}, 1},  {Shape{5000, 7}, 0},   {Shape{3, 70000}, 1},
+  const Case cases[] = {{Shape{8, 50, 30}, 0},     {Shape{8, 50, 30}, 1}, {Shape{8, 50, 30}, 2},
+                        {Shape{1000, 3001}, 1},    {Shape{5000, 7}, 0},   {Shape{3, 70000}, 1},
                         {Shape{16, 1024, 768}, 0}, {Shape{17}, 0}};
   for (DType dtype : kDtypes) {
     for (const Case& c : cases) {
       const Tensor x = random(c.shape, dtype, 61);
       const int64_t dim = c.dim;
-      check_op(name_of("sum dim", dtype, c.shape) + " " + std::to_string(dim),
-               [dim](auto& in) { return sum(in[0], dim, false); }, {x}, tolerance_for(dtype));
-      check_op(name_of("mean dim", dtype, c.shape) + " " + std::to_string(dim),
-               [dim](auto& in) { return mean(in[0], dim, true); }, {x}, tolerance_for(dtype));
+      check_op(
+          name_of("sum dim", dtype, c.shape) + " " + std::to_string(dim),
+          [dim](auto& in) { return sum(in[0], dim, false); }, {x}, tolerance_for(dtype));
+      check_op(
+          name_of("mean dim", dtype, c.shape) + " " + std::to_string(dim),
+          [dim](auto& in) { return mean(in[0], dim, true); }, {x}, tolerance_for(dtype));
     }
   }
 }
@@ -321,15 +334,16 @@ TEST(CudaPointwise, SoftmaxMatchesTheCpu) {
     Shape shape;
     int64_t dim;
   };
-  const Case cases[] = {{Shape{13, 1}, 1},      {Shape{3, 2}, 0},        {Shape{8, 1000}, -1},
-                        {Shape{4, 129, 5}, 1},  {Shape{2, 3, 77}, 1},    {Shape{37, 50304}, 1},
+  const Case cases[] = {{Shape{13, 1}, 1},        {Shape{3, 2}, 0},     {Shape{8, 1000}, -1},
+                        {Shape{4, 129, 5}, 1},    {Shape{2, 3, 77}, 1}, {Shape{37, 50304}, 1},
                         {Shape{64, 12, 255}, -1}, {Shape{300, 33}, 0}};
   for (DType dtype : kDtypes) {
     for (const Case& c : cases) {
       const int64_t dim = c.dim;
-      check_op(name_of("softmax", dtype, c.shape) + " dim " + std::to_string(dim),
-               [dim](auto& in) { return softmax(in[0], dim); }, {random(c.shape, dtype, 71, 4.0)},
-               tolerance_for(dtype));
+      check_op(
+          name_of("softmax", dtype, c.shape) + " dim " + std::to_string(dim),
+          [dim](auto& in) { return softmax(in[0], dim); }, {random(c.shape, dtype, 71, 4.0)},
+          tolerance_for(dtype));
     }
   }
 }
@@ -392,18 +406,21 @@ TEST(CudaPointwise, EmbeddingMatchesTheCpuBitForBit) {
     int64_t num_embeddings, dim;
     Shape ids;
   };
-  const Case cases[] = {{50, 24, Shape{4, 7}},       {7, 1, Shape{300}},
-                        {3000, 33, Shape{2, 513}},   {50304, 64, Shape{16, 512}},
+  const Case cases[] = {{50, 24, Shape{4, 7}},
+                        {7, 1, Shape{300}},
+                        {3000, 33, Shape{2, 513}},
+                        {50304, 64, Shape{16, 512}},
                         {1025, 768, Shape{4, 300}}};
   for (DType dtype : kDtypes) {
     for (DType id_dtype : {DType::i32, DType::i64}) {
       for (const Case& c : cases) {
         const Tensor weight = random(Shape{c.num_embeddings, c.dim}, dtype, 101);
         const Tensor ids = random_ids(c.ids, c.num_embeddings, id_dtype, 102);
-        check_op(name_of("embedding", dtype, Shape{c.num_embeddings, c.dim}) + " ids " +
-                     dtype_name(id_dtype),
-                 [](auto& in) { return embedding(in[0], in[1]); }, {weight, ids},
-                 tolerance_for(dtype), /*exact=*/true);
+        check_op(
+            name_of("embedding", dtype, Shape{c.num_embeddings, c.dim}) + " ids " +
+                dtype_name(id_dtype),
+            [](auto& in) { return embedding(in[0], in[1]); }, {weight, ids}, tolerance_for(dtype),
+            /*exact=*/true);
       }
     }
   }

@@ -19,8 +19,8 @@ TEST(CudaQuantization, Linear4bitMatchesTheCpuKernel) {
   for (const bool nested : {false, true}) {
     for (const Quant4bitType type : {Quant4bitType::nf4, Quant4bitType::fp4}) {
       for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-        SCOPED_TRACE(str_cat(quant_4bit_type_name(type), nested ? " nested " : " ",
-                             dtype_name(dtype)));
+        SCOPED_TRACE(
+            str_cat(quant_4bit_type_name(type), nested ? " nested " : " ", dtype_name(dtype)));
         Quant4bitConfig config;
         config.quant_type = type;
         config.double_quant = nested;

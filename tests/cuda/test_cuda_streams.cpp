@@ -118,8 +118,7 @@ TEST(CudaStreams, NonBlockingCopiesFromPinnedMemory) {
   EXPECT_FALSE(x.is_pinned());
   EXPECT_EQ(pinned.to_float_vector(), x.to_float_vector());
   // On the current (default) stream: a later synchronous read is ordered after it.
-  EXPECT_EQ(pinned.to(kGpu, /*non_blocking=*/true).to(kCPU).to_float_vector(),
-            x.to_float_vector());
+  EXPECT_EQ(pinned.to(kGpu, /*non_blocking=*/true).to(kCPU).to_float_vector(), x.to_float_vector());
   // On the copy stream, with the default stream waiting for it.
   const StreamId compute = current_stream(kGpu);
   Tensor on_gpu;
@@ -168,7 +167,8 @@ std::shared_ptr<const TokenCorpus> counting_corpus(int64_t n) {
   const std::filesystem::path path =
       std::filesystem::temp_directory_path() / str_cat("headroom_cuda_streams_", n, ".txt");
   std::string text(static_cast<size_t>(n), '\0');
-  for (int64_t i = 0; i < n; ++i) text[static_cast<size_t>(i)] = static_cast<char>(i % 127 + 1);  // ASCII: text
+  for (int64_t i = 0; i < n; ++i)
+    text[static_cast<size_t>(i)] = static_cast<char>(i % 127 + 1);  // ASCII: text
   std::ofstream(path, std::ios::binary) << text;
   auto corpus = load_token_corpus(path.string(), ByteTokenizer());
   std::filesystem::remove(path);
@@ -180,8 +180,8 @@ TEST(CudaStreams, DataLoaderBatchesCrossOnTheCopyStream) {
   std::shared_ptr<const TokenCorpus> corpus = counting_corpus(64 * 1024 + 1);
   for (int64_t workers : {0, 2}) {
     SCOPED_TRACE(str_cat(workers, " workers"));
-    const DataLoaderOptions options{.batch_size = 8, .seed = 7, .num_workers = workers,
-                                    .pin_memory = true};
+    const DataLoaderOptions options{
+        .batch_size = 8, .seed = 7, .num_workers = workers, .pin_memory = true};
     DataLoaderBatchSource on_cpu(split_train_eval(corpus, 255, 0), options, std::nullopt, kCPU);
     DataLoaderBatchSource on_gpu(split_train_eval(corpus, 255, 0), options, std::nullopt, kGpu);
     const StreamId copy = copy_stream(kGpu);

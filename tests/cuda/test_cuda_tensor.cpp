@@ -27,8 +27,8 @@ Tensor conversion_inputs() {
     std::memcpy(&f, &state, 4);
     v.push_back(f);
   }
-  for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 448.0f, 464.0f, 480.0f, 57344.0f,
-                  61440.0f, 65504.0f, 65520.0f, 1e-8f, 5.96e-8f, 2.98e-8f}) {
+  for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f,
+                  65504.0f, 65520.0f, 1e-8f, 5.96e-8f, 2.98e-8f}) {
     v.push_back(x);
   }
   return Tensor::from_floats(v, {static_cast<int64_t>(v.size())});
@@ -80,7 +80,8 @@ TEST(Cuda, FillArangeAndStridedCopies) {
             x.select(1, 3).expand({2, 4, 9}).to(DType::bf16).to_float_vector());
   Tensor dst = Tensor::zeros({9, 4}, DType::f32, kGpu);
   dst.transpose(0, 1).copy_(x.select(1, 0));  // CPU source into a strided GPU destination
-  EXPECT_EQ(dst.transpose(0, 1).contiguous().to_float_vector(), x.select(1, 0).contiguous().to_float_vector());
+  EXPECT_EQ(dst.transpose(0, 1).contiguous().to_float_vector(),
+            x.select(1, 0).contiguous().to_float_vector());
   EXPECT_EQ(xg.str().find("device='cuda:0'") != std::string::npos, true);
   EXPECT_THROW(Tensor::empty({2}, DType::f32, kMeta).to(kGpu).to(kCPU), Error);
 }
@@ -97,10 +98,10 @@ TEST(Cuda, CachingAllocatorOverDeviceMemoryMatchesMeta) {
   auto script = [](Device device) {
     reset_accumulated_memory_stats(device);
     reset_peak_memory_stats(device);
-    Tensor a = Tensor::empty({1000}, DType::f32, device);          // 4096 B, small pool
-    Tensor b = Tensor::empty({3 << 20}, DType::u8, device);        // 3 MiB of a 20 MiB segment
+    Tensor a = Tensor::empty({1000}, DType::f32, device);         // 4096 B, small pool
+    Tensor b = Tensor::empty({3 << 20}, DType::u8, device);       // 3 MiB of a 20 MiB segment
     { Tensor c = Tensor::empty({25 << 20}, DType::u8, device); }  // a whole 26 MiB segment
-    Tensor d = Tensor::empty({18 << 20}, DType::u8, device);       // reuses and splits it
+    Tensor d = Tensor::empty({18 << 20}, DType::u8, device);      // reuses and splits it
     a = Tensor();
     empty_cache(device);
     return memory_stats(device);
@@ -121,7 +122,8 @@ TEST(Cuda, OutOfMemoryReportsTheDevice) {
     FAIL() << "expected an OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("cuda:0 out of memory. Tried to allocate 100.00 MiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cuda:0 out of memory. Tried to allocate 100.00 MiB"), std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("has a total capacity of"), std::string::npos) << msg;
     EXPECT_NE(msg.find("Its capacity limit is"), std::string::npos) << msg;
   }

@@ -90,7 +90,7 @@ struct RunResult {
   std::vector<double> losses;
   std::vector<Tensor> initial;  // on the CPU, f32
   std::vector<Tensor> final;
-  int64_t peak_allocated = 0;   // from after the Trainer's construction, as the dry run counts
+  int64_t peak_allocated = 0;  // from after the Trainer's construction, as the dry run counts
 };
 
 std::vector<Tensor> parameters_on_cpu(Trainer& trainer) {

@@ -57,12 +57,14 @@ class HexPairTokenizer final : public Tokenizer {
  public:
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> ids(text.size() / 2);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (text[2 * i] - 'a') * 16 + (text[2 * i + 1] - 'a');
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = (text[2 * i] - 'a') * 16 + (text[2 * i + 1] - 'a');
     return ids;
   }
   std::string decode(std::span<const int32_t> ids) const override {
     std::string text;
-    for (int32_t id : ids) text += {static_cast<char>('a' + id / 16), static_cast<char>('a' + id % 16)};
+    for (int32_t id : ids)
+      text += {static_cast<char>('a' + id / 16), static_cast<char>('a' + id % 16)};
     return text;
   }
   int64_t vocab_size() const override { return 256; }

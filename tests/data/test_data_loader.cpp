@@ -95,8 +95,8 @@ TEST(EpochPermutation, IsAFixedFunctionOfSeedAndEpoch) {
   EXPECT_EQ(epoch_permutation(10, 42, 0), (std::vector<int64_t>{0, 9, 1, 7, 5, 6, 8, 2, 3, 4}));
   EXPECT_EQ(epoch_permutation(10, 42, 3), (std::vector<int64_t>{9, 7, 6, 2, 3, 8, 1, 0, 5, 4}));
   EXPECT_EQ(epoch_permutation(25, (uint64_t{1} << 40) + 7, (int64_t{1} << 33) + 1),
-            (std::vector<int64_t>{0, 14, 3, 23, 19, 16, 18, 4, 12, 8, 17, 5, 20, 21, 22, 15, 9, 1,
-                                  10, 11, 13, 7, 2, 6, 24}));
+            (std::vector<int64_t>{0,  14, 3,  23, 19, 16, 18, 4,  12, 8, 17, 5, 20,
+                                  21, 22, 15, 9,  1,  10, 11, 13, 7,  2, 6,  24}));
   EXPECT_TRUE(epoch_permutation(0, 1, 0).empty());
   EXPECT_EQ(epoch_permutation(1, 1, 0), (std::vector<int64_t>{0}));
 }
@@ -135,9 +135,13 @@ TEST(DataLoader, WorkersGiveExactlyTheBatchesOfNoWorkers) {
   for (int64_t workers : {1, 2, 3, 7}) {
     for (int64_t prefetch : {1, 2, 5}) {
       for (bool persistent : {false, true}) {
-        SCOPED_TRACE(str_cat(workers, " workers, prefetch ", prefetch, ", persistent ", persistent));
-        DataLoader loader(data, {.batch_size = 5, .seed = 3, .num_workers = workers,
-                                 .prefetch_factor = prefetch, .persistent_workers = persistent,
+        SCOPED_TRACE(
+            str_cat(workers, " workers, prefetch ", prefetch, ", persistent ", persistent));
+        DataLoader loader(data, {.batch_size = 5,
+                                 .seed = 3,
+                                 .num_workers = workers,
+                                 .prefetch_factor = prefetch,
+                                 .persistent_workers = persistent,
                                  .pin_memory = true});
         EXPECT_EQ(run_epochs(loader, 3), expected);
       }
@@ -164,7 +168,7 @@ TEST(DataLoader, AbandoningAnEpochMidwayWithWorkersIsSafe) {
 TEST(DataLoader, ResumedLoaderContinuesWithTheNextBatch) {
   TempDir dir;
   const PackedSequences data(counting_corpus(dir, 1000), 0, 1000, 8);  // 124 sequences
-  const DataLoaderOptions options{.batch_size = 8, .seed = 11};  // 16 batches, the last of 4
+  const DataLoaderOptions options{.batch_size = 8, .seed = 11};        // 16 batches, the last of 4
   DataLoader uninterrupted(data, options);
   const std::vector<Values> expected = run_epochs(uninterrupted, 3);  // 17 entries per epoch
 
@@ -202,7 +206,9 @@ TEST(DataLoaderState, JsonFieldsAndErrors) {
                                                        "seed": 1234})"));
   EXPECT_EQ(DataLoaderState::from_json(state.to_json(), "x"), state);
   expect_error<ValueError>(
-      [] { DataLoaderState::from_json(nlohmann::json::parse(R"({"epoch": 1, "seed": 2})"), "s.json"); },
+      [] {
+        DataLoaderState::from_json(nlohmann::json::parse(R"({"epoch": 1, "seed": 2})"), "s.json");
+      },
       {"s.json", "no \"batch_index\" field"});
   expect_error<ValueError>(
       [] {
@@ -232,11 +238,16 @@ TEST(DataLoader, BadOptionsAndStatesAreErrors) {
                            {"dataloader_persistent_workers", "dataloader_num_workers > 0"});
   expect_error<ValueError>([&] { DataLoader(data, {.num_workers = -1}); },
                            {"dataloader_num_workers is -1"});
-  expect_error<ValueError>([&] { DataLoader(data, {.batch_size = 4}, DataLoaderState{0, 4, 42}); },
-                           {"batch_index is 4", "outside 0..3"});
+  expect_error<ValueError>(
+      [&] {
+        DataLoader(data, {.batch_size = 4}, DataLoaderState{0, 4, 42});
+      },
+      {"batch_index is 4", "outside 0..3"});
   // An epoch whose batch count overflows the batches consumed (issue 19).
   expect_error<ValueError>(
-      [&] { DataLoader(data, {.batch_size = 4}, DataLoaderState{int64_t{1} << 61, 0, 42}); },
+      [&] {
+        DataLoader(data, {.batch_size = 4}, DataLoaderState{int64_t{1} << 61, 0, 42});
+      },
       {"epoch is 2305843009213693952", "2^62"});
   EXPECT_NO_THROW(DataLoader(data, {.batch_size = 4}, DataLoaderState{1000000, 3, 42}));
 }

@@ -26,10 +26,16 @@ TEST(DataLoaderPinMemory, PinsBatchesForAGpu) {
   for (int64_t workers : {0, 2}) {
     SCOPED_TRACE(str_cat(workers, " workers"));
     DataLoader plain(data, {.batch_size = 4, .seed = 5, .num_workers = workers});
-    DataLoader pinning(data, {.batch_size = 4, .seed = 5, .num_workers = workers,
-                              .pin_memory = true, .pin_memory_device = kGpu});
-    DataLoader for_cpu(data, {.batch_size = 4, .seed = 5, .num_workers = workers,
-                              .pin_memory = true, .pin_memory_device = kCPU});
+    DataLoader pinning(data, {.batch_size = 4,
+                              .seed = 5,
+                              .num_workers = workers,
+                              .pin_memory = true,
+                              .pin_memory_device = kGpu});
+    DataLoader for_cpu(data, {.batch_size = 4,
+                              .seed = 5,
+                              .num_workers = workers,
+                              .pin_memory = true,
+                              .pin_memory_device = kCPU});
     while (auto expected = plain.next()) {
       const std::optional<TokenBatch> batch = pinning.next();
       const std::optional<TokenBatch> cpu_batch = for_cpu.next();

@@ -44,7 +44,7 @@ TEST(PackedSequences, StrideOfTPlusOneGivesDisjointWindows) {
   ASSERT_EQ(windows.size(), 2);  // floor(11 / 4): tokens 8..10 do not fill a window
   EXPECT_EQ(sequence(windows, 0), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(sequence(windows, 1), (std::vector<int64_t>{4, 5, 6, 7}));
-  EXPECT_EQ(PackedSequences(corpus, 3, 11, 3, 4).size(), 2);  // exactly two windows
+  EXPECT_EQ(PackedSequences(corpus, 3, 11, 3, 4).size(), 2);       // exactly two windows
   EXPECT_THROW(PackedSequences(corpus, 0, 11, 3, 5), ValueError);  // would skip tokens
 }
 
@@ -93,8 +93,7 @@ TEST(SplitTrainEval, TooSmallCorpusNamesTheFileAndCounts) {
                            {twenty->source(), "19 tokens) for eval", "1 are left", "needs 10"});
   expect_error<ValueError>([&] { split_train_eval(twenty, 9, 100.0); },
                            {"validation_split_percentage is 100", "[0, 100)"});
-  expect_error<ValueError>([&] { split_train_eval(twenty, 0, 5.0); },
-                           {"max_seq_length is 0"});
+  expect_error<ValueError>([&] { split_train_eval(twenty, 0, 5.0); }, {"max_seq_length is 0"});
 }
 
 }  // namespace

@@ -140,7 +140,9 @@ TEST(TextSource, DirectorySkipsOutputDirCheckpointsAndCachesWithANote) {
 TEST(TextSource, BinaryAndNonUtf8FilesAreErrorsNamingFileAndOffset) {
   TempDir dir;
   const std::string elf = dir.file("ls");
-  write_bytes(elf, std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10));
+  write_bytes(elf, std::string("\x7f"
+                               "ELF\x02\x01\x01\0\0\0",
+                               10));
   expect_error<ValueError>([&] { read_text_documents(elf); },
                            {elf, "binary", "NUL byte at offset 7"});
   fs_mkdir(dir.file("bin"));

@@ -117,7 +117,7 @@ TEST(TokenCorpus, TruncatedAlteredOrForeignCacheIsRebuilt) {
   std::string altered = good;
   altered[48 + 4] ^= 1;  // one token byte: the checksum catches it
   std::string lying = good;
-  lying[16] += 1;        // the header claims one token more than the file holds
+  lying[16] += 1;  // the header claims one token more than the file holds
   std::string other_key = good;
   other_key[24] ^= 1;
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -171,7 +171,8 @@ TEST(TokenCorpus, ThreadCountDoesNotChangeTheTokens) {
   }
   write_bytes(dir.file("big.jsonl"), jsonl);
   CountingTokenizer serial_tokenizer, threaded_tokenizer;
-  const auto serial = load_token_corpus(dir.file("big.jsonl"), serial_tokenizer, {.num_threads = 1});
+  const auto serial =
+      load_token_corpus(dir.file("big.jsonl"), serial_tokenizer, {.num_threads = 1});
   const auto threaded =
       load_token_corpus(dir.file("big.jsonl"), threaded_tokenizer, {.num_threads = 4});
   EXPECT_EQ(threaded_tokenizer.calls, 4000);

@@ -30,8 +30,8 @@ std::vector<Tensor> meta_params(const std::vector<std::pair<int64_t, DType>>& si
 TEST(GradientBucketAssignment, FirstBucketOneMibThenTwentyFiveInReverseOrder) {
   // 16 f32 parameters of 512 KiB (128 Ki elements): reversed, the first bucket closes at 1 MiB
   // (2 parameters), the next ones at 25 MiB would need 50; so the other 14 share the last bucket.
-  const std::vector<Tensor> params = meta_params(std::vector<std::pair<int64_t, DType>>(
-      16, {128 << 10, DType::f32}));
+  const std::vector<Tensor> params =
+      meta_params(std::vector<std::pair<int64_t, DType>>(16, {128 << 10, DType::f32}));
   const auto buckets = gradient_bucket_assignment(params, {});
   ASSERT_EQ(buckets.size(), 2u);
   EXPECT_EQ(buckets[0], (std::vector<size_t>{15, 14}));
@@ -58,9 +58,9 @@ class ScopedEnv {
  public:
   using Values = std::vector<std::pair<const char*, const char*>>;
   explicit ScopedEnv(Values values) {
-    for (const char* name : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                             "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "RANK",
-                             "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+    for (const char* name :
+         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+          "OMPI_COMM_WORLD_LOCAL_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
       const char* old = std::getenv(name);
       saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
       ::unsetenv(name);
@@ -83,9 +83,12 @@ class ScopedEnv {
 
 TEST(LaunchEnvironment, MpirunThenTorchrunThenOneProcess) {
   {
-    ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                   {"RANK", "3"}, {"WORLD_SIZE", "8"}});
+    ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "1"},
+                   {"OMPI_COMM_WORLD_SIZE", "4"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                   {"RANK", "3"},
+                   {"WORLD_SIZE", "8"}});
     const LaunchEnvironment e = launch_environment();
     EXPECT_EQ(e.launcher, "mpirun");
     EXPECT_EQ(e.rank, 1);
@@ -125,7 +128,10 @@ class CountingSource final : public BatchSource {
     const Tensor ids = Tensor::full({1, 1}, static_cast<double>(next_++), DType::i64);
     return {ids, ids};
   }
-  void skip_batch() override { ++next_; ++skipped_; }
+  void skip_batch() override {
+    ++next_;
+    ++skipped_;
+  }
   int64_t batches_per_epoch() const override { return per_epoch_; }
   int64_t batches_consumed() const override { return next_; }
   int64_t eval_batch_count(int64_t) const override { return 0; }

@@ -70,8 +70,12 @@ std::unique_ptr<Templates> build_templates() {
   t->scheduler = scheduler.state_dict();
   t->scaler = GradScaler(GradScalerOptions{.enabled = true}).state_dict();
   t->rng = {{"generator", {{"seed", 42}, {"offset", 8}}},
-            {"data", {{"epoch", 0}, {"batch_index", 3}, {"seed", 42}, {"seq_length", 16},
-                      {"train_sequences", 20}}}};
+            {"data",
+             {{"epoch", 0},
+              {"batch_index", 3},
+              {"seed", 42},
+              {"seq_length", 16},
+              {"train_sequences", 20}}}};
   t->trainer_state = {{"global_step", 3},
                       {"log_history", nlohmann::json::array({{{"loss", 2.5}, {"step", 1}}})}};
 
@@ -94,7 +98,8 @@ void write_seeds(const Templates& t, const std::string& dir) {
     std::ofstream(fs::path(dir) / name, std::ios::binary) << bytes;
   };
   for (size_t i = 0; i < t.optimizers.size(); ++i) {
-    seed("optimizer_" + t.optimizers[i], std::string{'\0', static_cast<char>(i)} + t.states[i].meta.dump());
+    seed("optimizer_" + t.optimizers[i],
+         std::string{'\0', static_cast<char>(i)} + t.states[i].meta.dump());
   }
   seed("scheduler", std::string{'\1'} + t.scheduler.dump());
   seed("scaler", std::string{'\2'} + t.scaler.dump());
@@ -155,7 +160,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 2:
       fuzz::expect_typed_errors([&] {
         with_checkpoint_file(kScalerFile, [&] {
-          GradScaler(GradScalerOptions{.enabled = true}).load_state_dict(parse_json(text, kScalerFile));
+          GradScaler(GradScalerOptions{.enabled = true})
+              .load_state_dict(parse_json(text, kScalerFile));
         });
       });
       break;

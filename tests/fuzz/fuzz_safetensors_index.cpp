@@ -11,7 +11,8 @@ namespace {
 // Two shards of two tensors each, written once.
 const std::string& shard_dir() {
   static const std::string dir = [] {
-    const std::string d = (std::filesystem::path(headroom::fuzz::scratch_dir()) / "sharded").string();
+    const std::string d =
+        (std::filesystem::path(headroom::fuzz::scratch_dir()) / "sharded").string();
     std::filesystem::create_directories(d);
     using headroom::Tensor;
     headroom::save_safetensors(d + "/model-00001-of-00002.safetensors",

@@ -170,9 +170,9 @@ TEST(TensorBoard, GoldenEventFileReadsAsTensorBoardReadIt) {
   }
   EXPECT_EQ(ours, theirs);
   EXPECT_EQ(our_texts, their_texts);
-  for (const char* tag : {"train/loss", "train/grad_norm", "train/learning_rate", "train/epoch",
-                          "eval/loss", "eval/perplexity", "memory/peak_allocated_bytes",
-                          "memory/peak_reserved_bytes"}) {
+  for (const char* tag :
+       {"train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "eval/loss",
+        "eval/perplexity", "memory/peak_allocated_bytes", "memory/peak_reserved_bytes"}) {
     EXPECT_TRUE(theirs.contains(tag)) << tag;
   }
   EXPECT_EQ(decode(records).scalars, expected_scalars(read_bytes(kGoldenDir + "/metrics.jsonl")));
@@ -212,7 +212,8 @@ TEST(TensorBoard, TrainWritesEveryMetricAsAScalar) {
   EXPECT_EQ(decoded.scalars.at("eval/loss").size(), 2u);
 
   const std::string out_all = dir.file("run_all");
-  const CliRun all = run_cli(common + " --max_steps 2 --output_dir " + out_all + " --report_to all");
+  const CliRun all =
+      run_cli(common + " --max_steps 2 --output_dir " + out_all + " --report_to all");
   ASSERT_EQ(all.exit_code, 0) << all.out << all.err;
   std::vector<fs::path> runs(fs::directory_iterator(out_all + "/runs"), fs::directory_iterator{});
   ASSERT_EQ(runs.size(), 1u);

@@ -153,14 +153,14 @@ TEST(HfConfig, ReadsGPT2AndTinyLlamaFiles) {
 }
 
 TEST(HfConfig, ReadsListsNullsAndNewerSpellings) {
-  const LlamaConfig llama = parse_llama(patched(
-      kTinyLlamaJson, {{"eos_token_id", {128001, 128009}},
-                       {"bos_token_id", nullptr},
-                       {"num_key_value_heads", nullptr},
-                       {"head_dim", 128},
-                       {"rope_theta", 500000},  // an integer where a float is expected
-                       {"rope_scaling", {{"rope_type", "default"}}},
-                       {"dtype", "float16"}}));
+  const LlamaConfig llama = parse_llama(
+      patched(kTinyLlamaJson, {{"eos_token_id", {128001, 128009}},
+                               {"bos_token_id", nullptr},
+                               {"num_key_value_heads", nullptr},
+                               {"head_dim", 128},
+                               {"rope_theta", 500000},  // an integer where a float is expected
+                               {"rope_scaling", {{"rope_type", "default"}}},
+                               {"dtype", "float16"}}));
   EXPECT_EQ(llama.eos_token_id, std::vector<int64_t>({128001, 128009}));
   EXPECT_FALSE(llama.bos_token_id.has_value());
   EXPECT_EQ(llama.effective_num_key_value_heads(), 32);
@@ -169,9 +169,8 @@ TEST(HfConfig, ReadsListsNullsAndNewerSpellings) {
   EXPECT_EQ(llama.torch_dtype, DType::f16);
 
   // transformers 5 moves rope_theta into rope_parameters.
-  const LlamaConfig v5 = parse_llama(
-      patched(kTinyLlamaJson, {{"rope_parameters", {{"rope_type", "default"},
-                                                    {"rope_theta", 1e6}}}}));
+  const LlamaConfig v5 = parse_llama(patched(
+      kTinyLlamaJson, {{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}}}}));
   EXPECT_EQ(v5.rope_theta, 1e6);
 
   const GPT2Config gpt2 = parse_gpt2(patched(kGPT2Json, {{"n_inner", 1024}}));
@@ -263,76 +262,136 @@ TEST(HfConfig, RefusesDeepNestingAndDuplicateKeysInAnyJson) {
 }
 
 TEST(HfConfig, RejectsWrongTypes) {
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"n_embd", "768"}})); },
-                           {"config.json", "field 'n_embd' is string \"768\"; expected an "
-                            "integer"});
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"n_layer", 12.5}})); },
-                           {"field 'n_layer' is number 12.5; expected an integer"});
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"vocab_size", nullptr}})); },
-                           {"field 'vocab_size' is null; expected an integer"});
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"attn_pdrop", "0.1"}})); },
-                           {"field 'attn_pdrop' is string \"0.1\"; expected a number"});
   expect_error<ValueError>(
-      [] { parse_llama(patched(kTinyLlamaJson, {{"tie_word_embeddings", 0}})); },
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"n_embd", "768"}}));
+      },
+      {"config.json",
+       "field 'n_embd' is string \"768\"; expected an "
+       "integer"});
+  expect_error<ValueError>(
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"n_layer", 12.5}}));
+      },
+      {"field 'n_layer' is number 12.5; expected an integer"});
+  expect_error<ValueError>(
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"vocab_size", nullptr}}));
+      },
+      {"field 'vocab_size' is null; expected an integer"});
+  expect_error<ValueError>(
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"attn_pdrop", "0.1"}}));
+      },
+      {"field 'attn_pdrop' is string \"0.1\"; expected a number"});
+  expect_error<ValueError>(
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"tie_word_embeddings", 0}}));
+      },
       {"field 'tie_word_embeddings' is number 0; expected true or false"});
   expect_error<ValueError>(
-      [] { parse_llama(patched(kTinyLlamaJson, {{"eos_token_id", {2, "x"}}})); },
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"eos_token_id", {2, "x"}}}));
+      },
       {"field 'eos_token_id' is string \"x\"; expected an integer"});
   expect_error<ValueError>(
-      [] { parse_llama(patched(kTinyLlamaJson, {{"torch_dtype", "float64"}})); },
-                           {"field 'torch_dtype' is 'float64'; headroom stores weights in "
-                            "float32, float16, bfloat16, float8_e4m3fn, float8_e5m2"});
-  expect_error<ValueError>([] { parse_llama(patched(kTinyLlamaJson, {{"torch_dtype", "int64"}})); },
-                           {"field 'torch_dtype' is 'int64'; headroom stores"});
-  expect_error<ValueError>([] { parse_llama(patched(kTinyLlamaJson, {{"rope_scaling", 2.0}})); },
-                           {"field 'rope_scaling' is number 2.0; expected null or an object"});
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"torch_dtype", "float64"}}));
+      },
+      {"field 'torch_dtype' is 'float64'; headroom stores weights in "
+       "float32, float16, bfloat16, float8_e4m3fn, float8_e5m2"});
+  expect_error<ValueError>(
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"torch_dtype", "int64"}}));
+      },
+      {"field 'torch_dtype' is 'int64'; headroom stores"});
+  expect_error<ValueError>(
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"rope_scaling", 2.0}}));
+      },
+      {"field 'rope_scaling' is number 2.0; expected null or an object"});
 }
 
 TEST(HfConfig, RejectsBadValues) {
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"n_head", 0}})); },
-                           {"config.json", "field 'n_head' is 0; it must be positive"});
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"n_inner", -1}})); },
-                           {"field 'n_inner' is -1; it must be positive"});
   expect_error<ValueError>(
-      [] { parse_gpt2(patched(kGPT2Json, {{"n_embd", 770}})); },
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"n_head", 0}}));
+      },
+      {"config.json", "field 'n_head' is 0; it must be positive"});
+  expect_error<ValueError>(
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"n_inner", -1}}));
+      },
+      {"field 'n_inner' is -1; it must be positive"});
+  expect_error<ValueError>(
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"n_embd", 770}}));
+      },
       {"config.json", "field 'n_embd' (770) is not divisible by field 'n_head' (12)"});
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"resid_pdrop", 1.5}})); },
-                           {"field 'resid_pdrop' is 1.5", "[0, 1]"});
-  // Attention dropout of 1 failed inside the attention op, naming no file (issue 39, item 10).
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"attn_pdrop", 1.0}})); },
-                           {"config.json", "field 'attn_pdrop' is 1", "[0, 1)"});
   expect_error<ValueError>(
-      [] { parse_llama(patched(kTinyLlamaJson, {{"attention_dropout", 1.0}})); },
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"resid_pdrop", 1.5}}));
+      },
+      {"field 'resid_pdrop' is 1.5", "[0, 1]"});
+  // Attention dropout of 1 failed inside the attention op, naming no file (issue 39, item 10).
+  expect_error<ValueError>(
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"attn_pdrop", 1.0}}));
+      },
+      {"config.json", "field 'attn_pdrop' is 1", "[0, 1)"});
+  expect_error<ValueError>(
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"attention_dropout", 1.0}}));
+      },
       {"config.json", "field 'attention_dropout' is 1", "[0, 1)"});
   // An odd head dimension was refused by the model, naming no file.
   expect_error<ValueError>(
-      [] { parse_llama(patched(kTinyLlamaJson, {{"head_dim", 7}})); },
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"head_dim", 7}}));
+      },
       {"config.json", "the head dimension is 7 (field 'head_dim')", "even"});
-  expect_error<ValueError>([] { parse_gpt2(patched(kGPT2Json, {{"layer_norm_epsilon", 0}})); },
-                           {"field 'layer_norm_epsilon' is 0; it must be positive"});
   expect_error<ValueError>(
-      [] { parse_llama(patched(kTinyLlamaJson, {{"num_key_value_heads", 5}})); },
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"layer_norm_epsilon", 0}}));
+      },
+      {"field 'layer_norm_epsilon' is 0; it must be positive"});
+  expect_error<ValueError>(
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"num_key_value_heads", 5}}));
+      },
       {"config.json",
        "field 'num_attention_heads' (32) is not divisible by field 'num_key_value_heads' (5)"});
   expect_error<ValueError>(
-      [] { parse_llama(patched(kTinyLlamaJson, {{"hidden_size", 2050}})); },
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"hidden_size", 2050}}));
+      },
       {"field 'hidden_size' (2050) is not divisible by field 'num_attention_heads' (32)"});
   // An explicit head_dim lifts that requirement, as in LlamaConfig.
   EXPECT_EQ(parse_llama(patched(kTinyLlamaJson, {{"hidden_size", 2050}, {"head_dim", 64}}))
                 .effective_head_dim(),
             64);
-  expect_error<ValueError>([] { parse_llama(patched(kTinyLlamaJson, {{"vocab_size", -5}})); },
-                           {"field 'vocab_size' is -5; it must be positive"});
-  expect_error<ValueError>([] { parse_llama(patched(kTinyLlamaJson, {{"rope_theta", 0}})); },
-                           {"field 'rope_theta' is 0; it must be positive"});
+  expect_error<ValueError>(
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"vocab_size", -5}}));
+      },
+      {"field 'vocab_size' is -5; it must be positive"});
+  expect_error<ValueError>(
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"rope_theta", 0}}));
+      },
+      {"field 'rope_theta' is 0; it must be positive"});
 }
 
 TEST(HfConfig, RejectsWhatIsNotImplemented) {
   expect_error<NotImplementedError>(
-      [] { parse_gpt2(patched(kGPT2Json, {{"activation_function", "relu"}})); },
+      [] {
+        parse_gpt2(patched(kGPT2Json, {{"activation_function", "relu"}}));
+      },
       {"config.json", "field 'activation_function' is 'relu'", "gelu_new, gelu_pytorch_tanh"});
   expect_error<NotImplementedError>(
-      [] { parse_llama(patched(kTinyLlamaJson, {{"hidden_act", "gelu"}})); },
+      [] {
+        parse_llama(patched(kTinyLlamaJson, {{"hidden_act", "gelu"}}));
+      },
       {"config.json", "field 'hidden_act' is 'gelu'", "silu"});
   expect_error<NotImplementedError>(
       [] {

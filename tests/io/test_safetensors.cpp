@@ -53,7 +53,7 @@ NamedTensors every_dtype() {
   NamedTensors out;
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dtype = static_cast<DType>(i);
-    Tensor t = is_floating(dtype) ? Tensor::from_floats(floats, {2, 3}, dtype)
+    Tensor t = is_floating(dtype)        ? Tensor::from_floats(floats, {2, 3}, dtype)
                : dtype == DType::boolean ? Tensor::from_ints({0, 1, 1, 0, 1, 0}, {2, 3}, dtype)
                                          : Tensor::from_ints({0, 1, 2, 3, 4, 127}, {2, 3}, dtype);
     out.emplace_back(str_cat("t.", dtype_name(dtype)), t);
@@ -72,8 +72,8 @@ TEST(Safetensors, RoundTripsEveryDType) {
 
   const SafetensorsFile file(path);
   ASSERT_EQ(file.size(), tensors.size());
-  EXPECT_EQ(file.metadata(), (std::map<std::string, std::string>{{"format", "pt"},
-                                                                  {"note", "héllo"}}));
+  EXPECT_EQ(file.metadata(),
+            (std::map<std::string, std::string>{{"format", "pt"}, {"note", "héllo"}}));
   size_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
@@ -109,9 +109,9 @@ TEST(Safetensors, WritesTheReferenceLayout) {
   save_safetensors(path, {{"b", Tensor::from_ints({7}, {1}, DType::u8)}}, {{"format", "pt"}});
   const std::string with_metadata =
       R"({"__metadata__":{"format":"pt"},"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
-  EXPECT_EQ(read_bytes(path), safetensors_bytes(with_metadata + std::string(
-                                                    (8 - with_metadata.size() % 8) % 8, ' '),
-                                                "\x07"));
+  EXPECT_EQ(read_bytes(path),
+            safetensors_bytes(with_metadata + std::string((8 - with_metadata.size() % 8) % 8, ' '),
+                              "\x07"));
 }
 
 TEST(Safetensors, ReadsAHandMadeFile) {
@@ -119,15 +119,14 @@ TEST(Safetensors, ReadsAHandMadeFile) {
   const std::string path = dir.file("hand.safetensors");
   // Entries out of offset order, an odd header length (so data is unaligned), trailing spaces
   // and an extra entry field, as other writers produce.
-  const std::string header =
-      R"({"b":{"dtype":"I32","shape":[2],"data_offsets":[8,16]},)"
-      R"("__metadata__":{"format":"pt"},)"
-      R"("a":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8],"extra":1},)"
-      R"("s":{"dtype":"BF16","shape":[],"data_offsets":[16,18]},)"
-      R"("e":{"dtype":"F16","shape":[3,0],"data_offsets":[18,18]}}   )";
+  const std::string header = R"({"b":{"dtype":"I32","shape":[2],"data_offsets":[8,16]},)"
+                             R"("__metadata__":{"format":"pt"},)"
+                             R"("a":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8],"extra":1},)"
+                             R"("s":{"dtype":"BF16","shape":[],"data_offsets":[16,18]},)"
+                             R"("e":{"dtype":"F16","shape":[3,0],"data_offsets":[18,18]}}   )";
   const std::string bf16_one_and_a_half = "\xc0\x3f";  // 0x3fc0 little-endian
-  write_bytes(path, safetensors_bytes(header, raw<float>({1.5f, -2.0f}) +
-                                                  raw<int32_t>({7, -9}) + bf16_one_and_a_half));
+  write_bytes(path, safetensors_bytes(header, raw<float>({1.5f, -2.0f}) + raw<int32_t>({7, -9}) +
+                                                  bf16_one_and_a_half));
 
   const SafetensorsFile file(path);
   EXPECT_EQ(file.names(), (std::vector<std::string>{"a", "b", "s", "e"}));
@@ -184,8 +183,9 @@ TEST(Safetensors, RejectsBadHeaders) {
   expect_rejected(one_entry(R"("dtype":"F32","shape":"2","data_offsets":[0,8])", 8),
                   {"tensor 'w'", "shape is string \"2\", not an array"});
   // No elements, but the strides of the later dims would overflow (issue 19, defect 12).
-  expect_rejected(one_entry(R"("dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0])", 0),
-                  {"tensor 'w'", "shape [0, 4294967296, 4294967296]", "2^63"});
+  expect_rejected(
+      one_entry(R"("dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0])", 0),
+      {"tensor 'w'", "shape [0, 4294967296, 4294967296]", "2^63"});
 }
 
 TEST(Safetensors, RejectsBadOffsets) {
@@ -200,8 +200,7 @@ TEST(Safetensors, RejectsBadOffsets) {
   expect_rejected(one_entry(R"("dtype":"F32","shape":[2,3],"data_offsets":[0,16])", 16),
                   {"tensor 'w'", "[0, 16] hold 16 bytes, but shape [2, 3] of F32 needs 24"});
   expect_rejected(one_entry(R"("dtype":"F32","shape":[2],"data_offsets":[0,8])", 12),
-                  {"the data buffer holds 12 bytes but the tensors cover only 8",
-                   "the last, 'w'"});
+                  {"the data buffer holds 12 bytes but the tensors cover only 8", "the last, 'w'"});
   expect_rejected(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                                     std::string(12, '\0')),
@@ -275,14 +274,19 @@ TEST(Safetensors, CopyIntoChecksShapeAndConvertsFloatingDTypes) {
   file.copy_into("w", wide.transpose(0, 1));
   EXPECT_EQ(wide.transpose(0, 1).to_float_vector(), file.load("w").to_float_vector());
 
-  expect_error<ValueError>([&] { file.copy_into("w", Tensor::zeros({3, 2})); },
-                           {"m.safetensors", "tensor 'w'", "shape [2, 3] in the file",
-                            "destination is [3, 2]"});
-  expect_error<ValueError>([&] { file.copy_into("ids", Tensor::zeros({2})); },
-                           {"m.safetensors", "tensor 'ids'", "dtype I64 in the file",
-                            "destination holds f32"});
-  expect_error<ValueError>([&] { file.copy_into("w", Tensor::zeros({2, 3}, DType::i32)); },
-                           {"tensor 'w'", "dtype BF16", "destination holds i32"});
+  expect_error<ValueError>(
+      [&] {
+        file.copy_into("w", Tensor::zeros({3, 2}));
+      },
+      {"m.safetensors", "tensor 'w'", "shape [2, 3] in the file", "destination is [3, 2]"});
+  expect_error<ValueError>(
+      [&] { file.copy_into("ids", Tensor::zeros({2})); },
+      {"m.safetensors", "tensor 'ids'", "dtype I64 in the file", "destination holds f32"});
+  expect_error<ValueError>(
+      [&] {
+        file.copy_into("w", Tensor::zeros({2, 3}, DType::i32));
+      },
+      {"tensor 'w'", "dtype BF16", "destination holds i32"});
   expect_error<ValueError>([&] { file.copy_into("w", Tensor()); }, {"tensor 'w'", "undefined"});
 }
 
@@ -295,13 +299,22 @@ TEST(Safetensors, SaveMakesTensorsContiguousAndChecksNames) {
   EXPECT_EQ(file.load("t").to_float_vector(), std::vector<float>({0, 3, 1, 4, 2, 5}));
   EXPECT_EQ(file.load("row").to_float_vector(), std::vector<float>({3, 4, 5}));
 
-  expect_error<ValueError>([&] { save_safetensors(path, {{"a", base}, {"a", base}}); },
-                           {"m.safetensors", "tensor name 'a' appears twice"});
-  expect_error<ValueError>([&] { save_safetensors(path, {{"__metadata__", base}}); },
-                           {"'__metadata__' is reserved"});
+  expect_error<ValueError>(
+      [&] {
+        save_safetensors(path, {{"a", base}, {"a", base}});
+      },
+      {"m.safetensors", "tensor name 'a' appears twice"});
+  expect_error<ValueError>(
+      [&] {
+        save_safetensors(path, {{"__metadata__", base}});
+      },
+      {"'__metadata__' is reserved"});
   const Tensor meta = Tensor::empty({2}, DType::f32, kMeta);
-  expect_error<ValueError>([&] { save_safetensors(path, {{"m", meta}}); },
-                           {"tensor 'm' is on meta"});
+  expect_error<ValueError>(
+      [&] {
+        save_safetensors(path, {{"m", meta}});
+      },
+      {"tensor 'm' is on meta"});
   // A failed save leaves the earlier file and no temporary behind.
   EXPECT_EQ(SafetensorsFile(path).size(), 2u);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.str()), fs::directory_iterator()), 1);
@@ -312,7 +325,7 @@ NamedTensors model_tensors() {
           {"h.0.ln.weight", Tensor::ones({4}, DType::bf16)},       // 8
           {"h.0.mlp.weight", Tensor::arange(0, 24).view({4, 6})},  // 96
           {"h.0.mask", Tensor::from_ints({1, 0, 1}, {3}, DType::boolean)},
-          {"lm_head.weight", Tensor::full({10, 4}, 0.5)}};          // 160
+          {"lm_head.weight", Tensor::full({10, 4}, 0.5)}};  // 160
 }
 
 TEST(Safetensors, CheckpointInOneFile) {
@@ -361,8 +374,7 @@ TEST(Safetensors, ShardedCheckpointRoundTrip) {
     EXPECT_EQ(checkpoint.info(name).shape, t.shape());
     EXPECT_EQ(tensor_bytes(checkpoint.load(name)), tensor_bytes(t));
   }
-  EXPECT_EQ(checkpoint.file_of("h.0.mask").path(),
-            dir.file("model-00002-of-00003.safetensors"));
+  EXPECT_EQ(checkpoint.file_of("h.0.mask").path(), dir.file("model-00002-of-00003.safetensors"));
   const Tensor dst = Tensor::zeros({4, 6}, DType::bf16);
   checkpoint.copy_into("h.0.mlp.weight", dst);
   EXPECT_EQ(dst.to_float_vector(), tensors[2].second.to_float_vector());
@@ -389,17 +401,17 @@ TEST(Safetensors, ShardedCheckpointRejectsInconsistentIndex) {
 
   index["weight_map"]["extra.weight"] = "model-00002-of-00003.safetensors";
   write_bytes(index_path, index.dump());
-  expect_error<ValueError>([&] { SafetensorsCheckpoint c(dir.str()); },
-                           {kSafetensorsIndexName, "tensor 'extra.weight'",
-                            "mapped to shard 'model-00002-of-00003.safetensors'",
-                            "does not hold it"});
+  expect_error<ValueError>(
+      [&] { SafetensorsCheckpoint c(dir.str()); },
+      {kSafetensorsIndexName, "tensor 'extra.weight'",
+       "mapped to shard 'model-00002-of-00003.safetensors'", "does not hold it"});
 
   index = nlohmann::json::parse(index_text);
   index["weight_map"].erase("h.0.mask");
   write_bytes(index_path, index.dump());
-  expect_error<ValueError>([&] { SafetensorsCheckpoint c(dir.str()); },
-                           {kSafetensorsIndexName, "holds tensor 'h.0.mask'",
-                            "the index does not list"});
+  expect_error<ValueError>(
+      [&] { SafetensorsCheckpoint c(dir.str()); },
+      {kSafetensorsIndexName, "holds tensor 'h.0.mask'", "the index does not list"});
 
   index = nlohmann::json::parse(index_text);
   index["weight_map"]["h.0.mask"] = "model-00001-of-00003.safetensors";
@@ -439,9 +451,8 @@ TEST(Safetensors, CheckpointNeedsWeights) {
                            {dir.str(), "neither model.safetensors nor"});
   expect_error<ValueError>([&] { SafetensorsCheckpoint c(dir.file("gone")); },
                            {"gone", "no such file"});
-  expect_error<ValueError>(
-      [&] { save_safetensors_checkpoint(dir.str(), model_tensors(), 0); },
-      {"max_shard_bytes must be positive"});
+  expect_error<ValueError>([&] { save_safetensors_checkpoint(dir.str(), model_tensors(), 0); },
+                           {"max_shard_bytes must be positive"});
   // In different shards, which save_safetensors alone would not see.
   const NamedTensors twice = {{"a", Tensor::ones({64})}, {"a", Tensor::ones({8})}};
   expect_error<ValueError>([&] { save_safetensors_checkpoint(dir.str(), twice, 100); },

@@ -163,7 +163,8 @@ TEST(TokenizerFingerprint, HashesKindAndFileBoundaries) {
   EXPECT_EQ(tokenizer_fingerprint("", {}), "cbf29ce484222325");  // FNV-1a 64 offset basis
   EXPECT_NE(tokenizer_fingerprint("gpt2_bpe", {"ab", "c"}),
             tokenizer_fingerprint("gpt2_bpe", {"a", "bc"}));
-  EXPECT_NE(tokenizer_fingerprint("gpt2_bpe", {"x"}), tokenizer_fingerprint("sentencepiece", {"x"}));
+  EXPECT_NE(tokenizer_fingerprint("gpt2_bpe", {"x"}),
+            tokenizer_fingerprint("sentencepiece", {"x"}));
 }
 
 }  // namespace

@@ -31,8 +31,8 @@ void expect_reference_ids(const Tokenizer& tokenizer) {
 }
 
 TEST(TokenizerGpt2Bpe, TokenizerJsonIdsEqualHf) {
-  expect_reference_ids(*Gpt2BpeTokenizer::from_tokenizer_json(
-      tokenizer_fixture("gpt2_bpe/tokenizer.json")));
+  expect_reference_ids(
+      *Gpt2BpeTokenizer::from_tokenizer_json(tokenizer_fixture("gpt2_bpe/tokenizer.json")));
 }
 
 TEST(TokenizerGpt2Bpe, VocabAndMergesIdsEqualHf) {
@@ -58,14 +58,16 @@ TEST(TokenizerGpt2Bpe, DecodeEqualsHfAndRoundTrips) {
   for (size_t i = 0; i < ref["texts"].size(); ++i) {
     const std::string text = ref["texts"][i].get<std::string>();
     EXPECT_EQ(tokenizer->decode(ids_of(ref["gpt2_bpe"]["ids"][i])),
-              ref["gpt2_bpe"]["decoded"][i].get<std::string>()) << "text " << i;
+              ref["gpt2_bpe"]["decoded"][i].get<std::string>())
+        << "text " << i;
     EXPECT_EQ(tokenizer->decode(tokenizer->encode(text)), text) << "text " << i;
   }
   // Single tokens that hold part of a character decode to U+FFFD, as in HF.
   const std::vector<int32_t> first = ids_of(ref["gpt2_bpe"]["ids"][0]);
   for (size_t k = 0; k < first.size(); ++k) {
     EXPECT_EQ(tokenizer->decode(std::span(&first[k], 1)),
-              ref["gpt2_bpe"]["decoded_each"][k].get<std::string>()) << "token " << k;
+              ref["gpt2_bpe"]["decoded_each"][k].get<std::string>())
+        << "token " << k;
   }
 }
 
@@ -97,7 +99,8 @@ std::vector<std::string> pieces(std::string_view text) {
 
 TEST(TokenizerGpt2Bpe, PreTokenizerPiecesEqualHf) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(pieces("I'M don'T it's ?'s"), (V{"I", "'", "M", " don", "'", "T", " it", "'s", " ?'", "s"}));
+  EXPECT_EQ(pieces("I'M don'T it's ?'s"),
+            (V{"I", "'", "M", " don", "'", "T", " it", "'s", " ?'", "s"}));
   EXPECT_EQ(pieces("a  \t\n b  "), (V{"a", "  \t\n", " b", "  "}));
   EXPECT_EQ(pieces("3.14 ½ Ⅻ ٣"), (V{"3", ".", "14", " ½", " Ⅻ", " ٣"}));
   EXPECT_EQ(pieces("中文 é ü 🙂"), (V{"中文", " é", " ü", " 🙂"}));
@@ -241,10 +244,10 @@ TEST(TokenizerGpt2Bpe, CorruptTokenizerJsonNamesFileAndField) {
   expect_error<NotImplementedError>([&] { load_with(bad); }, {path, "normalizer", "NFC"});
   bad = good;
   bad["pre_tokenizer"] = json{{"type", "Whitespace"}};
-  expect_error<NotImplementedError>([&] { load_with(bad); }, {path, "pre_tokenizer.type", "Whitespace"});
-  expect_error<ValueError>(
-      [&] { Gpt2BpeTokenizer::from_tokenizer_json(dir.file("missing.json")); },
-      {dir.file("missing.json"), "cannot read"});
+  expect_error<NotImplementedError>([&] { load_with(bad); },
+                                    {path, "pre_tokenizer.type", "Whitespace"});
+  expect_error<ValueError>([&] { Gpt2BpeTokenizer::from_tokenizer_json(dir.file("missing.json")); },
+                           {dir.file("missing.json"), "cannot read"});
 }
 
 TEST(TokenizerGpt2Bpe, CorruptMergesTxtNamesLine) {

@@ -58,12 +58,14 @@ TEST(TokenizerSentencePiece, CorruptModelNamesTheFile) {
                            {path, "not a valid SentencePiece model"});
   // Appended fields turn it into a unigram model with a piece "\0b": the library's trie builder
   // (darts) throws its own exception for the empty C string (issue 19, defect 11).
-  io_test::write_bytes(path, model + std::string("\x12\x02\x18\x01\x0a\x06\x0a\x02\x00\x62\x18\x01", 12));
+  io_test::write_bytes(path,
+                       model + std::string("\x12\x02\x18\x01\x0a\x06\x0a\x02\x00\x62\x18\x01", 12));
   expect_error<ValueError>([&] { SentencePieceTokenizer tokenizer(path); },
                            {path, "not a valid SentencePiece model", "zero-length key"});
   // A normalisation trie whose offsets point outside it: the library would read past its buffer
   // while encoding.
-  io_test::write_bytes(path, model + std::string("\x1a\x0a\x12\x08\x04\x00\x00\x00\xff\xff\xff\xff", 12));
+  io_test::write_bytes(path,
+                       model + std::string("\x1a\x0a\x12\x08\x04\x00\x00\x00\xff\xff\xff\xff", 12));
   expect_error<ValueError>([&] { SentencePieceTokenizer tokenizer(path); },
                            {path, "not a valid SentencePiece model", "normalization rules"});
 }

@@ -36,26 +36,54 @@ class MemoryVizDecoder {
           if (stack_.size() != 1 || !marks_.empty()) throw Error("STOP with a malformed stack");
           if (pos_ != in_.size()) throw Error("bytes after STOP");
           return std::move(stack_.back());
-        case '(': marks_.push_back(stack_.size()); break;
-        case 'N': stack_.emplace_back(); break;
-        case 0x88: stack_.emplace_back(true); break;
-        case 0x89: stack_.emplace_back(false); break;
-        case 'K': stack_.emplace_back(int64_t{byte()}); break;
-        case 'M': stack_.emplace_back(static_cast<int64_t>(uint_le(2))); break;
-        case 'J': stack_.emplace_back(int64_t{static_cast<int32_t>(uint_le(4))}); break;
-        case 0x8a: stack_.push_back(long1(at)); break;
+        case '(':
+          marks_.push_back(stack_.size());
+          break;
+        case 'N':
+          stack_.emplace_back();
+          break;
+        case 0x88:
+          stack_.emplace_back(true);
+          break;
+        case 0x89:
+          stack_.emplace_back(false);
+          break;
+        case 'K':
+          stack_.emplace_back(int64_t{byte()});
+          break;
+        case 'M':
+          stack_.emplace_back(static_cast<int64_t>(uint_le(2)));
+          break;
+        case 'J':
+          stack_.emplace_back(int64_t{static_cast<int32_t>(uint_le(4))});
+          break;
+        case 0x8a:
+          stack_.push_back(long1(at));
+          break;
         case 'G': {
           uint64_t bits = 0;
           for (int i = 0; i < 8; ++i) bits = (bits << 8) | byte();
           stack_.emplace_back(std::bit_cast<double>(bits));
           break;
         }
-        case 0x8c: stack_.emplace_back(take(byte())); break;
-        case 'X': stack_.emplace_back(take(uint_le(4))); break;
-        case ']': stack_.push_back(PickleValue::list()); break;
-        case '}': stack_.push_back(PickleValue::dict()); break;
-        case ')': stack_.push_back(PickleValue::tuple()); break;
-        case 0x85: case 0x86: case 0x87: {
+        case 0x8c:
+          stack_.emplace_back(take(byte()));
+          break;
+        case 'X':
+          stack_.emplace_back(take(uint_le(4)));
+          break;
+        case ']':
+          stack_.push_back(PickleValue::list());
+          break;
+        case '}':
+          stack_.push_back(PickleValue::dict());
+          break;
+        case ')':
+          stack_.push_back(PickleValue::tuple());
+          break;
+        case 0x85:
+        case 0x86:
+        case 0x87: {
           const size_t n = opcode - 0x84;
           need(n, at);
           PickleValue::List items(std::make_move_iterator(stack_.end() - n),
@@ -64,7 +92,8 @@ class MemoryVizDecoder {
           stack_.push_back(PickleValue::tuple(std::move(items)));
           break;
         }
-        case 't': case 'l': {
+        case 't':
+        case 'l': {
           PickleValue::List items = pop_to_mark(at);
           stack_.push_back(opcode == 't' ? PickleValue::tuple(std::move(items))
                                          : PickleValue::list(std::move(items)));
@@ -105,12 +134,24 @@ class MemoryVizDecoder {
           set_items(std::move(items), at);
           break;
         }
-        case 0x94: memo_.push_back(top(at)); break;  // MEMOIZE
-        case 'q': memo_put(byte(), at); break;      // BINPUT
-        case 'r': memo_put(uint_le(4), at); break;  // LONG_BINPUT
-        case 'h': stack_.push_back(memo_get(byte(), at)); break;
-        case 'j': stack_.push_back(memo_get(uint_le(4), at)); break;
-        case 0x95: uint_le(8); break;  // FRAME: MemoryViz skips its length
+        case 0x94:
+          memo_.push_back(top(at));
+          break;  // MEMOIZE
+        case 'q':
+          memo_put(byte(), at);
+          break;  // BINPUT
+        case 'r':
+          memo_put(uint_le(4), at);
+          break;  // LONG_BINPUT
+        case 'h':
+          stack_.push_back(memo_get(byte(), at));
+          break;
+        case 'j':
+          stack_.push_back(memo_get(uint_le(4), at));
+          break;
+        case 0x95:
+          uint_le(8);
+          break;  // FRAME: MemoryViz skips its length
         default:
           char name[8];
           std::snprintf(name, sizeof name, "0x%02x", opcode);

@@ -37,10 +37,10 @@ TEST(CachingAllocator, SizePolicy) {
   EXPECT_EQ(CachingAllocator::segment_size(10 * MiB), size_t(10 * MiB));
   EXPECT_EQ(CachingAllocator::segment_size(15 * MiB + 512), size_t(16 * MiB));
   AllocatorConfig p2 = AllocatorConfig::parse("roundup_power2_divisions:4");
-  EXPECT_EQ(CachingAllocator::round_size(5000, p2), 5120u);              // 4096 + 1024
+  EXPECT_EQ(CachingAllocator::round_size(5000, p2), 5120u);  // 4096 + 1024
   EXPECT_EQ(CachingAllocator::round_size(1 * MiB + 1, p2), size_t(1 * MiB + 256 * KiB));
-  EXPECT_EQ(CachingAllocator::round_size(4096, p2), 4096u);              // a power of two
-  EXPECT_EQ(CachingAllocator::round_size(1500, p2), 1536u);              // below 512 * 4
+  EXPECT_EQ(CachingAllocator::round_size(4096, p2), 4096u);  // a power of two
+  EXPECT_EQ(CachingAllocator::round_size(1500, p2), 1536u);  // below 512 * 4
 }
 
 TEST(CachingAllocator, SmallAllocationSplitsASmallSegment) {
@@ -238,10 +238,12 @@ TEST(CachingAllocator, OomLeavesTheStatisticsConsistent) {
   } catch (const OutOfMemoryError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("meta out of memory. Tried to allocate 9.00 MiB (a new 20.00 MiB segment)"),
-              std::string::npos) << msg;
+              std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("capacity limit is 24.00 MiB"), std::string::npos) << msg;
     EXPECT_NE(msg.find("16.00 MiB is allocated by tensors"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("0 bytes is reserved by headroom but unallocated"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("0 bytes is reserved by headroom but unallocated"), std::string::npos)
+        << msg;
     // What a user of the CLI can do about it (issue 19, defect 13).
     EXPECT_EQ(msg.find("memory_summary()"), std::string::npos) << msg;
     EXPECT_NE(msg.find("headroom plan"), std::string::npos) << msg;
@@ -286,9 +288,9 @@ TEST(CachingAllocator, MaxSplitSizeKeepsOversizeBlocksWhole) {
 TEST(CachingAllocator, MaxSplitSizeReleasesOversizeBlocksBeforeFreeingAll) {
   auto a = make(AllocatorConfig::parse("max_split_size_mb:40"), 100 * MiB);
   void* small = a->malloc(1000, 0);
-  a->free(small);                      // a cached 2 MiB small segment
+  a->free(small);  // a cached 2 MiB small segment
   void* p = a->malloc(90 * MiB, 0);
-  a->free(p);                          // a cached 90 MiB oversize segment
+  a->free(p);  // a cached 90 MiB oversize segment
   // 50 MiB may not take the 90 MiB block (more than 20 MiB larger), 2 + 90 + 50 > 100: the
   // oversize block alone is released, the small segment stays, and no full retry is needed.
   void* q = a->malloc(50 * MiB, 0);
@@ -392,7 +394,8 @@ TEST(CachingAllocator, ConfigParsing) {
   try {
     AllocatorConfig::parse("max_split_size_mb:abc");
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("HEADROOM_ALLOC_CONF: max_split_size_mb"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("HEADROOM_ALLOC_CONF: max_split_size_mb"),
+              std::string::npos);
   }
 }
 

@@ -24,8 +24,8 @@ struct Fixture {
   std::unique_ptr<CachingAllocator> allocator;
 
   explicit Fixture(size_t limit = 0)
-      : allocator(std::make_unique<CachingAllocator>(
-            std::make_unique<FakeQueues>(queues, kMeta), AllocatorConfig{}, limit)) {}
+      : allocator(std::make_unique<CachingAllocator>(std::make_unique<FakeQueues>(queues, kMeta),
+                                                     AllocatorConfig{}, limit)) {}
 
   int64_t stat(const std::string& key) const {
     const auto m = allocator->stats().to_map();

@@ -45,7 +45,8 @@ void expect_trace(const std::vector<TraceEntry>& trace, uintptr_t base,
   ASSERT_EQ(trace.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_STREQ(trace_action_name(trace[i].action), trace_action_name(expected[i].action)) << i;
-    EXPECT_EQ(trace[i].address - base, expected[i].offset) << i << " " << trace_action_name(trace[i].action);
+    EXPECT_EQ(trace[i].address - base, expected[i].offset)
+        << i << " " << trace_action_name(trace[i].action);
     EXPECT_EQ(trace[i].size, expected[i].size) << i << " " << trace_action_name(trace[i].action);
   }
 }
@@ -231,7 +232,7 @@ TEST(ExpandableSegments, SummaryCountsMappedPagesAsReserved) {
 
 TEST(ExpandableSegments, CapacityLimitEndsTheMappingPageByPage) {
   auto a = make(false, expandable(), 50 * MiB);
-  void* x = a->malloc(30 * MiB, 0);  // 40 MiB mapped
+  void* x = a->malloc(30 * MiB, 0);                        // 40 MiB mapped
   EXPECT_THROW(a->malloc(15 * MiB, 0), OutOfMemoryError);  // a third page would pass 50 MiB
   EXPECT_EQ(stat(*a, "reserved_bytes.all.current"), int64_t(40 * MiB));
   EXPECT_EQ(stat(*a, "num_ooms"), 1);
@@ -289,7 +290,8 @@ TEST(SlackReport, NamesTheStrandingAllocationAndTheFix) {
       << report;
   EXPECT_NE(report.find("At the reserved peak 17.00 MiB of 40.00 MiB was free"), std::string::npos)
       << report;
-  EXPECT_NE(report.find("17.00 MiB in split remainders of 1 segment,"), std::string::npos) << report;
+  EXPECT_NE(report.find("17.00 MiB in split remainders of 1 segment,"), std::string::npos)
+      << report;
   EXPECT_NE(report.find("request of 19.00 MiB, which added 20.00 MiB (the segment's rounding)"),
             std::string::npos)
       << report;

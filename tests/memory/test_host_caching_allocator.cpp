@@ -43,7 +43,7 @@ TEST(HostCachingAllocator, SizesRoundUpToPowersOfTwo) {
   f.allocator.deallocate(p);
   EXPECT_EQ(f.stat("allocated_bytes.current"), 0);
   EXPECT_EQ(f.stat("reserved_bytes.current"), 8192);  // cached
-  void* q = f.allocator.allocate(6000);  // the same power of two: the cached block
+  void* q = f.allocator.allocate(6000);               // the same power of two: the cached block
   EXPECT_EQ(q, p);
   void* r = f.allocator.allocate(3000);  // another size: a block of its own
   EXPECT_NE(r, p);
@@ -141,8 +141,8 @@ TEST(PinMemory, CopiesIntoPinnedMemory) {
     EXPECT_EQ(pinned.shape(), t.shape());
     EXPECT_EQ(pinned.to_float_vector(), t.to_float_vector());
     EXPECT_EQ(pinned.pin_memory().data_ptr(), pinned.data_ptr());  // pinned already
-    EXPECT_TRUE(pinned.narrow(1, 1, 2).is_pinned());              // views share the storage
-    EXPECT_EQ(f.stat("allocated_bytes.current"), 32);             // 24 bytes, rounded
+    EXPECT_TRUE(pinned.narrow(1, 1, 2).is_pinned());               // views share the storage
+    EXPECT_EQ(f.stat("allocated_bytes.current"), 32);              // 24 bytes, rounded
     pinned.record_stream(kOther);
     // A strided view is copied, packed.
     EXPECT_EQ(t.transpose(0, 1).pin_memory().to_float_vector(),

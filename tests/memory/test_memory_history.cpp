@@ -141,7 +141,8 @@ TEST(MemorySnapshot, DumpLoadsWithPythonPickle) {
     keep = Tensor::empty({1000, 300}, DType::f32, kMeta);
     Tensor tmp = Tensor::empty({64}, DType::bf16, kMeta);
   }
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "headroom_test_snapshot";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "headroom_test_snapshot";
   std::filesystem::remove_all(dir);
   const std::filesystem::path path = dir / "nested" / "snapshot.pickle";  // directories are created
   dump_memory_snapshot(path.string());
@@ -149,7 +150,7 @@ TEST(MemorySnapshot, DumpLoadsWithPythonPickle) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_GE(bytes.size(), 3u);
   EXPECT_EQ(bytes.substr(0, 2), std::string("\x80\x04", 2));  // PROTO 4
-  EXPECT_EQ(bytes.back(), '.');                                  // STOP
+  EXPECT_EQ(bytes.back(), '.');                               // STOP
   if (!python3_on_path()) {
     std::filesystem::remove_all(dir);
     GTEST_SKIP() << "python3 is not on PATH; the pickle's bytes were checked, pickle.load was not";
@@ -160,14 +161,17 @@ TEST(MemorySnapshot, DumpLoadsWithPythonPickle) {
       "i = s['devices'].index('meta')\n"
       "segs = [g for g in s['segments'] if g['device'] == i]\n"
       "acts = [e['action'] for e in s['device_traces'][i]]\n"
-      "demo = [e for e in s['device_traces'][i] if e['frames'] and e['frames'][0]['name'] == 'demo']\n"
-      "ok = all(set(g) >= {'address','total_size','allocated_size','blocks','segment_type','stream'} for g in segs)\n"
+      "demo = [e for e in s['device_traces'][i] if e['frames'] and e['frames'][0]['name'] == "
+      "'demo']\n"
+      "ok = all(set(g) >= "
+      "{'address','total_size','allocated_size','blocks','segment_type','stream'} for g in segs)\n"
       "print(ok, 'alloc' in acts, 'free_completed' in acts, len(demo) > 0, "
       "sorted(s['allocator_settings']) == sorted(s['devices']))\n";
   const std::filesystem::path script_path =
       std::filesystem::temp_directory_path() / "headroom_test_snapshot.py";
   std::ofstream(script_path) << script;
-  FILE* pipe = ::popen(("python3 '" + script_path.string() + "' '" + path.string() + "' 2>&1").c_str(), "r");
+  FILE* pipe =
+      ::popen(("python3 '" + script_path.string() + "' '" + path.string() + "' 2>&1").c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string out;
   char buf[256];

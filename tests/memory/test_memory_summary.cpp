@@ -95,8 +95,8 @@ TEST(MemorySummary, LongDeviceNamesKeepTheTitleWidth) {
   }
   EXPECT_NE(format_memory_summary(c.stats, name30).find("device " + name30 + " |"),
             std::string::npos);
-  EXPECT_NE(format_memory_summary(c.stats, name41).find("| headroom memory summary, device " +
-                                                         name41 + " |"),
+  EXPECT_NE(format_memory_summary(c.stats, name41)
+                .find("| headroom memory summary, device " + name41 + " |"),
             std::string::npos);
   EXPECT_NE(format_memory_summary(c.stats, name60).find(name60.substr(0, 38) + "... |"),
             std::string::npos);

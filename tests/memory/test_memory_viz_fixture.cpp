@@ -19,7 +19,8 @@ namespace {
 using memory_test::MemoryVizDecoder;
 
 PickleValue load_fixture() {
-  const std::string path = std::string(HEADROOM_FIXTURES_DIR) + "/memory/expandable_snapshot.pickle";
+  const std::string path =
+      std::string(HEADROOM_FIXTURES_DIR) + "/memory/expandable_snapshot.pickle";
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in) << "cannot open " << path;
   std::stringstream bytes;
@@ -41,9 +42,9 @@ TEST(MemoryVizFixture, ExpandableSnapshotHasPyTorchsStructure) {
   std::map<uint64_t, uint64_t> segment_ranges;  // address -> end
   std::map<uint64_t, uint64_t> live_blocks;     // address -> requested size
   for (const PickleValue& seg : segments) {
-    for (const char* key : {"device", "address", "total_size", "allocated_size", "active_size",
-                            "requested_size", "stream", "segment_type", "segment_pool_id",
-                            "is_expandable", "frames", "blocks"}) {
+    for (const char* key :
+         {"device", "address", "total_size", "allocated_size", "active_size", "requested_size",
+          "stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks"}) {
       EXPECT_NE(seg.find(key), nullptr) << key;
     }
     EXPECT_EQ(seg.at("device").as_int64(), 0);

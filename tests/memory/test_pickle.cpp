@@ -63,8 +63,8 @@ TEST(PickleDumps, IntegersUseTheSmallestOpcodeAtEachBoundary) {
   EXPECT_PICKLES_TO(-1, "4a ff ff ff ff");
   EXPECT_PICKLES_TO(int64_t{-2147483648}, "4a 00 00 00 80");  // -2^31
   // LONG1: length byte, then the shortest little-endian two's complement.
-  EXPECT_PICKLES_TO(int64_t{2147483648}, "8a 05 00 00 00 80 00");   // 2^31 needs a sign byte
-  EXPECT_PICKLES_TO(int64_t{-2147483649}, "8a 05 ff ff ff 7f ff");  // -2^31-1
+  EXPECT_PICKLES_TO(int64_t{2147483648}, "8a 05 00 00 00 80 00");         // 2^31 needs a sign byte
+  EXPECT_PICKLES_TO(int64_t{-2147483649}, "8a 05 ff ff ff 7f ff");        // -2^31-1
   EXPECT_PICKLES_TO(int64_t{0x7f3ac0000000}, "8a 06 00 00 00 c0 3a 7f");  // a device address
   EXPECT_PICKLES_TO(std::numeric_limits<int64_t>::max(), "8a 08 ff ff ff ff ff ff ff 7f");
   EXPECT_PICKLES_TO(std::numeric_limits<int64_t>::min(), "8a 08 00 00 00 00 00 00 00 80");
@@ -95,7 +95,7 @@ TEST(PickleDumps, StringsAreUtf8AndMemoized) {
   EXPECT_PICKLES_TO("", "8c 00 94");
   EXPECT_PICKLES_TO("abc", "8c 03 61 62 63 94");
   EXPECT_PICKLES_TO("\xc3\xa9\xe2\x82\xac", "8c 05 c3 a9 e2 82 ac 94");  // "é€", length in bytes
-  EXPECT_PICKLES_TO("\xf0\x9f\x98\x80", "8c 04 f0 9f 98 80 94");          // U+1F600
+  EXPECT_PICKLES_TO("\xf0\x9f\x98\x80", "8c 04 f0 9f 98 80 94");         // U+1F600
   const std::string s255(255, 'x');
   EXPECT_EQ(pickle_dumps(s255), hex("80 04 8c ff") + s255 + hex("94 2e"));
   const std::string s256(256, 'y');
@@ -111,8 +111,8 @@ TEST(PickleDumps, StringsAreUtf8AndMemoized) {
 TEST(PickleDumps, MemoIndexesPast255UseLongBinget) {
   PickleValue list = PickleValue::list();
   for (int i = 0; i < 300; ++i) list.append(str_cat("k", 1000 + i));  // memo slots 0..299
-  list.append("k1000");   // slot 0: BINGET
-  list.append("k1299");   // slot 299: LONG_BINGET
+  list.append("k1000");                                               // slot 0: BINGET
+  list.append("k1299");                                               // slot 299: LONG_BINGET
   const std::string bytes = pickle_dumps(list);
   // ... k1299 MEMOIZE, then BINGET 0, LONG_BINGET 299, APPENDS, STOP.
   EXPECT_EQ(to_hex(bytes.substr(bytes.size() - 10)), "94 68 00 6a 2b 01 00 00 65 2e");
@@ -141,8 +141,8 @@ TEST(PickleDumps, EmptyContainers) {
 }
 
 TEST(PickleDumps, ContainersUseAppendSetitemAndTupleForms) {
-  EXPECT_PICKLES_TO(PickleValue::list({1}), "5d 4b 01 61");                 // EMPTY_LIST x APPEND
-  EXPECT_PICKLES_TO(PickleValue::list({1, 2}), "5d 28 4b 01 4b 02 65");     // MARK .. APPENDS
+  EXPECT_PICKLES_TO(PickleValue::list({1}), "5d 4b 01 61");              // EMPTY_LIST x APPEND
+  EXPECT_PICKLES_TO(PickleValue::list({1, 2}), "5d 28 4b 01 4b 02 65");  // MARK .. APPENDS
   EXPECT_PICKLES_TO(PickleValue::dict({{"a", 1}}), "7d 8c 01 61 94 4b 01 73");  // SETITEM
   EXPECT_PICKLES_TO(PickleValue::dict({{"a", 1}, {"b", PickleValue::list()}}),
                     "7d 28 8c 01 61 94 4b 01 8c 01 62 94 5d 75");  // MARK .. SETITEMS
@@ -163,9 +163,13 @@ TEST(PickleDumps, NestedContainers) {
 TEST(PickleValueApi, BuildsSnapshotShapedTrees) {
   const uint64_t addr = 0x7f0000200000;
   PickleValue segments = PickleValue::list();
-  PickleValue& seg = segments.append(PickleValue::dict(
-      {{"device", 0}, {"address", addr}, {"total_size", 2 << 20}, {"segment_type", "large"},
-       {"segment_pool_id", PickleValue::tuple({0, 0})}, {"blocks", PickleValue::list()}}));
+  PickleValue& seg =
+      segments.append(PickleValue::dict({{"device", 0},
+                                         {"address", addr},
+                                         {"total_size", 2 << 20},
+                                         {"segment_type", "large"},
+                                         {"segment_pool_id", PickleValue::tuple({0, 0})},
+                                         {"blocks", PickleValue::list()}}));
   seg.at("blocks").append(PickleValue::dict({{"size", 512}, {"state", "active_allocated"}}));
   seg.set("total_size", 4 << 20);  // replaces in place
   EXPECT_EQ(seg.size(), 6u);
@@ -189,9 +193,7 @@ TEST(PickleValueApi, BuildsSnapshotShapedTrees) {
   EXPECT_NE(PickleValue::list({1}), PickleValue::tuple({1}));
 }
 
-PickleValue decode(const PickleValue& v) {
-  return MemoryVizDecoder(pickle_dumps(v)).decode();
-}
+PickleValue decode(const PickleValue& v) { return MemoryVizDecoder(pickle_dumps(v)).decode(); }
 
 class RandomValues {
  public:
@@ -200,16 +202,22 @@ class RandomValues {
   PickleValue value(int depth) {
     const int kinds = depth > 0 ? 9 : 6;
     switch (pick(kinds)) {
-      case 0: return pick(4) == 0 ? PickleValue() : PickleValue(pick(2) == 1);
-      case 1: return integer();
-      case 2: return integer();
+      case 0:
+        return pick(4) == 0 ? PickleValue() : PickleValue(pick(2) == 1);
+      case 1:
+        return integer();
+      case 2:
+        return integer();
       case 3: {
         double d;  // any bit pattern but NaN, which is unequal to itself
-        do d = std::bit_cast<double>(bits64()); while (std::isnan(d));
+        do d = std::bit_cast<double>(bits64());
+        while (std::isnan(d));
         return d;
       }
-      case 4: return string();
-      case 5: return words_[pick(words_.size())];  // repeats exercise the memo
+      case 4:
+        return string();
+      case 5:
+        return words_[pick(words_.size())];  // repeats exercise the memo
       case 6: {
         PickleValue list = PickleValue::list();
         const size_t n = pick(8) == 0 ? pick(2600) : pick(6);  // sometimes over a 1000-batch
@@ -239,22 +247,40 @@ class RandomValues {
 
   PickleValue integer() {
     // Around every encoding boundary, and anywhere.
-    static constexpr int64_t kEdges[] = {0,        255,          65535,        2147483647,
-                                         -2147483648LL, int64_t{1} << 39, int64_t{1} << 47,
+    static constexpr int64_t kEdges[] = {0,
+                                         255,
+                                         65535,
+                                         2147483647,
+                                         -2147483648LL,
+                                         int64_t{1} << 39,
+                                         int64_t{1} << 47,
                                          int64_t{1} << 55};
     const int64_t delta = static_cast<int64_t>(pick(5)) - 2;
     switch (pick(5)) {
-      case 0: return kEdges[pick(std::size(kEdges))] + delta;
-      case 1: return -kEdges[pick(std::size(kEdges))] + delta;
-      case 2: return std::numeric_limits<uint64_t>::max() - pick(3);
-      case 3: return static_cast<int64_t>(bits64());
-      default: return bits64();
+      case 0:
+        return kEdges[pick(std::size(kEdges))] + delta;
+      case 1:
+        return -kEdges[pick(std::size(kEdges))] + delta;
+      case 2:
+        return std::numeric_limits<uint64_t>::max() - pick(3);
+      case 3:
+        return static_cast<int64_t>(bits64());
+      default:
+        return bits64();
     }
   }
 
   std::string string() {
-    static const char* kPieces[] = {"a",  "Z",  "_", " ", "\xc3\xa9", "\xe2\x82\xac",
-                                    "\xf0\x9f\x98\x80", "torch/nn/modules/linear.py", "\n", "\t"};
+    static const char* kPieces[] = {"a",
+                                    "Z",
+                                    "_",
+                                    " ",
+                                    "\xc3\xa9",
+                                    "\xe2\x82\xac",
+                                    "\xf0\x9f\x98\x80",
+                                    "torch/nn/modules/linear.py",
+                                    "\n",
+                                    "\t"};
     std::string s;
     const size_t n = pick(10) == 0 ? 100 + pick(200) : pick(12);
     for (size_t i = 0; i < n; ++i) s += kPieces[pick(std::size(kPieces))];
@@ -305,22 +331,40 @@ PickleValue snapshot_like() {
   PickleValue frames = PickleValue::list(
       {PickleValue::dict({{"filename", "train.py"}, {"line", 42}, {"name", "forward"}}),
        PickleValue::dict({{"filename", "train.py"}, {"line", 7}, {"name", "main \xe2\x9c\x93"}})});
-  PickleValue blocks = PickleValue::list(
-      {PickleValue::dict({{"address", base}, {"size", 1 << 20}, {"requested_size", 1000000},
-                          {"state", "active_allocated"}, {"frames", frames}}),
-       PickleValue::dict({{"address", base + (1 << 20)}, {"size", 1 << 20}, {"requested_size", 0},
-                          {"state", "inactive"}, {"frames", PickleValue::list()}})});
-  PickleValue segment = PickleValue::dict(
-      {{"device", 0}, {"address", base}, {"total_size", 2 << 20}, {"allocated_size", 1 << 20},
-       {"active_size", 1 << 20}, {"requested_size", 1000000}, {"stream", 0},
-       {"segment_type", "large"}, {"segment_pool_id", PickleValue::tuple({0, 0})},
-       {"is_expandable", false}, {"frames", PickleValue::list()}, {"blocks", blocks}});
+  PickleValue blocks = PickleValue::list({PickleValue::dict({{"address", base},
+                                                             {"size", 1 << 20},
+                                                             {"requested_size", 1000000},
+                                                             {"state", "active_allocated"},
+                                                             {"frames", frames}}),
+                                          PickleValue::dict({{"address", base + (1 << 20)},
+                                                             {"size", 1 << 20},
+                                                             {"requested_size", 0},
+                                                             {"state", "inactive"},
+                                                             {"frames", PickleValue::list()}})});
+  PickleValue segment = PickleValue::dict({{"device", 0},
+                                           {"address", base},
+                                           {"total_size", 2 << 20},
+                                           {"allocated_size", 1 << 20},
+                                           {"active_size", 1 << 20},
+                                           {"requested_size", 1000000},
+                                           {"stream", 0},
+                                           {"segment_type", "large"},
+                                           {"segment_pool_id", PickleValue::tuple({0, 0})},
+                                           {"is_expandable", false},
+                                           {"frames", PickleValue::list()},
+                                           {"blocks", blocks}});
   PickleValue trace = PickleValue::list();
-  trace.append(PickleValue::dict({{"action", "segment_alloc"}, {"addr", base}, {"size", 2 << 20},
-                                  {"stream", 0}, {"frames", frames},
+  trace.append(PickleValue::dict({{"action", "segment_alloc"},
+                                  {"addr", base},
+                                  {"size", 2 << 20},
+                                  {"stream", 0},
+                                  {"frames", frames},
                                   {"time_us", 1718000000123456}}));
-  trace.append(PickleValue::dict({{"action", "alloc"}, {"addr", base}, {"size", 1 << 20},
-                                  {"stream", 0}, {"frames", frames},
+  trace.append(PickleValue::dict({{"action", "alloc"},
+                                  {"addr", base},
+                                  {"size", 1 << 20},
+                                  {"stream", 0},
+                                  {"frames", frames},
                                   {"time_us", 1718000000123500}}));
   return PickleValue::dict(
       {{"segments", PickleValue::list({segment})},
@@ -333,8 +377,8 @@ struct TempDir {
   fs::path path;
   TempDir() {
     path = fs::temp_directory_path() / str_cat("headroom_pickle_test_", ::getpid(), "_",
-                                                ::testing::UnitTest::GetInstance()->random_seed(),
-                                                "_", counter++);
+                                               ::testing::UnitTest::GetInstance()->random_seed(),
+                                               "_", counter++);
     fs::create_directories(path);
   }
   ~TempDir() {

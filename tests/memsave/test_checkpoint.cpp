@@ -222,7 +222,8 @@ TEST(Checkpoint, RetainGraphRecomputesForEachBackward) {
   const Leaves ckpt = make_leaves();
   manual_seed(3);
   int calls = 0;
-  const Tensor c = sum(checkpoint([&](const Tensor& x) { return region(ckpt, x, &calls); }, ckpt.x));
+  const Tensor c =
+      sum(checkpoint([&](const Tensor& x) { return region(ckpt, x, &calls); }, ckpt.x));
   backward(c, Tensor(), /*retain_graph=*/true);
   backward(c);
   EXPECT_EQ(calls, 3);  // the forward and one recompute per backward, as torch's graph task ids
@@ -261,11 +262,26 @@ TEST(CheckpointSequential, CheckpointsAllSegmentsButTheLast) {
   int counts[5] = {};
   auto make = [&counts](const Leaves& l) {
     std::vector<TensorFunction> f;
-    f.push_back([&, l](const Tensor& x) { ++counts[0]; return linear(x, l.w1); });
-    f.push_back([&](const Tensor& x) { ++counts[1]; return gelu(x); });
-    f.push_back([&](const Tensor& x) { ++counts[2]; return dropout(x, 0.5); });
-    f.push_back([&, l](const Tensor& x) { ++counts[3]; return linear(x, l.w2); });
-    f.push_back([&](const Tensor& x) { ++counts[4]; return gelu(x); });
+    f.push_back([&, l](const Tensor& x) {
+      ++counts[0];
+      return linear(x, l.w1);
+    });
+    f.push_back([&](const Tensor& x) {
+      ++counts[1];
+      return gelu(x);
+    });
+    f.push_back([&](const Tensor& x) {
+      ++counts[2];
+      return dropout(x, 0.5);
+    });
+    f.push_back([&, l](const Tensor& x) {
+      ++counts[3];
+      return linear(x, l.w2);
+    });
+    f.push_back([&](const Tensor& x) {
+      ++counts[4];
+      return gelu(x);
+    });
     return f;
   };
   manual_seed(5);

@@ -40,8 +40,8 @@ LlamaConfig small_llama() {
 struct StepResult {
   Tensor loss;
   std::vector<std::pair<std::string, Tensor>> grads;
-  int64_t kept = 0;           // allocated after the forward, beyond what was there before
-  int64_t backward_peak = 0;  // peak allocated during backward, beyond the same base
+  int64_t kept = 0;            // allocated after the forward, beyond what was there before
+  int64_t backward_peak = 0;   // peak allocated during backward, beyond the same base
   int64_t after_backward = 0;  // the gradients (and the loss) once backward is over
 };
 
@@ -76,7 +76,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
                      static_cast<size_t>(a.nbytes())) == 0;
 }
 
-void expect_same_step(const StepResult& reference, const StepResult& run, const std::string& policy) {
+void expect_same_step(const StepResult& reference, const StepResult& run,
+                      const std::string& policy) {
   EXPECT_TRUE(same_bits(reference.loss, run.loss)) << policy;
   ASSERT_EQ(reference.grads.size(), run.grads.size());
   for (size_t i = 0; i < run.grads.size(); ++i) {
@@ -116,14 +117,14 @@ int64_t block_parameter_bytes(const HfConfig& config, const std::string& prefix)
 // Bytes a block saves for backward without checkpointing, what selective keeps of them, and the
 // figures of its backward.
 struct BlockBytes {
-  int64_t saved;      // every activation the block's nodes keep (its input not counted)
-  int64_t selective;  // the projections' outputs that selective keeps instead
+  int64_t saved;                 // every activation the block's nodes keep (its input not counted)
+  int64_t selective;             // the projections' outputs that selective keeps instead
   int64_t selective_recomputed;  // what selective's recompute brings back: the saved ones it
                                  // does not keep
-  int64_t input;   // the block's input, kept by its first norm or by the checkpoint
-  int64_t params;  // its parameters' gradients
-  int64_t head;    // the change in allocated bytes from the loss's backward to the last block's
-  int64_t top;     // what a block's backward holds at its highest point beyond its activations
+  int64_t input;                 // the block's input, kept by its first norm or by the checkpoint
+  int64_t params;                // its parameters' gradients
+  int64_t head;  // the change in allocated bytes from the loss's backward to the last block's
+  int64_t top;   // what a block's backward holds at its highest point beyond its activations
 };
 
 // GPT-2 block, fp32, T x D activations of B x T x D: ln_1 out, c_attn out (3), attention out
@@ -277,7 +278,8 @@ TEST(CheckpointPolicy, ParsesTheOptionValues) {
       parse_checkpoint_policy(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const ValueError& e) {
-      EXPECT_NE(std::string(e.what()).find(str_cat("'", bad, "' is not one of none, full, "
+      EXPECT_NE(std::string(e.what()).find(str_cat("'", bad,
+                                                   "' is not one of none, full, "
                                                    "every_N (N >= 1, e.g. every_2) or selective")),
                 std::string::npos)
           << e.what();

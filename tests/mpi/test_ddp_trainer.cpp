@@ -38,10 +38,10 @@ using test_mpi::world;
 class SharedRunDir {
  public:
   SharedRunDir(const std::string& name, double dropout, int64_t n_layer = 2) {
-    const double pid = world()->all_reduce_scalar(world()->rank() == 0 ? ::getpid() : 0.0,
-                                                  ReduceOp::sum);
-    path_ = fs::temp_directory_path() /
-            str_cat("headroom_mpi_", name, "_", static_cast<int64_t>(pid));
+    const double pid =
+        world()->all_reduce_scalar(world()->rank() == 0 ? ::getpid() : 0.0, ReduceOp::sum);
+    path_ =
+        fs::temp_directory_path() / str_cat("headroom_mpi_", name, "_", static_cast<int64_t>(pid));
     if (world()->rank() == 0) {
       fs::remove_all(path_);
       fs::create_directories(path_);
@@ -435,7 +435,8 @@ TEST(DataParallelTrainer, EachRanksPeakEqualsItsPlanAndFallsWithTheStage) {
     const int64_t measured = planned_and_measured_peaks(args, &plan).second;
     std::printf("zero_stage %lld rank %d: peak allocated %lld (plan) %lld (run)\n",
                 static_cast<long long>(stage), world()->rank(),
-                static_cast<long long>(plan.peak_allocated_bytes), static_cast<long long>(measured));
+                static_cast<long long>(plan.peak_allocated_bytes),
+                static_cast<long long>(measured));
     EXPECT_EQ(plan.peak_allocated_bytes, measured)
         << "zero_stage " << stage << ", rank " << world()->rank();
     if (stage > 0) {

@@ -29,8 +29,7 @@ TEST(RankOptions, TheSameOptionsAgree) {
 TEST(RankOptions, AnotherValueOnRankOneIsNamedOnEveryRank) {
   if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   const int rank = world()->rank();
-  const std::string line =
-      rank_options_difference(*world(), options(rank == 1 ? 20 : 10, "gpt2"));
+  const std::string line = rank_options_difference(*world(), options(rank == 1 ? 20 : 10, "gpt2"));
   EXPECT_NE(line.find("max_steps is 20 on rank 1 and 10 on rank 0 (rank 1 differs from rank 0)"),
             std::string::npos)
       << "rank " << rank << ": " << line;

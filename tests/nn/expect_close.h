@@ -27,8 +27,8 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, double rt
     const double d = std::abs(static_cast<double>(a[i]) - b[i]);
     if (d > worst) worst = d, at = i;
   }
-  EXPECT_LE(worst, rtol * scale) << what << ": element " << at << " is " << a[at]
-                                 << ", expected " << b[at] << " (scale " << scale << ")";
+  EXPECT_LE(worst, rtol * scale) << what << ": element " << at << " is " << a[at] << ", expected "
+                                 << b[at] << " (scale " << scale << ")";
 }
 
 }  // namespace headroom::test_data

@@ -88,8 +88,7 @@ TEST_P(ModelReference, LogitsLossAndGradientsMatchPyTorch) {
     NoGradGuard no_grad;
     const Tensor logits = model->forward(ids), expected = reference.load("logits");
     expect_close(logits, expected, 1e-5, "logits");
-    const double needed =
-        expect_close_elementwise(logits, expected, 1e-5, kAtolOfScale, "logits");
+    const double needed = expect_close_elementwise(logits, expected, 1e-5, kAtolOfScale, "logits");
     std::printf("logits: element-wise within rtol 1e-5 + %.2g of the scale\n", needed);
   }
   const Tensor loss = model->loss(ids, targets);
@@ -157,8 +156,7 @@ TEST_P(ModelReference, ShardedSaveAndReloadGiveTheSameLogits) {
   save_pretrained(*model, out, max_shard_bytes);
 
   EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
-  const nlohmann::json index =
-      nlohmann::json::parse(read_text(out + "/" + kSafetensorsIndexName));
+  const nlohmann::json index = nlohmann::json::parse(read_text(out + "/" + kSafetensorsIndexName));
   std::set<std::string> shards;
   size_t total = 0;
   for (const auto& [name, param] : model->named_parameters()) {
@@ -237,8 +235,9 @@ TEST(Models, HfParameterNamesAndCounts) {
   EXPECT_EQ(names.back().first, "transformer.ln_f.bias");
   // 2 embeddings + 2 blocks of 12 tensors + ln_f: the tied head adds nothing.
   EXPECT_EQ(names.size(), 28u);
-  EXPECT_EQ(g.num_parameters(), 96 * 32 + 32 * 32 + 2 * (2 * 32 + 32 * 96 + 96 + 32 * 32 + 32 +
-                                                           2 * 32 + 32 * 128 + 128 + 128 * 32 + 32) +
+  EXPECT_EQ(g.num_parameters(), 96 * 32 + 32 * 32 +
+                                    2 * (2 * 32 + 32 * 96 + 96 + 32 * 32 + 32 + 2 * 32 + 32 * 128 +
+                                         128 + 128 * 32 + 32) +
                                     2 * 32);
 
   LlamaConfig llama;
@@ -340,7 +339,8 @@ TEST(Models, LlamaHfInitialisation) {
 
   // nn.Embedding's padding_idx counts from the end when negative and must lie in the vocabulary.
   c.pad_token_id = -1;
-  const Tensor last = LlamaForCausalLM(c, kCPU, 3).parameter("model.embed_tokens.weight")
+  const Tensor last = LlamaForCausalLM(c, kCPU, 3)
+                          .parameter("model.embed_tokens.weight")
                           .narrow(0, c.vocab_size - 1, 1);
   EXPECT_EQ(last.to_float_vector(), std::vector<float>(c.hidden_size, 0.0f));
   c.pad_token_id = c.vocab_size;

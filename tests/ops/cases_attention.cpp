@@ -21,10 +21,10 @@ void register_attention_case(OpCase c) {
 }
 
 void attention_case(const std::string& name, std::vector<OpInput> inputs, bool causal) {
-  register_attention_case({"attention/" + name, std::move(inputs),
-                           [causal](const std::vector<Tensor>& in) {
-                             return scaled_dot_product_attention(in[0], in[1], in[2], causal);
-                           }});
+  register_attention_case(
+      {"attention/" + name, std::move(inputs), [causal](const std::vector<Tensor>& in) {
+         return scaled_dot_product_attention(in[0], in[1], in[2], causal);
+       }});
 }
 
 }  // namespace
@@ -41,31 +41,33 @@ HEADROOM_OP_CASES(attention_cases) {
   attention_case("full_gqa/1x2kv1_q9_k300x8", qkv(1, 2, 1, 9, 300, 8), false);
   // The layout models pass: [B, T, H, D] projections viewed as [B, H, T, D].
   register_attention_case({"attention/transposed_views_scale/2x19x4kv2x16",
-                    {normal({2, 19, 4, 16}), normal({2, 19, 2, 16}), normal({2, 19, 2, 16})},
-                    [](const std::vector<Tensor>& in) {
-                      return scaled_dot_product_attention(transpose(in[0], 1, 2),
-                                                          transpose(in[1], 1, 2),
-                                                          transpose(in[2], 1, 2), true, 0.3);
-                    }});
+                           {normal({2, 19, 4, 16}), normal({2, 19, 2, 16}), normal({2, 19, 2, 16})},
+                           [](const std::vector<Tensor>& in) {
+                             return scaled_dot_product_attention(transpose(in[0], 1, 2),
+                                                                 transpose(in[1], 1, 2),
+                                                                 transpose(in[2], 1, 2), true, 0.3);
+                           }});
   // The generator is made inside, so the mask is the same on every call: a pure function. Low
   // precision still compares exactly: bf16 / f16 inputs draw the same mask as their fp32 copies.
   register_attention_case({"attention/dropout_causal_gqa/2x4kv2x70x8", qkv(2, 4, 2, 70, 70, 8),
-                    [](const std::vector<Tensor>& in) {
-                      Generator gen(2024);
-                      return scaled_dot_product_attention(in[0], in[1], in[2], true, {}, 0.25,
-                                                          &gen);
+                           [](const std::vector<Tensor>& in) {
+                             Generator gen(2024);
+                             return scaled_dot_product_attention(in[0], in[1], in[2], true, {},
+                                                                 0.25, &gen);
+                           }});
+  register_op_case({"rotary/2x4x7x8", {normal({2, 4, 7, 8})}, [](const std::vector<Tensor>& in) {
+                      return rotary_embedding(in[0]);
                     }});
-  register_op_case({"rotary/2x4x7x8", {normal({2, 4, 7, 8})},
-                    [](const std::vector<Tensor>& in) { return rotary_embedding(in[0]); }});
-  register_op_case({"rotary/offset_theta/1x3x70x16", {normal({1, 3, 70, 16})},
-                    [](const std::vector<Tensor>& in) {
-                      return rotary_embedding(in[0], 500000.0, 5);
-                    }});
-  register_op_case({"rotary/transposed_view/2x5x3x6", {normal({2, 5, 3, 6})},
-                    [](const std::vector<Tensor>& in) {
-                      return rotary_embedding(transpose(in[0], 1, 2), 10000.0, 2);
-                    }});
-  register_op_case({"rotary/strided_last_dim/2x6x3x5", {normal({2, 6, 3, 5})},
+  register_op_case(
+      {"rotary/offset_theta/1x3x70x16",
+       {normal({1, 3, 70, 16})},
+       [](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 500000.0, 5); }});
+  register_op_case(
+      {"rotary/transposed_view/2x5x3x6", {normal({2, 5, 3, 6})}, [](const std::vector<Tensor>& in) {
+         return rotary_embedding(transpose(in[0], 1, 2), 10000.0, 2);
+       }});
+  register_op_case({"rotary/strided_last_dim/2x6x3x5",
+                    {normal({2, 6, 3, 5})},
                     [](const std::vector<Tensor>& in) {
                       return rotary_embedding(permute(in[0], {0, 2, 3, 1}));
                     }});

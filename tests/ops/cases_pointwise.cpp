@@ -35,35 +35,38 @@ HEADROOM_OP_CASES(pointwise_cases) {
   auto swiglu_fn = [](In in) { return swiglu(in[0], in[1]); };
   register_op_case({"swiglu/2x9", {normal({2, 9}, 2.0), normal({2, 9})}, swiglu_fn});
   register_op_case({"swiglu/parallel", {normal({4, 9001}), normal({4, 9001})}, swiglu_fn});
-  register_op_case({"swiglu/gate_grad_only", {normal({3, 5}), constant(normal({3, 5}))}, swiglu_fn});
+  register_op_case(
+      {"swiglu/gate_grad_only", {normal({3, 5}), constant(normal({3, 5}))}, swiglu_fn});
   register_op_case({"swiglu/up_grad_only", {constant(normal({3, 5})), normal({3, 5})}, swiglu_fn});
 
-  register_op_case({"softmax/last_dim", {normal({3, 11}, 2.0)},
-                    [](In in) { return softmax(in[0]); }});
-  register_op_case({"softmax/first_dim", {normal({6, 5})},
-                    [](In in) { return softmax(in[0], 0); }});
+  register_op_case(
+      {"softmax/last_dim", {normal({3, 11}, 2.0)}, [](In in) { return softmax(in[0]); }});
+  register_op_case(
+      {"softmax/first_dim", {normal({6, 5})}, [](In in) { return softmax(in[0], 0); }});
   // inner = 300 columns: more than one tile of the strided kernel.
-  register_op_case({"softmax/middle_dim_tiles", {normal({2, 3, 300})},
-                    [](In in) { return softmax(in[0], 1); }});
-  register_op_case({"softmax/parallel_rows", {normal({40, 1001})},
-                    [](In in) { return softmax(in[0], -1); }});
-  register_op_case({"softmax/transposed_input", {normal({5, 4})},
-                    [](In in) { return softmax(transpose(in[0], 0, 1), -1); }});
+  register_op_case(
+      {"softmax/middle_dim_tiles", {normal({2, 3, 300})}, [](In in) { return softmax(in[0], 1); }});
+  register_op_case(
+      {"softmax/parallel_rows", {normal({40, 1001})}, [](In in) { return softmax(in[0], -1); }});
+  register_op_case({"softmax/transposed_input", {normal({5, 4})}, [](In in) {
+                      return softmax(transpose(in[0], 0, 1), -1);
+                    }});
 
-  register_op_case({"dropout/3x5", {normal({3, 5})},
-                    [](In in) { return seeded_dropout(in[0], 0.3); }});
+  register_op_case(
+      {"dropout/3x5", {normal({3, 5})}, [](In in) { return seeded_dropout(in[0], 0.3); }});
   // 7 x 1001: several 1024-element chunks, the last one partial and not a multiple of 4.
-  register_op_case({"dropout/chunks", {normal({7, 1001})},
-                    [](In in) { return seeded_dropout(in[0], 0.5); }});
-  register_op_case({"dropout/parallel", {normal({5, 4099})},
-                    [](In in) { return seeded_dropout(in[0], 0.1); }});
+  register_op_case(
+      {"dropout/chunks", {normal({7, 1001})}, [](In in) { return seeded_dropout(in[0], 0.5); }});
+  register_op_case(
+      {"dropout/parallel", {normal({5, 4099})}, [](In in) { return seeded_dropout(in[0], 0.1); }});
 
   auto embedding_fn = [](In in) { return embedding(in[0], in[1]); };
   register_op_case({"embedding/small", {normal({10, 6}), ids({2, 3}, 10)}, embedding_fn});
   // dim 70: more than one 64-column block of the backward; ids repeat across 37 tokens.
   register_op_case({"embedding/repeated_ids", {normal({9, 70}), ids({37}, 9)}, embedding_fn});
-  register_op_case({"embedding/i32_parallel", {normal({100, 130}), ids({4, 75}, 100)},
-                    [](In in) { return embedding(in[0], in[1].to(DType::i32)); }});
+  register_op_case({"embedding/i32_parallel", {normal({100, 130}), ids({4, 75}, 100)}, [](In in) {
+                      return embedding(in[0], in[1].to(DType::i32));
+                    }});
 }
 
 }  // namespace headroom::testing

@@ -33,18 +33,18 @@ const Quant4bitWeight& frozen_weight(Quant4bitType type, bool nested, int64_t ou
 }  // namespace
 
 HEADROOM_OP_CASES(quant_cases) {
-  register_op_case({"linear_4bit/nf4_double_quant_bias", {normal({2, 3, 40}), normal({6})},
+  register_op_case({"linear_4bit/nf4_double_quant_bias",
+                    {normal({2, 3, 40}), normal({6})},
                     [](const std::vector<Tensor>& in) {
                       const Quant4bitWeight& w =
                           frozen_weight(Quant4bitType::nf4, true, 6, 40, in[0].device());
                       return linear_4bit(in[0], w, in[1], DType::f32);
                     }});
-  register_op_case({"linear_4bit/fp4_no_bias", {normal({5, 24})},
-                    [](const std::vector<Tensor>& in) {
-                      const Quant4bitWeight& w =
-                          frozen_weight(Quant4bitType::fp4, false, 7, 24, in[0].device());
-                      return linear_4bit(in[0], w, Tensor(), DType::f32);
-                    }});
+  register_op_case(
+      {"linear_4bit/fp4_no_bias", {normal({5, 24})}, [](const std::vector<Tensor>& in) {
+         const Quant4bitWeight& w = frozen_weight(Quant4bitType::fp4, false, 7, 24, in[0].device());
+         return linear_4bit(in[0], w, Tensor(), DType::f32);
+       }});
 }
 
 }  // namespace headroom::testing

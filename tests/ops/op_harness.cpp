@@ -67,8 +67,8 @@ TEST_P(OpHarness, GradientMatchesFiniteDifferences) {
       std::vector<Tensor> in_plus = inputs, in_minus = inputs;
       in_plus[j] = Tensor::from_floats(plus, inputs[j].shape());
       in_minus[j] = Tensor::from_floats(minus, inputs[j].shape());
-      const double fd = (weighted_output(c, in_plus, w) - weighted_output(c, in_minus, w)) /
-                        (2.0 * c.fd_eps);
+      const double fd =
+          (weighted_output(c, in_plus, w) - weighted_output(c, in_minus, w)) / (2.0 * c.fd_eps);
       const double analytic = dot(g, v);
       const double tol = c.grad_rtol * (std::abs(analytic) + typical * norm(v)) + c.grad_atol;
       EXPECT_NEAR(fd, analytic, tol) << c.name << ": input " << j << ", " << what;
@@ -187,8 +187,7 @@ std::string case_name(const ::testing::TestParamInfo<size_t>& info) {
   return op_case_test_name(info.param);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, OpHarness, ::testing::Range<size_t>(0, op_cases().size()),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, OpHarness, ::testing::Range<size_t>(0, op_cases().size()), case_name);
 
 }  // namespace
 

@@ -76,7 +76,7 @@ std::string op_case_test_name(size_t index);
 }  // namespace headroom::testing
 
 // Registers cases at static-initialisation time: HEADROOM_OP_CASES(gelu_cases) { register... }
-#define HEADROOM_OP_CASES(name)                               \
-  static void name();                                         \
+#define HEADROOM_OP_CASES(name)                                          \
+  static void name();                                                    \
   [[maybe_unused]] static const bool name##_registered = (name(), true); \
   static void name()

@@ -90,8 +90,8 @@ Reference reference_attention(const Dims& s, const std::vector<float>& q,
   return r;
 }
 
-void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
-                  double tol, const std::string& what) {
+void expect_close(const std::vector<float>& actual, const std::vector<double>& expected, double tol,
+                  const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   double largest = 0.0;
   for (double e : expected) largest = std::max(largest, std::abs(e));
@@ -119,8 +119,7 @@ Inputs random_inputs(const Dims& s, uint64_t seed) {
 // Runs forward and backward; returns out, grad_q, grad_k, grad_v.
 std::vector<std::vector<float>> run_attention(const Inputs& in, bool causal,
                                               std::optional<double> scale = {},
-                                              double dropout_p = 0.0,
-                                              Generator* gen = nullptr) {
+                                              double dropout_p = 0.0, Generator* gen = nullptr) {
   for (const Tensor* t : {&in.q, &in.k, &in.v}) t->set_grad(Tensor());
   Tensor out = scaled_dot_product_attention(in.q, in.k, in.v, causal, scale, dropout_p, gen);
   backward(out, in.grad_out);
@@ -133,18 +132,18 @@ TEST(Attention, MatchesMaterialisedReference) {
     Dims dims;
     bool causal;
   } cases[] = {
-      {{2, 4, 2, 70, 70, 16}, true},    {{1, 6, 3, 130, 130, 64}, true},
-      {{2, 2, 2, 33, 150, 32}, false},  {{1, 4, 1, 64, 64, 8}, true},
-      {{1, 2, 2, 1, 1, 8}, true},       {{2, 4, 4, 129, 65, 16}, false},
-      {{1, 2, 1, 40, 600, 16}, false},  {{1, 2, 2, 300, 300, 16}, true},
+      {{2, 4, 2, 70, 70, 16}, true},   {{1, 6, 3, 130, 130, 64}, true},
+      {{2, 2, 2, 33, 150, 32}, false}, {{1, 4, 1, 64, 64, 8}, true},
+      {{1, 2, 2, 1, 1, 8}, true},      {{2, 4, 4, 129, 65, 16}, false},
+      {{1, 2, 1, 40, 600, 16}, false}, {{1, 2, 2, 300, 300, 16}, true},
   };
   for (const auto& c : cases) {
     const Dims& s = c.dims;
     const Inputs in = random_inputs(s, 11 + s.tq);
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
-    const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
-                                              in.v.to_float_vector(),
-                                              in.grad_out.to_float_vector(), c.causal, scale);
+    const Reference ref =
+        reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
+                            in.v.to_float_vector(), in.grad_out.to_float_vector(), c.causal, scale);
     const auto got = run_attention(in, c.causal);
     // str_cat, not operator+ on std::string: GCC 12 warns falsely (-Wrestrict) on that chain.
     const std::string name =
@@ -159,9 +158,9 @@ TEST(Attention, MatchesMaterialisedReference) {
 TEST(Attention, ExplicitScale) {
   const Dims s{1, 2, 1, 20, 20, 8};
   const Inputs in = random_inputs(s, 3);
-  const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
-                                            in.v.to_float_vector(), in.grad_out.to_float_vector(),
-                                            false, 0.7);
+  const Reference ref =
+      reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(), in.v.to_float_vector(),
+                          in.grad_out.to_float_vector(), false, 0.7);
   const auto got = run_attention(in, false, 0.7);
   expect_close(got[0], ref.out, 2e-5, "out");
   expect_close(got[1], ref.grad_q, 2e-5, "grad_q");
@@ -201,9 +200,9 @@ TEST(Attention, DropoutMatchesReferenceWithThePhiloxMask) {
     kept += keep[idx] != 0.0f;
   }
   EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.01);
-  const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
-                                            in.v.to_float_vector(), in.grad_out.to_float_vector(),
-                                            true, 0.25, keep);
+  const Reference ref =
+      reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(), in.v.to_float_vector(),
+                          in.grad_out.to_float_vector(), true, 0.25, keep);
   expect_close(got[0], ref.out, 2e-5, "out");
   expect_close(got[1], ref.grad_q, 2e-5, "grad_q");
   expect_close(got[2], ref.grad_k, 2e-5, "grad_k");
@@ -221,9 +220,9 @@ TEST(Attention, BothBackwardSchedulesMatchTheReferenceAndRepeat) {
   // dQ pass; see Note [Attention backward schedules].
   const Dims s{1, 3, 1, 300, 300, 32};
   const Inputs in = random_inputs(s, 21);
-  const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
-                                            in.v.to_float_vector(), in.grad_out.to_float_vector(),
-                                            true, 1.0 / std::sqrt(32.0));
+  const Reference ref =
+      reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(), in.v.to_float_vector(),
+                          in.grad_out.to_float_vector(), true, 1.0 / std::sqrt(32.0));
   const int threads = omp_get_max_threads();
   for (int n : {1, 2}) {
     omp_set_num_threads(n);
@@ -298,10 +297,10 @@ TEST(Attention, FusedProjectionRunsWithoutCopies) {
       KernelCensusScope scope(census);
       const std::vector<Tensor> parts = split(x, {c, c, c}, -1);
       auto heads = [&](const Tensor& part) { return transpose(reshape(part, {b, t, h, d}), 1, 2); };
-      y = reshape(transpose(scaled_dot_product_attention(heads(parts[0]), heads(parts[1]),
-                                                         heads(parts[2])),
-                            1, 2),
-                  {b, t, c});
+      y = reshape(
+          transpose(scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2])),
+                    1, 2),
+          {b, t, c});
       backward(y, grad);
     }
     for (const KernelLaunch& launch : census.launches()) {
@@ -349,9 +348,9 @@ KernelRun run_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const T
   r.grad_q = Tensor::empty(q.shape(), q.dtype(), kCPU);
   r.grad_k = Tensor::empty(k.shape(), q.dtype(), kCPU);
   r.grad_v = Tensor::empty(k.shape(), q.dtype(), kCPU);
-  cpu::attention_backward(q, k, v, out_for_backward.defined() ? out_for_backward : r.out,
-                          grad_out, lse_for_backward.defined() ? lse_for_backward : r.lse, causal,
-                          scale, dropout, delta, r.grad_q, r.grad_k, r.grad_v, accum);
+  cpu::attention_backward(q, k, v, out_for_backward.defined() ? out_for_backward : r.out, grad_out,
+                          lse_for_backward.defined() ? lse_for_backward : r.lse, causal, scale,
+                          dropout, delta, r.grad_q, r.grad_k, r.grad_v, accum);
   return r;
 }
 
@@ -372,12 +371,9 @@ TEST(Attention, LowPrecisionIsFp32RoundedOnce) {
     float dropout_p;
     bool exact;
   } cases[] = {
-      {{1, 2, 2, 40, 40, 16}, false, 0.0f, true},
-      {{2, 4, 2, 70, 300, 32}, false, 0.0f, true},
-      {{1, 4, 2, 300, 300, 64}, true, 0.2f, true},
-      {{1, 3, 1, 300, 300, 64}, true, 0.0f, true},
-      {{1, 4, 1, 150, 150, 128}, true, 0.1f, false},
-      {{1, 2, 2, 70, 300, 128}, false, 0.0f, false},
+      {{1, 2, 2, 40, 40, 16}, false, 0.0f, true},    {{2, 4, 2, 70, 300, 32}, false, 0.0f, true},
+      {{1, 4, 2, 300, 300, 64}, true, 0.2f, true},   {{1, 3, 1, 300, 300, 64}, true, 0.0f, true},
+      {{1, 4, 1, 150, 150, 128}, true, 0.1f, false}, {{1, 2, 2, 70, 300, 128}, false, 0.0f, false},
   };
   for (const auto& c : cases) {
     const Dims& s = c.dims;
@@ -439,24 +435,35 @@ TEST(Attention, ErrorMessagesNameTheArgumentAndLimit) {
             "scaled_dot_product_attention: is_causal needs as many queries as keys, got q length "
             "6 and k length 9");
   EXPECT_NO_THROW(scaled_dot_product_attention(q, k_long, k_long, false));
-  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k3, k3); }),
-            "scaled_dot_product_attention: q has 4 heads, not a multiple of the 3 heads of k and v");
+  EXPECT_EQ(
+      error_of([&] { scaled_dot_product_attention(q, k3, k3); }),
+      "scaled_dot_product_attention: q has 4 heads, not a multiple of the 3 heads of k and v");
   EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, k, true, {}, 1.0); }),
             "scaled_dot_product_attention: dropout_p 1 must lie in [0, 1)");
-  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(Tensor::zeros({4, 6, 8}), k, k); }),
+  EXPECT_EQ(error_of([&] {
+              scaled_dot_product_attention(Tensor::zeros({4, 6, 8}), k, k);
+            }),
             "scaled_dot_product_attention: q [4, 6, 8], k [1, 2, 6, 8] and v [1, 2, 6, 8] must be "
             "4-D [B, H, T, D]");
-  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, Tensor::zeros({1, 2, 6, 4})); }),
+  EXPECT_EQ(error_of([&] {
+              scaled_dot_product_attention(q, k, Tensor::zeros({1, 2, 6, 4}));
+            }),
             "scaled_dot_product_attention: k [1, 2, 6, 8] and v [1, 2, 6, 4] must have one shape");
-  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, Tensor::zeros({1, 2, 6, 4}),
-                                                        Tensor::zeros({1, 2, 6, 4})); }),
-            "scaled_dot_product_attention: q [1, 4, 6, 8] and k [1, 2, 6, 4] must agree in batch "
-            "(dim 0) and head size (dim 3)");
+  EXPECT_EQ(
+      error_of([&] {
+        scaled_dot_product_attention(q, Tensor::zeros({1, 2, 6, 4}), Tensor::zeros({1, 2, 6, 4}));
+      }),
+      "scaled_dot_product_attention: q [1, 4, 6, 8] and k [1, 2, 6, 4] must agree in batch "
+      "(dim 0) and head size (dim 3)");
   EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k.to(DType::bf16), k); }),
             "scaled_dot_product_attention: q, k and v must share a dtype, got f32, bf16 and f32");
-  EXPECT_EQ(error_of([&] { rotary_embedding(Tensor::zeros({1, 2, 3, 5})); }),
+  EXPECT_EQ(error_of([&] {
+              rotary_embedding(Tensor::zeros({1, 2, 3, 5}));
+            }),
             "rotary_embedding: head size 5 of x [1, 2, 3, 5] must be even");
-  EXPECT_EQ(error_of([&] { rotary_embedding(Tensor::zeros({2, 3, 4})); }),
+  EXPECT_EQ(error_of([&] {
+              rotary_embedding(Tensor::zeros({2, 3, 4}));
+            }),
             "rotary_embedding: x [2, 3, 4] must be 4-D [B, H, T, D]");
   EXPECT_EQ(error_of([&] { rotary_embedding(q, 10000.0, -1); }),
             "rotary_embedding: position_offset -1 must be >= 0");

@@ -97,13 +97,12 @@ TEST(NativePatternAttention, MetaPlansOnePatternWithOrWithoutTheGuard) {
 // the f32 ones (Note [Widened attention tiles] in backend/cpu/attention.cpp).
 TEST(SinglePatternAttention, ACpuRunAllocatesWhatEveryDryRunPlans) {
   for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    for (const Case& c : {Case{2, 4, 2, 70, 16, dtype, true, 0.0},
-                          Case{2, 4, 2, 70, 16, dtype, false, 0.0},
-                          Case{2, 4, 2, 70, 16, dtype, true, 0.2},
-                          Case{1, 2, 2, 37, 8, dtype, false, 0.3},
-                          Case{1, 4, 1, 130, 128, dtype, true, 0.1}}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + (c.causal ? " causal" : " full") +
-                   " dropout " + std::to_string(c.dropout_p) + " D " + std::to_string(c.d));
+    for (const Case& c :
+         {Case{2, 4, 2, 70, 16, dtype, true, 0.0}, Case{2, 4, 2, 70, 16, dtype, false, 0.0},
+          Case{2, 4, 2, 70, 16, dtype, true, 0.2}, Case{1, 2, 2, 37, 8, dtype, false, 0.3},
+          Case{1, 4, 1, 130, 128, dtype, true, 0.1}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (c.causal ? " causal" : " full") + " dropout " +
+                   std::to_string(c.dropout_p) + " D " + std::to_string(c.d));
       auto peaks = [&](Device device) {
         Tensor q = Tensor::ones({c.b, c.hq, c.t, c.d}, dtype, device);
         Tensor k = Tensor::ones({c.b, c.hkv, c.t, c.d}, dtype, device);
@@ -130,8 +129,8 @@ TEST(NativePatternAttention, TransposedViewsAreReadInPlace) {
   const Tensor k = Tensor::empty({b, t, hkv, d}, DType::bf16, kMeta);
   const int64_t before = static_cast<int64_t>(memory_allocated(kMeta));
   reset_peak_memory_stats(kMeta);
-  const Tensor out =
-      scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(k, 1, 2), true);
+  const Tensor out = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
+                                                  transpose(k, 1, 2), true);
   EXPECT_EQ(static_cast<int64_t>(max_memory_allocated(kMeta)) - before,
             bytes_of(b * hq * t * d, DType::bf16) + bytes_of(b * hq * t, DType::f32));
   EXPECT_EQ(out.dtype(), DType::bf16);

@@ -46,7 +46,8 @@ TEST(NativePatternLinear, ForwardAllocatesOnlyTheOutput) {
   for (DType dtype : kFloatDtypes) {
     for (WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
       const Tensor x = meta({2, 32, 256}, dtype);
-      const Tensor w = meta(layout == WeightLayout::out_in ? Shape{128, 256} : Shape{256, 128}, dtype);
+      const Tensor w =
+          meta(layout == WeightLayout::out_in ? Shape{128, 256} : Shape{256, 128}, dtype);
       const Tensor b = meta({128}, dtype);
       const MetaPeak peak;
       const Tensor out = linear(x, w, b, layout);
@@ -73,8 +74,8 @@ TEST(NativePatternLinear, BackwardWritesEachGradientInItsInputDtype) {
       EXPECT_EQ(b.grad().dtype(), DType::f32);
       EXPECT_EQ(x.grad().shape(), x.shape());
       EXPECT_EQ(w.grad().shape(), w_shape);
-      EXPECT_EQ(peak.growth(), block_of(x.shape(), dtype) + block_of(w_shape, dtype) +
-                                   block_of({128}, DType::f32))
+      EXPECT_EQ(peak.growth(),
+                block_of(x.shape(), dtype) + block_of(w_shape, dtype) + block_of({128}, DType::f32))
           << dtype_name(dtype);
     }
   }
@@ -148,7 +149,8 @@ TEST(NativePatternMatmul, UncollapsibleBatchIsCopiedOnce) {
   const MetaPeak peak;
   const Tensor out = matmul(a, b);
   EXPECT_EQ(out.shape(), (Shape{2, 3, 16, 8}));
-  EXPECT_EQ(peak.growth(), block_of({2, 3, 16, 8}, DType::f16) + block_of({2, 3, 32, 8}, DType::f16));
+  EXPECT_EQ(peak.growth(),
+            block_of({2, 3, 16, 8}, DType::f16) + block_of({2, 3, 32, 8}, DType::f16));
 }
 
 TEST(NativePatternMatmul, MixedDtypesGiveF32) {
@@ -171,7 +173,8 @@ TEST(SinglePatternLinear, ACpuRunAllocatesWhatEveryDryRunPlans) {
     for (const WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
       for (const bool with_bias : {true, false}) {
         for (const bool frozen : {false, true}) {
-          SCOPED_TRACE(str_cat(dtype_name(dtype), layout == WeightLayout::out_in ? " out_in" : " in_out",
+          SCOPED_TRACE(str_cat(dtype_name(dtype),
+                               layout == WeightLayout::out_in ? " out_in" : " in_out",
                                with_bias ? " bias" : "", frozen ? " frozen" : ""));
           const Shape w_shape = layout == WeightLayout::out_in ? Shape{24, 40} : Shape{40, 24};
           auto peaks = [&](Device device) {

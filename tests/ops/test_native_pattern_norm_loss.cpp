@@ -1,7 +1,7 @@
 // layer_norm, rms_norm, cross_entropy and linear_cross_entropy planned for a GPU: on the meta
-// device they allocate in their one pattern (Note [Kernel tables]): outputs and gradients in the inputs' dtypes, f32 statistics, no f32
-// copies. Peaks are checked to the byte against sums made by hand from the caching allocator's
-// 512-byte blocks.
+// device they allocate in their one pattern (Note [Kernel tables]): outputs and gradients in the
+// inputs' dtypes, f32 statistics, no f32 copies. Peaks are checked to the byte against sums made by
+// hand from the caching allocator's 512-byte blocks.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -35,7 +35,6 @@ Tensor meta_input(const Shape& shape, DType dtype, bool requires_grad = true) {
   if (requires_grad) t.set_requires_grad(true);
   return t;
 }
-
 
 TEST(NativePatternNorm, LayerNormBf16AllocatesOutputsStatisticsAndGradientsOnly) {
   const int64_t rows = 40, dim = 96;
@@ -96,9 +95,8 @@ TEST(SinglePatternNorm, ACpuRunAllocatesWhatEveryDryRunPlans) {
         const Tensor grad = Tensor::ones({rows, dim}, dtype, device);
         for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
         Tensor out;
-        const int64_t forward = peak_growth_on(device, [&] {
-          out = centred ? layer_norm(x, w, b) : rms_norm(x, w);
-        });
+        const int64_t forward =
+            peak_growth_on(device, [&] { out = centred ? layer_norm(x, w, b) : rms_norm(x, w); });
         const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
         return std::pair{forward, backward_peak};
       };
@@ -165,9 +163,9 @@ TEST(NativePatternLoss, LinearCrossEntropyF32InPlaceAndRetained) {
   const Tensor targets = Tensor::empty({rows}, DType::i64, kMeta);
   Tensor loss;
   const int64_t dx = block(rows * dim * 4), dweight = block(vocab * dim * 4);
-  EXPECT_EQ(peak_growth([&] { loss = linear_cross_entropy_chunked(x, w, targets, -100, chunk); }),
-            block(chunk * vocab * 4) + block(chunk * 4) + block(rows * 4) + dx + dweight +
-                block(4));
+  EXPECT_EQ(
+      peak_growth([&] { loss = linear_cross_entropy_chunked(x, w, targets, -100, chunk); }),
+      block(chunk * vocab * 4) + block(chunk * 4) + block(rows * 4) + dx + dweight + block(4));
   EXPECT_EQ(peak_growth([&] { backward(loss, Tensor(), true); }), block(4) + dx + dweight);
 }
 
@@ -178,14 +176,16 @@ TEST(NativePatternLoss, LinearCrossEntropyWithoutGradients) {
   const Tensor w = meta_input({vocab, dim}, DType::bf16);
   const Tensor targets = Tensor::empty({rows}, DType::i64, kMeta);
   NoGradGuard no_grad;
-  EXPECT_EQ(peak_growth([&] { Tensor loss = linear_cross_entropy_chunked(x, w, targets, -100, chunk); }),
-            block(chunk * vocab * 4) + block(chunk * 4) + block(rows * 4) + block(4));
+  EXPECT_EQ(
+      peak_growth([&] { Tensor loss = linear_cross_entropy_chunked(x, w, targets, -100, chunk); }),
+      block(chunk * vocab * 4) + block(chunk * 4) + block(rows * 4) + block(4));
 }
 
 // Targets for `rows` tokens: every fifth one ignored (-100), the others spread over the vocabulary.
 Tensor loss_targets(int64_t rows, int64_t vocab, DType dtype, Device device) {
   std::vector<int64_t> values(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) values[static_cast<size_t>(r)] = r % 5 == 4 ? -100 : (r * 37) % vocab;
+  for (int64_t r = 0; r < rows; ++r)
+    values[static_cast<size_t>(r)] = r % 5 == 4 ? -100 : (r * 37) % vocab;
   return Tensor::from_ints(values, {rows}, dtype, device);
 }
 
@@ -203,7 +203,8 @@ TEST(SinglePatternLoss, CrossEntropyCpuRunAllocatesWhatEveryDryRunPlans) {
         logits.set_requires_grad(true);
         const Tensor targets = loss_targets(rows, vocab, DType::i32, device);
         Tensor loss;
-        const int64_t forward = peak_growth_on(device, [&] { loss = cross_entropy(logits, targets); });
+        const int64_t forward =
+            peak_growth_on(device, [&] { loss = cross_entropy(logits, targets); });
         const int64_t backward_peak = peak_growth_on(device, [&] { backward(loss); });
         EXPECT_EQ(logits.grad().dtype(), dtype);
         return std::pair{forward, backward_peak};
@@ -229,9 +230,8 @@ TEST(SinglePatternLoss, LinearCrossEntropyCpuRunAllocatesWhatEveryDryRunPlans) {
         }
         const Tensor targets = loss_targets(rows, vocab, DType::i64, device).reshape({2, rows / 2});
         Tensor loss;
-        const int64_t forward = peak_growth_on(device, [&] {
-          loss = linear_cross_entropy_chunked(x, w, targets, -100, chunk);
-        });
+        const int64_t forward = peak_growth_on(
+            device, [&] { loss = linear_cross_entropy_chunked(x, w, targets, -100, chunk); });
         int64_t backward_peak = 0;
         if (mode != 2) {
           const Tensor scale = Tensor::full(Shape{}, mode == 1 ? 4.0 : 1.0, DType::f32, device);

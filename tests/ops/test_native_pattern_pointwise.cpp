@@ -124,7 +124,8 @@ TEST(SinglePatternPointwise, RotaryOnTheCpuAllocatesWhatEveryDryRunPlans) {
                             : Tensor::ones({2, 3, 5, 8}, dtype, device);
         in.set_requires_grad(true);
         Tensor out;
-        const int64_t forward = peak_growth_on(device, [&] { out = rotary_embedding(in, 10000.0); });
+        const int64_t forward =
+            peak_growth_on(device, [&] { out = rotary_embedding(in, 10000.0); });
         const Tensor grad = Tensor::ones(out.shape(), dtype, device);
         const int64_t backward_peak = peak_growth_on(device, [&] { backward(out, grad); });
         return std::pair{forward, backward_peak};
@@ -144,15 +145,16 @@ TEST(NativePatternPointwise, BinaryOpsReadBroadcastOperandsInPlace) {
       EXPECT_EQ(p.forward_peak, blocks_of(bytes_of(out_shape, dtype)));
       EXPECT_EQ(p.grad_dtypes, (std::vector<DType>{dtype, dtype}));
     }
-    const Pattern p = run_pattern({meta_leaf(a_shape, dtype)},
-                                  [](auto& in) { return scale(in[0], 0.5); });
+    const Pattern p =
+        run_pattern({meta_leaf(a_shape, dtype)}, [](auto& in) { return scale(in[0], 0.5); });
     EXPECT_EQ(p.out_dtype, dtype);
     EXPECT_EQ(p.forward_peak, blocks_of(bytes_of(a_shape, dtype)));
     EXPECT_EQ(p.backward_peak, blocks_of(bytes_of(a_shape, dtype)));
   }
   // Mixed dtypes compute in f32, as on the CPU.
-  const Pattern mixed = run_pattern({meta_leaf(a_shape, DType::bf16), meta_leaf(b_shape, DType::f32)},
-                                    [](auto& in) { return add(in[0], in[1]); });
+  const Pattern mixed =
+      run_pattern({meta_leaf(a_shape, DType::bf16), meta_leaf(b_shape, DType::f32)},
+                  [](auto& in) { return add(in[0], in[1]); });
   EXPECT_EQ(mixed.out_dtype, DType::f32);
   EXPECT_EQ(mixed.forward_peak, blocks_of(bytes_of(out_shape, DType::f32)));
 }
@@ -181,13 +183,13 @@ TEST(NativePatternPointwise, DimReductionsAllocateTheirResult) {
     for (int64_t dim : {0, 1, 2}) {
       std::vector<int64_t> dims = shape.to_vector();
       dims.erase(dims.begin() + dim);
-      const Pattern p = run_pattern({meta_leaf(shape, dtype)},
-                                    [&](auto& in) { return sum(in[0], dim, false); });
+      const Pattern p =
+          run_pattern({meta_leaf(shape, dtype)}, [&](auto& in) { return sum(in[0], dim, false); });
       EXPECT_EQ(p.out_dtype, dtype);
       EXPECT_EQ(p.forward_peak, blocks_of(bytes_of(Shape(dims), dtype)));
       EXPECT_EQ(p.grad_dtypes, std::vector<DType>{dtype});
-      const Pattern q = run_pattern({meta_leaf(shape, dtype)},
-                                    [&](auto& in) { return mean(in[0], dim, true); });
+      const Pattern q =
+          run_pattern({meta_leaf(shape, dtype)}, [&](auto& in) { return mean(in[0], dim, true); });
       EXPECT_EQ(q.out_dtype, dtype);
       EXPECT_EQ(q.forward_peak, blocks_of(bytes_of(Shape(dims), dtype)));
     }
@@ -199,8 +201,8 @@ TEST(NativePatternPointwise, SoftmaxDropoutAndRotaryAllocateOnlyTheirOutputs) {
     const Shape shape{4, 129, 5};
     const size_t one = blocks_of(bytes_of(shape, dtype));
     for (int64_t dim : {1, -1}) {
-      const Pattern p = run_pattern({meta_leaf(shape, dtype)},
-                                    [&](auto& in) { return softmax(in[0], dim); });
+      const Pattern p =
+          run_pattern({meta_leaf(shape, dtype)}, [&](auto& in) { return softmax(in[0], dim); });
       EXPECT_EQ(p.out_dtype, dtype);
       EXPECT_EQ(p.forward_peak, one);
       EXPECT_EQ(p.backward_peak, one);
@@ -219,9 +221,8 @@ TEST(NativePatternPointwise, SoftmaxDropoutAndRotaryAllocateOnlyTheirOutputs) {
     const size_t rotary_out = blocks_of(bytes_of(rotary_shape, dtype));
     Tensor strided = Tensor::empty(Shape{2, 17, 3, 64}, dtype, kMeta).transpose(1, 2);
     strided.set_requires_grad(true);
-    const Pattern r = run_pattern({strided}, [](auto& in) {
-      return rotary_embedding(in[0], 10000.0, 5);
-    });
+    const Pattern r =
+        run_pattern({strided}, [](auto& in) { return rotary_embedding(in[0], 10000.0, 5); });
     EXPECT_EQ(r.out_dtype, dtype);
     EXPECT_EQ(r.forward_peak, rotary_out);
     EXPECT_EQ(r.backward_peak, rotary_out);
@@ -240,9 +241,9 @@ TEST(NativePatternPointwise, EmbeddingGathersInTheTableDtypeAndScattersIntoF32) 
     const Tensor grad = Tensor::empty(out.shape(), dtype, kMeta);
     // The f32 gradient the entry scatters into, then its rounding to the weight's dtype by the
     // autograd node (the contract's gradient is f32, as on the CPU).
-    EXPECT_EQ(meta_peak([&] { backward(out, grad); }),
-              blocks_of(bytes_of(Shape{50, 24}, DType::f32)) +
-                  blocks_of(bytes_of(Shape{50, 24}, dtype)));
+    EXPECT_EQ(
+        meta_peak([&] { backward(out, grad); }),
+        blocks_of(bytes_of(Shape{50, 24}, DType::f32)) + blocks_of(bytes_of(Shape{50, 24}, dtype)));
     EXPECT_EQ(weight.grad().dtype(), dtype);
   }
 }

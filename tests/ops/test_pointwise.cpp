@@ -45,8 +45,8 @@ double max_relative_error(Approx approx, Exact exact, double lo, double hi, doub
 TEST(PointwiseMath, TanhMatchesStdTanhOverADenseRange) {
   double worst_x = 0.0;
   // 4.8 million points through both branches (|x| < 0.625 and beyond) and the saturated tails.
-  const double err = max_relative_error(cpu::tanh_approx, [](double x) { return std::tanh(x); },
-                                        -12.0, 12.0, 5e-6, &worst_x);
+  const double err = max_relative_error(
+      cpu::tanh_approx, [](double x) { return std::tanh(x); }, -12.0, 12.0, 5e-6, &worst_x);
   EXPECT_LT(err, 1.5e-7) << "worst at x = " << worst_x;
   // Tiny arguments: tanh(x) = x to float precision, subnormals included.
   for (float x : {1e-30f, -3e-20f, 1e-10f, 1e-40f, -1e-44f, 0.0f}) {
@@ -60,8 +60,8 @@ TEST(PointwiseMath, TanhMatchesStdTanhOverADenseRange) {
 
 TEST(PointwiseMath, ExpMatchesStdExpAndHandlesItsLimits) {
   double worst_x = 0.0;
-  const double err = max_relative_error(cpu::exp_approx, [](double x) { return std::exp(x); },
-                                        -87.0, 88.0, 5e-5, &worst_x);
+  const double err = max_relative_error(
+      cpu::exp_approx, [](double x) { return std::exp(x); }, -87.0, 88.0, 5e-5, &worst_x);
   EXPECT_LT(err, 1e-7) << "worst at x = " << worst_x;
   EXPECT_EQ(cpu::exp_approx(0.0f), 1.0f);
   EXPECT_EQ(cpu::exp_approx(-100.0f), 0.0f);
@@ -77,7 +77,8 @@ TEST(PointwiseMath, ExpMatchesStdExpAndHandlesItsLimits) {
 TEST(PointwiseMath, KernelsMatchTheFormulasInDouble) {
   const int64_t n = 1 << 21;
   std::vector<float> xs(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) xs[static_cast<size_t>(i)] = -12.0f + 24.0f * static_cast<float>(i) / n;
+  for (int64_t i = 0; i < n; ++i)
+    xs[static_cast<size_t>(i)] = -12.0f + 24.0f * static_cast<float>(i) / n;
   const Tensor x = Tensor::from_floats(xs, {n});
   const std::vector<float> g = gelu(x).to_float_vector(), s = silu(x).to_float_vector();
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -147,9 +148,12 @@ TEST(PointwiseGolden, MatchesPyTorch) {
     }
     Tensor x = Tensor::from_floats(c.values.at("x"), shape).set_requires_grad();
     Tensor y;
-    if (c.op == "gelu") y = gelu(x);
-    else if (c.op == "silu") y = silu(x);
-    else if (c.op == "softmax") y = softmax(x, c.dim);
+    if (c.op == "gelu")
+      y = gelu(x);
+    else if (c.op == "silu")
+      y = silu(x);
+    else if (c.op == "softmax")
+      y = softmax(x, c.dim);
     ASSERT_TRUE(y.defined()) << "unknown op " << c.op;
     backward(y, dy);
     expect_close(y.to_float_vector(), c.values.at("y"), c.name + " y");
@@ -292,8 +296,8 @@ TEST(Embedding, OutOfRangeIdNamesIdPositionAndTableSize) {
       embedding(weight, ids);
       ADD_FAILURE() << "id " << bad << " accepted";
     } catch (const IndexError& e) {
-      const std::string want =
-          "embedding: id " + std::to_string(bad) + " at ids[1, 1] is out of range for 10 embeddings";
+      const std::string want = "embedding: id " + std::to_string(bad) +
+                               " at ids[1, 1] is out of range for 10 embeddings";
       EXPECT_EQ(std::string(e.what()), want);
     }
   }
@@ -313,8 +317,8 @@ TEST(Activation, SwigluRejectsMismatchedShapes) {
 
 TEST(Softmax, StableForLargeInputsAndExactZerosForMinusInfinity) {
   const float inf = std::numeric_limits<float>::infinity();
-  const Tensor x = Tensor::from_floats({1000.0f, 999.0f, -inf, 1000.0f, 3.0f, 2.0f, -inf, 3.0f},
-                                       {2, 4});
+  const Tensor x =
+      Tensor::from_floats({1000.0f, 999.0f, -inf, 1000.0f, 3.0f, 2.0f, -inf, 3.0f}, {2, 4});
   const std::vector<float> y = softmax(x).to_float_vector();
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(y[4 * r + 2], 0.0f);

@@ -67,9 +67,8 @@ TEST(SinglePatternArithmetic, BinaryOpsAndScaleOnTheCpuAllocateWhatEveryDryRunPl
   }
   // Mixed dtypes compute in f32.
   expect_cpu_run_as_planned([&](Device device) {
-    return peaks_of(device, {6, 50}, {50}, DType::bf16, [](const Tensor& a, const Tensor& b) {
-      return add(a, b.to(DType::f32));
-    });
+    return peaks_of(device, {6, 50}, {50}, DType::bf16,
+                    [](const Tensor& a, const Tensor& b) { return add(a, b.to(DType::f32)); });
   });
 }
 

@@ -24,7 +24,7 @@ struct OptimGolden {
   std::vector<std::string> names;  // parameters in fixture order
   std::map<std::string, Shape> shapes;
   std::map<std::string, std::vector<float>> init;
-  std::map<std::pair<int, std::string>, std::vector<float>> grads;  // (step, name)
+  std::map<std::pair<int, std::string>, std::vector<float>> grads;    // (step, name)
   std::map<std::string, std::map<std::string, std::string>> options;  // case -> key -> value
   std::map<std::tuple<std::string, int, std::string>, std::vector<float>> values;
   int steps = 0;
@@ -88,8 +88,8 @@ inline std::vector<NamedTensor> golden_params(const OptimGolden& golden) {
 
 using MakeOptimizer = std::function<std::unique_ptr<Optimizer>(const std::vector<NamedTensor>&)>;
 // One optimizer step with the fixture's gradients of `step`; by default set_grad, then step().
-using StepWithGradients = std::function<void(Optimizer&, const std::vector<NamedTensor>&,
-                                             const OptimGolden&, int step)>;
+using StepWithGradients =
+    std::function<void(Optimizer&, const std::vector<NamedTensor>&, const OptimGolden&, int step)>;
 
 inline void step_with_set_grad(Optimizer& optimizer, const std::vector<NamedTensor>& params,
                                const OptimGolden& golden, int step) {

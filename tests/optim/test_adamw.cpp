@@ -172,28 +172,30 @@ TEST(AdamW, Bf16StatesMatchTorchGolden) {
   AdamWOptions options = golden.options;
   options.state_dtype = DType::bf16;
   Agreement param_agreement, state_agreement;
-  run_golden_steps(
-      golden, options,
-      [&](int step, const AdamW& optimizer, std::map<std::string, Tensor>& params) {
-        for (size_t g = 0; g < golden.names.size(); ++g) {
-          const std::string& name = golden.names[g];
-          const std::string what = str_cat(name, " after step ", step);
-          expect_close_values(params[name], golden.bf16_values.at({step, name}), 1e-6, what,
-                              param_agreement);
-          const AdamWState& state = optimizer.state(g, 0);
-          EXPECT_EQ(state.exp_avg.dtype(), DType::bf16);
-          if (!golden.bf16_exp_avg.count({step, name})) continue;  // skipped: unchanged
-          expect_close_values(state.exp_avg, golden.bf16_exp_avg.at({step, name}), 0.0,
-                              "exp_avg of " + what, state_agreement);
-          expect_close_values(state.exp_avg_sq, golden.bf16_exp_avg_sq.at({step, name}), 0.0,
-                              "exp_avg_sq of " + what, state_agreement);
-        }
-      });
+  run_golden_steps(golden, options,
+                   [&](int step, const AdamW& optimizer, std::map<std::string, Tensor>& params) {
+                     for (size_t g = 0; g < golden.names.size(); ++g) {
+                       const std::string& name = golden.names[g];
+                       const std::string what = str_cat(name, " after step ", step);
+                       expect_close_values(params[name], golden.bf16_values.at({step, name}), 1e-6,
+                                           what, param_agreement);
+                       const AdamWState& state = optimizer.state(g, 0);
+                       EXPECT_EQ(state.exp_avg.dtype(), DType::bf16);
+                       if (!golden.bf16_exp_avg.count({step, name}))
+                         continue;  // skipped: unchanged
+                       expect_close_values(state.exp_avg, golden.bf16_exp_avg.at({step, name}), 0.0,
+                                           "exp_avg of " + what, state_agreement);
+                       expect_close_values(state.exp_avg_sq,
+                                           golden.bf16_exp_avg_sq.at({step, name}), 0.0,
+                                           "exp_avg_sq of " + what, state_agreement);
+                     }
+                   });
   EXPECT_EQ(state_agreement.bit_identical, state_agreement.compared);
-  std::printf("bf16 states: %d of %d parameter values bit-identical to torch, %d of %d state "
-              "values\n",
-              param_agreement.bit_identical, param_agreement.compared,
-              state_agreement.bit_identical, state_agreement.compared);
+  std::printf(
+      "bf16 states: %d of %d parameter values bit-identical to torch, %d of %d state "
+      "values\n",
+      param_agreement.bit_identical, param_agreement.compared, state_agreement.bit_identical,
+      state_agreement.compared);
 }
 
 size_t round_to_block(size_t bytes) {
@@ -392,10 +394,11 @@ TEST(AdamW, IntegerParametersAndGradientsAreNotImplemented) {
 }
 
 TEST(ParamGroups, DecayParameterNamesAreTheMatrices) {
-  const std::vector<NamedTensor> named = {
-      {"wte.weight", Tensor::zeros({10, 4})},   {"h.0.ln_1.weight", Tensor::zeros({4})},
-      {"h.0.ln_1.bias", Tensor::zeros({4})},    {"h.0.attn.c_attn.weight", Tensor::zeros({4, 12})},
-      {"h.0.attn.c_attn.bias", Tensor::zeros({12})}};
+  const std::vector<NamedTensor> named = {{"wte.weight", Tensor::zeros({10, 4})},
+                                          {"h.0.ln_1.weight", Tensor::zeros({4})},
+                                          {"h.0.ln_1.bias", Tensor::zeros({4})},
+                                          {"h.0.attn.c_attn.weight", Tensor::zeros({4, 12})},
+                                          {"h.0.attn.c_attn.bias", Tensor::zeros({12})}};
   EXPECT_EQ(decay_parameter_names(named),
             (std::vector<std::string>{"wte.weight", "h.0.attn.c_attn.weight"}));
 

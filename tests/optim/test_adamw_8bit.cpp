@@ -55,53 +55,54 @@ std::vector<uint8_t> from_hex(const std::string& hex) {
 const Golden& golden() {
   static const Golden g = [] {
     Golden r;
-    for_each_golden_line("adamw8bit_golden.txt", [&](const std::string& key, std::istringstream& in) {
-      std::string a, b;
-      if (key == "map") {
-        in >> a;
-        r.maps[a] = read_floats(in);
-      } else if (key == "quant") {
-        in >> a >> b;
-        if (b == "codes") {
-          std::string hex;
-          in >> hex;
-          r.quant_codes[a] = from_hex(hex);
-        } else {
-          r.quant[a][b] = read_floats(in);
-        }
-      } else if (key == "options") {
-        AdamW8bitOptions& o = r.options;
-        in >> a >> o.lr >> a >> o.beta1 >> a >> o.beta2 >> a >> o.eps >> a >> o.weight_decay >> a >>
-            r.steps;
-      } else if (key == "param") {
-        int64_t n = 0, salt = 0;
-        in >> a >> n >> salt;
-        r.params[a] = {n, salt};
-      } else if (key == "bad_grad") {
-        int step = 0;
-        int64_t index = 0;
-        in >> step >> a >> index >> b;
-        r.bad_grads.insert({{step, a}, {index, std::strtof(b.c_str(), nullptr)}});
-      } else if (key == "sample") {
-        int step = 0;
-        int64_t stride = 0;
-        in >> step >> a >> stride;
-        r.samples[{step, a}] = {stride, read_floats(in)};
-      } else if (key == "checksum") {
-        int step = 0;
-        in >> step >> a >> b;
-        r.checksums[{step, a}] = std::strtod(b.c_str(), nullptr);
-      } else if (key == "absmax") {
-        int step = 0, state = 0;
-        in >> step >> a >> state;
-        r.absmax[{step, state}] = read_floats(in);
-      } else if (key == "codes") {
-        int state = 0;
-        std::string hex;
-        in >> a >> state >> hex;
-        r.codes[state] = from_hex(hex);
-      }
-    });
+    for_each_golden_line(
+        "adamw8bit_golden.txt", [&](const std::string& key, std::istringstream& in) {
+          std::string a, b;
+          if (key == "map") {
+            in >> a;
+            r.maps[a] = read_floats(in);
+          } else if (key == "quant") {
+            in >> a >> b;
+            if (b == "codes") {
+              std::string hex;
+              in >> hex;
+              r.quant_codes[a] = from_hex(hex);
+            } else {
+              r.quant[a][b] = read_floats(in);
+            }
+          } else if (key == "options") {
+            AdamW8bitOptions& o = r.options;
+            in >> a >> o.lr >> a >> o.beta1 >> a >> o.beta2 >> a >> o.eps >> a >> o.weight_decay >>
+                a >> r.steps;
+          } else if (key == "param") {
+            int64_t n = 0, salt = 0;
+            in >> a >> n >> salt;
+            r.params[a] = {n, salt};
+          } else if (key == "bad_grad") {
+            int step = 0;
+            int64_t index = 0;
+            in >> step >> a >> index >> b;
+            r.bad_grads.insert({{step, a}, {index, std::strtof(b.c_str(), nullptr)}});
+          } else if (key == "sample") {
+            int step = 0;
+            int64_t stride = 0;
+            in >> step >> a >> stride;
+            r.samples[{step, a}] = {stride, read_floats(in)};
+          } else if (key == "checksum") {
+            int step = 0;
+            in >> step >> a >> b;
+            r.checksums[{step, a}] = std::strtod(b.c_str(), nullptr);
+          } else if (key == "absmax") {
+            int step = 0, state = 0;
+            in >> step >> a >> state;
+            r.absmax[{step, state}] = read_floats(in);
+          } else if (key == "codes") {
+            int state = 0;
+            std::string hex;
+            in >> a >> state >> hex;
+            r.codes[state] = from_hex(hex);
+          }
+        });
     return r;
   }();
   return g;
@@ -114,7 +115,8 @@ std::vector<float> value_at(int64_t n, int64_t salt, int64_t step) {
   const uint64_t mask = 0xffffffffull;
   for (int64_t i = 0; i < n; ++i) {
     uint64_t h = (static_cast<uint64_t>(i) * 2654435761ull +
-                  static_cast<uint64_t>(salt * 97531 + step * 7919)) & mask;
+                  static_cast<uint64_t>(salt * 97531 + step * 7919)) &
+                 mask;
     h = ((h ^ (h >> 13)) * 1274126177ull) & mask;
     h ^= h >> 16;
     const int64_t u = static_cast<int64_t>(h % 20001) - 10000;

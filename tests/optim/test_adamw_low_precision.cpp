@@ -145,9 +145,10 @@ TEST(AdamWLowPrecision, Bf16StatesTrackFp32States) {
   }
   const std::vector<float> got = p.to_float_vector();
   double max_diff = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) max_diff = std::max<double>(max_diff, std::abs(got[i] - exact[i]));
-  EXPECT_GT(max_diff, 0.0);     // the states are rounded
-  EXPECT_LT(max_diff, 2e-3);    // by a few bf16 ulps of m / sqrt(v) times lr over 10 steps
+  for (size_t i = 0; i < got.size(); ++i)
+    max_diff = std::max<double>(max_diff, std::abs(got[i] - exact[i]));
+  EXPECT_GT(max_diff, 0.0);   // the states are rounded
+  EXPECT_LT(max_diff, 2e-3);  // by a few bf16 ulps of m / sqrt(v) times lr over 10 steps
 }
 
 TEST(AdamWLowPrecision, RejectsOtherStateDtypes) {

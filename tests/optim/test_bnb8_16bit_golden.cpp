@@ -55,9 +55,7 @@ const SafetensorsFile& fixture() {
   return file;
 }
 
-double metadata_number(const std::string& key) {
-  return std::stod(fixture().metadata().at(key));
-}
+double metadata_number(const std::string& key) { return std::stod(fixture().metadata().at(key)); }
 
 // |a - b| in ulps of the binade of `magnitude` in a type with `mantissa_bits` whose smallest
 // normal is 2^min_exp.
@@ -134,8 +132,8 @@ void check_case(const Case& c, DType dtype) {
   for (int k = 1; k <= steps; ++k) {
     std::vector<Tensor> tensors;
     for (const std::string& p : params) {
-      tensors.push_back(file.load(str_cat(c.name, ".", p, ".param.", k - 1))
-                            .set_requires_grad(true));
+      tensors.push_back(
+          file.load(str_cat(c.name, ".", p, ".param.", k - 1)).set_requires_grad(true));
       ASSERT_EQ(tensors.back().dtype(), dtype);
     }
     std::unique_ptr<Optimizer> optimizer = make_optimizer(c, tensors);
@@ -145,8 +143,9 @@ void check_case(const Case& c, DType dtype) {
         const std::string key = str_cat("0.", i);
         saved.meta["state"][key] = {{"step", k - 1}};
         for (const std::string& s : state_keys(c, params[i] == "big")) {
-          saved.tensors.emplace_back(str_cat("state.", key, ".", s),
-                                     file.load(str_cat(c.name, ".", params[i], ".", s, ".", k - 1)));
+          saved.tensors.emplace_back(
+              str_cat("state.", key, ".", s),
+              file.load(str_cat(c.name, ".", params[i], ".", s, ".", k - 1)));
         }
       }
       optimizer->load_state_dict(saved);
@@ -183,9 +182,9 @@ void check_case(const Case& c, DType dtype) {
         ASSERT_EQ(mine.dtype(), theirs.dtype()) << at << " " << s;
         ASSERT_EQ(mine.numel(), theirs.numel()) << at << " " << s;
         if (mine.dtype() == DType::u8) {
-          expect_codes_close(at + " " + s, mine, theirs,
-                             s == "state1" ? cpu::create_dynamic_map(true)
-                                           : cpu::create_dynamic_map(false));
+          expect_codes_close(
+              at + " " + s, mine, theirs,
+              s == "state1" ? cpu::create_dynamic_map(true) : cpu::create_dynamic_map(false));
           continue;
         }
         const std::vector<float> a = mine.to_float_vector(), b = theirs.to_float_vector();

@@ -36,7 +36,7 @@ struct ClipCase {
   double norm_type = 2.0;
   double max_norm = 0.0;
   float total = 0.0f;
-  double exact_total = 0.0;          // in float64, of the same (fp32 or bf16) values
+  double exact_total = 0.0;         // in float64, of the same (fp32 or bf16) values
   float torch_native_total = 0.0f;  // bf16 cases
   std::map<std::string, std::vector<float>> clipped;
 };
@@ -119,8 +119,8 @@ TEST(ClipGradNorm, MatchesTorchGolden) {
   for (const ClipCase& c : golden.cases) {
     SCOPED_TRACE(c.id);
     std::vector<Tensor> params = golden_params(golden, c.dtype);
-    EXPECT_EQ(grad_norm(params, c.norm_type), clip_grad_norm_(golden_params(golden, c.dtype),
-                                                              1e30, c.norm_type));
+    EXPECT_EQ(grad_norm(params, c.norm_type),
+              clip_grad_norm_(golden_params(golden, c.dtype), 1e30, c.norm_type));
     const double total = clip_grad_norm_(params, c.max_norm, c.norm_type);
     EXPECT_EQ(total, static_cast<double>(static_cast<float>(total))) << "an fp32 value";
     // Accumulated in double, the norm is the exact one to fp32 rounding.
@@ -153,9 +153,10 @@ TEST(ClipGradNorm, MatchesTorchGolden) {
       }
     }
   }
-  std::printf("totals: %d of 10 bit-identical to torch, %d of 10 the exact norm rounded; clipped "
-              "values: %d of %d bit-identical to torch, at most %.2g ulp apart\n",
-              totals_identical, totals_rounded, bit_identical, compared, worst);
+  std::printf(
+      "totals: %d of 10 bit-identical to torch, %d of 10 the exact norm rounded; clipped "
+      "values: %d of %d bit-identical to torch, at most %.2g ulp apart\n",
+      totals_identical, totals_rounded, bit_identical, compared, worst);
 }
 
 TEST(ClipGradNorm, F16GradientsAreClippedInFp32AndRoundedOnce) {
@@ -279,8 +280,7 @@ TEST(ClipGradNorm, SharesTablesSummedAsIntegersAreOneProcesssClip) {
       EXPECT_EQ(sharded[i].grad().to_float_vector(), whole[i].grad().to_float_vector()) << i;
     }
   }
-  expect_error<Error>([&] { grad_norm_table(shares[0], {3, 1, 2}, 9, kCPU); },
-                      {"rows increasing"});
+  expect_error<Error>([&] { grad_norm_table(shares[0], {3, 1, 2}, 9, kCPU); }, {"rows increasing"});
 }
 
 TEST(ClipGradNorm, ClipsAStridedGradientInPlace) {
@@ -309,14 +309,14 @@ TEST(ClipGradNorm, AFactorOfOneLeavesTheValuesAsTheyAre) {
 }
 
 TEST(ClipGradNorm, NonFiniteNormsRaiseOnlyWhenAsked) {
-  for (const float bad : {std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::quiet_NaN()}) {
+  for (const float bad :
+       {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     Tensor p = Tensor::zeros({3}).set_requires_grad(true);
     p.set_grad(Tensor::from_floats({1.0f, bad, 2.0f}, {3}));
     const std::string shown = std::isnan(bad) ? "(nan)" : "(inf)";
-    expect_error<Error>([&] { clip_grad_norm_({p}, 1.0, 2.0, true); },
-                        {"clip_grad_norm_", "order 2", "non-finite " + shown,
-                         "error_if_nonfinite=false"});
+    expect_error<Error>(
+        [&] { clip_grad_norm_({p}, 1.0, 2.0, true); },
+        {"clip_grad_norm_", "order 2", "non-finite " + shown, "error_if_nonfinite=false"});
     EXPECT_EQ(p.grad().to_float_vector()[0], 1.0f) << "no gradient changes";
     // As torch: inf gives the factor 0 (and inf * 0 = NaN), NaN makes every element NaN.
     const double total = clip_grad_norm_({p}, 1.0);
@@ -344,13 +344,19 @@ TEST(ClipGradNorm, ChecksItsArguments) {
                            {"norm_type is 0", "the 0-norm is not supported"});
   expect_error<ValueError>([&] { grad_norm({p}, -2.0); }, {"grad_norm", "norm_type is -2"});
   expect_error<ValueError>([&] { clip_grad_value_({p}, -0.5); }, {"clip_value is -0.5"});
-  expect_error<ValueError>([&] { clip_grad_norm_({p, Tensor()}, 1.0); },
-                           {"parameter 1 is undefined"});
+  expect_error<ValueError>(
+      [&] {
+        clip_grad_norm_({p, Tensor()}, 1.0);
+      },
+      {"parameter 1 is undefined"});
 
   Tensor f8 = Tensor::zeros({2}).set_requires_grad(true);
   f8.set_grad(Tensor::zeros({2}, DType::f8_e4m3fn));
-  expect_error<NotImplementedError>([&] { clip_grad_norm_({p, f8}, 1.0); },
-                                    {"gradient of parameter 1 is f8_e4m3fn"});
+  expect_error<NotImplementedError>(
+      [&] {
+        clip_grad_norm_({p, f8}, 1.0);
+      },
+      {"gradient of parameter 1 is f8_e4m3fn"});
   Tensor meta = Tensor::empty({2}, DType::f32, kMeta).set_requires_grad(true);
   meta.set_grad(Tensor::empty({2}, DType::f32, kMeta));
   expect_error<ValueError>([&] { clip_grad_norm_({p, meta}, 1.0); }, {"cpu", "meta"});
@@ -382,8 +388,8 @@ TEST(ClipGradNorm, TakesAnOptimizersParameters) {
   Tensor c = Tensor::zeros({1}).set_requires_grad(true);
   a.set_grad(Tensor::from_floats({3, 0}, {2}));
   c.set_grad(Tensor::from_floats({4}, {1}));
-  AdamW optimizer(std::vector<ParamGroup>{{.params = {{"a", a}, {"b", b}}},
-                                          {.params = {{"c", c}}, .lr = 0.1}});
+  AdamW optimizer(
+      std::vector<ParamGroup>{{.params = {{"a", a}, {"b", b}}}, {.params = {{"c", c}}, .lr = 0.1}});
   EXPECT_EQ(grad_norm(optimizer), 5.0);
   EXPECT_EQ(clip_grad_norm_(optimizer, 0.5, 1.0), 7.0);
   EXPECT_NEAR(a.grad().to_float_vector()[0], 3.0 * 0.5 / 7.0, 1e-6);

@@ -65,9 +65,12 @@ TEST(GradCheckPattern, ClippingOnTheCpuAllocatesWhatEveryDryRunPlans) {
         expect_cpu_run_as_planned([&](Device device) {
           const std::vector<Tensor> params = params_on(device, dtype, strided);
           const int64_t peak = peak_growth_on(device, [&] {
-            if (op == "clip_grad_norm_") clip_grad_norm_(params, 1.0);
-            else if (op == "grad_norm") grad_norm(params);
-            else clip_grad_value_(params, 0.3);
+            if (op == "clip_grad_norm_")
+              clip_grad_norm_(params, 1.0);
+            else if (op == "grad_norm")
+              grad_norm(params);
+            else
+              clip_grad_value_(params, 0.3);
           });
           return std::pair<int64_t, int64_t>{peak, 0};
         });

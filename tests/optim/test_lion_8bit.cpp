@@ -100,7 +100,8 @@ TEST(Lion8bit, StateDictRoundTripContinuesTheSameTrajectory) {
     first.step();
   }
   // The second optimizer's parameters: the first's values after two steps (bf16, exactly).
-  Tensor b = Tensor::from_floats(a.to_float_vector(), shape).to(DType::bf16).set_requires_grad(true);
+  Tensor b =
+      Tensor::from_floats(a.to_float_vector(), shape).to(DType::bf16).set_requires_grad(true);
   Tensor sb =
       Tensor::from_floats(sa.to_float_vector(), {300}).to(DType::bf16).set_requires_grad(true);
   Lion8bit second({b, sb}, options);

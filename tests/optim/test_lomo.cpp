@@ -69,8 +69,8 @@ TEST(Lomo, MatchesReferenceGoldenThroughBackward) {
 
 TEST(Lomo, StepAppliesGradientsSetByHand) {
   const OptimGolden golden = optim_test::read_optim_golden("lomo_golden.txt");
-  optim_test::expect_golden_trajectory(golden, "value_decay", lomo_case(golden, "value_decay"),
-                                       0.0, 0.0);
+  optim_test::expect_golden_trajectory(golden, "value_decay", lomo_case(golden, "value_decay"), 0.0,
+                                       0.0);
 }
 
 TEST(Lomo, StateDictRoundTripIsBitExact) {
@@ -116,10 +116,10 @@ TEST(Lomo, DestroyingTheOptimizerRemovesItsHooks) {
 Tensor token_ids() { return test_data::tiny_text_batch(0, 1, 8).first; }
 
 struct StepMemory {
-  size_t peak = 0;          // allocated_bytes.all.peak during step 2, above `base`
-  size_t after = 0;         // allocated after step 2, above `base`
-  size_t parameters = 0;    // bytes of the parameters' blocks
-  size_t gradients = 0;     // bytes a full set of fp32 gradient blocks takes
+  size_t peak = 0;        // allocated_bytes.all.peak during step 2, above `base`
+  size_t after = 0;       // allocated after step 2, above `base`
+  size_t parameters = 0;  // bytes of the parameters' blocks
+  size_t gradients = 0;   // bytes a full set of fp32 gradient blocks takes
   size_t largest_gradient = 0;
   int most_gradients_alive = 0;  // during backward, as each gradient arrived
   float loss_first = 0.0f, loss_last = 0.0f;
@@ -173,10 +173,11 @@ TEST(Lomo, NoGradientOutlivesItsUpdateOnGpt2) {
   const StepMemory lomo = train_two_steps("lomo");
   const StepMemory adamw = train_two_steps("adamw");
   const StepMemory sgd = train_two_steps("sgd");
-  std::printf("tiny GPT-2: %zu B of parameters; peak of a step above them: lomo %zu, sgd %zu, "
-              "adamw %zu B; gradients %zu B\n",
-              lomo.parameters, lomo.peak - lomo.parameters, sgd.peak - sgd.parameters,
-              adamw.peak - adamw.parameters, lomo.gradients);
+  std::printf(
+      "tiny GPT-2: %zu B of parameters; peak of a step above them: lomo %zu, sgd %zu, "
+      "adamw %zu B; gradients %zu B\n",
+      lomo.parameters, lomo.peak - lomo.parameters, sgd.peak - sgd.parameters,
+      adamw.peak - adamw.parameters, lomo.gradients);
   // At most one parameter's gradient exists at any time in backward (the one being applied).
   EXPECT_EQ(lomo.most_gradients_alive, 1);
   EXPECT_GT(sgd.most_gradients_alive, 10);

@@ -28,9 +28,9 @@ class TwoGroups {
   TwoGroups(double lr0, double lr1)
       : a_(Tensor::zeros({1}).set_requires_grad(true)),
         b_(Tensor::zeros({1}).set_requires_grad(true)),
-        optimizer_(std::vector<ParamGroup>{{.params = {{"a", a_}}},
-                                           {.params = {{"b", b_}}, .lr = lr1}},
-                   AdamWOptions{.lr = lr0}) {}
+        optimizer_(
+            std::vector<ParamGroup>{{.params = {{"a", a_}}}, {.params = {{"b", b_}}, .lr = lr1}},
+            AdamWOptions{.lr = lr0}) {}
   AdamW& optimizer() { return optimizer_; }
 
  private:
@@ -124,9 +124,9 @@ TEST(LRScheduler, WarmupRatioBecomesStepsAsTrainingArguments) {
   ASSERT_FALSE(golden.warmup_rules.empty());
   for (const std::vector<double>& rule : golden.warmup_rules) {
     ASSERT_EQ(rule.size(), 4u);
-    EXPECT_EQ(get_warmup_steps(static_cast<int64_t>(rule[0]), static_cast<int64_t>(rule[1]),
-                               rule[2]),
-              static_cast<int64_t>(rule[3]))
+    EXPECT_EQ(
+        get_warmup_steps(static_cast<int64_t>(rule[0]), static_cast<int64_t>(rule[1]), rule[2]),
+        static_cast<int64_t>(rule[3]))
         << "training_steps " << rule[0] << ", warmup_steps " << rule[1] << ", ratio " << rule[2];
   }
   EXPECT_EQ(get_warmup_steps(100, 0, 0.07), 8) << "100 * 0.07 is 7.000000000000001 in doubles";
@@ -138,9 +138,10 @@ TEST(LRScheduler, ParsesHfSchedulerTypeNames) {
     EXPECT_STREQ(scheduler_type_name(parse_scheduler_type(name)), name);
   }
   expect_error<ValueError>([] { parse_scheduler_type("cosine_annealing"); },
-                           {"'cosine_annealing'", "linear, cosine, cosine_with_restarts, "
-                                                  "polynomial, constant, constant_with_warmup, "
-                                                  "inverse_sqrt"});
+                           {"'cosine_annealing'",
+                            "linear, cosine, cosine_with_restarts, "
+                            "polynomial, constant, constant_with_warmup, "
+                            "inverse_sqrt"});
   expect_error<NotImplementedError>([] { parse_scheduler_type("reduce_lr_on_plateau"); },
                                     {"reduce_lr_on_plateau"});
 }
@@ -197,9 +198,8 @@ TEST(LRScheduler, PolynomialDecaysEveryGroupFromGroupZerosLr) {
 }
 
 TEST(LRScheduler, StateDictRoundTripsThroughJsonText) {
-  const SchedulerOptions options{.type = SchedulerType::cosine,
-                                 .num_warmup_steps = 3,
-                                 .num_training_steps = 20};
+  const SchedulerOptions options{
+      .type = SchedulerType::cosine, .num_warmup_steps = 3, .num_training_steps = 20};
   TwoGroups first(1e-3, 3e-4);
   LRScheduler original(first.optimizer(), options);
   for (int i = 0; i < 7; ++i) original.step();

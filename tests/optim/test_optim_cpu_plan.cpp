@@ -138,14 +138,15 @@ TEST(OptimCpuPlan, Bf16StepIsTheF32StepRoundedOnce) {
       {"lion", [](const std::vector<Tensor>& p, DType) { return std::make_unique<Lion>(p); }},
       {"sgd",
        [](const std::vector<Tensor>& p, DType) {
-         return std::make_unique<SGD>(p, SGDOptions{.lr = 0.1, .momentum = 0.9,
-                                                    .weight_decay = 0.01});
+         return std::make_unique<SGD>(p,
+                                      SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
        }},
       {"adafactor",
        [](const std::vector<Tensor>& p, DType) { return std::make_unique<Adafactor>(p); }},
       {"lomo", [](const std::vector<Tensor>& p,
                   DType) { return std::make_unique<Lomo>(p, LomoOptions{.lr = 0.1}); }},
-      {"adamw", [](const std::vector<Tensor>& p, DType) {
+      {"adamw",
+       [](const std::vector<Tensor>& p, DType) {
          return std::make_unique<AdamW>(p, AdamWOptions{.stochastic_rounding = false});
        }},
       // Without weight decay bitsandbytes' second rounding (after the decay) rounds nothing,

@@ -1,6 +1,6 @@
 // The optimizers, gradient clipping and the GradScaler on the meta device, which allocates as
-// CUDA does (one code path, Note [Kernel tables]): the buffers of the native paths, to the byte, and
-// no fp32 copies of bf16 parameters or gradients.
+// CUDA does (one code path, Note [Kernel tables]): the buffers of the native paths, to the byte,
+// and no fp32 copies of bf16 parameters or gradients.
 #include <gtest/gtest.h>
 
 #include "amp/grad_scaler.h"
@@ -85,7 +85,9 @@ TEST(OptimNativePlan, ClipGradNormAllocatesPartialsAndResult) {
   const int64_t partials = charged(2 * kNormPartialBlocks * 8);
   {
     double total = -1.0;
-    EXPECT_EQ(peak_growth([&] { total = clip_grad_norm_({a, b}, 1.0); }),
+    EXPECT_EQ(peak_growth([&] {
+                total = clip_grad_norm_({a, b}, 1.0);
+              }),
               partials + charged(2 * 4));
     EXPECT_EQ(total, 0.0);  // nothing computed on meta
     EXPECT_EQ(peak_growth([&] { total = grad_norm({a, b}); }), partials + charged(2 * 4));

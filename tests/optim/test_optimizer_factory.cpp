@@ -108,8 +108,7 @@ TEST(OptimizerFactory, BadNamesAndOptimArgsAreNamedInTheError) {
   EXPECT_NE(error_text("adam_9bit", "").find("lomo"), std::string::npos);
   EXPECT_EQ(error_text("sgd", "momentun=0.9"), "optim_args: 'momentun' is not an option of sgd");
   EXPECT_EQ(error_text("lion", "momentum=0.9"), "optim_args: 'momentum' is not an option of lion");
-  EXPECT_EQ(error_text("sgd", "momentum=fast"),
-            "optim_args: momentum=fast is not a number (sgd)");
+  EXPECT_EQ(error_text("sgd", "momentum=fast"), "optim_args: momentum=fast is not a number (sgd)");
   EXPECT_EQ(error_text("adafactor", "relative_step=maybe"),
             "optim_args: relative_step=maybe is not True or False (adafactor)");
   EXPECT_EQ(error_text("lomo", "clip_grad_norm"),

@@ -50,11 +50,18 @@ TEST(OptimizerStateLayout, IsWhatTheFirstStepAllocates) {
     std::string optim, optim_args;
     bool kahan = false;
   };
-  const std::vector<Case> cases = {
-      {"adamw_torch", ""},   {"adamw_bf16", ""},       {"adamw_8bit", ""},
-      {"adamw_bnb_8bit", ""}, {"sgd", ""},             {"sgd", "momentum=0.9"},
-      {"lion", ""},          {"lion_32bit", ""},       {"lion_8bit", ""},
-      {"adafactor", ""},     {"adafactor", "beta1=0.9"}, {"adamw_torch", "", true}};
+  const std::vector<Case> cases = {{"adamw_torch", ""},
+                                   {"adamw_bf16", ""},
+                                   {"adamw_8bit", ""},
+                                   {"adamw_bnb_8bit", ""},
+                                   {"sgd", ""},
+                                   {"sgd", "momentum=0.9"},
+                                   {"lion", ""},
+                                   {"lion_32bit", ""},
+                                   {"lion_8bit", ""},
+                                   {"adafactor", ""},
+                                   {"adafactor", "beta1=0.9"},
+                                   {"adamw_torch", "", true}};
   // Below and above bitsandbytes' min_8bit_size (4096), a vector, and a 3-d tensor (Adafactor
   // factors its last two dimensions).
   const std::vector<Shape> shapes = {{80, 64}, {16, 8}, {300}, {2, 5, 7}};

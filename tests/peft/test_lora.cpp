@@ -79,7 +79,8 @@ TEST(Lora, InjectsPeftDefaultsWithPeftNames) {
   EXPECT_EQ(trainable[1].first, "transformer.h.0.attn.c_attn.lora_B.weight");
   EXPECT_EQ(trainable[1].second.shape(), (Shape{144, 4}));
   // Kaiming-uniform(a=√5) A within ±1/√in, B zero.
-  for (float v : trainable[0].second.to_float_vector()) EXPECT_LE(std::fabs(v), 1 / std::sqrt(48.f));
+  for (float v : trainable[0].second.to_float_vector())
+    EXPECT_LE(std::fabs(v), 1 / std::sqrt(48.f));
   for (float v : trainable[1].second.to_float_vector()) EXPECT_EQ(v, 0.0f);
   EXPECT_FALSE(gpt2.parameter("transformer.h.0.attn.c_attn.weight").requires_grad());
 
@@ -121,8 +122,7 @@ TEST(Lora, ForwardIsBasePlusScaledLowRankBranch) {
   }
   ASSERT_NE(q, nullptr);
   NoGradGuard no_grad;
-  const Tensor expected =
-      add(linear(x, w), scale(linear(linear(x, a), b), 2.0));
+  const Tensor expected = add(linear(x, w), scale(linear(linear(x, a), b), 2.0));
   expect_same(q->forward(x), expected);
 }
 
@@ -166,8 +166,11 @@ TEST(Lora, FrozenProjectionsInTheComputeDtypeChangeNoBit) {
   auto run = [](bool store) {
     LlamaForCausalLM model(tiny_llama(), kCPU, 4);
     Generator gen(6);
-    apply_lora(model, LoraConfig{.r = 4, .target_modules = {"q_proj", "up_proj"},
-                                 .init_lora_weights = LoraInit::random}, &gen);
+    apply_lora(
+        model,
+        LoraConfig{
+            .r = 4, .target_modules = {"q_proj", "up_proj"}, .init_lora_weights = LoraInit::random},
+        &gen);
     int64_t saved = 0;
     if (store) saved = store_frozen_projections(model, DType::bf16);
     const auto [ids, targets] = test_data::tiny_text_batch(2, 2, 12);
@@ -210,13 +213,14 @@ TEST(Lora, TrainingMovesOnlyTheAdapterAndTheOptimizerSeesOnlyIt) {
   apply_lora(model, LoraConfig{.r = 4, .lora_alpha = 8, .target_modules = {"c_attn", "c_fc"}});
   std::vector<std::pair<std::string, Tensor>> frozen_before;
   for (auto& [name, p] : model.named_parameters()) {
-    if (!p.requires_grad()) frozen_before.emplace_back(name, p.detach().to(DType::f32).contiguous());
+    if (!p.requires_grad())
+      frozen_before.emplace_back(name, p.detach().to(DType::f32).contiguous());
   }
   const auto trainable = lora_state_dict(model);
   AdamW optimizer(trainable, AdamWOptions{.lr = 1e-2});
   // The loss on one fixed batch before and after: free of the noise of the training batches.
   const auto fixed = test_data::tiny_text_batch(100, 8, 16);  // a pair: clang 14 captures no
-  auto fixed_loss = [&] {                                       // structured binding
+  auto fixed_loss = [&] {                                     // structured binding
     NoGradGuard no_grad;
     return model.loss(fixed.first, fixed.second).item();
   };
@@ -246,7 +250,9 @@ TEST(Lora, AdapterFilesRoundTripAndMergeGivesTheSameLogits) {
   std::filesystem::remove_all(dir);
   LlamaForCausalLM trained(tiny_llama(), kCPU, 2);
   Generator gen(9);
-  LoraConfig config{.r = 4, .lora_alpha = 16, .target_modules = {"q_proj", "down_proj"},
+  LoraConfig config{.r = 4,
+                    .lora_alpha = 16,
+                    .target_modules = {"q_proj", "down_proj"},
                     .init_lora_weights = LoraInit::random};
   apply_lora(trained, config, &gen);
   save_lora_adapter(trained, config, dir);
@@ -294,8 +300,8 @@ TEST(Lora, BadAdaptersAreRefusedNamingFileFieldAndValue) {
   // A GPT-2 has no q_proj.
   GPT2LMHeadModel gpt2(test_data::tiny_text_gpt2(), kCPU, 1);
   const std::string base_error = error_of([&] { load_lora_adapter(gpt2, dir); });
-  EXPECT_NE(base_error.find("adapter_config.json: target_modules: 'q_proj'"),
-            std::string::npos) << base_error;
+  EXPECT_NE(base_error.find("adapter_config.json: target_modules: 'q_proj'"), std::string::npos)
+      << base_error;
   std::filesystem::remove_all(dir);
 }
 

@@ -66,21 +66,20 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftsLogitsLossAndGradients) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Peft, LoraGolden,
-    ::testing::Values(GoldenCase{"gpt2_tiny", "gpt2_tiny_lora", 25},
-                      GoldenCase{"llama_tiny", "llama_tiny_lora", 29},
-                      // LoRA on lm_head: GPT-2's tied to wte, Llama's its own; PEFT's files hold
-                      // lm_head.base_layer.weight too.
-                      GoldenCase{"gpt2_tiny", "gpt2_tiny_lora_head", 6},
-                      GoldenCase{"llama_tiny", "llama_tiny_lora_head", 6}),
-    [](const auto& info) { return std::string(info.param.adapter); });
+INSTANTIATE_TEST_SUITE_P(Peft, LoraGolden,
+                         ::testing::Values(GoldenCase{"gpt2_tiny", "gpt2_tiny_lora", 25},
+                                           GoldenCase{"llama_tiny", "llama_tiny_lora", 29},
+                                           // LoRA on lm_head: GPT-2's tied to wte, Llama's its own;
+                                           // PEFT's files hold lm_head.base_layer.weight too.
+                                           GoldenCase{"gpt2_tiny", "gpt2_tiny_lora_head", 6},
+                                           GoldenCase{"llama_tiny", "llama_tiny_lora_head", 6}),
+                         [](const auto& info) { return std::string(info.param.adapter); });
 
 TEST(LoraGolden, EvalWithAPeftAdapterGivesPeftsLoss) {
   const std::string dir = kFixtures + "peft/";
-  const EvalResult r = evaluate_file(base_request(dir + "llama_bytes"),
-                                     dir + "llama_bytes/eval.txt", 16, 4, "cpu",
-                                     dir + "llama_bytes_lora");
+  const EvalResult r =
+      evaluate_file(base_request(dir + "llama_bytes"), dir + "llama_bytes/eval.txt", 16, 4, "cpu",
+                    dir + "llama_bytes_lora");
   const SafetensorsFile reference(dir + "llama_bytes_lora/reference.safetensors");
   EXPECT_EQ(r.tokens, static_cast<int64_t>(reference.load("eval_tokens").item()));
   // fp32 on both sides, summed in other orders: 1e-5 absolute on a loss near 5.
@@ -118,12 +117,13 @@ TEST(LoraGolden, EvalAndMergeCommandsGivePeftsLoss) {
                 dtype == "bf16" ? 2e-2 : 1e-5);
   }
 
-  const CliRun wrong = run_cli("eval --model " + dir + "llama_bytes --adapter " + dir +
-                               "gpt2_tiny_lora" + data);
+  const CliRun wrong =
+      run_cli("eval --model " + dir + "llama_bytes --adapter " + dir + "gpt2_tiny_lora" + data);
   EXPECT_EQ(wrong.exit_code, 2);
   EXPECT_NE(wrong.err.find("gpt2_tiny_lora/adapter_config.json: target_modules: 'c_attn' matches "
                            "no linear layer of the llama model"),
-            std::string::npos) << wrong.err;
+            std::string::npos)
+      << wrong.err;
   EXPECT_EQ(std::count(wrong.err.begin(), wrong.err.end(), '\n'), 1) << wrong.err;
 }
 
@@ -141,14 +141,14 @@ TEST(LoraGolden, MergeRefusesAnOutputThatOverlapsItsInputs) {
   const std::string before = read_text_file((base / "model.safetensors").string());
   const std::string inputs = " --model " + base.string() + " --adapter " + adapter.string();
   const std::string d = tmp.path().string();
-  for (const auto& [out, relation] : std::vector<std::pair<std::string, std::string>>{
-           {d + "/b", "' is --model"},
-           {d + "/./b/", "' is --model"},
-           {d + "/a/../b", "' is --model"},
-           {d + "/link", "' is --model"},
-           {d + "/b/merged", "' lies inside --model"},
-           {d + "/a", "' is --adapter"},
-           {d, "' contains --model"}}) {
+  for (const auto& [out, relation] :
+       std::vector<std::pair<std::string, std::string>>{{d + "/b", "' is --model"},
+                                                        {d + "/./b/", "' is --model"},
+                                                        {d + "/a/../b", "' is --model"},
+                                                        {d + "/link", "' is --model"},
+                                                        {d + "/b/merged", "' lies inside --model"},
+                                                        {d + "/a", "' is --adapter"},
+                                                        {d, "' contains --model"}}) {
     SCOPED_TRACE(out);
     const CliRun run = run_cli("merge" + inputs + " --output_dir " + out);
     EXPECT_EQ(run.exit_code, 2) << run.err;

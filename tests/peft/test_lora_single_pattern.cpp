@@ -28,10 +28,10 @@ TEST(SinglePatternLora, AdapterOnADenseOrFourBitBaseAllocatesWhatEveryDryRunPlan
         Quant4bitConfig config;
         config.quant_type = Quant4bitType::nf4;
         config.double_quant = true;
-        const Quant4bitWeight q = quantize_4bit(
-            device == kCPU ? Tensor::randn({out, in}, DType::f32, kCPU, &gen)
-                           : Tensor::empty({out, in}, DType::f32, device),
-            config);
+        const Quant4bitWeight q =
+            quantize_4bit(device == kCPU ? Tensor::randn({out, in}, DType::f32, kCPU, &gen)
+                                         : Tensor::empty({out, in}, DType::f32, device),
+                          config);
         Tensor a = Tensor::randn({r, in}, dtype, device, &gen);
         Tensor b = Tensor::randn({out, r}, dtype, device, &gen);
         a.set_requires_grad(true);
@@ -42,8 +42,9 @@ TEST(SinglePatternLora, AdapterOnADenseOrFourBitBaseAllocatesWhatEveryDryRunPlan
           base = four_bit ? linear_4bit(x, q, Tensor(), dtype) : linear(x, w);
           delta = linear(linear(x, a), b);
         });
-        const int64_t backward_peak =
-            peak_growth_on(device, [&] { backward({base, delta}, {grad, grad}); });
+        const int64_t backward_peak = peak_growth_on(device, [&] {
+          backward({base, delta}, {grad, grad});
+        });
         EXPECT_EQ(x.grad().dtype(), dtype);
         EXPECT_EQ(a.grad().dtype(), dtype);
         EXPECT_EQ(b.grad().dtype(), dtype);

@@ -198,7 +198,7 @@ TEST(LoraTrainer, AnAdapterOnTheTiedOutputHeadTrains) {
   EXPECT_EQ(loaded.model->forward(ids).to_float_vector(),
             trainer.model().forward(ids).to_float_vector());
   const CliRun merge = run_cli("merge --adapter " + args.output_dir + " --output_dir " +
-                              (tmp.path() / "merged").string());
+                               (tmp.path() / "merged").string());
   EXPECT_NE(merge.exit_code, 0);
   EXPECT_NE(merge.err.find("shares the input embedding's weight"), std::string::npos) << merge.err;
   EXPECT_FALSE(fs::exists(tmp.path() / "merged"));
@@ -236,7 +236,8 @@ TEST(LoraTrainer, BadLoraOptionsAreRefusedNamingTheOption) {
     FAIL() << "no error";
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("lora_target_modules: 'q_proj' matches no linear layer"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -250,7 +251,8 @@ TEST(LoraTrainer, CommandLineAndConfigFileTakeTrlsNames) {
   const std::string common = " --model " + args.model + " --data " + args.data +
                              " --max_seq_length 16 --per_device_train_batch_size 2 --device cpu"
                              " --max_steps 2 --save_strategy no --sample_max_new_tokens 0"
-                             " --disable_tqdm --output_dir " + (tmp.path() / "out").string();
+                             " --disable_tqdm --output_dir " +
+                             (tmp.path() / "out").string();
   const CliRun run = run_cli("train --config " + config + common);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json written = parse_json(

@@ -84,7 +84,8 @@ void expect_qlora_trains(const TrainingArguments& args, DType compute, DType fro
   for (const auto& [name, p] : trainer.model().named_parameters()) {
     const bool adapter = name.find(".lora_") != std::string::npos;
     EXPECT_EQ(p.requires_grad(), adapter) << name;
-    EXPECT_EQ(name.find("proj.weight"), std::string::npos) << name << ": a 4-bit weight is no parameter";
+    EXPECT_EQ(name.find("proj.weight"), std::string::npos)
+        << name << ": a 4-bit weight is no parameter";
     if (!adapter) {
       EXPECT_EQ(p.dtype(), frozen_dtype) << name << " was cast";
       frozen.emplace_back(name, p);
@@ -247,15 +248,16 @@ TEST(QloraTrainer, CommandLineAndConfigFileTakeBitsAndBytesNames) {
                            "use_bnb_nested_quant = true\nbnb_4bit_compute_dtype = \"bfloat16\"\n";
   const CliRun ok = run_cli("train --config " + config + common);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
-  const CliRun flags =
-      run_cli("train --load_in_4bit --bnb_4bit_quant_type fp4 --use_bnb_nested_quant "
-              "--bnb_4bit_quant_storage bfloat16" + common);
+  const CliRun flags = run_cli(
+      "train --load_in_4bit --bnb_4bit_quant_type fp4 --use_bnb_nested_quant "
+      "--bnb_4bit_quant_storage bfloat16" +
+      common);
   EXPECT_EQ(flags.exit_code, 0) << flags.err;
   expect_usage_error("train --load_in_4bit --bnb_4bit_quant_type int4" + common,
                      "bnb_4bit_quant_type");
-  expect_usage_error("train --load_in_4bit --model " + args.model + " --data " + args.data +
-                         " --device cpu",
-                     "load_in_4bit: true without use_peft");
+  expect_usage_error(
+      "train --load_in_4bit --model " + args.model + " --data " + args.data + " --device cpu",
+      "load_in_4bit: true without use_peft");
 }
 
 }  // namespace

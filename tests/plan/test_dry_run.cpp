@@ -168,8 +168,14 @@ std::vector<GridCase> grid() {
     c.optim = "lomo";
     c.checkpointing = "full";
   });
-  add("gpt2_full", "gpt2", [](GridCase& c) { c.layers = 3; c.checkpointing = "full"; });
-  add("gpt2_every_2", "gpt2", [](GridCase& c) { c.layers = 4; c.checkpointing = "every_2"; });
+  add("gpt2_full", "gpt2", [](GridCase& c) {
+    c.layers = 3;
+    c.checkpointing = "full";
+  });
+  add("gpt2_every_2", "gpt2", [](GridCase& c) {
+    c.layers = 4;
+    c.checkpointing = "every_2";
+  });
   add("llama_selective", "llama", [](GridCase& c) { c.checkpointing = "selective"; });
   add("gpt2_bf16_selective", "gpt2", [](GridCase& c) {
     c.precision = "bf16";
@@ -308,10 +314,11 @@ struct WorstErrors {
 class DryRunGrid : public testing::TestWithParam<GridCase> {
  public:
   static void TearDownTestSuite() {
-    std::printf("dry-run grid: %d configurations; worst |plan - run| / run: peak allocated %.4f%% "
-                "(%s), peak reserved %.4f%% (%s)\n",
-                worst_.cases, 100.0 * worst_.allocated, worst_.allocated_case.c_str(),
-                100.0 * worst_.reserved, worst_.reserved_case.c_str());
+    std::printf(
+        "dry-run grid: %d configurations; worst |plan - run| / run: peak allocated %.4f%% "
+        "(%s), peak reserved %.4f%% (%s)\n",
+        worst_.cases, 100.0 * worst_.allocated, worst_.allocated_case.c_str(),
+        100.0 * worst_.reserved, worst_.reserved_case.c_str());
   }
 
  protected:
@@ -352,8 +359,7 @@ TEST(DryRun, AModelDeeperThanTheHostCanHoldIsRefused) {
     dry_run_training(args);
     ADD_FAILURE() << "1e9 layers were planned";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("num_hidden_layers: 1000000000 blocks"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("num_hidden_layers: 1000000000 blocks"), std::string::npos)
         << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
@@ -387,11 +393,10 @@ TEST_P(DryRunGrid, PredictsTheRealRunsPeaks) {
   empty_cache(kCPU);  // as a fresh process: nothing cached by earlier tests
   const auto [measured_allocated, measured_reserved] = train_and_measure(args);
   ASSERT_GT(measured_reserved, 0) << "the run logged no peaks";
-  std::printf("%-44s allocated %10lld (plan) %10lld (run)  reserved %10lld %10lld\n",
-              c.name.c_str(), static_cast<long long>(plan.peak_allocated_bytes),
-              static_cast<long long>(measured_allocated),
-              static_cast<long long>(plan.peak_reserved_bytes),
-              static_cast<long long>(measured_reserved));
+  std::printf(
+      "%-44s allocated %10lld (plan) %10lld (run)  reserved %10lld %10lld\n", c.name.c_str(),
+      static_cast<long long>(plan.peak_allocated_bytes), static_cast<long long>(measured_allocated),
+      static_cast<long long>(plan.peak_reserved_bytes), static_cast<long long>(measured_reserved));
   record(c.name, plan.peak_allocated_bytes, measured_allocated, plan.peak_reserved_bytes,
          measured_reserved);
   if (c.workers > 0) {

@@ -26,8 +26,8 @@ KernelLaunch launch(const char* family, int64_t bytes, double flops = 0.0,
 TEST(StepKernels, RooflineIsTheSlowerOfComputeAndMemory) {
   const GpuSpec& h100 = find_gpu_spec("H100");
   // 989 TFLOP/s bf16, 3.35 TB/s: a 16-bit GEMM of 989 GFLOP over 1 MB is 1 ms of compute.
-  EXPECT_DOUBLE_EQ(roofline_seconds(launch("gemm", 1'000'000, 989e9, FlopPrecision::sixteen_bit), h100),
-                   1e-3);
+  EXPECT_DOUBLE_EQ(
+      roofline_seconds(launch("gemm", 1'000'000, 989e9, FlopPrecision::sixteen_bit), h100), 1e-3);
   EXPECT_DOUBLE_EQ(roofline_seconds(launch("gemm", 1'000'000, 989e9, FlopPrecision::fp8), h100),
                    0.5e-3);
   EXPECT_DOUBLE_EQ(roofline_seconds(launch("gemm", 1'000'000, 67e9, FlopPrecision::fp32), h100),
@@ -88,11 +88,11 @@ TEST(KernelCensus, CountsCopiesCastsAndStridedLayouts) {
   {
     KernelCensusScope open(census);
     Tensor b = Tensor::empty({6, 4}, DType::f32, kMeta);
-    b.copy_(a.transpose(0, 1));                                    // strided
+    b.copy_(a.transpose(0, 1));  // strided
     Tensor c = Tensor::empty({4, 6}, DType::bf16, kMeta);
-    c.copy_(a);                                                    // a cast, contiguous
+    c.copy_(a);  // a cast, contiguous
     Tensor row = Tensor::empty({6}, DType::f32, kMeta);
-    row.copy_(a.select(0, 1));                                     // one wide dimension
+    row.copy_(a.select(0, 1));  // one wide dimension
   }
   ASSERT_EQ(census.launches().size(), 3u);
   EXPECT_STREQ(census.launches()[0].family, "copy");
@@ -154,10 +154,10 @@ TEST(StepKernels, TwoMicroBatchesStandForAnyAccumulation) {
 // targets are at most 450 launches, no strided copy and one host sync (the loss with the clip's
 // norm, read once the step is queued): the batches' ids are checked and their targets counted
 // on the host as they are made (Note [Targets counted by the caller]), so neither the token
-// embedding nor the loss reads anything back. The clip's and AdamW's passes and autocast's casts of the weights are list launches (Note
-// [Tensor lists]), the weights' and biases' gradients come out of their GEMMs in fp32,
-// attention reads and writes the heads of [B, T, H, D] in place, and dropout masks a residual's
-// fp32 gradient with no cast before it.
+// embedding nor the loss reads anything back. The clip's and AdamW's passes and autocast's casts of
+// the weights are list launches (Note [Tensor lists]), the weights' and biases' gradients come out
+// of their GEMMs in fp32, attention reads and writes the heads of [B, T, H, D] in place, and
+// dropout masks a residual's fp32 gradient with no cast before it.
 TEST(StepKernels, Gpt2StepCensus) {
   const DryRunResult dry = dry_run_training(gpt2_args(16, 1024));
   const StepKernels k = summarize_step_kernels(dry.step_census, find_gpu_spec("H100"));
@@ -173,8 +173,8 @@ TEST(StepKernels, Gpt2StepCensus) {
   // Planned for a GPU, the batches are pinned and their copies queued: no host sync more.
   TrainingArguments on_gpu = gpt2_args(16, 1024);
   on_gpu.device = "cuda";
-  const StepKernels g = summarize_step_kernels(
-      dry_run_training(on_gpu).step_census, find_gpu_spec("H100"));
+  const StepKernels g =
+      summarize_step_kernels(dry_run_training(on_gpu).step_census, find_gpu_spec("H100"));
   EXPECT_EQ(g.total.host_syncs, k.total.host_syncs);
   EXPECT_EQ(g.total.launches, k.total.launches + 2);  // the two batch copies
 }

@@ -87,7 +87,8 @@ TEST(FormulaMemory, FollowsTheGuidesTermByTerm) {
   const int64_t n = 1000 * 64 + 64 * 192 + 192 + 64;
   TrainingArguments args = preset_args("gpt2", 2, 32);
 
-  FormulaMemory f = formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes);
+  FormulaMemory f =
+      formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes);
   EXPECT_EQ(f.parameters, 4 * n);
   EXPECT_EQ(f.gradients, 4 * n);
   EXPECT_EQ(f.optimizer_states, 8 * n);
@@ -115,12 +116,11 @@ TEST(FormulaMemory, FollowsTheGuidesTermByTerm) {
   args.optim = "adamw_8bit";  // the [192] and [64] vectors keep fp32 states
   f = formula_training_memory(config, args, precision_recipe(Precision::bf16), shapes);
   const int64_t big = 1000 * 64 + 64 * 192;
-  EXPECT_EQ(f.optimizer_states, 2 * big + 8 * ((1000 * 64 / 256) + (64 * 192 / 256)) +
-                                    8 * (192 + 64));
+  EXPECT_EQ(f.optimizer_states,
+            2 * big + 8 * ((1000 * 64 / 256) + (64 * 192 / 256)) + 8 * (192 + 64));
   args.optim = "lion_8bit";  // one state: codes and an absmax per 256, fp32 for the vectors
   f = formula_training_memory(config, args, precision_recipe(Precision::pure_bf16), shapes);
-  EXPECT_EQ(f.optimizer_states, big + 4 * ((1000 * 64 / 256) + (64 * 192 / 256)) +
-                                    4 * (192 + 64));
+  EXPECT_EQ(f.optimizer_states, big + 4 * ((1000 * 64 / 256) + (64 * 192 / 256)) + 4 * (192 + 64));
   args.optim = "adafactor";
   f = formula_training_memory(config, args, precision_recipe(Precision::fp32), shapes);
   EXPECT_EQ(f.optimizer_states, 4 * (1000 + 64) + 4 * (64 + 192) + 4 * 192 + 4 * 64);
@@ -287,7 +287,8 @@ TEST(ConfigurationSearch, TriesZeroStagesInTurn) {
   ASSERT_LT(target.capacity_bytes, required[0]);
   const int64_t first_fitting =
       std::find_if(required.begin(), required.end(),
-                   [&](int64_t r) { return r <= target.capacity_bytes; }) - required.begin();
+                   [&](int64_t r) { return r <= target.capacity_bytes; }) -
+      required.begin();
   const SearchResult result = search_configurations(base, target, space);
   ASSERT_EQ(result.fitting.size(), 1u) << result.format(5);
   EXPECT_EQ(result.fitting[0].dry.zero_stage, first_fitting);
@@ -308,8 +309,8 @@ TEST(ConfigurationSearch, Llama70bOnEightGpusFitsFullFineTuningWithZero3) {
   base.gradient_checkpointing = true;
   PlanTarget target = plan_target("auto", "", "80GiB");
   target.world_size = 8;
-  SearchSpace space{{"bf16", "pure_bf16"}, {"adamw_torch", "adafactor"}, {"full"},
-                    {"full", "qlora:16"}};
+  SearchSpace space{
+      {"bf16", "pure_bf16"}, {"adamw_torch", "adafactor"}, {"full"}, {"full", "qlora:16"}};
   const SearchResult result = search_configurations(base, target, space);
   std::printf("%s", result.format(10).c_str());
   bool full = false, qlora = false, offloaded = false;
@@ -381,8 +382,8 @@ TEST(ConfigurationSearch, KeepsTheFittingSplitsBestFirst) {
       TrainingArguments larger = p.args;
       larger.per_device_train_batch_size *= 2;
       larger.gradient_accumulation_steps /= 2;
-      EXPECT_FALSE(plan_training(larger, target, {.include_eval = false, .max_micro_batches = 2})
-                       .fits());
+      EXPECT_FALSE(
+          plan_training(larger, target, {.include_eval = false, .max_micro_batches = 2}).fits());
     }
   }
   EXPECT_FALSE(some.format(5).empty());
@@ -419,8 +420,7 @@ TEST(ConfigurationSearch, TriesExpandableSegmentsWhereTheCacheDoesNotFit) {
   SearchSpace native_only = space;
   native_only.allocators = {"native"};
   const SearchResult without = search_configurations(base, target, native_only);
-  EXPECT_TRUE(without.fitting.empty() ||
-              without.fitting[0].args.per_device_train_batch_size < 8);
+  EXPECT_TRUE(without.fitting.empty() || without.fitting[0].args.per_device_train_batch_size < 8);
   native_only.allocators = {"cudaMallocAsync"};
   EXPECT_THROW(search_configurations(base, target, native_only), ValueError);
 
@@ -463,7 +463,8 @@ TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
   EXPECT_EQ(some.to_json(5)["configurations"][1]["offload"], "optimizer");
 
   target.capacity_bytes = int64_t{1} << 40;
-  const SearchResult defaults = search_configurations(base, target, {{"fp32"}, {"adamw_torch"}, {"none"}});
+  const SearchResult defaults =
+      search_configurations(base, target, {{"fp32"}, {"adamw_torch"}, {"none"}});
   std::set<std::string> adapters;
   for (const TrainingPlan& p : defaults.fitting) {
     adapters.insert(p.args.use_peft ? str_cat(p.args.load_in_4bit ? "q" : "", p.args.lora_r, ":",
@@ -482,7 +483,8 @@ TEST(ConfigurationSearch, FindsLoraWhereFullFineTuningDoesNotFit) {
 TEST(ConfigurationSearch, FindsEightBitStatesOfBf16WeightsForLlama7B) {
   const TrainingArguments base = preset_args("llama-7b", 1, 2048);
   const PlanTarget target = plan_target("auto", "A100-40GB", "");
-  const SearchResult found = search_configurations(base, target, {{"pure_bf16"}, {}, {"full"}, {"full"}});
+  const SearchResult found =
+      search_configurations(base, target, {{"pure_bf16"}, {}, {"full"}, {"full"}});
   EXPECT_TRUE(found.unsupported.empty()) << found.format(20);
   std::map<std::string, int64_t> allocated;  // optim -> peak allocated bytes
   for (const TrainingPlan& p : found.fitting) {

@@ -63,7 +63,8 @@ TEST(KeyAverages, TablesAreTorchsToTheCharacter) {
   std::reverse(golden.events.functions.begin(), golden.events.functions.end());
   const std::vector<KeyAverage> averages = key_averages(golden.events);
   for (const GoldenTable& table : golden.tables) {
-    SCOPED_TRACE(str_cat("sort_by ", table.options.sort_by, ", row_limit ", table.options.row_limit));
+    SCOPED_TRACE(
+        str_cat("sort_by ", table.options.sort_by, ", row_limit ", table.options.row_limit));
     EXPECT_EQ(key_averages_table(averages, table.options), table.text);
   }
 }
@@ -97,13 +98,14 @@ TEST(KeyAverages, SelfTimeAndMemoryOfNestedScopes) {
 
 TEST(KeyAverages, TableOptions) {
   EXPECT_EQ(key_averages_table({}), "");
-  const std::vector<KeyAverage> averages = {{.key = "op", .count = 2, .cpu_time_total_us = 3.0,
-                                             .self_cpu_time_total_us = 3.0}};
+  const std::vector<KeyAverage> averages = {
+      {.key = "op", .count = 2, .cpu_time_total_us = 3.0, .self_cpu_time_total_us = 3.0}};
   try {
     key_averages_table(averages, {.sort_by = "cuda_time_total"});
     ADD_FAILURE() << "accepted an unknown sort_by";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("sort_by 'cuda_time_total'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sort_by 'cuda_time_total'"), std::string::npos)
+        << e.what();
   }
   const std::string no_memory = key_averages_table(averages, {.profile_memory = false});
   EXPECT_EQ(no_memory.find("CPU Mem"), std::string::npos) << no_memory;

@@ -45,7 +45,8 @@ std::vector<const RecordedFunction*> named(const ProfilerEvents& events, const s
 }
 // The pointers point into `events`: a temporary (profiler.events() returns a copy) would leave
 // them dangling (issue 19, defect 15), so that call does not compile.
-std::vector<const RecordedFunction*> named(ProfilerEvents&& events, const std::string& name) = delete;
+std::vector<const RecordedFunction*> named(ProfilerEvents&& events,
+                                           const std::string& name) = delete;
 
 TEST(Profiler, RecordsOpsBackwardNodesAndTheirInputShapes) {
   const Tensor w = param({16, 8}), b = param({16}), gamma = param({16}), beta = param({16});
@@ -184,8 +185,11 @@ class FakeKernels final : public DeviceActivitySource {
   void start() override { ++starts; }
   void stop() override { ++stops; }
   std::vector<DeviceActivity> collect() override {
-    return {{.name = "gemm_kernel", .device = Device{DeviceType::cuda, 0}, .stream = 7,
-             .start_ns = 1'000'000, .end_ns = 1'250'500}};
+    return {{.name = "gemm_kernel",
+             .device = Device{DeviceType::cuda, 0},
+             .stream = 7,
+             .start_ns = 1'000'000,
+             .end_ns = 1'250'500}};
   }
   int starts = 0, stops = 0;
 };

@@ -131,7 +131,8 @@ TEST(Fp8Linear, EveryRecipeStaysCloseToTheFp32Linear) {
     // Delayed scaling's first step runs at scale 1; the second with scales from the first.
     fp8_linear(x, w, b, WeightLayout::out_in, state);
     fp8.end_forward();
-    const std::vector<float> got = fp8_linear(x, w, b, WeightLayout::out_in, state).to_float_vector();
+    const std::vector<float> got =
+        fp8_linear(x, w, b, WeightLayout::out_in, state).to_float_vector();
     double err = 0.0, norm = 0.0;
     for (size_t i = 0; i < want.size(); ++i) {
       err += (got[i] - want[i]) * (got[i] - want[i]);

@@ -31,32 +31,32 @@ struct QuantizeCase {
 
 std::vector<QuantizeCase> quantize_cases() {
   std::vector<QuantizeCase> cases;
-  optim_test::for_each_fixture_line(fp8_test::kFp8Golden, [&](const std::string& key,
-                                                              std::istringstream& in) {
-    if (key == "quantize") {
-      QuantizeCase c;
-      in >> c.name >> c.recipe >> c.format >> c.rows >> c.cols >> c.block.block_rows >>
-          c.block.block_cols;
-      c.block.e8m0 = c.recipe == "mxfp8";
-      std::string scale;
-      if (in >> scale) c.scale = fp8_test::hex_f32(scale);
-      cases.push_back(c);
-    } else if (cases.empty()) {
-      return;
-    } else if (key == "input") {
-      cases.back().input = read_hex_floats(in);
-    } else if (key == "bytes") {
-      cases.back().bytes = read_hex_bytes(in);
-    } else if (key == "scale_inv") {
-      cases.back().scale_inv = read_hex_floats(in);
-    } else if (key == "exponents") {
-      cases.back().e8m0 = read_hex_bytes(in);
-    } else if (key == "amax") {
-      cases.back().amax = read_hex_floats(in);
-    } else if (key == "counts") {
-      in >> cases.back().overflow >> cases.back().underflow;
-    }
-  });
+  optim_test::for_each_fixture_line(fp8_test::kFp8Golden,
+                                    [&](const std::string& key, std::istringstream& in) {
+                                      if (key == "quantize") {
+                                        QuantizeCase c;
+                                        in >> c.name >> c.recipe >> c.format >> c.rows >> c.cols >>
+                                            c.block.block_rows >> c.block.block_cols;
+                                        c.block.e8m0 = c.recipe == "mxfp8";
+                                        std::string scale;
+                                        if (in >> scale) c.scale = fp8_test::hex_f32(scale);
+                                        cases.push_back(c);
+                                      } else if (cases.empty()) {
+                                        return;
+                                      } else if (key == "input") {
+                                        cases.back().input = read_hex_floats(in);
+                                      } else if (key == "bytes") {
+                                        cases.back().bytes = read_hex_bytes(in);
+                                      } else if (key == "scale_inv") {
+                                        cases.back().scale_inv = read_hex_floats(in);
+                                      } else if (key == "exponents") {
+                                        cases.back().e8m0 = read_hex_bytes(in);
+                                      } else if (key == "amax") {
+                                        cases.back().amax = read_hex_floats(in);
+                                      } else if (key == "counts") {
+                                        in >> cases.back().overflow >> cases.back().underflow;
+                                      }
+                                    });
   return cases;
 }
 
@@ -114,7 +114,8 @@ TEST(Fp8Quantize, DequantizeIsTheFp8ValueTimesItsScale) {
     const std::vector<float> values = q.data.to(DType::f32).to_float_vector();
     const std::vector<float> scales =
         c.block.e8m0 ? std::vector<float>() : q.scales.to_float_vector();
-    const int64_t bcols = c.block.block_rows == 0 ? 1 : (c.cols + c.block.block_cols - 1) / c.block.block_cols;
+    const int64_t bcols =
+        c.block.block_rows == 0 ? 1 : (c.cols + c.block.block_cols - 1) / c.block.block_cols;
     for (int64_t r = 0; r < c.rows; ++r) {
       for (int64_t col = 0; col < c.cols; ++col) {
         const int64_t i = r * c.cols + col;
@@ -163,9 +164,9 @@ TEST(Fp8Gemm, CpuWidensExactlyAndScalesOnce) {
   }
   // cuBLASLt's FP8 kernels take a bias of c's dtype, bf16 or f16: every backend refuses others.
   const Tensor c32 = Tensor::empty({m, n});
-  EXPECT_THROW(need_kernel("test", kCPU, &GemmKernels::gemm_fp8)(a, sa, b, sb, c32,
-                                                                 bias.to(DType::f32)),
-               ValueError);
+  EXPECT_THROW(
+      need_kernel("test", kCPU, &GemmKernels::gemm_fp8)(a, sa, b, sb, c32, bias.to(DType::f32)),
+      ValueError);
 }
 
 }  // namespace

@@ -109,45 +109,45 @@ const Golden& golden() {
   static const Golden g = [] {
     Golden g;
     bool in_blockwise = false;
-    for_each_fixture_line("quant/quant4bit_golden.txt", [&](const std::string& key,
-                                                            std::istringstream& in) {
-      if (key == "code") {
-        std::string type;
-        in >> type;
-        g.codes[type] = read_words(in);
-      } else if (key == "nested_code") {
-        g.nested_code = read_words(in);
-      } else if (key == "case") {
-        GoldenCase c;
-        std::string type, storage, dtype;
-        int double_quant = 0, ndim = 0;
-        in >> c.name >> type >> c.config.blocksize >> double_quant >> storage >> dtype >> ndim;
-        std::vector<int64_t> dims(static_cast<size_t>(ndim));
-        for (int64_t& d : dims) in >> d;
-        c.config.quant_type = parse_quant_4bit_type(type, "fixture");
-        c.config.double_quant = double_quant != 0;
-        c.config.quant_storage = dtype_of(storage);
-        c.dtype = dtype_of(dtype);
-        c.shape = Shape(dims);
-        g.cases.push_back(c);
-        in_blockwise = false;
-      } else if (key == "blockwise") {
-        in_blockwise = true;
-      } else if (in_blockwise) {
-        if (key == "input") g.blockwise_input = read_words(in);
-        if (key == "codes") g.blockwise_codes = read_bytes(in);
-        if (key == "absmax") g.blockwise_absmax = read_words(in);
-      } else if (!g.cases.empty()) {  // keys before the first case (order) describe the file
-        GoldenCase& c = g.cases.back();
-        if (key == "input") c.input = read_words(in);
-        if (key == "packed") c.packed = read_bytes(in);
-        if (key == "absmax") c.absmax = read_words(in);
-        if (key == "absmax_u8") c.absmax_u8 = read_bytes(in);
-        if (key == "offset") c.offset = read_words(in).at(0);
-        if (key == "nested_absmax") c.nested_absmax = read_words(in);
-        if (key == "dequant") c.dequant = read_words(in);
-      }
-    });
+    for_each_fixture_line(
+        "quant/quant4bit_golden.txt", [&](const std::string& key, std::istringstream& in) {
+          if (key == "code") {
+            std::string type;
+            in >> type;
+            g.codes[type] = read_words(in);
+          } else if (key == "nested_code") {
+            g.nested_code = read_words(in);
+          } else if (key == "case") {
+            GoldenCase c;
+            std::string type, storage, dtype;
+            int double_quant = 0, ndim = 0;
+            in >> c.name >> type >> c.config.blocksize >> double_quant >> storage >> dtype >> ndim;
+            std::vector<int64_t> dims(static_cast<size_t>(ndim));
+            for (int64_t& d : dims) in >> d;
+            c.config.quant_type = parse_quant_4bit_type(type, "fixture");
+            c.config.double_quant = double_quant != 0;
+            c.config.quant_storage = dtype_of(storage);
+            c.dtype = dtype_of(dtype);
+            c.shape = Shape(dims);
+            g.cases.push_back(c);
+            in_blockwise = false;
+          } else if (key == "blockwise") {
+            in_blockwise = true;
+          } else if (in_blockwise) {
+            if (key == "input") g.blockwise_input = read_words(in);
+            if (key == "codes") g.blockwise_codes = read_bytes(in);
+            if (key == "absmax") g.blockwise_absmax = read_words(in);
+          } else if (!g.cases.empty()) {  // keys before the first case (order) describe the file
+            GoldenCase& c = g.cases.back();
+            if (key == "input") c.input = read_words(in);
+            if (key == "packed") c.packed = read_bytes(in);
+            if (key == "absmax") c.absmax = read_words(in);
+            if (key == "absmax_u8") c.absmax_u8 = read_bytes(in);
+            if (key == "offset") c.offset = read_words(in).at(0);
+            if (key == "nested_absmax") c.nested_absmax = read_words(in);
+            if (key == "dequant") c.dequant = read_words(in);
+          }
+        });
     return g;
   }();
   return g;
@@ -175,8 +175,8 @@ TEST(Quant4bit, BytesAbsmaxAndNestedStatisticsEqualBitsandbytes) {
     const std::vector<uint8_t> packed = bytes_of(q.packed);
     ASSERT_EQ(packed.size(), c.packed.size());
     for (size_t i = 0; i < packed.size(); ++i) {
-      ASSERT_EQ(int{packed[i]}, int{c.packed[i]}) << "byte " << i << " (elements " << 2 * i
-                                                  << ", " << 2 * i + 1 << ")";
+      ASSERT_EQ(int{packed[i]}, int{c.packed[i]})
+          << "byte " << i << " (elements " << 2 * i << ", " << 2 * i + 1 << ")";
     }
     if (c.config.double_quant) {
       EXPECT_EQ(bits_of(q.offset), c.offset);

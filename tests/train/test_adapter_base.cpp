@@ -269,7 +269,8 @@ TEST(AdapterBase, AQloraAdapterIsScoredAndMergedOnItsFourBitBase) {
 
   const std::string common = " --adapter " + args.output_dir + " --data " + args.data +
                              " --max_seq_length 16 --device cpu";
-  expect_usage_error("eval" + common + " --load_in_4bit false", "--load_in_4bit: the adapter "
+  expect_usage_error("eval" + common + " --load_in_4bit false",
+                     "--load_in_4bit: the adapter "
                      "was trained on a 4-bit base");
   expect_usage_error("eval" + common + " --bnb_4bit_quant_type fp4", "not a 4-bit base (fp4");
   const CliRun same = run_cli("eval" + common + " --load_in_4bit --bnb_4bit_quant_type nf4 --json");

@@ -197,8 +197,7 @@ TEST(OutputDirSafety, ResumingACheckpointPastMaxStepsIsRefused) {
   const std::string message = error_of<ValueError>([&] { resumed.train(); });
   EXPECT_NE(message.find("checkpoint-4"), std::string::npos) << message;
   EXPECT_NE(message.find("max_steps"), std::string::npos) << message;
-  EXPECT_EQ(read_text_file(model), weights)
-      << "the model in output_dir was overwritten";
+  EXPECT_EQ(read_text_file(model), weights) << "the model in output_dir was overwritten";
 }
 
 // Defects 6 and 7: every field of the checkpoint's state is checked as construction checks it.

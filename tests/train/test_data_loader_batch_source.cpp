@@ -72,7 +72,8 @@ TEST(DataLoaderBatchSource, RestoredStateContinuesWithTheSameBatches) {
   b.load_state_dict(a.state_dict());
   EXPECT_EQ(b.batches_consumed(), 9);
   for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(a.next_batch().input_ids.to_int64_vector(), b.next_batch().input_ids.to_int64_vector());
+    EXPECT_EQ(a.next_batch().input_ids.to_int64_vector(),
+              b.next_batch().input_ids.to_int64_vector());
   }
   DataLoaderBatchSource other_data(split_train_eval(counting_corpus(dir, 300), 9, 0.0),
                                    {.batch_size = 3, .seed = 3});
@@ -81,8 +82,7 @@ TEST(DataLoaderBatchSource, RestoredStateContinuesWithTheSameBatches) {
   DataLoaderBatchSource other_length(split_train_eval(corpus, 11, 0.0), {.batch_size = 3});
   expect_error<ValueError>([&] { other_length.load_state_dict(a.state_dict()); },
                            {"seq_length 9", "11"});
-  expect_error<ValueError>([&] { other_length.load_state_dict({{"epoch", 0}}); },
-                           {"batch_index"});
+  expect_error<ValueError>([&] { other_length.load_state_dict({{"epoch", 0}}); }, {"batch_index"});
 }
 
 TEST(DataLoaderBatchSource, TooFewSequencesForOneBatchWithDropLastNamesTheData) {

@@ -47,7 +47,8 @@ TEST(EvaluateFile, EqualsTheMeanCrossEntropyOfConsecutiveWindows) {
   for (int64_t w = 0; w < 11; ++w) {
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < t; ++i) ids.push_back(static_cast<unsigned char>(text[w * 9 + i]));
-    const std::vector<float> logits = model->forward(Tensor::from_ints(ids, {1, t})).to_float_vector();
+    const std::vector<float> logits =
+        model->forward(Tensor::from_ints(ids, {1, t})).to_float_vector();
     for (int64_t i = 0; i < t; ++i) {
       const float* row = logits.data() + i * 256;
       double max = row[0], sum = 0.0;

@@ -73,7 +73,8 @@ void expect_same_training(const RunResult& a, const RunResult& b) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i;
   ASSERT_EQ(a.weights.size(), b.weights.size());
-  for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_EQ(a.weights[i], b.weights[i]) << "parameter " << i;
+  for (size_t i = 0; i < a.weights.size(); ++i)
+    EXPECT_EQ(a.weights[i], b.weights[i]) << "parameter " << i;
 }
 
 // `args` trained without and then with the offload `enable` turns on: the same losses and

@@ -108,8 +108,8 @@ TEST(ProgressBar, TrainerLinesClearTheBarOnATerminal) {
   for (size_t at = out.find("Deleting older checkpoint"); at != std::string::npos;
        at = out.find("Deleting older checkpoint", at + 1)) {
     ++deletions;
-    EXPECT_EQ(out.substr(at >= 4 ? at - 4 : 0, 4), "\r\x1b[K") << "printed into the bar's line: "
-                                                            << out.substr(at >= 80 ? at - 80 : 0, 120);
+    EXPECT_EQ(out.substr(at >= 4 ? at - 4 : 0, 4), "\r\x1b[K")
+        << "printed into the bar's line: " << out.substr(at >= 80 ? at - 80 : 0, 120);
   }
   EXPECT_EQ(deletions, 3) << out;
 }

@@ -65,7 +65,8 @@ TEST(Trainer, LossFallsOnTheTinyText) {
   EXPECT_LT(losses.rbegin()->second, 0.7 * losses.begin()->second);
   EXPECT_EQ(trainer.sample().size(), 9u);  // the "\n" prompt and 8 bytes
   EXPECT_TRUE(fs::exists(tmp.path() / "out" / "model.safetensors"));
-  const nlohmann::json memory = parse_json(read_text_file((tmp.path() / "out" / "memory.json").string()), "memory.json");
+  const nlohmann::json memory =
+      parse_json(read_text_file((tmp.path() / "out" / "memory.json").string()), "memory.json");
   const nlohmann::json& parts = memory.at("breakdown");
   // Note [Memory breakdown at the peak]: block sizes (multiples of 512 B) per category.
   int64_t weights = 0;
@@ -76,7 +77,8 @@ TEST(Trainer, LossFallsOnTheTinyText) {
   EXPECT_LE(parts.at("gradients").get<int64_t>(), weights);
   EXPECT_LE(parts.at("optimizer_states").get<int64_t>(), 2 * weights);
   int64_t sum = 0;
-  for (const char* key : {"parameters", "gradients", "optimizer_states", "activations", "temporaries"}) {
+  for (const char* key :
+       {"parameters", "gradients", "optimizer_states", "activations", "temporaries"}) {
     sum += parts.at(key).get<int64_t>();
   }
   EXPECT_EQ(sum, parts.at("peak_allocated_bytes").get<int64_t>());
@@ -315,8 +317,8 @@ TEST_F(CorruptCheckpoint, LastSkipsACorruptNewestCheckpoint) {
 TEST_F(CorruptCheckpoint, LastAndRotationIgnoreAnUnfinishedSave) {
   const fs::path leftover = tmp_.path() / "out" / "tmp-checkpoint-6-1";
   fs::copy(newest_, leftover);
-  nlohmann::ordered_json state = nlohmann::ordered_json::parse(
-      read_text_file((leftover / "trainer_state.json").string()));
+  nlohmann::ordered_json state =
+      nlohmann::ordered_json::parse(read_text_file((leftover / "trainer_state.json").string()));
   state["global_step"] = 6;
   std::ofstream(leftover / "trainer_state.json", std::ios::trunc) << state.dump();
   TrainingArguments args = args_;

@@ -33,8 +33,8 @@ class TempDir {
 // context 16, batch 4, lr 3e-3, 4 steps with 2 of warmup, logging every step, a checkpoint
 // every 2, no sample. `dropout` exercises the generator state that checkpoints carry; n_layer
 // (2) deepens the model where blocks are what a test counts.
-inline TrainingArguments tiny_training_args(const std::filesystem::path& root,
-                                            double dropout = 0.1, int64_t n_layer = 2) {
+inline TrainingArguments tiny_training_args(const std::filesystem::path& root, double dropout = 0.1,
+                                            int64_t n_layer = 2) {
   GPT2Config config = tiny_text_gpt2();
   config.n_positions = 16;
   config.n_layer = n_layer;
@@ -43,7 +43,8 @@ inline TrainingArguments tiny_training_args(const std::filesystem::path& root,
   config.eos_token_id = {};
   std::filesystem::create_directories(root / "model");
   write_hf_config((root / "model").string(), config);
-  std::ofstream((root / "data.txt").string()) << kTinyText << "\n" << kTinyText << "\n"
+  std::ofstream((root / "data.txt").string()) << kTinyText << "\n"
+                                              << kTinyText << "\n"
                                               << kTinyText << "\n";
   TrainingArguments args;
   args.model = (root / "model").string();

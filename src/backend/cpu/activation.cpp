@@ -16,7 +16,8 @@ namespace headroom::cpu {
 
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;  // elements below which one thread does all: the fork costs more
+constexpr int64_t kGrain =
+    1 << 15;  // elements below which one thread does all: the fork costs more
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
@@ -99,7 +100,8 @@ void map_widened(const std::array<const Tensor*, kIn>& in,
       std::array<const float*, kIn> ip;
       std::array<float*, kOut> op;
       for (size_t k = 0; k < kIn; ++k) ip[k] = widen_span(*in[k], c, m, scratch + k * kWiden);
-      for (size_t k = 0; k < kOut; ++k) op[k] = span_target(*out[k], c, scratch + (kIn + k) * kWiden);
+      for (size_t k = 0; k < kOut; ++k)
+        op[k] = span_target(*out[k], c, scratch + (kIn + k) * kWiden);
       range(ip, op, m);
       for (size_t k = 0; k < kOut; ++k) store_span(*out[k], c, m, op[k]);
     }
@@ -107,9 +109,8 @@ void map_widened(const std::array<const Tensor*, kIn>& in,
 }
 
 void gelu_forward(const Tensor& x, const Tensor& out) {
-  map_widened<1, 1>({&x}, {&out}, [](auto ip, auto op, int64_t n) {
-    gelu_forward_range(ip[0], op[0], n);
-  });
+  map_widened<1, 1>({&x}, {&out},
+                    [](auto ip, auto op, int64_t n) { gelu_forward_range(ip[0], op[0], n); });
 }
 
 void gelu_backward(const Tensor& x, const Tensor& grad_out, const Tensor& grad_in) {
@@ -119,9 +120,8 @@ void gelu_backward(const Tensor& x, const Tensor& grad_out, const Tensor& grad_i
 }
 
 void silu_forward(const Tensor& x, const Tensor& out) {
-  map_widened<1, 1>({&x}, {&out}, [](auto ip, auto op, int64_t n) {
-    silu_forward_range(ip[0], op[0], n);
-  });
+  map_widened<1, 1>({&x}, {&out},
+                    [](auto ip, auto op, int64_t n) { silu_forward_range(ip[0], op[0], n); });
 }
 
 void silu_backward(const Tensor& x, const Tensor& grad_out, const Tensor& grad_in) {

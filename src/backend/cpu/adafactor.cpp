@@ -171,8 +171,7 @@ float adafactor_unfactored(const Tensor& param, const Tensor& grad, float* exp_a
     float* p = span_target(param, offset, param_buf);
     for (int64_t i = 0; i < count; ++i) {
       const float update = (1.0f / std::sqrt(exp_avg_sq[offset + i])) * g[i];
-      apply_update(p + i, exp_avg != nullptr ? exp_avg + offset + i : nullptr, update, divisor,
-                   c);
+      apply_update(p + i, exp_avg != nullptr ? exp_avg + offset + i : nullptr, update, divisor, c);
     }
     store_span(param, offset, count, p);
   }

@@ -61,8 +61,8 @@ inline void update_range(float* __restrict param, const float* __restrict grad,
   }
 }
 
-void update_portable(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                     int64_t n, const AdamWCoefficients& c) {
+void update_portable(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                     const AdamWCoefficients& c) {
   update_range<false>(param, grad, exp_avg, exp_avg_sq, n, c);
 }
 
@@ -129,9 +129,9 @@ void update_mixed_range(const AdamWTensors& t, int64_t begin, int64_t n,
     convert_to_f32(offset_by(t.exp_avg, t.state_dtype, start), t.state_dtype, m, size);
     convert_to_f32(offset_by(t.exp_avg_sq, t.state_dtype, start), t.state_dtype, v, size);
     if (t.compensation) convert_to_f32(t.compensation + start, DType::bf16, comp, size);
-    // The update of adamw_update's portable variant, then, with a compensation buffer, optimi's
-    // Kahan step: the total change c = comp + (p_new - p) is applied rounded, and what rounding
-    // lost is kept for the next step (comp = c - (round(p + c) - p)).
+      // The update of adamw_update's portable variant, then, with a compensation buffer, optimi's
+      // Kahan step: the total change c = comp + (p_new - p) is applied rounded, and what rounding
+      // lost is kept for the next step (comp = c - (round(p + c) - p)).
 #pragma omp simd
     for (int64_t i = 0; i < count; ++i) {
       const float mi = g[i] * c.one_minus_beta1 + m[i] * c.beta1;
@@ -142,8 +142,8 @@ void update_mixed_range(const AdamWTensors& t, int64_t begin, int64_t n,
       v[i] = vi;
       if (t.compensation) {
         comp[i] += updated - p[i];
-        g[i] = p[i];             // the old value, for the compensation below
-        p[i] = p[i] + comp[i];   // rounded to the parameter's dtype when stored
+        g[i] = p[i];            // the old value, for the compensation below
+        p[i] = p[i] + comp[i];  // rounded to the parameter's dtype when stored
       } else {
         p[i] = updated;
       }
@@ -201,8 +201,7 @@ namespace {
 void adamw_update_tensor(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                          const Tensor& exp_avg_sq, const Tensor& compensation, bool stochastic,
                          PhiloxState rng, const AdamWCoefficients& c) {
-  if (param.dtype() == DType::f32 && grad.dtype() == DType::f32 &&
-      exp_avg.dtype() == DType::f32) {
+  if (param.dtype() == DType::f32 && grad.dtype() == DType::f32 && exp_avg.dtype() == DType::f32) {
     adamw_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
                  exp_avg_sq.data<float>(), param.numel(), c);
     return;

@@ -42,8 +42,7 @@ namespace headroom::cpu {
 // tests/optim/test_bnb_16bit_golden.cpp says what that changes.
 
 void bnb_adam32_update(void* param, DType param_dtype, const void* grad, DType grad_dtype,
-                       float* exp_avg, float* exp_avg_sq, int64_t n,
-                       const BnbAdamCoefficients& c) {
+                       float* exp_avg, float* exp_avg_sq, int64_t n, const BnbAdamCoefficients& c) {
   for_each_bnb_block(param, param_dtype, grad, grad_dtype, n, [&](const BnbBlock& block) {
     const float* g = block.grad;
     float* p = block.param;
@@ -60,8 +59,7 @@ void bnb_adam32_update(void* param, DType param_dtype, const void* grad, DType g
 }
 
 void bnb_adam8bit_blockwise_update(void* param, DType param_dtype, const void* grad,
-                                   DType grad_dtype,
-                                   const Adam8bitState& state, int64_t n,
+                                   DType grad_dtype, const Adam8bitState& state, int64_t n,
                                    const BnbAdamCoefficients& c) {
   const QuantizationMap& q1 = *state.signed_map;
   const QuantizationMap& q2 = *state.unsigned_map;

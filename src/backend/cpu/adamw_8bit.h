@@ -20,8 +20,7 @@ using BnbAdamCoefficients = headroom::BnbAdamCoefficients;
 // bf16 or f16 (a 16-bit parameter is widened a block at a time, updated in fp32 and rounded to
 // nearest where bitsandbytes' kernels round it: Note [bitsandbytes 16-bit parameters]).
 void bnb_adam32_update(void* param, DType param_dtype, const void* grad, DType grad_dtype,
-                       float* exp_avg, float* exp_avg_sq, int64_t n,
-                       const BnbAdamCoefficients& c);
+                       float* exp_avg, float* exp_avg_sq, int64_t n, const BnbAdamCoefficients& c);
 
 // The 8-bit blockwise update (kOptimizerStatic8bit2StateBlockwise) of n elements in place:
 // exp_avg as codes of `signed_map`, exp_avg_sq of `unsigned_map`, absmax1 / absmax2 one float per
@@ -36,8 +35,7 @@ struct Adam8bitState {
 };
 // The parameter and gradient dtypes as for bnb_adam32_update.
 void bnb_adam8bit_blockwise_update(void* param, DType param_dtype, const void* grad,
-                                   DType grad_dtype,
-                                   const Adam8bitState& state, int64_t n,
+                                   DType grad_dtype, const Adam8bitState& state, int64_t n,
                                    const BnbAdamCoefficients& c);
 
 }  // namespace headroom::cpu

@@ -88,7 +88,6 @@ void dropout_scales(const DropoutParams& dropout, uint64_t first, int64_t n, flo
   }
 }
 
-
 // A [B, H, T, D] operand whose last dimension is contiguous (element strides of the rest), in
 // its own dtype.
 struct Operand {
@@ -101,8 +100,12 @@ struct Operand {
 };
 
 Operand operand_of(const Tensor& x) {
-  return {static_cast<const char*>(x.data_ptr()), x.dtype(),
-          static_cast<int64_t>(x.element_size()), x.stride(0), x.stride(1), x.stride(2)};
+  return {static_cast<const char*>(x.data_ptr()),
+          x.dtype(),
+          static_cast<int64_t>(x.element_size()),
+          x.stride(0),
+          x.stride(1),
+          x.stride(2)};
 }
 
 struct Dims {
@@ -231,8 +234,9 @@ struct Result {
              const float* computed) const {
     if (dtype == DType::f32) return;
     for (int64_t r = 0; r < n; ++r) {
-      convert_from_f32(computed + r * dim, data + (first(b, h, row) + r * row_stride) * element_size,
-                       dtype, static_cast<size_t>(dim));
+      convert_from_f32(computed + r * dim,
+                       data + (first(b, h, row) + r * row_stride) * element_size, dtype,
+                       static_cast<size_t>(dim));
     }
   }
 };
@@ -384,10 +388,10 @@ void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t
   const int64_t row0 = (b * d.q_heads + h) * d.q_len + i0;
   float* p = scratch.p;
   float* ds = scratch.ds;
-  gemm(false, true, br, bc, dim, pb.scale, rows.q.data, rows.q.ld, rows.k.data, rows.k.ld, 0.0f,
-       p, kBackwardKeys);
-  gemm(false, true, br, bc, dim, 1.0f, rows.grad_out.data, rows.grad_out.ld, rows.v.data,
-       rows.v.ld, 0.0f, ds, kBackwardKeys);
+  gemm(false, true, br, bc, dim, pb.scale, rows.q.data, rows.q.ld, rows.k.data, rows.k.ld, 0.0f, p,
+       kBackwardKeys);
+  gemm(false, true, br, bc, dim, 1.0f, rows.grad_out.data, rows.grad_out.ld, rows.v.data, rows.v.ld,
+       0.0f, ds, kBackwardKeys);
   alignas(64) float keep[kBackwardKeys];
   for (int64_t r = 0; r < br; ++r) {
     float* pr = p + r * kBackwardKeys;
@@ -444,8 +448,8 @@ void backward_key_tile(const Problem& pb, const BackwardArgs& args, int64_t b, i
            1.0f, dk.data, dk.ld);
       if (dq) {
         const SumRows sums = args.grad_q.rows(b, h, i0);
-        gemm(false, false, br, dim, bc, pb.scale, scratch.ds, kBackwardKeys, rows.k.data,
-             rows.k.ld, 1.0f, sums.data, sums.ld);
+        gemm(false, false, br, dim, bc, pb.scale, scratch.ds, kBackwardKeys, rows.k.data, rows.k.ld,
+             1.0f, sums.data, sums.ld);
       }
     }
   }
@@ -494,7 +498,7 @@ void forward_items(const Problem& pb, const Result& out, float* lse) {
     [[maybe_unused]] std::conditional_t<kWide, WideForwardTiles, char> tiles;
     WideForwardTiles* wide = nullptr;
     if constexpr (kWide) wide = &tiles;
-    // Causal tiles differ in cost, hence the dynamic schedule, longest (last) tiles first.
+      // Causal tiles differ in cost, hence the dynamic schedule, longest (last) tiles first.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t bh = item / q_tiles;
@@ -601,16 +605,16 @@ void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) 
     for (int64_t item = 0; item < d.batch * d.q_heads * q_tiles; ++item) {
       const int64_t bh = item / q_tiles;
       const int64_t it = q_tiles - 1 - item % q_tiles;
-      backward_query_tile(pb, args, bh / d.q_heads, bh % d.q_heads,
-                          it * pb.tiles.backward_rows, scratch, wide);
+      backward_query_tile(pb, args, bh / d.q_heads, bh % d.q_heads, it * pb.tiles.backward_rows,
+                          scratch, wide);
     }
   }
 }
 
 }  // namespace
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                       float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse) {
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                       DropoutParams dropout, const Tensor& out, const Tensor& lse) {
   const char* entry = "attention_forward";
   const Problem pb = make_problem(entry, q, k, v, causal, scale, dropout);
   check_attention_forward_buffers(entry, q, out, lse);
@@ -636,7 +640,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   // dQ sums in fp32: in grad_q itself for f32, else in grad_q_accum, rounded once below.
   const Tensor& accum = pb.wide ? grad_q_accum : grad_q;
   const BackwardArgs args{operand_of(grad_out), lse.data<float>(), delta.data<float>(),
-                          QuerySums(accum), Result(grad_k), Result(grad_v)};
+                          QuerySums(accum),     Result(grad_k),    Result(grad_v)};
   if (pb.wide) {
     backward_items<true>(pb, args, parallel);
     const Result dst(grad_q);

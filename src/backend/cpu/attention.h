@@ -15,8 +15,8 @@ namespace headroom::cpu {
 // of the undropped, scaled scores of each row. Dropout on the probabilities: element
 // (b, h, i, j) is kept when the uniform number of linear index ((b * Hq + h) * Tq + i) * Tk + j
 // from (seed, offset) is >= p, then scaled by 1 / (1 - p); see Note [Philox stream layout].
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                       float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse);
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                       DropoutParams dropout, const Tensor& out, const Tensor& lse);
 
 // AttentionKernels::backward: grad_q / grad_k / grad_v written (not accumulated) in q's dtype;
 // delta a [B, Hq, Tq] f32 workspace; dQ accumulates in grad_q when q is f32, else in the f32

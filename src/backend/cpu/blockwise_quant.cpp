@@ -38,13 +38,15 @@ std::vector<float> linspace_f32(float start, float end, int64_t steps, bool fuse
 }
 
 // The midpoints of linspace(0.1, 1, items) times fp32(10^exponent), and their negatives if signed.
-void append_scaled_midpoints(std::vector<float>& data, int64_t items, int exponent,
-                             bool is_signed, bool fused) {
+void append_scaled_midpoints(std::vector<float>& data, int64_t items, int exponent, bool is_signed,
+                             bool fused) {
   const std::vector<float> bounds = linspace_f32(0.1f, 1.0f, items, fused);
   const float scale = static_cast<float>(std::pow(10.0, exponent));
-  for (size_t k = 0; k + 1 < bounds.size(); ++k) data.push_back(scale * ((bounds[k] + bounds[k + 1]) / 2.0f));
+  for (size_t k = 0; k + 1 < bounds.size(); ++k)
+    data.push_back(scale * ((bounds[k] + bounds[k + 1]) / 2.0f));
   if (!is_signed) return;
-  for (size_t k = 0; k + 1 < bounds.size(); ++k) data.push_back(-scale * ((bounds[k] + bounds[k + 1]) / 2.0f));
+  for (size_t k = 0; k + 1 < bounds.size(); ++k)
+    data.push_back(-scale * ((bounds[k] + bounds[k + 1]) / 2.0f));
 }
 
 }  // namespace
@@ -65,8 +67,8 @@ QuantizationMap create_dynamic_map(bool is_signed, int max_exponent_bits, int to
   std::vector<float> data;
   for (int i = 0; i < max_exponent_bits; ++i) {
     const int shift = i + non_sign_bits - max_exponent_bits + (is_signed ? 0 : 1);
-    append_scaled_midpoints(data, (int64_t{1} << shift) + 1, i - (max_exponent_bits - 1),
-                            is_signed, fused_linspace);
+    append_scaled_midpoints(data, (int64_t{1} << shift) + 1, i - (max_exponent_bits - 1), is_signed,
+                            fused_linspace);
   }
   if (additional_items > 0) {
     append_scaled_midpoints(data, additional_items + 1, 0, is_signed, fused_linspace);
@@ -75,8 +77,8 @@ QuantizationMap create_dynamic_map(bool is_signed, int max_exponent_bits, int to
   data.push_back(1.0f);
   if (data.size() != (size_t{1} << total_bits)) {
     throw ValueError(str_cat("create_dynamic_map: signed=", is_signed, ", max_exponent_bits=",
-                             max_exponent_bits, ", total_bits=", total_bits, " gives ",
-                             data.size(), " values, not 2^total_bits = ", 1 << total_bits));
+                             max_exponent_bits, ", total_bits=", total_bits, " gives ", data.size(),
+                             " values, not 2^total_bits = ", 1 << total_bits));
   }
   data.resize(256, 0.0f);  // fewer bits: the unused codes are zeros, as bitsandbytes pads
   std::sort(data.begin(), data.end());
@@ -93,8 +95,8 @@ void check_block_size(const char* op, int64_t block_size) {
 
 }  // namespace
 
-void quantize_blockwise(const QuantizationMap& code, const float* in, int64_t n,
-                        int64_t block_size, uint8_t* out, float* absmax) {
+void quantize_blockwise(const QuantizationMap& code, const float* in, int64_t n, int64_t block_size,
+                        uint8_t* out, float* absmax) {
   check_block_size("quantize_blockwise", block_size);
   for_each_block(in, n, block_size, [&](int64_t b, int64_t begin, int64_t end, float block_max) {
     absmax[b] = block_max;

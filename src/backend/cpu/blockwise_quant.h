@@ -59,8 +59,8 @@ HEADROOM_HD inline uint8_t quantize_nearest(const Code& code, float x) {
 // block b, out[i] = quantize_nearest(code, in[i] * (1 / absmax[b])) (a reciprocal multiply, as
 // the CUDA kernel does). A block of zeros has absmax 0 and codes 0, which dequantize to 0.
 // `absmax` holds ceil(n / block_size) floats. OpenMP over blocks.
-void quantize_blockwise(const QuantizationMap& code, const float* in, int64_t n,
-                        int64_t block_size, uint8_t* out, float* absmax);
+void quantize_blockwise(const QuantizationMap& code, const float* in, int64_t n, int64_t block_size,
+                        uint8_t* out, float* absmax);
 
 // bitsandbytes' CPU quantize_blockwise (csrc/cpu_ops.cpp, 0.50): the same blocks and absmax as
 // quantize_blockwise, but the code of x * (1 / absmax) is looked up in a table of 65536 bins

@@ -44,8 +44,7 @@ void for_each_bnb_block(void* param, DType param_dtype, const void* grad, DType 
                         int64_t n, const Fn& fn) {
   constexpr int64_t kBlock = kAdam8bitBlockSize;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const int threads =
-      static_cast<int>(std::clamp<int64_t>(blocks / 64, 1, omp_get_max_threads()));
+  const int threads = static_cast<int>(std::clamp<int64_t>(blocks / 64, 1, omp_get_max_threads()));
   const size_t param_size = dtype_size(param_dtype), grad_size = dtype_size(grad_dtype);
 #pragma omp parallel for schedule(static) num_threads(threads) if (blocks >= 128)
   for (int64_t b = 0; b < blocks; ++b) {

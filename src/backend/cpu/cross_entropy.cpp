@@ -70,7 +70,8 @@ auto with_targets(const Tensor& targets, Fn&& fn) {
 
 int64_t count_targets(const Tensor& targets, int64_t vocab, int64_t ignore_index,
                       int64_t* first_bad) {
-  if ((targets.dtype() != DType::i64 && targets.dtype() != DType::i32) || !targets.is_contiguous()) {
+  if ((targets.dtype() != DType::i64 && targets.dtype() != DType::i32) ||
+      !targets.is_contiguous()) {
     throw ValueError(str_cat("count_targets: targets must be contiguous i32 or i64, not ",
                              dtype_name(targets.dtype()), " ", targets.shape()));
   }
@@ -111,7 +112,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
       lp[r] = row_lse;
       const int64_t target = t[r];
       // The op has checked the targets; an unchecked bad one gives NaN rather than a wild read.
-      loss[r] = target == ignore_index            ? 0.0f
+      loss[r] = target == ignore_index          ? 0.0f
                 : target >= 0 && target < vocab ? row_lse - x[target]
                                                 : std::numeric_limits<float>::quiet_NaN();
     });

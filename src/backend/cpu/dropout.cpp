@@ -50,8 +50,8 @@ HEADROOM_SIMD_CLONES void dropout_range(const float* x, float* out, int64_t begi
 // out[i] = keep(i) ? x[i] * scale : 0, where keep(i) holds when the 24-bit uniform word of
 // element i of the Philox draw (seed, offset) is >= threshold. Forward applies it to x, backward
 // to the gradient, with the same arguments.
-void dropout_apply(const Tensor& x, uint64_t seed, uint64_t offset, uint32_t threshold,
-                   float scale, const Tensor& out) {
+void dropout_apply(const Tensor& x, uint64_t seed, uint64_t offset, uint32_t threshold, float scale,
+                   const Tensor& out) {
   ensure_flush_denormal();
   parallel_ranges(x.numel(), kGrain, 4, [&](int64_t b, int64_t e) {
     if (x.dtype() == DType::f32 && out.dtype() == DType::f32) {

@@ -27,16 +27,19 @@ constexpr int64_t kGrain = 1 << 15;  // elements below which one thread does all
 constexpr int64_t kTile = 4096;      // elements widened at a time
 
 void check_dtype(const char* kernel, const char* argument, DType dtype) {
-  HEADROOM_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "cpu ",
-                 kernel, ": ", argument, " must be f32, bf16 or f16, not ", dtype_name(dtype));
+  HEADROOM_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "cpu ", kernel,
+                 ": ", argument, " must be f32, bf16 or f16, not ", dtype_name(dtype));
 }
 
 // The value of one element of `dtype` at `p`, as fp32.
 float load(const char* p, DType dtype) {
   switch (dtype) {
-    case DType::bf16: return static_cast<float>(*reinterpret_cast<const BFloat16*>(p));
-    case DType::f16: return static_cast<float>(*reinterpret_cast<const Half*>(p));
-    default: return *reinterpret_cast<const float*>(p);
+    case DType::bf16:
+      return static_cast<float>(*reinterpret_cast<const BFloat16*>(p));
+    case DType::f16:
+      return static_cast<float>(*reinterpret_cast<const Half*>(p));
+    default:
+      return *reinterpret_cast<const float*>(p);
   }
 }
 
@@ -81,8 +84,10 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   check_dtype("binary", "b", b.dtype());
   check_dtype("binary", "out", out.dtype());
   HEADROOM_CHECK(out.is_contiguous() && a.shape() == out.shape() && b.shape() == out.shape(),
-                 "cpu binary: a ", a.shape(), " and b ", b.shape(), " must have the shape of the "
-                 "contiguous out ", out.shape());
+                 "cpu binary: a ", a.shape(), " and b ", b.shape(),
+                 " must have the shape of the "
+                 "contiguous out ",
+                 out.shape());
   const int64_t n = out.numel();
   if (n == 0) return;
   // Coalescing keeps the elements' row-major order, so out's offset is the running index.
@@ -148,10 +153,10 @@ void cast_list(TensorList src, TensorList dst) {
   for (size_t i = 0; i < src.size(); ++i) {
     check_dtype("cast_list", "src", src[i].dtype());
     check_dtype("cast_list", "dst", dst[i].dtype());
-    HEADROOM_CHECK(src[i].is_contiguous() && dst[i].is_contiguous() &&
-                       src[i].numel() == dst[i].numel(),
-                   "cpu cast_list: pair ", i, ": src ", src[i].shape(), " and dst ",
-                   dst[i].shape(), " must be contiguous with as many elements");
+    HEADROOM_CHECK(
+        src[i].is_contiguous() && dst[i].is_contiguous() && src[i].numel() == dst[i].numel(),
+        "cpu cast_list: pair ", i, ": src ", src[i].shape(), " and dst ", dst[i].shape(),
+        " must be contiguous with as many elements");
     if (dst[i].numel() > 0) tensor.copy(dst[i], src[i], Overflow::ieee);
   }
 }

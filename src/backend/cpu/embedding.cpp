@@ -25,7 +25,8 @@ std::optional<int64_t> first_bad(const Id* ids, int64_t count, int64_t num_embed
 
 template <typename Id>
 void gather(const char* src, const Id* ids, char* dst, int64_t count, size_t row_bytes) {
-#pragma omp parallel for if (count * static_cast<int64_t>(row_bytes) > kGrainBytes) schedule(static)
+#pragma omp parallel for if (count * static_cast <int64_t>(row_bytes) > kGrainBytes) \
+    schedule(static)
   for (int64_t t = 0; t < count; ++t) {
     std::memcpy(dst + t * row_bytes, src + static_cast<size_t>(ids[t]) * row_bytes, row_bytes);
   }

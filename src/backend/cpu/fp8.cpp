@@ -47,8 +47,8 @@ void load(const Tensor& t, int64_t offset, int64_t n, float* dst) {
 }
 
 void check_fp8_dtype(const Tensor& q) {
-  HEADROOM_INTERNAL_ASSERT(q.dtype() == DType::f8_e5m2 || q.dtype() == DType::f8_e4m3fn, "fp8: q is ",
-                 dtype_name(q.dtype()), " (the op allocates FP8)");
+  HEADROOM_INTERNAL_ASSERT(q.dtype() == DType::f8_e5m2 || q.dtype() == DType::f8_e4m3fn,
+                           "fp8: q is ", dtype_name(q.dtype()), " (the op allocates FP8)");
 }
 
 // The largest finite value of q's FP8 dtype.
@@ -140,8 +140,8 @@ void quantize_tensorwise(const Tensor& x, const Tensor& scale, bool scale_from_a
   add_counts(counts, total);
 }
 
-void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q,
-                        const Tensor& scales, const Tensor& counts) {
+void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q, const Tensor& scales,
+                        const Tensor& counts) {
   const float max = max_of(q);
   const int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols;
   const int64_t brows = (rows + block.block_rows - 1) / block.block_rows;

@@ -29,16 +29,14 @@
 
 namespace headroom::cpu {
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
-                                          alpha, a, lda, b, ldb, beta, c, ldc);
+  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
+                                          a, lda, b, ldb, beta, c, ldc);
   if (status != dnnl_success) {
-    throw Error(str_cat("gemm: oneDNN sgemm failed with status ", static_cast<int>(status),
-                        " (m ", m, ", n ", n, ", k ", k, ", lda ", lda, ", ldb ", ldb, ", ldc ",
-                        ldc, ")"));
+    throw Error(str_cat("gemm: oneDNN sgemm failed with status ", static_cast<int>(status), " (m ",
+                        m, ", n ", n, ", k ", k, ", lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ")"));
   }
 }
 
@@ -74,11 +72,11 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t 
 // kernel is always the dense one, and a strided view gives the same bits as a contiguous copy of
 // it. The copies cost little for A and B, but a strided C is copied out (and in, with beta): on
 // this machine's ~7 GB/s that is ~10 ms for the LM head's 50304 x 384 fp32 weight gradient, as
-// long as its GEMM, which leaves 60-80 GFLOP/s on 2 threads (gemm:jit: 30-55). Where even the dense primitive would run
-// on a reference kernel or has no implementation (oneDNN 2.6 has no bf16 matmul below AVX-512;
-// ONEDNN_MAX_CPU_ISA=AVX2 shows it, and the tests run once so), the operands are widened to fp32
-// for gemm instead (gemm_bf16_widened), as for k == 0, for which the primitive would do nothing
-// at all, not even beta * C.
+// long as its GEMM, which leaves 60-80 GFLOP/s on 2 threads (gemm:jit: 30-55). Where even the dense
+// primitive would run on a reference kernel or has no implementation (oneDNN 2.6 has no bf16 matmul
+// below AVX-512; ONEDNN_MAX_CPU_ISA=AVX2 shows it, and the tests run once so), the operands are
+// widened to fp32 for gemm instead (gemm_bf16_widened), as for k == 0, for which the primitive
+// would do nothing at all, not even beta * C.
 //
 // Alignment matters as much as the kernel: with A, B and C 16 bytes off a 64-byte boundary the
 // AMX kernels run at a third to a half of their speed (2048 x 1152 x 384, measured). Tensors from
@@ -203,8 +201,8 @@ std::shared_ptr<const MatmulPlan> make_plan(const MatmulKey& key) {
   const Type operands = dnnl_type(key.operands);
   plan->a_md = operand_desc(key.batch, key.stride_a, key.m, key.k, key.lda, key.trans_a, operands);
   plan->b_md = operand_desc(key.batch, key.stride_b, key.k, key.n, key.ldb, key.trans_b, operands);
-  plan->c_md = operand_desc(key.batch, key.stride_c, key.m, key.n, key.ldc, false,
-                            dnnl_type(key.c_dtype));
+  plan->c_md =
+      operand_desc(key.batch, key.stride_c, key.m, key.n, key.ldc, false, dnnl_type(key.c_dtype));
   plan->bias_md = dnnl::memory::desc({1, key.n}, Type::f32, {key.n, 1});
 
   dnnl::primitive_attr attr;
@@ -257,9 +255,9 @@ class PrimitiveCache {
     std::lock_guard<std::mutex> lock(mutex_);
     if (Entry* entry = find(key)) return entry->plan;
     if (entries_.size() == kCapacity) {
-      entries_.erase(std::min_element(
-          entries_.begin(), entries_.end(),
-          [](const Entry& x, const Entry& y) { return x.last_use < y.last_use; }));
+      entries_.erase(
+          std::min_element(entries_.begin(), entries_.end(),
+                           [](const Entry& x, const Entry& y) { return x.last_use < y.last_use; }));
     }
     entries_.push_back({key, plan, ++clock_});
     return plan;
@@ -339,8 +337,8 @@ void gemm_half_widened(const MatmulKey& key, const void* a, const void* b, void*
   float* cf = c_is_f32 ? static_cast<float*>(c) : c_wide.data();
   const int64_t ldcf = c_is_f32 ? key.ldc : key.n;
   if (key.k > 0) {
-    gemm(key.trans_a, key.trans_b, key.m, key.n, key.k, key.alpha(), af.data(), a_cols,
-         bf.data(), b_cols, key.beta(), cf, ldcf);
+    gemm(key.trans_a, key.trans_b, key.m, key.n, key.k, key.alpha(), af.data(), a_cols, bf.data(),
+         b_cols, key.beta(), cf, ldcf);
   }
   for (int64_t r = 0; r < key.m; ++r) {
     float* row = cf + r * ldcf;
@@ -378,7 +376,7 @@ MatmulKey dense_layout(const MatmulKey& key) {
 void copy_matrices(const void* src, int64_t src_ld, int64_t src_stride, void* dst, int64_t dst_ld,
                    int64_t dst_stride, int64_t batch, int64_t rows, int64_t cols, size_t size) {
   const int64_t total_rows = batch * rows;
-#pragma omp parallel for if (total_rows * cols * static_cast<int64_t>(size) > (1 << 20))
+#pragma omp parallel for if (total_rows * cols * static_cast <int64_t>(size) > (1 << 20))
   for (int64_t row = 0; row < total_rows; ++row) {
     const int64_t i = row / rows, r = row % rows;
     std::memcpy(static_cast<char*>(dst) + (i * dst_stride + r * dst_ld) * size,
@@ -400,8 +398,7 @@ const void* dense_copy(const void* p, int64_t ld, int64_t stride, int64_t dense_
   return buffer.get();
 }
 
-void run_gemm_half(const MatmulKey& key, const void* a, const void* b, void* c,
-                   const float* bias);
+void run_gemm_half(const MatmulKey& key, const void* a, const void* b, void* c, const float* bias);
 
 // run_gemm_half with the operands whose layout is not `dense` copied into dense buffers, for the
 // dense kernel (see the Note for what the copies cost).
@@ -430,14 +427,13 @@ void gemm_half_packed(const MatmulKey& key, const MatmulKey& dense, const void* 
 }
 
 // The GEMM of 16-bit operands (bf16 or f16: key.operands) on the matmul primitive, or widened.
-void run_gemm_half(const MatmulKey& key, const void* a, const void* b, void* c,
-                   const float* bias) {
+void run_gemm_half(const MatmulKey& key, const void* a, const void* b, void* c, const float* bias) {
   HEADROOM_CHECK_VALUE(key.c_dtype == DType::f32 || key.c_dtype == key.operands,
                        "gemm_bf16: C must be f32 or ", dtype_name(key.operands), ", not ",
                        dtype_name(key.c_dtype));
   HEADROOM_CHECK_VALUE(key.batch >= 0 && key.m >= 0 && key.n >= 0 && key.k >= 0,
-                       "gemm_bf16: negative size (batch ", key.batch, ", m ", key.m, ", n ",
-                       key.n, ", k ", key.k, ")");
+                       "gemm_bf16: negative size (batch ", key.batch, ", m ", key.m, ", n ", key.n,
+                       ", k ", key.k, ")");
   if (key.batch == 0 || key.m == 0 || key.n == 0) return;
   std::shared_ptr<const MatmulPlan> plan;
   if (key.k != 0) {

@@ -74,8 +74,10 @@ void update_in_place(const Tensor& t, Fn fn) {
 enum class NormKind { two, one, power, inf };
 
 NormKind norm_kind(double p) {
-  return std::isinf(p) ? NormKind::inf : p == 2.0 ? NormKind::two : p == 1.0 ? NormKind::one
-                                                                            : NormKind::power;
+  return std::isinf(p) ? NormKind::inf
+         : p == 2.0    ? NormKind::two
+         : p == 1.0    ? NormKind::one
+                       : NormKind::power;
 }
 
 HEADROOM_SIMD_CLONES double sum_squares(const float* x, int64_t n) {
@@ -126,20 +128,27 @@ double fold(NormKind kind, double acc, double term) {
 // The fold of the terms of `count` fp32 values.
 double terms_of(NormKind kind, double p, const float* x, int64_t count) {
   switch (kind) {
-    case NormKind::two: return sum_squares(x, count);
-    case NormKind::one: return sum_abs(x, count);
-    case NormKind::power: return sum_abs_pow(x, count, p);
-    case NormKind::inf: return max_abs(x, count);
+    case NormKind::two:
+      return sum_squares(x, count);
+    case NormKind::one:
+      return sum_abs(x, count);
+    case NormKind::power:
+      return sum_abs_pow(x, count, p);
+    case NormKind::inf:
+      return max_abs(x, count);
   }
   return 0.0;
 }
 
 double finish_norm(NormKind kind, double folded, double p) {
   switch (kind) {
-    case NormKind::two: return std::sqrt(folded);
-    case NormKind::power: return std::pow(folded, 1.0 / p);
+    case NormKind::two:
+      return std::sqrt(folded);
+    case NormKind::power:
+      return std::pow(folded, 1.0 / p);
     case NormKind::one:
-    case NormKind::inf: return folded;
+    case NormKind::inf:
+      return folded;
   }
   return folded;
 }
@@ -180,8 +189,8 @@ void norm_partial(TensorList xs, double p, const Tensor& partials, int64_t first
 void norm_combine(const Tensor& partials, int64_t count, double p, double max_norm, ClipRule rule,
                   const Tensor& result) {
   HEADROOM_CHECK(result.dtype() == DType::f32 && result.numel() == 2,
-                 "cpu norm_combine: result must be f32 [2], not ", dtype_name(result.dtype()),
-                 " ", result.shape());
+                 "cpu norm_combine: result must be f32 [2], not ", dtype_name(result.dtype()), " ",
+                 result.shape());
   const NormKind kind = norm_kind(p);
   const auto* rows = static_cast<const double*>(partials.data_ptr());
   double total = 0.0;
@@ -215,7 +224,7 @@ void scale_by_device_factor(TensorList grads, const Tensor& factor) {
     check_dtype("scale_by_device_factor", grad);
     update_in_place(grad, [f](float* values, int64_t count) {
 #pragma omp simd
-    for (int64_t i = 0; i < count; ++i) values[i] *= f;
+      for (int64_t i = 0; i < count; ++i) values[i] *= f;
     });
   }
 }

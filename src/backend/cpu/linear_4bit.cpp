@@ -36,8 +36,8 @@ struct ComputeDtype {
   DType dtype;
   bool bf16, f16;
   explicit ComputeDtype(DType d) : dtype(d), bf16(d == DType::bf16), f16(d == DType::f16) {
-    HEADROOM_INTERNAL_ASSERT(d == DType::f32 || bf16 || f16, "linear_4bit: compute dtype ", dtype_name(d),
-                   " (the op checks it)");
+    HEADROOM_INTERNAL_ASSERT(d == DType::f32 || bf16 || f16, "linear_4bit: compute dtype ",
+                             dtype_name(d), " (the op checks it)");
   }
   bool f32() const { return !bf16 && !f16; }
 };
@@ -47,7 +47,8 @@ struct ComputeDtype {
 const float* rows_f32(const Tensor& t, const ComputeDtype& c, int64_t r0, int64_t count,
                       int64_t cols, float* scratch) {
   const size_t esize = dtype_size(c.dtype);
-  const auto* base = static_cast<const char*>(t.data_ptr()) + static_cast<size_t>(r0 * cols) * esize;
+  const auto* base =
+      static_cast<const char*>(t.data_ptr()) + static_cast<size_t>(r0 * cols) * esize;
   if (c.f32()) return reinterpret_cast<const float*>(base);
   convert_to_f32(base, c.dtype, scratch, static_cast<size_t>(count * cols));
   return scratch;
@@ -73,7 +74,7 @@ void forward(const Tensor& x, const Quant4bitOperand& w, const Tensor& bias,
   const int64_t tile = std::min(out, kLinear4bitWeightTile);
   const int64_t row_tile = std::min(rows, kLinear4bitRowTile);
   HEADROOM_INTERNAL_ASSERT(workspace.numel() >= linear_4bit_forward_workspace(rows, in, out),
-                 "linear_4bit_forward: workspace too small");
+                           "linear_4bit_forward: workspace too small");
   float* w_tile = workspace.data<float>();
   float* x_tile = w_tile + tile * in;
   float* y_tile = x_tile + row_tile * in;
@@ -111,7 +112,7 @@ void backward_input(const Tensor& grad_y, const Quant4bitOperand& w, const Tenso
   const int64_t tile = std::min(in, kLinear4bitWeightTile);
   const int64_t row_tile = std::min(rows, kLinear4bitRowTile);
   HEADROOM_INTERNAL_ASSERT(workspace.numel() >= linear_4bit_backward_workspace(rows, in, out),
-                 "linear_4bit_backward_input: workspace too small");
+                           "linear_4bit_backward_input: workspace too small");
   float* w_tile = workspace.data<float>();
   float* g_tile = w_tile + out * tile;
   float* x_tile = g_tile + row_tile * out;
@@ -123,7 +124,8 @@ void backward_input(const Tensor& grad_y, const Quant4bitOperand& w, const Tenso
 #pragma omp parallel for schedule(static) if (out * kt > (1 << 14))
       for (int64_t n = 0; n < out; ++n) {
         for (int64_t j = 0; j < kt; ++j) {
-          w_tile[n * kt + j] = round_to_compute(quant_4bit_element(p, n * in + k0 + j), c.bf16, c.f16);
+          w_tile[n * kt + j] =
+              round_to_compute(quant_4bit_element(p, n * in + k0 + j), c.bf16, c.f16);
         }
       }
       float* dst = c.f32() ? grad_x.data<float>() + r0 * in + k0 : x_tile;

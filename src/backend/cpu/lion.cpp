@@ -19,16 +19,16 @@ void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const LionKernels::Coefficients& c) {
   ensure_flush_denormal();
   float* exp_avg_data = exp_avg.data<float>();
-  for_each_optimizer_span(param, grad, [&](float* p, const float* g, int64_t offset,
-                                           int64_t count) {
-    float* m = exp_avg_data + offset;
-    for (int64_t i = 0; i < count; ++i) {
-      const float interpolated = m[i] * c.beta1 + g[i] * c.one_minus_beta1;
-      const float sign = static_cast<float>((interpolated > 0.0f) - (interpolated < 0.0f));
-      p[i] = p[i] * c.decay - sign * c.lr;
-      m[i] = m[i] * c.beta2 + g[i] * c.one_minus_beta2;
-    }
-  });
+  for_each_optimizer_span(
+      param, grad, [&](float* p, const float* g, int64_t offset, int64_t count) {
+        float* m = exp_avg_data + offset;
+        for (int64_t i = 0; i < count; ++i) {
+          const float interpolated = m[i] * c.beta1 + g[i] * c.one_minus_beta1;
+          const float sign = static_cast<float>((interpolated > 0.0f) - (interpolated < 0.0f));
+          p[i] = p[i] * c.decay - sign * c.lr;
+          m[i] = m[i] * c.beta2 + g[i] * c.one_minus_beta2;
+        }
+      });
 }
 
 }  // namespace

@@ -22,7 +22,6 @@ void bnb_lion32_update(void* param, DType param_dtype, const void* grad, DType g
 // exp_avg as codes of `signed_map` with one absmax per block of kAdam8bitBlockSize.
 void bnb_lion8bit_blockwise_update(void* param, DType param_dtype, const void* grad,
                                    DType grad_dtype, uint8_t* exp_avg, float* absmax, int64_t n,
-                                   const QuantizationMap& signed_map,
-                                   const BnbLionCoefficients& c);
+                                   const QuantizationMap& signed_map, const BnbLionCoefficients& c);
 
 }  // namespace headroom::cpu

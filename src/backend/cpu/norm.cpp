@@ -92,8 +92,7 @@ HEADROOM_ROW_INLINE inline void backward_block(const WidenRows& dy, const WidenR
       if (partial) {
         backward_dx<kWeight, true>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dxr, pw, pb);
       } else {
-        backward_dx<kWeight, false>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dxr, pw,
-                                    pb);
+        backward_dx<kWeight, false>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dxr, pw, pb);
       }
       dx.store(r, dxr);
     } else if (partial) {
@@ -128,8 +127,8 @@ float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nu
 
 template <bool kCentred>
 void norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                   const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                   const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
+                   const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                   const Tensor& dbias, const Tensor& partial) {
   ensure_flush_denormal();
   const int64_t dim = x.size(-1), rows = row_count(x);
   std::vector<float> weight_f32;

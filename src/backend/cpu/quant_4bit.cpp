@@ -47,9 +47,9 @@ SortedCode sorted_code(Quant4bitType type) {
     s.order[k] = type == Quant4bitType::nf4 ? static_cast<uint8_t>(k) : kFp4Order[k];
   }
   for (unsigned k = 0; k < 15; ++k) {
-    s.midpoints[k] = (quant_4bit_code_value(type, s.order[k]) +
-                      quant_4bit_code_value(type, s.order[k + 1])) /
-                     2.0f;
+    s.midpoints[k] =
+        (quant_4bit_code_value(type, s.order[k]) + quant_4bit_code_value(type, s.order[k + 1])) /
+        2.0f;
   }
   return s;
 }
@@ -83,8 +83,8 @@ std::array<float, 16> quant_4bit_code(Quant4bitType type) {
 
 void quantize_4bit(Quant4bitType type, const float* in, int64_t n, int64_t block_size,
                    uint8_t* packed, float* absmax) {
-  HEADROOM_INTERNAL_ASSERT(block_size > 0 && block_size % 2 == 0, "quantize_4bit: block_size ", block_size,
-                 " must be even and > 0");
+  HEADROOM_INTERNAL_ASSERT(block_size > 0 && block_size % 2 == 0, "quantize_4bit: block_size ",
+                           block_size, " must be even and > 0");
   const SortedCode sorted = sorted_code(type);
   const int64_t full_blocks = n / block_size;
   const uint8_t zero_code = bucketize(sorted, 0.0f);

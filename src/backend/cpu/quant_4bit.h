@@ -33,10 +33,9 @@ HEADROOM_HD inline float quant_4bit_code_value(Quant4bitType type, unsigned q) {
                               0.5626170039176941f,
                               0.7229568362236023f,
                               1.0f};
-  constexpr float kFp4[16] = {0.0f,          0.0625f / 12, 8.0f / 12,  12.0f / 12,
-                              4.0f / 12,     6.0f / 12,    2.0f / 12,  3.0f / 12,
-                              0.0f,          -0.0625f / 12, -8.0f / 12, -12.0f / 12,
-                              -4.0f / 12,    -6.0f / 12,   -2.0f / 12, -3.0f / 12};
+  constexpr float kFp4[16] = {
+      0.0f, 0.0625f / 12,  8.0f / 12,  12.0f / 12,  4.0f / 12,  6.0f / 12,  2.0f / 12,  3.0f / 12,
+      0.0f, -0.0625f / 12, -8.0f / 12, -12.0f / 12, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
   return type == Quant4bitType::nf4 ? kNf4[q & 15u] : kFp4[q & 15u];
 }
 
@@ -45,7 +44,7 @@ std::array<float, 16> quant_4bit_code(Quant4bitType type);
 // A 4-bit weight's buffers as raw pointers on its device, for the kernels.
 struct Quant4bitPointers {
   const uint8_t* packed = nullptr;
-  const float* absmax = nullptr;         // f32 per block, when not nested
+  const float* absmax = nullptr;          // f32 per block, when not nested
   const uint8_t* absmax_codes = nullptr;  // u8 per block, when nested
   const float* nested_absmax = nullptr;
   const float* nested_code = nullptr;

@@ -88,8 +88,8 @@ void store_one(const Tensor& out, int64_t index, double value) {
 }
 
 void check_dtype(const char* kernel, const char* argument, DType dtype) {
-  HEADROOM_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "cpu ",
-                 kernel, ": ", argument, " must be f32, bf16 or f16, not ", dtype_name(dtype));
+  HEADROOM_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "cpu ", kernel,
+                 ": ", argument, " must be f32, bf16 or f16, not ", dtype_name(dtype));
 }
 
 void sum_all(const Tensor& x, double factor, const Tensor& partial, const Tensor& out) {

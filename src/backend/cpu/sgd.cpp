@@ -19,20 +19,20 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
                 const SgdKernels::Coefficients& c) {
   ensure_flush_denormal();
   float* buffer_data = momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr;
-  for_each_optimizer_span(param, grad, [&](float* p, const float* g, int64_t offset,
-                                           int64_t count) {
-    float* buffer = buffer_data != nullptr ? buffer_data + offset : nullptr;
-    for (int64_t i = 0; i < count; ++i) {
-      float d = g[i];
-      if (c.weight_decay != 0.0f) d = std::fma(p[i], c.weight_decay, d);
-      if (buffer != nullptr) {
-        const float b = first ? d : std::fma(d, c.one_minus_dampening, buffer[i] * c.momentum);
-        buffer[i] = b;
-        d = c.nesterov ? std::fma(b, c.momentum, d) : b;
-      }
-      p[i] = std::fma(d, c.neg_lr, p[i]);
-    }
-  });
+  for_each_optimizer_span(
+      param, grad, [&](float* p, const float* g, int64_t offset, int64_t count) {
+        float* buffer = buffer_data != nullptr ? buffer_data + offset : nullptr;
+        for (int64_t i = 0; i < count; ++i) {
+          float d = g[i];
+          if (c.weight_decay != 0.0f) d = std::fma(p[i], c.weight_decay, d);
+          if (buffer != nullptr) {
+            const float b = first ? d : std::fma(d, c.one_minus_dampening, buffer[i] * c.momentum);
+            buffer[i] = b;
+            d = c.nesterov ? std::fma(b, c.momentum, d) : b;
+          }
+          p[i] = std::fma(d, c.neg_lr, p[i]);
+        }
+      });
 }
 
 }  // namespace

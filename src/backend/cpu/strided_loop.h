@@ -11,10 +11,10 @@ namespace headroom::cpu {
 
 struct StridedRows {
   int64_t row_length = 1;
-  int64_t dst_step = 1, src_step = 1;          // strides within a row, in elements
+  int64_t dst_step = 1, src_step = 1;  // strides within a row, in elements
   int64_t rows = 1;
-  std::vector<int64_t> outer_sizes;             // the dims over which rows repeat, innermost last
-  std::vector<int64_t> dst_outer, src_outer;    // their strides, in elements
+  std::vector<int64_t> outer_sizes;           // the dims over which rows repeat, innermost last
+  std::vector<int64_t> dst_outer, src_outer;  // their strides, in elements
 
   // Element offsets (relative to each tensor's first element) of the start of row `r`.
   void row_start(int64_t r, int64_t* dst_offset, int64_t* src_offset) const {

@@ -32,19 +32,22 @@ void copy_row(char* dst, DType dst_dtype, int64_t dst_step, const char* src, DTy
       std::memcpy(dst, src, static_cast<size_t>(n * dsize));
       return;
     }
-    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dst_step * dsize, src + i * src_step * ssize, dsize);
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + i * dst_step * dsize, src + i * src_step * ssize, dsize);
     return;
   }
   if (!is_floating(dst_dtype) && !is_floating(src_dtype)) {
     for (int64_t i = 0; i < n; ++i) {
-      store_from_i64(dst + i * dst_step * dsize, dst_dtype, load_as_i64(src + i * src_step * ssize, src_dtype));
+      store_from_i64(dst + i * dst_step * dsize, dst_dtype,
+                     load_as_i64(src + i * src_step * ssize, src_dtype));
     }
     return;
   }
   // Contiguous rows with one side in f32 need no staging buffer.
   if (src_step == 1 && dst_step == 1 && is_floating(src_dtype) && is_floating(dst_dtype)) {
     if (src_dtype == DType::f32) {
-      convert_from_f32(reinterpret_cast<const float*>(src), dst, dst_dtype, static_cast<size_t>(n), overflow);
+      convert_from_f32(reinterpret_cast<const float*>(src), dst, dst_dtype, static_cast<size_t>(n),
+                       overflow);
       return;
     }
     if (dst_dtype == DType::f32) {
@@ -65,7 +68,8 @@ void copy_row(char* dst, DType dst_dtype, int64_t dst_step, const char* src, DTy
     if (dst_step == 1 && is_floating(dst_dtype)) {
       convert_from_f32(buffer, d, dst_dtype, static_cast<size_t>(m), overflow);
     } else {
-      for (int64_t i = 0; i < m; ++i) store_from_f32(d + i * dst_step * dsize, dst_dtype, buffer[i], overflow);
+      for (int64_t i = 0; i < m; ++i)
+        store_from_f32(d + i * dst_step * dsize, dst_dtype, buffer[i], overflow);
     }
   }
 }
@@ -161,14 +165,23 @@ void fill_kernel(const Tensor& dst, double value) {
   const int64_t size = static_cast<int64_t>(dst.element_size());
   char* base = element(dst, 0);
   const int64_t total = rows.rows * rows.row_length;
-  const int64_t pieces = rows.rows == 1 ? std::max<int64_t>(1, std::min<int64_t>(64, total / kParallelGrain)) : 1;
+  const int64_t pieces =
+      rows.rows == 1 ? std::max<int64_t>(1, std::min<int64_t>(64, total / kParallelGrain)) : 1;
   const int64_t per = (rows.row_length + pieces - 1) / pieces;
   auto fill_row = [&](char* row, int64_t n) {
     switch (size) {
-      case 1: fill_words<uint8_t>(row, rows.dst_step, n, pattern); break;
-      case 2: fill_words<uint16_t>(row, rows.dst_step, n, pattern); break;
-      case 4: fill_words<uint32_t>(row, rows.dst_step, n, pattern); break;
-      default: fill_words<uint64_t>(row, rows.dst_step, n, pattern); break;
+      case 1:
+        fill_words<uint8_t>(row, rows.dst_step, n, pattern);
+        break;
+      case 2:
+        fill_words<uint16_t>(row, rows.dst_step, n, pattern);
+        break;
+      case 4:
+        fill_words<uint32_t>(row, rows.dst_step, n, pattern);
+        break;
+      default:
+        fill_words<uint64_t>(row, rows.dst_step, n, pattern);
+        break;
     }
   };
   if (rows.rows == 1) {

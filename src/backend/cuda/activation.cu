@@ -67,13 +67,17 @@ struct SwigluBackward {  // in: gate, up, d_out; out: d_gate, d_up
   }
 };
 
-void gelu_forward(const Tensor& x, const Tensor& out) { map<1, 1>("gelu", {x}, {out}, GeluForward{}); }
+void gelu_forward(const Tensor& x, const Tensor& out) {
+  map<1, 1>("gelu", {x}, {out}, GeluForward{});
+}
 
 void gelu_backward(const Tensor& x, const Tensor& grad_out, const Tensor& grad_in) {
   map<2, 1>("gelu backward", {x, grad_out}, {grad_in}, GeluBackward{});
 }
 
-void silu_forward(const Tensor& x, const Tensor& out) { map<1, 1>("silu", {x}, {out}, SiluForward{}); }
+void silu_forward(const Tensor& x, const Tensor& out) {
+  map<1, 1>("silu", {x}, {out}, SiluForward{});
+}
 
 void silu_backward(const Tensor& x, const Tensor& grad_out, const Tensor& grad_in) {
   map<2, 1>("silu backward", {x, grad_out}, {grad_in}, SiluBackward{});

@@ -93,8 +93,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t b = r / rows;
     const float row_mean = static_cast<float>(scalars[kRms + 3 + b]);
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float u = factored_update(row[r], row_mean, col_factor[b * cols + j],
-                                      to_f32(grad[r * cols + j]));
+      const float u =
+          factored_update(row[r], row_mean, col_factor[b * cols + j], to_f32(grad[r * cols + j]));
       acc += static_cast<double>(u) * u;
     }
   }
@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = to_f32(grad[i]);
-    const float v = __fmaf_rn(squared_plus(g, c.eps1), c.one_minus_beta2t,
-                              __fmul_rn(exp_avg_sq[i], c.beta2t));
+    const float v =
+        __fmaf_rn(squared_plus(g, c.eps1), c.one_minus_beta2t, __fmul_rn(exp_avg_sq[i], c.beta2t));
     exp_avg_sq[i] = v;
     const float u = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(v)), g);
     acc += static_cast<double>(u) * u;
@@ -216,8 +216,8 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& exp
         adafactor_factored_sumsq_kernel<G><<<partial_grid, kThreads, 0, stream>>>(
             g, device_data<float>(row), device_data<float>(col_factor), batch, rows, cols, s);
       } else {
-        adafactor_vector_kernel<G><<<partial_grid, kThreads, 0, stream>>>(
-            g, device_data<float>(exp_avg_sq), n, c, s);
+        adafactor_vector_kernel<G>
+            <<<partial_grid, kThreads, 0, stream>>>(g, device_data<float>(exp_avg_sq), n, c, s);
       }
       adafactor_finish_kernel<<<1, 1, 0, stream>>>(s, n, c);
       if (factored) {
@@ -235,8 +235,6 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& exp
 
 }  // namespace
 
-void fill_adafactor_kernels(AdafactorKernels& kernels) {
-  kernels.update = adafactor_update;
-}
+void fill_adafactor_kernels(AdafactorKernels& kernels) { kernels.update = adafactor_update; }
 
 }  // namespace headroom::cuda

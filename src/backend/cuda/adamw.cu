@@ -22,9 +22,12 @@ using AdamWCoefficients = AdamWCoefficients;
 
 __device__ __forceinline__ float load_f32(const void* p, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::bf16: return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::f16: return to_f32(static_cast<const __half*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case DType::bf16:
+      return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::f16:
+      return to_f32(static_cast<const __half*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
@@ -53,7 +56,6 @@ __device__ __forceinline__ T stochastic_round(float x, uint32_t random_bits) {
     return from_bits<T>(f32_to_f16_bits_stochastic(x, random_bits));
   }
 }
-
 
 // One parameter of a list call and its tensors.
 struct AdamWTensor {
@@ -151,7 +153,8 @@ __global__ void adamw_stochastic_kernel(const AdamWArgs a) {
   const AdamWTensor& t = a.tensors[range.index];
   const int64_t begin = range.begin, end = range.end;
   for (int64_t q = begin / 4 + threadIdx.x; 4 * q < end; q += blockDim.x) {
-    const Philox4x32Block random = philox_block(t.rng.seed, t.rng.offset + static_cast<uint64_t>(q));
+    const Philox4x32Block random =
+        philox_block(t.rng.seed, t.rng.offset + static_cast<uint64_t>(q));
     for (int word = 0; word < 4; ++word) {
       const int64_t i = 4 * q + word;
       if (i >= end) break;
@@ -175,18 +178,18 @@ void launch_adamw(const AdamWArgs& a, int32_t blocks, bool stochastic) {
   adamw_kernel<P, S><<<blocks, kThreads, 0, stream>>>(a);
 }
 
-void adamw_update(TensorList params, TensorList grads, TensorList exp_avgs,
-                  TensorList exp_avg_sqs, TensorList compensations, bool stochastic,
-                  std::span<const PhiloxState> rngs, const AdamWCoefficients& c) {
+void adamw_update(TensorList params, TensorList grads, TensorList exp_avgs, TensorList exp_avg_sqs,
+                  TensorList compensations, bool stochastic, std::span<const PhiloxState> rngs,
+                  const AdamWCoefficients& c) {
   if (params.empty()) return;
   HEADROOM_CHECK(params.size() <= kTensorListCapacity && grads.size() == params.size() &&
                      exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() &&
                      (compensations.empty() || compensations.size() == params.size()) &&
                      (!stochastic || rngs.size() == params.size()),
                  "cuda adamw update: lists of ", params.size(), " parameters (at most ",
-                 kTensorListCapacity, "), ", grads.size(), " gradients, ", exp_avgs.size(),
-                 " and ", exp_avg_sqs.size(), " states, ", compensations.size(),
-                 " compensations, ", rngs.size(), " generators");
+                 kTensorListCapacity, "), ", grads.size(), " gradients, ", exp_avgs.size(), " and ",
+                 exp_avg_sqs.size(), " states, ", compensations.size(), " compensations, ",
+                 rngs.size(), " generators");
   const DType param_dtype = params.front().dtype();
   const DType state = exp_avgs.front().dtype();
   if (state != DType::f32 && state != DType::bf16) {
@@ -201,20 +204,20 @@ void adamw_update(TensorList params, TensorList grads, TensorList exp_avgs,
                    "cuda adamw update: one list holds ", dtype_name(param_dtype),
                    " parameters and ", dtype_name(state), " states, not ",
                    dtype_name(params[i].dtype()), " and ", dtype_name(exp_avgs[i].dtype()));
-    a.tensors[i] = AdamWTensor{
-        .param = params[i].data_ptr(),
-        .grad = grads[i].data_ptr(),
-        .exp_avg = exp_avgs[i].data_ptr(),
-        .exp_avg_sq = exp_avg_sqs[i].data_ptr(),
-        .compensation = compensations.empty()
-                            ? nullptr
-                            : static_cast<__nv_bfloat16*>(compensations[i].data_ptr()),
-        .rng = stochastic ? rngs[i] : PhiloxState{},
-        .n = params[i].numel(),
-        .grad_dtype = grads[i].dtype()};
+    a.tensors[i] =
+        AdamWTensor{.param = params[i].data_ptr(),
+                    .grad = grads[i].data_ptr(),
+                    .exp_avg = exp_avgs[i].data_ptr(),
+                    .exp_avg_sq = exp_avg_sqs[i].data_ptr(),
+                    .compensation = compensations.empty()
+                                        ? nullptr
+                                        : static_cast<__nv_bfloat16*>(compensations[i].data_ptr()),
+                    .rng = stochastic ? rngs[i] : PhiloxState{},
+                    .n = params[i].numel(),
+                    .grad_dtype = grads[i].dtype()};
   }
-  const int32_t blocks = a.blocks.plan(static_cast<int32_t>(params.size()),
-                                       [&](int32_t i) { return a.tensors[i].n; });
+  const int32_t blocks =
+      a.blocks.plan(static_cast<int32_t>(params.size()), [&](int32_t i) { return a.tensors[i].n; });
   if (blocks == 0) return;
   DeviceGuard guard(params.front().device().index);
   const bool round_stochastically = stochastic && compensations.empty();
@@ -230,8 +233,6 @@ void adamw_update(TensorList params, TensorList grads, TensorList exp_avgs,
 
 }  // namespace
 
-void fill_adamw_kernels(AdamWKernels& kernels) {
-  kernels.update = adamw_update;
-}
+void fill_adamw_kernels(AdamWKernels& kernels) { kernels.update = adamw_update; }
 
 }  // namespace headroom::cuda

@@ -20,7 +20,6 @@ namespace {
 
 using BnbAdamCoefficients = BnbAdamCoefficients;
 
-
 // The parameter after the Adam step `step` and the decay, rounded into P after each.
 template <typename P>
 __device__ __forceinline__ P bnb_adam_param(P param, float step, const BnbAdamCoefficients& c) {
@@ -35,12 +34,12 @@ __global__ void bnb_adam32_kernel(P* param, const G* grad, float* exp_avg, float
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = to_f32(grad[i]);
     const float m = __fadd_rn(__fmul_rn(exp_avg[i], c.beta1), __fmul_rn(c.one_minus_beta1, g));
-    const float v = __fadd_rn(__fmul_rn(exp_avg_sq[i], c.beta2),
-                              __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
+    const float v =
+        __fadd_rn(__fmul_rn(exp_avg_sq[i], c.beta2), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
-    param[i] = bnb_adam_param(param[i], __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps_correction2)),
-                              c);
+    param[i] =
+        bnb_adam_param(param[i], __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps_correction2)), c);
   }
 }
 
@@ -49,10 +48,13 @@ void bnb_adam32_update(const Tensor& param, const Tensor& grad, const Tensor& st
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      bnb_adam32_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          device_data<float>(state1), device_data<float>(state2), n, c)));
+  HEADROOM_CUDA_DISPATCH_FLOAT(
+      param.dtype(), P,
+      HEADROOM_CUDA_DISPATCH_FLOAT(
+          grad.dtype(), G,
+          bnb_adam32_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
+              static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
+              device_data<float>(state1), device_data<float>(state2), n, c)));
   check_launch();
 }
 
@@ -63,9 +65,8 @@ static_assert(kQuantBlock == 256, "one thread per element of a state block");
 
 template <typename P, typename G>
 __global__ void __launch_bounds__(kQuantBlock)
-    bnb_adam8bit_kernel(P* param, const G* grad, uint8_t* state1, uint8_t* state2,
-                        float* absmax1, float* absmax2, int64_t n, BnbAdamCoefficients c,
-                        DynamicMaps maps) {
+    bnb_adam8bit_kernel(P* param, const G* grad, uint8_t* state1, uint8_t* state2, float* absmax1,
+                        float* absmax2, int64_t n, BnbAdamCoefficients c, DynamicMaps maps) {
   __shared__ float q1[256], q2[256];
   __shared__ float warp_max1[kQuantBlock / 32], warp_max2[kQuantBlock / 32];
   const int t = threadIdx.x;
@@ -110,8 +111,8 @@ __global__ void __launch_bounds__(kQuantBlock)
   }
   if (!valid) return;
   if (finite) {
-    param[i] = bnb_adam_param(param[i], __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps_correction2)),
-                              c);
+    param[i] =
+        bnb_adam_param(param[i], __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), c.eps_correction2)), c);
   }
   uint8_t code = cpu::quantize_nearest(q1, __fdiv_rn(m, max1));
   if ((signbit(q1[code]) != 0) != (signbit(m) != 0)) code += m > 0.0f ? 1 : -1;
@@ -127,12 +128,15 @@ void bnb_adam8bit_update(const Tensor& param, const Tensor& grad, const Tensor& 
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
   if (blocks > 0x7fffffff) throw ValueError("bnb_adam8bit_update: too many state blocks");
   DeviceGuard guard(param.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      bnb_adam8bit_kernel<P, G><<<static_cast<unsigned>(blocks), kQuantBlock, 0,
-                                  current_stream()>>>(
-          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          device_data<uint8_t>(state1), device_data<uint8_t>(state2), device_data<float>(absmax1),
-          device_data<float>(absmax2), n, c, dynamic_maps())));
+  HEADROOM_CUDA_DISPATCH_FLOAT(
+      param.dtype(), P,
+      HEADROOM_CUDA_DISPATCH_FLOAT(
+          grad.dtype(), G,
+          bnb_adam8bit_kernel<P, G>
+          <<<static_cast<unsigned>(blocks), kQuantBlock, 0, current_stream()>>>(
+              static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
+              device_data<uint8_t>(state1), device_data<uint8_t>(state2),
+              device_data<float>(absmax1), device_data<float>(absmax2), n, c, dynamic_maps())));
   check_launch();
 }
 

@@ -1,5 +1,6 @@
 // Flash-attention-2 on the GPU: the forward / backward entries of backend/attention_kernels.h,
-// with the semantics of the CPU kernels (backend/cpu/attention.h): causal mask, GQA head mapping, dropout on the probabilities from the same Philox stream, lse per row.
+// with the semantics of the CPU kernels (backend/cpu/attention.h): causal mask, GQA head mapping,
+// dropout on the probabilities from the same Philox stream, lse per row.
 //
 // Two kernel families. bf16 / f16 with head size up to 128 run on tensor cores (nvcuda::wmma,
 // 16x16x16, fp32 accumulation), the head size padded to 64 or 128 in shared memory. f32, and
@@ -50,7 +51,7 @@ struct Params {
   Operand q, k, v;
   bool causal;
   float scale;
-  float dropout_p;  // 0: no dropout
+  float dropout_p;   // 0: no dropout
   float keep_scale;  // 1 / (1 - dropout_p), computed as the CPU does
   uint64_t seed, offset;
 };
@@ -68,8 +69,7 @@ __device__ __forceinline__ T* row_at(const OutOperand& x, int64_t b, int64_t h, 
 
 // The element offset of row `row` of the [B * H * T] rows of x (H heads of T rows).
 template <typename X>
-__device__ __forceinline__ int64_t row_offset(const X& x, int64_t row, int64_t heads,
-                                              int64_t len) {
+__device__ __forceinline__ int64_t row_offset(const X& x, int64_t row, int64_t heads, int64_t len) {
   const int64_t bh = row / len;
   return (bh / heads) * x.batch_stride + (bh % heads) * x.head_stride + (row % len) * x.row_stride;
 }
@@ -84,8 +84,7 @@ __device__ __forceinline__ int visible_keys(const Params& p, int64_t i, int64_t 
 // The dropout factor of probability (b, h, i, j): keep_scale or 0 (Note [Philox stream layout]).
 __device__ __forceinline__ float dropout_factor(const Params& p, int64_t b, int64_t h, int64_t i,
                                                 int64_t j) {
-  const uint64_t index =
-      static_cast<uint64_t>(((b * p.q_heads + h) * p.q_len + i) * p.kv_len + j);
+  const uint64_t index = static_cast<uint64_t>(((b * p.q_heads + h) * p.q_len + i) * p.kv_len + j);
   const Philox4x32Block block = philox_block(p.seed, p.offset + index / 4);
   return philox_uniform01(block.word[index % 4]) >= p.dropout_p ? p.keep_scale : 0.0f;
 }
@@ -329,8 +328,7 @@ __device__ void store_fragment(const wmma::fragment<wmma::accumulator, 16, 16, 1
 // 16 keys), summed over the group's query heads and query tiles in order; each step's dQ
 // contribution added to args.dq.
 template <typename T, int kD>
-__global__ void __launch_bounds__(kMmaThreads)
-    mma_backward_kernel(Params p, BackwardArgs args) {
+__global__ void __launch_bounds__(kMmaThreads) mma_backward_kernel(Params p, BackwardArgs args) {
   using L = MmaLayout<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* sk = reinterpret_cast<T*>(smem);
@@ -457,10 +455,10 @@ __global__ void __launch_bounds__(kMmaThreads)
 // CUDA-core kernels (any dtype, head size padded to kD = 64, 128 or 256), fp32 in shared memory.
 
 constexpr int kCoreThreads = 128;
-constexpr int kCoreRows = 16;         // forward: query rows per block
-constexpr int kCoreKeys = 32;         // forward: keys per tile
-constexpr int kCoreBackRows = 32;     // backward: query rows per tile
-constexpr int kCoreBackKeys = 16;     // backward: keys per block
+constexpr int kCoreRows = 16;                         // forward: query rows per block
+constexpr int kCoreKeys = 32;                         // forward: keys per tile
+constexpr int kCoreBackRows = 32;                     // backward: query rows per tile
+constexpr int kCoreBackKeys = 16;                     // backward: keys per block
 constexpr int kCoreParts = kCoreThreads / kCoreRows;  // threads per output row (8)
 static_assert(kCoreThreads / kCoreBackKeys == kCoreParts);
 
@@ -706,8 +704,7 @@ __global__ void round_kernel(const float* src, int64_t heads, int64_t len, int64
                              OutOperand dst) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    static_cast<T*>(dst.data)[row_offset(dst, i / dim, heads, len) + i % dim] =
-        from_f32<T>(src[i]);
+    static_cast<T*>(dst.data)[row_offset(dst, i / dim, heads, len) + i % dim] = from_f32<T>(src[i]);
   }
 }
 
@@ -759,16 +756,16 @@ void check_problem(const char* entry, const Tensor& q, const Tensor& k, const Te
                     (v.size(3) <= 1 || v.stride(3) == 1);
   if (!unit) throw ValueError(str_cat(entry, ": q, k and v need a unit stride in the head dim"));
   if (q.size(3) > 256) {
-    throw NotImplementedError(str_cat(entry, ": head size ", q.size(3),
-                                      " exceeds the CUDA kernels' limit of 256"));
+    throw NotImplementedError(
+        str_cat(entry, ": head size ", q.size(3), " exceeds the CUDA kernels' limit of 256"));
   }
 }
 
 // Grid of (heads, tiles) with the tile count within gridDim.y's limit.
 dim3 grid_of(int64_t heads, int64_t tiles, const char* entry) {
   if (tiles > 65535 || heads > (int64_t{1} << 31) - 1) {
-    throw NotImplementedError(str_cat(entry, ": ", tiles, " tiles of ", heads,
-                                      " heads exceed the CUDA grid"));
+    throw NotImplementedError(
+        str_cat(entry, ": ", tiles, " tiles of ", heads, " heads exceed the CUDA grid"));
   }
   return dim3(static_cast<unsigned>(heads), static_cast<unsigned>(tiles));
 }
@@ -830,17 +827,29 @@ void launch_backward(const Params& p, const BackwardArgs& args, DType dtype) {
 }
 
 // Runs body<T, kD>() for q's dtype and the padded head size.
-#define HEADROOM_ATTENTION_DISPATCH(dtype, dim, CALL)                   \
-  HEADROOM_CUDA_DISPATCH_FLOAT(dtype, T, {                              \
-    switch (padded_dim(dim)) {                                          \
-      case 64: { constexpr int kD = 64; CALL; break; }                  \
-      case 128: { constexpr int kD = 128; CALL; break; }                \
-      default: { constexpr int kD = 256; CALL; break; }                 \
-    }                                                                   \
+#define HEADROOM_ATTENTION_DISPATCH(dtype, dim, CALL) \
+  HEADROOM_CUDA_DISPATCH_FLOAT(dtype, T, {            \
+    switch (padded_dim(dim)) {                        \
+      case 64: {                                      \
+        constexpr int kD = 64;                        \
+        CALL;                                         \
+        break;                                        \
+      }                                               \
+      case 128: {                                     \
+        constexpr int kD = 128;                       \
+        CALL;                                         \
+        break;                                        \
+      }                                               \
+      default: {                                      \
+        constexpr int kD = 256;                       \
+        CALL;                                         \
+        break;                                        \
+      }                                               \
+    }                                                 \
   })
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                       float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse) {
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                       DropoutParams dropout, const Tensor& out, const Tensor& lse) {
   check_problem("attention_forward", q, k, v);
   const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
   check_attention_forward_buffers("attention_forward", q, out, lse);
@@ -868,8 +877,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     if (accum.is_contiguous()) {
       HEADROOM_CUDA_CHECK(cudaMemsetAsync(accum.data_ptr(), 0, n * sizeof(float), stream));
     } else {
-      zero_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(q.size(1), q.size(2), q.size(3),
-                                                               n, out_operand(accum));
+      zero_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(q.size(1), q.size(2), q.size(3), n,
+                                                               out_operand(accum));
       check_launch();
     }
   }
@@ -883,9 +892,12 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     });
     check_launch();
   }
-  const BackwardArgs args{operand(grad_out), static_cast<const float*>(lse.data_ptr()),
-                          static_cast<const float*>(delta.data_ptr()), out_operand(accum),
-                          out_operand(grad_k), out_operand(grad_v)};
+  const BackwardArgs args{operand(grad_out),
+                          static_cast<const float*>(lse.data_ptr()),
+                          static_cast<const float*>(delta.data_ptr()),
+                          out_operand(accum),
+                          out_operand(grad_k),
+                          out_operand(grad_v)};
   if (grad_k.numel() > 0) {
     HEADROOM_ATTENTION_DISPATCH(q.dtype(), p.dim, (launch_backward<T, kD>(p, args, q.dtype())));
   }

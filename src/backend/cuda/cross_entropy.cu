@@ -127,9 +127,7 @@ __global__ void __launch_bounds__(kRowThreads)
   lse[r] = row_lse;
   const int64_t t = targets[r];
   // The op has checked the targets; an unchecked bad one gives NaN rather than a wild read.
-  row_loss[r] = t == ignore_index         ? 0.0f
-                : (t >= 0 && t < vocab) ? row_lse - to_f32(x[t])
-                                        : NAN;
+  row_loss[r] = t == ignore_index ? 0.0f : (t >= 0 && t < vocab) ? row_lse - to_f32(x[t]) : NAN;
 }
 
 // grad[r] = (softmax(logits[r]) - onehot(target[r])) * scale * g, zero for an ignored row, with
@@ -203,7 +201,8 @@ void with_index_type(const char* op, const Tensor& targets, Fn&& fn) {
   } else if (targets.dtype() == DType::i32) {
     fn(int32_t{});
   } else {
-    throw ValueError(str_cat(op, ": targets must be i32 or i64, not ", dtype_name(targets.dtype())));
+    throw ValueError(
+        str_cat(op, ": targets must be i32 or i64, not ", dtype_name(targets.dtype())));
   }
 }
 
@@ -260,9 +259,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
   DeviceGuard guard(logits.device().index);
   with_index_type(op, targets, [&](auto index) {
     using TI = decltype(index);
-    HEADROOM_CUDA_DISPATCH_FLOAT(logits.dtype(),
-                                 TL, launch_forward<TL, TI>(logits, rows, targets, ignore_index,
-                                                            lse, row_loss));
+    HEADROOM_CUDA_DISPATCH_FLOAT(
+        logits.dtype(), TL,
+        launch_forward<TL, TI>(logits, rows, targets, ignore_index, lse, row_loss));
   });
 }
 
@@ -297,8 +296,8 @@ void dispatch_grad_dtype(const Tensor& logits, const LogitRows& rows, const Tens
                          const Tensor& targets, int64_t ignore_index, float scale,
                          const Tensor& grad_scale, const Tensor& grad) {
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), TG,
-                               launch_backward<TL, TG, TI>(logits, rows, lse, targets,
-                                                           ignore_index, scale, grad_scale, grad));
+                               launch_backward<TL, TG, TI>(logits, rows, lse, targets, ignore_index,
+                                                           scale, grad_scale, grad));
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tensor& targets,
@@ -311,10 +310,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tenso
   DeviceGuard guard(logits.device().index);
   with_index_type(op, targets, [&](auto index) {
     using TI = decltype(index);
-    HEADROOM_CUDA_DISPATCH_FLOAT(logits.dtype(), TL,
-                                 dispatch_grad_dtype<TL, TI>(logits, rows, lse, targets,
-                                                             ignore_index, scale, grad_scale,
-                                                             grad_logits));
+    HEADROOM_CUDA_DISPATCH_FLOAT(
+        logits.dtype(), TL,
+        dispatch_grad_dtype<TL, TI>(logits, rows, lse, targets, ignore_index, scale, grad_scale,
+                                    grad_logits));
   });
 }
 
@@ -332,11 +331,11 @@ void scale_by_scalar(const Tensor& x, const Tensor& scalar, const Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
   DeviceGuard guard(x.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(
-      x.dtype(), T,
-      scale_by_scalar_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<const T*>(x.data_ptr()), scalar.data_ptr(), scalar.dtype(), n,
-          static_cast<T*>(out.data_ptr())));
+  HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), T,
+                               scale_by_scalar_kernel<T>
+                               <<<blocks_for(n), kThreads, 0, current_stream()>>>(
+                                   static_cast<const T*>(x.data_ptr()), scalar.data_ptr(),
+                                   scalar.dtype(), n, static_cast<T*>(out.data_ptr())));
   check_launch();
 }
 

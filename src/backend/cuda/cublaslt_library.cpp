@@ -18,8 +18,8 @@ template <typename F>
 void resolve(void* library, const char* symbol, F& entry) {
   void* address = dlsym(library, symbol);
   if (!address) {
-    throw Error(str_cat("cuBLASLt: ", library_name(), " has no function ", symbol, ": ",
-                        dlerror()));
+    throw Error(
+        str_cat("cuBLASLt: ", library_name(), " has no function ", symbol, ": ", dlerror()));
   }
   entry = reinterpret_cast<F>(address);
 }

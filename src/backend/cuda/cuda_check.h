@@ -5,14 +5,14 @@
 
 #include "core/error.h"
 
-#define HEADROOM_CUDA_CHECK(expr)                                                          \
-  do {                                                                                     \
-    const cudaError_t headroom_cuda_status = (expr);                                       \
-    if (headroom_cuda_status != cudaSuccess) {                                             \
-      throw ::headroom::Error(::headroom::str_cat(#expr, " failed at ", __FILE__, ":",     \
-                                                  __LINE__, ": ",                          \
-                                                  cudaGetErrorString(headroom_cuda_status))); \
-    }                                                                                      \
+#define HEADROOM_CUDA_CHECK(expr)                                                                \
+  do {                                                                                           \
+    const cudaError_t headroom_cuda_status = (expr);                                             \
+    if (headroom_cuda_status != cudaSuccess) {                                                   \
+      throw ::headroom::Error(::headroom::str_cat(#expr, " failed at ", __FILE__, ":", __LINE__, \
+                                                  ": ",                                          \
+                                                  cudaGetErrorString(headroom_cuda_status)));    \
+    }                                                                                            \
   } while (0)
 
 namespace headroom::cuda {

@@ -49,11 +49,17 @@ __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 template <typename T>
 __device__ __forceinline__ T from_f32(float v);
 template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 // Throws ValueError naming `op` for a dtype that is not f32, bf16 or f16.
 void check_kernel_dtype(const char* op, const char* argument, DType dtype);
@@ -62,13 +68,25 @@ void check_kernel_dtype(const char* op, const char* argument, DType dtype);
 
 // Runs the statement with `T` bound to the element type of a floating `dtype`:
 //   HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), T, kernel<T><<<...>>>(...));
-#define HEADROOM_CUDA_DISPATCH_FLOAT(dtype, T, ...)                                  \
-  do {                                                                               \
-    switch (dtype) {                                                                 \
-      case ::headroom::DType::f32: { using T = float; __VA_ARGS__; break; }          \
-      case ::headroom::DType::bf16: { using T = __nv_bfloat16; __VA_ARGS__; break; } \
-      case ::headroom::DType::f16: { using T = __half; __VA_ARGS__; break; }         \
-      default:                                                                       \
-        ::headroom::cuda::check_kernel_dtype(__func__, "tensor", dtype);             \
-    }                                                                                \
+#define HEADROOM_CUDA_DISPATCH_FLOAT(dtype, T, ...)                      \
+  do {                                                                   \
+    switch (dtype) {                                                     \
+      case ::headroom::DType::f32: {                                     \
+        using T = float;                                                 \
+        __VA_ARGS__;                                                     \
+        break;                                                           \
+      }                                                                  \
+      case ::headroom::DType::bf16: {                                    \
+        using T = __nv_bfloat16;                                         \
+        __VA_ARGS__;                                                     \
+        break;                                                           \
+      }                                                                  \
+      case ::headroom::DType::f16: {                                     \
+        using T = __half;                                                \
+        __VA_ARGS__;                                                     \
+        break;                                                           \
+      }                                                                  \
+      default:                                                           \
+        ::headroom::cuda::check_kernel_dtype(__func__, "tensor", dtype); \
+    }                                                                    \
   } while (0)

@@ -33,8 +33,8 @@ class VirtualMemory {
  private:
   int device_;
   std::mutex mutex_;
-  std::map<uintptr_t, unsigned long long> pages_;        // page address -> physical handle
-  std::map<uintptr_t, size_t> reservations_;             // base -> size
+  std::map<uintptr_t, unsigned long long> pages_;  // page address -> physical handle
+  std::map<uintptr_t, size_t> reservations_;       // base -> size
 };
 
 }  // namespace headroom::cuda

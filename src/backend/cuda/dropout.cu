@@ -43,8 +43,6 @@ void dropout(const Tensor& x, uint64_t seed, uint64_t offset, uint32_t threshold
 
 }  // namespace
 
-void fill_dropout_kernels(DropoutKernels& kernels) {
-  kernels.apply = dropout;
-}
+void fill_dropout_kernels(DropoutKernels& kernels) { kernels.apply = dropout; }
 
 }  // namespace headroom::cuda

@@ -15,9 +15,12 @@ namespace {
 
 __device__ __forceinline__ float apply(BinaryOp op, float a, float b) {
   switch (op) {
-    case BinaryOp::add: return a + b;
-    case BinaryOp::sub: return a - b;
-    case BinaryOp::mul: return a * b;
+    case BinaryOp::add:
+      return a + b;
+    case BinaryOp::sub:
+      return a - b;
+    case BinaryOp::mul:
+      return a * b;
   }
   return 0.0f;
 }
@@ -126,10 +129,10 @@ void cast_list(TensorList src, TensorList dst) {
   for (size_t i = 0; i < src.size(); ++i) {
     check_kernel_dtype("cast_list", "src", src[i].dtype());
     check_kernel_dtype("cast_list", "dst", dst[i].dtype());
-    HEADROOM_CHECK(src[i].is_contiguous() && dst[i].is_contiguous() &&
-                       src[i].numel() == dst[i].numel(),
-                   "cuda cast_list: pair ", i, ": src ", src[i].shape(), " and dst ",
-                   dst[i].shape(), " must be contiguous with as many elements");
+    HEADROOM_CHECK(
+        src[i].is_contiguous() && dst[i].is_contiguous() && src[i].numel() == dst[i].numel(),
+        "cuda cast_list: pair ", i, ": src ", src[i].shape(), " and dst ", dst[i].shape(),
+        " must be contiguous with as many elements");
     pairs.src[i] = ListTensor{src[i].data_ptr(), src[i].numel(), src[i].dtype()};
     pairs.dst[i] = ListTensor{dst[i].data_ptr(), dst[i].numel(), dst[i].dtype()};
   }

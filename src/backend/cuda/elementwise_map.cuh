@@ -81,7 +81,9 @@ __global__ void map_mixed_kernel(MapArgs<kIn, kOut> args, int64_t n, Fn fn) {
   }
 }
 
-inline bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+inline bool aligned16(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
 
 // Runs fn over the elements of contiguous tensors of one shape; undefined outputs are skipped.
 // An output may be one of the inputs (each element is read before it is written, by one thread).

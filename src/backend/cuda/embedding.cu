@@ -40,8 +40,8 @@ std::optional<int64_t> first_bad_id(const Tensor& ids, int64_t num_embeddings) {
   DeviceGuard guard(ids.device().index);
   cudaStream_t stream = current_stream();
   const unsigned long long none = ~0ull;
-  HEADROOM_CUDA_CHECK(cudaMemcpyToSymbolAsync(g_first_bad, &none, sizeof none, 0,
-                                              cudaMemcpyHostToDevice, stream));
+  HEADROOM_CUDA_CHECK(
+      cudaMemcpyToSymbolAsync(g_first_bad, &none, sizeof none, 0, cudaMemcpyHostToDevice, stream));
   if (ids.dtype() == DType::i32) {
     first_bad_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
         static_cast<const int32_t*>(ids.data_ptr()), count, num_embeddings);
@@ -112,7 +112,7 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, const Tensor& ou
 
 // ---- backward
 
-constexpr int kMaxBackwardThreads = 256;  // also the ids per tile
+constexpr int kMaxBackwardThreads = 256;   // also the ids per tile
 constexpr int64_t kBackwardBlocks = 1024;  // most blocks: each reads all ids once
 
 // Block b owns weight rows [b * rows_per_block, ...) and zeroes them; thread x owns columns
@@ -157,7 +157,8 @@ __global__ void embedding_backward_kernel(Operand grad_out, const Id* ids, float
     for (int m = 0; m < matched; ++m) {
       const int64_t token = tokens[m];
       float* dst = grad_weight + rows[m] * dim;
-      for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) dst[c] += load(grad_out, token * dim + c);
+      for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
+        dst[c] += load(grad_out, token * dim + c);
     }
     __syncthreads();  // before the next tile overwrites the list and the counts
   }

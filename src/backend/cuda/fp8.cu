@@ -149,8 +149,8 @@ void quantize_tensorwise(const Tensor& x, const Tensor& scale, bool scale_from_a
   if (n > 0) {
     HEADROOM_CUDA_DISPATCH_FLOAT(
         x.dtype(), T,
-        amax_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x.data_ptr()),
-                                                             n, reinterpret_cast<unsigned*>(amax_p)));
+        amax_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x.data_ptr()), n,
+                                                             reinterpret_cast<unsigned*>(amax_p)));
     check_launch();
   }
   if (scale_from_amax_of_x) {
@@ -167,8 +167,8 @@ void quantize_tensorwise(const Tensor& x, const Tensor& scale, bool scale_from_a
   check_launch();
 }
 
-void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q,
-                        const Tensor& scales, const Tensor& counts) {
+void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q, const Tensor& scales,
+                        const Tensor& counts) {
   DeviceGuard guard(x.device().index);
   const int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols;
   const int64_t brows = (rows + block.block_rows - 1) / block.block_rows;
@@ -176,8 +176,8 @@ void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q,
   if (brows * bcols == 0) return;
   HEADROOM_CUDA_DISPATCH_FLOAT(
       x.dtype(), T,
-      quantize_blockwise_kernel<T><<<static_cast<unsigned>(brows * bcols), kThreads, 0,
-                                     current_stream()>>>(
+      quantize_blockwise_kernel<T>
+      <<<static_cast<unsigned>(brows * bcols), kThreads, 0, current_stream()>>>(
           static_cast<const T*>(x.data_ptr()), rows, cols, block, bcols, e5m2_of(q), max_of(q),
           static_cast<uint8_t*>(q.data_ptr()), scales.data_ptr(), counts_ptr(counts)));
   check_launch();
@@ -186,7 +186,8 @@ void quantize_blockwise(const Tensor& x, Fp8BlockShape block, const Tensor& q,
 void dequantize(const Tensor& q, const Tensor& scales, Fp8BlockShape block, const Tensor& out) {
   DeviceGuard guard(q.device().index);
   const int64_t cols = q.size(-1), rows = cols == 0 ? 0 : q.numel() / cols;
-  const int64_t bcols = block.block_rows == 0 ? 1 : (cols + block.block_cols - 1) / block.block_cols;
+  const int64_t bcols =
+      block.block_rows == 0 ? 1 : (cols + block.block_cols - 1) / block.block_cols;
   if (rows * cols == 0) return;
   HEADROOM_CUDA_DISPATCH_FLOAT(
       out.dtype(), T,
@@ -202,8 +203,8 @@ void delayed_update(const Tensor& history, const Tensor& scaled_max, AmaxCompute
   // A handful of slots of at most a few thousand values: one thread, the CPU's loop.
   delayed_update_kernel<<<1, 1, 0, current_stream()>>>(
       static_cast<float*>(history.data_ptr()), history.size(0), history.size(1),
-      static_cast<const float*>(scaled_max.data_ptr()), algo,
-      static_cast<float*>(scale.data_ptr()), static_cast<float*>(scale_inv.data_ptr()));
+      static_cast<const float*>(scaled_max.data_ptr()), algo, static_cast<float*>(scale.data_ptr()),
+      static_cast<float*>(scale_inv.data_ptr()));
   check_launch();
 }
 

@@ -19,14 +19,14 @@
 #include "backend/cuda/backend_parts.h"
 #include "memory/memory_category.h"
 
-#define HEADROOM_CUBLAS_CHECK(expr)                                                           \
-  do {                                                                                        \
-    const cublasStatus_t headroom_cublas_status = (expr);                                     \
-    if (headroom_cublas_status != CUBLAS_STATUS_SUCCESS) {                                    \
-      throw ::headroom::Error(::headroom::str_cat(#expr, " failed at ", __FILE__, ":",        \
-                                                  __LINE__, ": ",                             \
-                                                  cublaslt().get_status_string(headroom_cublas_status))); \
-    }                                                                                         \
+#define HEADROOM_CUBLAS_CHECK(expr)                                                   \
+  do {                                                                                \
+    const cublasStatus_t headroom_cublas_status = (expr);                             \
+    if (headroom_cublas_status != CUBLAS_STATUS_SUCCESS) {                            \
+      throw ::headroom::Error(                                                        \
+          ::headroom::str_cat(#expr, " failed at ", __FILE__, ":", __LINE__, ": ",    \
+                              cublaslt().get_status_string(headroom_cublas_status))); \
+    }                                                                                 \
   } while (0)
 
 namespace headroom::cuda {
@@ -119,11 +119,13 @@ using PreferenceDesc = Descriptor<cublasLtMatmulPreference_t, &CublasLt::matmul_
 
 template <typename V>
 void set(const MatmulDesc& desc, cublasLtMatmulDescAttributes_t attribute, const V& value) {
-  HEADROOM_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(desc.raw, attribute, &value, sizeof(value)));
+  HEADROOM_CUBLAS_CHECK(
+      cublaslt().matmul_desc_set_attribute(desc.raw, attribute, &value, sizeof(value)));
 }
 template <typename V>
 void set(const LayoutDesc& desc, cublasLtMatrixLayoutAttribute_t attribute, const V& value) {
-  HEADROOM_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(desc.raw, attribute, &value, sizeof(value)));
+  HEADROOM_CUBLAS_CHECK(
+      cublaslt().matrix_layout_set_attribute(desc.raw, attribute, &value, sizeof(value)));
 }
 template <typename V>
 void set(const PreferenceDesc& desc, cublasLtMatmulPreferenceAttributes_t attribute,
@@ -134,12 +136,18 @@ void set(const PreferenceDesc& desc, cublasLtMatmulPreferenceAttributes_t attrib
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f16: return CUDA_R_16F;
-    case DType::f8_e4m3fn: return CUDA_R_8F_E4M3;
-    case DType::f8_e5m2: return CUDA_R_8F_E5M2;
-    default: check_kernel_dtype("gemm", "operand", dtype);
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::f8_e4m3fn:
+      return CUDA_R_8F_E4M3;
+    case DType::f8_e5m2:
+      return CUDA_R_8F_E5M2;
+    default:
+      check_kernel_dtype("gemm", "operand", dtype);
   }
   return CUDA_R_32F;  // not reached: check_kernel_dtype threw
 }
@@ -194,9 +202,8 @@ AlgorithmCache& algorithm_cache() {
 // A column-major layout of `rows` x `cols` with leading dimension `ld`, batched when batch > 1.
 void make_layout(LayoutDesc& layout, DType dtype, int64_t rows, int64_t cols, int64_t ld,
                  int64_t batch, int64_t batch_stride) {
-  HEADROOM_CUBLAS_CHECK(cublaslt().matrix_layout_create(&layout.raw, cuda_type(dtype),
-                                                   static_cast<uint64_t>(rows),
-                                                   static_cast<uint64_t>(cols), ld));
+  HEADROOM_CUBLAS_CHECK(cublaslt().matrix_layout_create(
+      &layout.raw, cuda_type(dtype), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     set(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<int32_t>(batch));
     set(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, batch_stride);
@@ -237,9 +244,9 @@ cublasLtMatmulHeuristicResult_t chosen_algorithm(cublasLtHandle_t handle, const 
         static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_algo_get_heuristic(handle, desc.raw, layout_a.raw,
-                                                         layout_b.raw, layout_c.raw, layout_c.raw,
-                                                         preference.raw, 1, &result, &found));
+    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_algo_get_heuristic(
+        handle, desc.raw, layout_a.raw, layout_b.raw, layout_c.raw, layout_c.raw, preference.raw, 1,
+        &result, &found));
     if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
       if (!allow_missing) throw NotImplementedError(describe());
       result.state = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -256,9 +263,9 @@ void run_matmul(cublasLtHandle_t handle, const MatmulDesc& desc, float alpha, fl
                 const cublasLtMatmulHeuristicResult_t& chosen, int device, cudaStream_t stream) {
   void* workspace = workspace_for(device, stream);
   HEADROOM_CUBLAS_CHECK(cublaslt().matmul(handle, desc.raw, &alpha, b.data_ptr(), layout_a.raw,
-                                       a.data_ptr(), layout_b.raw, &beta, c.data_ptr(),
-                                       layout_c.raw, c.data_ptr(), layout_c.raw, &chosen.algo,
-                                       workspace, kGemmWorkspaceBytes, stream));
+                                          a.data_ptr(), layout_b.raw, &beta, c.data_ptr(),
+                                          layout_c.raw, c.data_ptr(), layout_c.raw, &chosen.algo,
+                                          workspace, kGemmWorkspaceBytes, stream));
 }
 
 void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
@@ -303,10 +310,17 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
     // gradient of our a ([m], D's columns) is BGRADB, of our b ([n], D's rows) BGRADA.
     cublasLtEpilogue_t lt_epilogue = CUBLASLT_EPILOGUE_BIAS;
     switch (epilogue) {
-      case GemmEpilogue::bias_gelu: lt_epilogue = CUBLASLT_EPILOGUE_GELU_BIAS; break;
-      case GemmEpilogue::bias_grad_a: lt_epilogue = CUBLASLT_EPILOGUE_BGRADB; break;
-      case GemmEpilogue::bias_grad_b: lt_epilogue = CUBLASLT_EPILOGUE_BGRADA; break;
-      default: break;
+      case GemmEpilogue::bias_gelu:
+        lt_epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+        break;
+      case GemmEpilogue::bias_grad_a:
+        lt_epilogue = CUBLASLT_EPILOGUE_BGRADB;
+        break;
+      case GemmEpilogue::bias_grad_b:
+        lt_epilogue = CUBLASLT_EPILOGUE_BGRADA;
+        break;
+      default:
+        break;
     }
     set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(lt_epilogue));
     set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.data_ptr()));
@@ -317,19 +331,36 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
   make_layout(layout_b, a.dtype(), ma.cols, ma.rows, ma.ld, batch, ma.batch_stride);
   make_layout(layout_c, c.dtype(), n, m, mc.ld, batch, mc.batch_stride);
 
-  const ProblemKey key{device, trans_a, trans_b, m, n, k, batch, ma.ld, mb.ld, mc.ld,
-                       ma.batch_stride, mb.batch_stride, mc.batch_stride, a.dtype(), c.dtype(),
-                       has_bias ? bias.dtype() : DType::f32, epilogue,
-                       alignment_of(a.data_ptr()), alignment_of(b.data_ptr()),
+  const ProblemKey key{device,
+                       trans_a,
+                       trans_b,
+                       m,
+                       n,
+                       k,
+                       batch,
+                       ma.ld,
+                       mb.ld,
+                       mc.ld,
+                       ma.batch_stride,
+                       mb.batch_stride,
+                       mc.batch_stride,
+                       a.dtype(),
+                       c.dtype(),
+                       has_bias ? bias.dtype() : DType::f32,
+                       epilogue,
+                       alignment_of(a.data_ptr()),
+                       alignment_of(b.data_ptr()),
                        alignment_of(c.data_ptr()),
                        has_bias ? alignment_of(bias.data_ptr()) : uint32_t{0}};
-  const cublasLtMatmulHeuristicResult_t chosen =
-      chosen_algorithm(handle, desc, layout_a, layout_b, layout_c, key, [&] {
-        return str_cat("gemm: cuBLASLt has no algorithm for ", dtype_name(a.dtype()),
-                       " operands, ", dtype_name(c.dtype()), " c",
-                       has_bias ? str_cat(", ", dtype_name(bias.dtype()), " bias") : "", ", m ",
-                       m, " n ", n, " k ", k, " batch ", batch);
-      }, bias_grad);
+  const cublasLtMatmulHeuristicResult_t chosen = chosen_algorithm(
+      handle, desc, layout_a, layout_b, layout_c, key,
+      [&] {
+        return str_cat("gemm: cuBLASLt has no algorithm for ", dtype_name(a.dtype()), " operands, ",
+                       dtype_name(c.dtype()), " c",
+                       has_bias ? str_cat(", ", dtype_name(bias.dtype()), " bias") : "", ", m ", m,
+                       " n ", n, " k ", k, " batch ", batch);
+      },
+      bias_grad);
   if (chosen.state != CUBLAS_STATUS_SUCCESS) {
     // No fused kernel for this bias gradient: the product, then the reduction table's column
     // sums of the reduced operand ([k, len], packed: gemm_problem checked it).
@@ -356,8 +387,10 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
   if (m == 0 || n == 0) return;
   if (k == 0) throw ValueError("gemm_fp8: k is 0; fill c instead");
   if (k % 16 != 0 || n % 16 != 0) {
-    throw NotImplementedError(str_cat("gemm_fp8: cuBLASLt's FP8 GEMM needs k and n multiples of "
-                                      "16, got m ", m, " n ", n, " k ", k));
+    throw NotImplementedError(
+        str_cat("gemm_fp8: cuBLASLt's FP8 GEMM needs k and n multiples of "
+                "16, got m ",
+                m, " n ", n, " k ", k));
   }
   check_fits_int32("m", m);
   check_fits_int32("n", n);
@@ -383,17 +416,32 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
   make_layout(layout_b, a.dtype(), k, m, k, 1, 0);
   make_layout(layout_c, c.dtype(), n, m, n, 1, 0);
   // The FP8 problems share gemm's cache: their operand dtypes keep the keys apart.
-  const ProblemKey key{device, false, true, m, n, k, 1, k, k, n, 0, 0, 0, a.dtype(), c.dtype(),
+  const ProblemKey key{device,
+                       false,
+                       true,
+                       m,
+                       n,
+                       k,
+                       1,
+                       k,
+                       k,
+                       n,
+                       0,
+                       0,
+                       0,
+                       a.dtype(),
+                       c.dtype(),
                        has_bias ? bias.dtype() : b.dtype(),
                        has_bias ? GemmEpilogue::bias : GemmEpilogue::none,
-                       alignment_of(a.data_ptr()), alignment_of(b.data_ptr()),
+                       alignment_of(a.data_ptr()),
+                       alignment_of(b.data_ptr()),
                        alignment_of(c.data_ptr()),
                        has_bias ? alignment_of(bias.data_ptr()) : 0u};
   const cublasLtMatmulHeuristicResult_t chosen =
       chosen_algorithm(handle, desc, layout_a, layout_b, layout_c, key, [&] {
-        return str_cat("gemm_fp8: cuBLASLt has no FP8 algorithm for ", dtype_name(a.dtype()),
-                       " x ", dtype_name(b.dtype()), " into ", dtype_name(c.dtype()), ", m ", m,
-                       " n ", n, " k ", k, " (FP8 GEMMs need compute capability 8.9 or newer)");
+        return str_cat("gemm_fp8: cuBLASLt has no FP8 algorithm for ", dtype_name(a.dtype()), " x ",
+                       dtype_name(b.dtype()), " into ", dtype_name(c.dtype()), ", m ", m, " n ", n,
+                       " k ", k, " (FP8 GEMMs need compute capability 8.9 or newer)");
       });
   run_matmul(handle, desc, 1.0f, 0.0f, a, b, c, layout_a, layout_b, layout_c, chosen, device,
              stream);

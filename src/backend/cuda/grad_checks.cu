@@ -73,10 +73,13 @@ void norm_partial(TensorList xs, double p, const Tensor& partials, int64_t first
 // A norm's final step from the fold of its terms (as backend/cpu/grad_checks.cpp).
 __device__ double finish_norm(double folded, NormKind kind, double p) {
   switch (kind) {
-    case NormKind::two: return sqrt(folded);
+    case NormKind::two:
+      return sqrt(folded);
     case NormKind::one:
-    case NormKind::inf: return folded;
-    case NormKind::power: return pow(folded, 1.0 / p);
+    case NormKind::inf:
+      return folded;
+    case NormKind::power:
+      return pow(folded, 1.0 / p);
   }
   return folded;
 }
@@ -87,10 +90,14 @@ __device__ double fold(double acc, double term, NormKind kind) {
 
 __device__ double term_of(float x, NormKind kind, double p) {
   switch (kind) {
-    case NormKind::two: return norm_term<NormKind::two>(x, p);
-    case NormKind::one: return norm_term<NormKind::one>(x, p);
-    case NormKind::power: return norm_term<NormKind::power>(x, p);
-    case NormKind::inf: return norm_term<NormKind::inf>(x, p);
+    case NormKind::two:
+      return norm_term<NormKind::two>(x, p);
+    case NormKind::one:
+      return norm_term<NormKind::one>(x, p);
+    case NormKind::power:
+      return norm_term<NormKind::power>(x, p);
+    case NormKind::inf:
+      return norm_term<NormKind::inf>(x, p);
   }
   return 0.0;
 }
@@ -132,24 +139,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void norm_combine(const Tensor& partials, int64_t count, double p, double max_norm,
-                  ClipRule rule, const Tensor& result) {
-  const NormKind kind = std::isinf(p)  ? NormKind::inf
-                        : p == 2.0     ? NormKind::two
-                        : p == 1.0     ? NormKind::one
-                                       : NormKind::power;
+void norm_combine(const Tensor& partials, int64_t count, double p, double max_norm, ClipRule rule,
+                  const Tensor& result) {
+  const NormKind kind = std::isinf(p) ? NormKind::inf
+                        : p == 2.0    ? NormKind::two
+                        : p == 1.0    ? NormKind::one
+                                      : NormKind::power;
   DeviceGuard guard(result.device().index);
   norm_combine_kernel<<<1, kThreads, 0, current_stream()>>>(
-      static_cast<const double*>(partials.data_ptr()), count, kind, p,
-      static_cast<float>(max_norm), rule, device_data<float>(result));
+      static_cast<const double*>(partials.data_ptr()), count, kind, p, static_cast<float>(max_norm),
+      rule, device_data<float>(result));
   check_launch();
 }
 
 // The list kernels below: block b works on kListBlockElements elements of the tensor it covers
 // (tensor_list.cuh), each thread on every kThreads-th one.
-#define HEADROOM_LIST_ELEMENTS(list, t, i)                                   \
+#define HEADROOM_LIST_ELEMENTS(list, t, i)                                    \
   const ListRange range = (list).blocks.range_of((list).tensors, blockIdx.x); \
-  const ListTensor& t = (list).tensors[range.index];                        \
+  const ListTensor& t = (list).tensors[range.index];                          \
   for (int64_t i = range.begin + threadIdx.x; i < range.end; i += blockDim.x)
 
 __global__ void scale_by_factor_kernel(const FloatList list, const float* factor) {
@@ -164,7 +171,7 @@ void scale_by_device_factor(TensorList grads, const Tensor& factor) {
   if (blocks == 0) return;
   DeviceGuard guard(factor.device().index);
   scale_by_factor_kernel<<<blocks, kThreads, 0, current_stream()>>>(list,
-                                                                     device_data<float>(factor));
+                                                                    device_data<float>(factor));
   check_launch();
 }
 

@@ -32,17 +32,18 @@ void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      lion_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          device_data<float>(exp_avg), n, c)));
+  HEADROOM_CUDA_DISPATCH_FLOAT(
+      param.dtype(), P,
+      HEADROOM_CUDA_DISPATCH_FLOAT(
+          grad.dtype(), G,
+          lion_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
+              static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
+              device_data<float>(exp_avg), n, c)));
   check_launch();
 }
 
 }  // namespace
 
-void fill_lion_kernels(LionKernels& kernels) {
-  kernels.update = lion_update;
-}
+void fill_lion_kernels(LionKernels& kernels) { kernels.update = lion_update; }
 
 }  // namespace headroom::cuda

@@ -47,10 +47,13 @@ void bnb_lion32_update(const Tensor& param, const Tensor& grad, const Tensor& st
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      bnb_lion32_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          device_data<float>(state1), n, c)));
+  HEADROOM_CUDA_DISPATCH_FLOAT(
+      param.dtype(), P,
+      HEADROOM_CUDA_DISPATCH_FLOAT(
+          grad.dtype(), G,
+          bnb_lion32_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
+              static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
+              device_data<float>(state1), n, c)));
   check_launch();
 }
 
@@ -98,11 +101,14 @@ void bnb_lion8bit_update(const Tensor& param, const Tensor& grad, const Tensor& 
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
   if (blocks > 0x7fffffff) throw ValueError("bnb_lion8bit_update: too many state blocks");
   DeviceGuard guard(param.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      bnb_lion8bit_kernel<P, G><<<static_cast<unsigned>(blocks), kQuantBlock, 0,
-                                  current_stream()>>>(
-          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
-          device_data<uint8_t>(state1), device_data<float>(absmax1), n, c, dynamic_maps())));
+  HEADROOM_CUDA_DISPATCH_FLOAT(
+      param.dtype(), P,
+      HEADROOM_CUDA_DISPATCH_FLOAT(
+          grad.dtype(), G,
+          bnb_lion8bit_kernel<P, G>
+          <<<static_cast<unsigned>(blocks), kQuantBlock, 0, current_stream()>>>(
+              static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()),
+              device_data<uint8_t>(state1), device_data<float>(absmax1), n, c, dynamic_maps())));
   check_launch();
 }
 

@@ -38,17 +38,18 @@ void lomo_update(const Tensor& param, const Tensor& grad, const Tensor& clip_fac
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
   const float* factor = clip_factor.defined() ? device_data<float>(clip_factor) : nullptr;
-  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      lomo_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()), factor, n,
-          c)));
+  HEADROOM_CUDA_DISPATCH_FLOAT(
+      param.dtype(), P,
+      HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
+                                   lomo_kernel<P, G>
+                                   <<<blocks_for(n), kThreads, 0, current_stream()>>>(
+                                       static_cast<P*>(param.data_ptr()),
+                                       static_cast<const G*>(grad.data_ptr()), factor, n, c)));
   check_launch();
 }
 
 }  // namespace
 
-void fill_lomo_kernels(LomoKernels& kernels) {
-  kernels.update = lomo_update;
-}
+void fill_lomo_kernels(LomoKernels& kernels) { kernels.update = lomo_update; }
 
 }  // namespace headroom::cuda

@@ -256,10 +256,17 @@ void norm_forward(const char* op, const Tensor& x, const Tensor& weight, const T
   DeviceGuard guard(x.device().index);
   HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), TX, {
     switch (wdtype) {
-      case DType::f32: launch_forward<TX, float>(x, weight, bias, eps, out, mean, rstd); break;
-      case DType::bf16: launch_forward<TX, __nv_bfloat16>(x, weight, bias, eps, out, mean, rstd); break;
-      case DType::f16: launch_forward<TX, __half>(x, weight, bias, eps, out, mean, rstd); break;
-      default: check_kernel_dtype(op, "weight", wdtype);
+      case DType::f32:
+        launch_forward<TX, float>(x, weight, bias, eps, out, mean, rstd);
+        break;
+      case DType::bf16:
+        launch_forward<TX, __nv_bfloat16>(x, weight, bias, eps, out, mean, rstd);
+        break;
+      case DType::f16:
+        launch_forward<TX, __half>(x, weight, bias, eps, out, mean, rstd);
+        break;
+      default:
+        check_kernel_dtype(op, "weight", wdtype);
     }
   });
 }
@@ -297,8 +304,8 @@ void launch_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weig
 
 // Shared by both norms (mean and dbias undefined for rms_norm).
 void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                   const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                   const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
+                   const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                   const Tensor& dbias, const Tensor& partial) {
   const bool wants_partial = dweight.defined() || dbias.defined();
   if (!dx.defined() && !wants_partial) return;
   const auto [rows, dim] = row_shape(x);
@@ -308,8 +315,8 @@ void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, cons
   check_same_dtype(op, "dbias", dbias, DType::f32);
   if (wants_partial && (!partial.defined() || partial.size(0) != norm_backward_blocks(rows) ||
                         partial.numel() != partial.size(0) * 2 * dim)) {
-    throw ValueError(str_cat(op, ": partial must be f32 [", norm_backward_blocks(rows), ", 2, ",
-                             dim, "]"));
+    throw ValueError(
+        str_cat(op, ": partial must be f32 [", norm_backward_blocks(rows), ", 2, ", dim, "]"));
   }
   const Tensor none;
   const Tensor& used_partial = wants_partial ? partial : none;
@@ -326,12 +333,14 @@ void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, cons
       case DType::f16:
         launch_backward<TX, __half>(grad_out, x, weight, mean, rstd, dx, used_partial);
         break;
-      default: check_kernel_dtype(op, "weight", wdtype);
+      default:
+        check_kernel_dtype(op, "weight", wdtype);
     }
   });
   if (wants_partial && dim > 0) {
     reduce_partials_kernel<<<blocks_for(dim), kThreads, 0, current_stream()>>>(
-        static_cast<const float*>(partial.data_ptr()), partial.size(0), dim, data_or_null<float>(dweight), data_or_null<float>(dbias));
+        static_cast<const float*>(partial.data_ptr()), partial.size(0), dim,
+        data_or_null<float>(dweight), data_or_null<float>(dbias));
     check_launch();
   }
 }

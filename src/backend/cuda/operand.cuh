@@ -14,7 +14,7 @@ namespace headroom::cuda {
 struct Operand {
   char* data = nullptr;  // null: the caller wants no such result
   DType dtype = DType::f32;
-  int size = 4;          // bytes per element
+  int size = 4;  // bytes per element
 };
 
 inline Operand operand_of(const Tensor& t) {

@@ -56,8 +56,9 @@ class CudaPinnedAllocator final : public HostCachingAllocator {
 const bool kRegistered = (register_pinned_allocator(new CudaPinnedAllocator), true);
 // The same memory for offload's pinned host pool (Note [The host pool]).
 const bool kPoolRegistered =
-    (register_pinned_host_memory(
-         [](int) -> std::unique_ptr<DeviceAllocator> { return std::make_unique<PinnedHostMemory>(); }),
+    (register_pinned_host_memory([](int) -> std::unique_ptr<DeviceAllocator> {
+       return std::make_unique<PinnedHostMemory>();
+     }),
      true);
 
 }  // namespace

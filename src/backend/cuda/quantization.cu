@@ -94,8 +94,8 @@ void forward(const Tensor& x, const Quant4bitOperand& w, const Tensor& bias, con
   const cpu::Quant4bitPointers p = cpu::quant_4bit_pointers(w);
   HEADROOM_CUDA_DISPATCH_FLOAT(
       x.dtype(), T,
-      linear_4bit_forward_kernel<T><<<grid_for(rows, out), dim3(kTile, kTile / kRowsPerThread), 0,
-                                      current_stream()>>>(
+      linear_4bit_forward_kernel<T>
+      <<<grid_for(rows, out), dim3(kTile, kTile / kRowsPerThread), 0, current_stream()>>>(
           static_cast<const T*>(x.data_ptr()), p,
           bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr,
           static_cast<T*>(y.data_ptr()), rows, in, out));
@@ -109,11 +109,10 @@ void backward_input(const Tensor& grad_y, const Quant4bitOperand& w, const Tenso
   const cpu::Quant4bitPointers p = cpu::quant_4bit_pointers(w);
   HEADROOM_CUDA_DISPATCH_FLOAT(
       grad_y.dtype(), T,
-      linear_4bit_backward_input_kernel<T><<<grid_for(rows, in),
-                                             dim3(kTile, kTile / kRowsPerThread), 0,
-                                             current_stream()>>>(
-          static_cast<const T*>(grad_y.data_ptr()), p, static_cast<T*>(grad_x.data_ptr()), rows,
-          in, out));
+      linear_4bit_backward_input_kernel<T>
+      <<<grid_for(rows, in), dim3(kTile, kTile / kRowsPerThread), 0, current_stream()>>>(
+          static_cast<const T*>(grad_y.data_ptr()), p, static_cast<T*>(grad_x.data_ptr()), rows, in,
+          out));
   check_launch();
 }
 

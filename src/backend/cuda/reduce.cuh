@@ -19,7 +19,9 @@ inline constexpr int64_t kMaxBlocks = int64_t{1} << 20;
 
 struct Sum {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
 struct Max {
@@ -127,8 +129,9 @@ __global__ void __launch_bounds__(kThreads)
 __host__ __device__ inline int norm_partial_grid(int64_t n) {
   const int64_t per_block = int64_t{kThreads} * 4;
   const int64_t blocks = (n + per_block - 1) / per_block;
-  return static_cast<int>(blocks < 1 ? 1 : blocks > kNormPartialBlocks ? kNormPartialBlocks
-                                                                       : blocks);
+  return static_cast<int>(blocks < 1                    ? 1
+                          : blocks > kNormPartialBlocks ? kNormPartialBlocks
+                                                        : blocks);
 }
 
 template <typename T, NormKind kKind>

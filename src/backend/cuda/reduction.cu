@@ -54,9 +54,10 @@ __global__ void sum_partials_kernel(const double* partial, int64_t count, Operan
 void sum_all(const Tensor& x, double factor, const Tensor& partial, const Tensor& out) {
   const int64_t n = x.numel();
   const int64_t blocks = sum_all_partials(n);
-  if (blocks > 0 && (!partial.defined() || partial.numel() < blocks || partial.element_size() != 8)) {
-    throw ValueError(str_cat("sum_all: ", n, " elements need a workspace of ", blocks,
-                             " 8-byte partial sums"));
+  if (blocks > 0 &&
+      (!partial.defined() || partial.numel() < blocks || partial.element_size() != 8)) {
+    throw ValueError(
+        str_cat("sum_all: ", n, " elements need a workspace of ", blocks, " 8-byte partial sums"));
   }
   check_kernel_dtype("sum_all", "out", out.dtype());
   DeviceGuard guard(x.device().index);
@@ -64,7 +65,8 @@ void sum_all(const Tensor& x, double factor, const Tensor& partial, const Tensor
   double* p = blocks > 0 ? static_cast<double*>(partial.data_ptr()) : nullptr;
   HEADROOM_CUDA_DISPATCH_FLOAT(
       x.dtype(), T,
-      sum_blocks_kernel<T><<<static_cast<int>(std::max<int64_t>(blocks, 1)), kSumThreads, 0, stream>>>(
+      sum_blocks_kernel<T>
+      <<<static_cast<int>(std::max<int64_t>(blocks, 1)), kSumThreads, 0, stream>>>(
           static_cast<const T*>(x.data_ptr()), n, p, operand_of(out), factor));
   check_launch();
   if (blocks > 0) {
@@ -77,8 +79,7 @@ void sum_all(const Tensor& x, double factor, const Tensor& partial, const Tensor
 
 // inner == 1: one block per row of n.
 template <typename T>
-__global__ void sum_rows_kernel(const T* x, int64_t outer, int64_t n, double factor,
-                                Operand out) {
+__global__ void sum_rows_kernel(const T* x, int64_t outer, int64_t n, double factor, Operand out) {
   __shared__ double scratch[32];
   for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
     const T* row = x + o * n;
@@ -133,8 +134,8 @@ void sum_middle(const Tensor& x, int64_t outer, int64_t n, int64_t inner, double
     const int64_t tiles = outer * ((inner + kColumns - 1) / kColumns);
     HEADROOM_CUDA_DISPATCH_FLOAT(
         x.dtype(), T,
-        sum_columns_kernel<T><<<static_cast<int>(std::min(tiles, kMaxBlocks)),
-                                kColumns * kColumnRows, 0, stream>>>(
+        sum_columns_kernel<T>
+        <<<static_cast<int>(std::min(tiles, kMaxBlocks)), kColumns * kColumnRows, 0, stream>>>(
             static_cast<const T*>(x.data_ptr()), outer, n, inner, factor, operand_of(out)));
   }
   check_launch();
@@ -156,10 +157,10 @@ void fill_scaled(const Tensor& dst, const Tensor& scalar, double factor) {
   if (n == 0) return;
   check_kernel_dtype("fill_scaled", "scalar", scalar.dtype());
   DeviceGuard guard(dst.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(
-      dst.dtype(), T,
-      fill_scaled_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<T*>(dst.data_ptr()), n, operand_of(scalar), factor));
+  HEADROOM_CUDA_DISPATCH_FLOAT(dst.dtype(), T,
+                               fill_scaled_kernel<T>
+                               <<<blocks_for(n), kThreads, 0, current_stream()>>>(
+                                   static_cast<T*>(dst.data_ptr()), n, operand_of(scalar), factor));
   check_launch();
 }
 
@@ -170,6 +171,5 @@ void fill_reduction_kernels(ReductionKernels& kernels) {
   kernels.sum_middle = sum_middle;
   kernels.fill_scaled = fill_scaled;
 }
-
 
 }  // namespace headroom::cuda

@@ -37,8 +37,8 @@ __global__ void rotary_kernel(Operand x, Operand out, RotaryShape s, int64_t row
   const float position = static_cast<float>(position_offset + t);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(s.dim);
-    const float inv_freq = 1.0f / static_cast<float>(pow(static_cast<double>(base),
-                                                         static_cast<double>(exponent)));
+    const float inv_freq =
+        1.0f / static_cast<float>(pow(static_cast<double>(base), static_cast<double>(exponent)));
     const double angle = static_cast<double>(position * inv_freq);
     table[i] = static_cast<float>(cos(angle));
     table[half + i] = static_cast<float>(sin(angle));
@@ -72,16 +72,16 @@ void rotary(const Tensor& x, double theta, int64_t position_offset, bool inverse
   if (rows == 0 || s.seq_len == 0 || half == 0) return;
   const size_t table_bytes = static_cast<size_t>(s.dim) * sizeof(float);
   if (table_bytes > 48 * 1024) {
-    throw NotImplementedError(str_cat("cuda rotary: head size ", s.dim,
-                                      " exceeds the kernel's limit of 12288"));
+    throw NotImplementedError(
+        str_cat("cuda rotary: head size ", s.dim, " exceeds the kernel's limit of 12288"));
   }
   if (s.seq_len > INT32_MAX) {
     throw NotImplementedError(str_cat("cuda rotary: ", s.seq_len, " positions exceed the grid"));
   }
   const int64_t rows_per_block = (kRotaryPairsPerBlock + half - 1) / half;
   const dim3 grid(static_cast<unsigned>(s.seq_len),
-                  static_cast<unsigned>(std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block,
-                                                          kMaxGridY)));
+                  static_cast<unsigned>(
+                      std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, kMaxGridY)));
   DeviceGuard guard(x.device().index);
   rotary_kernel<<<grid, kThreads, table_bytes, current_stream()>>>(
       operand_of(x), operand_of(out), s, rows, static_cast<float>(theta), position_offset,
@@ -91,8 +91,6 @@ void rotary(const Tensor& x, double theta, int64_t position_offset, bool inverse
 
 }  // namespace
 
-void fill_rotary_kernels(RotaryKernels& kernels) {
-  kernels.apply = rotary;
-}
+void fill_rotary_kernels(RotaryKernels& kernels) { kernels.apply = rotary; }
 
 }  // namespace headroom::cuda

@@ -41,7 +41,8 @@ inline bool is_aligned(const void* p, size_t bytes) {
 // two partners compute a + b and b + a, which are equal, so the result repeats bit for bit.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 

@@ -31,23 +31,24 @@ __global__ void sgd_kernel(P* param, const G* grad, float* buffer, bool first, i
   }
 }
 
-void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                bool first, const SgdKernels::Coefficients& c) {
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, bool first,
+                const SgdKernels::Coefficients& c) {
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(param.device().index);
   float* buffer = momentum_buffer.defined() ? device_data<float>(momentum_buffer) : nullptr;
-  HEADROOM_CUDA_DISPATCH_FLOAT(param.dtype(), P, HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), G,
-      sgd_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
-          static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()), buffer,
-          first, n, c)));
+  HEADROOM_CUDA_DISPATCH_FLOAT(
+      param.dtype(), P,
+      HEADROOM_CUDA_DISPATCH_FLOAT(
+          grad.dtype(), G,
+          sgd_kernel<P, G><<<blocks_for(n), kThreads, 0, current_stream()>>>(
+              static_cast<P*>(param.data_ptr()), static_cast<const G*>(grad.data_ptr()), buffer,
+              first, n, c)));
   check_launch();
 }
 
 }  // namespace
 
-void fill_sgd_kernels(SgdKernels& kernels) {
-  kernels.update = sgd_update;
-}
+void fill_sgd_kernels(SgdKernels& kernels) { kernels.update = sgd_update; }
 
 }  // namespace headroom::cuda

@@ -1,8 +1,9 @@
 // CUDA kernels behind the Tensor class: fill, strided copy with dtype conversion, arange, Philox
 // draws and host transfers: the cuda DeviceKernels (registered by backend/cuda/backend.cpp).
 // Conversions and random numbers use the same host/device functions as the CPU kernels
-// (core/element_io.h, core/philox.h), so results are bit-identical to the CPU reference. Kernels run on the thread's current stream, in
-// order with the op kernels; transfers to and from the CPU wait for that stream.
+// (core/element_io.h, core/philox.h), so results are bit-identical to the CPU reference. Kernels
+// run on the thread's current stream, in order with the op kernels; transfers to and from the CPU
+// wait for that stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -102,7 +103,8 @@ __global__ void fill_kernel(char* dst, int size, Layout layout, int64_t n, uint6
   }
 }
 
-__global__ void arange_kernel(char* dst, DType dtype, int size, int64_t n, double start, double step) {
+__global__ void arange_kernel(char* dst, DType dtype, int size, int64_t n, double start,
+                              double step) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     store_from_double(dst + i * size, dtype, start + static_cast<double>(i) * step);
@@ -134,10 +136,9 @@ char* base_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 void copy(const Tensor& dst, const Tensor& src, Overflow overflow) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  copy_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), dst.dtype(),
-                                           static_cast<int>(dst.element_size()), base_of(src),
-                                           src.dtype(), static_cast<int>(src.element_size()),
-                                           make_layout(dst, &src), n, overflow);
+  copy_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(
+      base_of(dst), dst.dtype(), static_cast<int>(dst.element_size()), base_of(src), src.dtype(),
+      static_cast<int>(src.element_size()), make_layout(dst, &src), n, overflow);
   check_launch();
 }
 
@@ -157,34 +158,34 @@ void fill(const Tensor& dst, double value) {
   uint64_t pattern;
   std::memcpy(&pattern, bytes, 8);
   const int64_t n = dst.numel();
-  fill_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), static_cast<int>(dst.element_size()),
-                                           make_layout(dst, nullptr), n, pattern);
+  fill_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(
+      base_of(dst), static_cast<int>(dst.element_size()), make_layout(dst, nullptr), n, pattern);
   check_launch();
 }
 
 void arange(const Tensor& dst, double start, double step) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  arange_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), dst.dtype(),
-                                             static_cast<int>(dst.element_size()), n, start, step);
+  arange_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(
+      base_of(dst), dst.dtype(), static_cast<int>(dst.element_size()), n, start, step);
   check_launch();
 }
 
 void uniform(const Tensor& dst, PhiloxState rng, double low, double high) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  uniform_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), dst.dtype(),
-                                              static_cast<int>(dst.element_size()), n, rng,
-                                              static_cast<float>(low), static_cast<float>(high));
+  uniform_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(
+      base_of(dst), dst.dtype(), static_cast<int>(dst.element_size()), n, rng,
+      static_cast<float>(low), static_cast<float>(high));
   check_launch();
 }
 
 void normal(const Tensor& dst, PhiloxState rng, double mean, double std) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
-  normal_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(base_of(dst), dst.dtype(),
-                                             static_cast<int>(dst.element_size()), n, rng,
-                                             static_cast<float>(mean), static_cast<float>(std));
+  normal_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(
+      base_of(dst), dst.dtype(), static_cast<int>(dst.element_size()), n, rng,
+      static_cast<float>(mean), static_cast<float>(std));
   check_launch();
 }
 

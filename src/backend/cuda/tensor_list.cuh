@@ -76,17 +76,25 @@ struct ListTensor {
 
 __device__ __forceinline__ float list_load(const ListTensor& t, int64_t i) {
   switch (t.dtype) {
-    case DType::bf16: return to_f32(static_cast<const __nv_bfloat16*>(t.data)[i]);
-    case DType::f16: return to_f32(static_cast<const __half*>(t.data)[i]);
-    default: return static_cast<const float*>(t.data)[i];
+    case DType::bf16:
+      return to_f32(static_cast<const __nv_bfloat16*>(t.data)[i]);
+    case DType::f16:
+      return to_f32(static_cast<const __half*>(t.data)[i]);
+    default:
+      return static_cast<const float*>(t.data)[i];
   }
 }
 
 __device__ __forceinline__ void list_store(const ListTensor& t, int64_t i, float v) {
   switch (t.dtype) {
-    case DType::bf16: static_cast<__nv_bfloat16*>(t.data)[i] = from_f32<__nv_bfloat16>(v); break;
-    case DType::f16: static_cast<__half*>(t.data)[i] = from_f32<__half>(v); break;
-    default: static_cast<float*>(t.data)[i] = v;
+    case DType::bf16:
+      static_cast<__nv_bfloat16*>(t.data)[i] = from_f32<__nv_bfloat16>(v);
+      break;
+    case DType::f16:
+      static_cast<__half*>(t.data)[i] = from_f32<__half>(v);
+      break;
+    default:
+      static_cast<float*>(t.data)[i] = v;
   }
 }
 

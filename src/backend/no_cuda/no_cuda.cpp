@@ -12,7 +12,8 @@ std::unique_ptr<DeviceAllocator> no_cuda_device_allocator(int index) {
                                     "backend (configure with HEADROOM_CUDA=ON where nvcc exists)"));
 }
 
-const bool kRegistered = (register_device_allocator(DeviceType::cuda, no_cuda_device_allocator), true);
+const bool kRegistered =
+    (register_device_allocator(DeviceType::cuda, no_cuda_device_allocator), true);
 
 }  // namespace
 }  // namespace headroom

@@ -18,18 +18,25 @@ void check_nccl(ncclResult_t result, const char* call) {
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return ncclFloat32;
-    case DType::bf16: return ncclBfloat16;
-    case DType::f16: return ncclFloat16;
-    default: return ncclInt64;  // check_tensor allows nothing else
+    case DType::f32:
+      return ncclFloat32;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    default:
+      return ncclInt64;  // check_tensor allows nothing else
   }
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
-    case ReduceOp::max: return ncclMax;
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -50,7 +57,8 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(std::shared_ptr<MpiCommunicator> bootstrap, Device device)
       : Communicator(bootstrap->rank(), bootstrap->world_size()),
-        bootstrap_(std::move(bootstrap)), device_(device) {
+        bootstrap_(std::move(bootstrap)),
+        device_(device) {
     cuda::DeviceGuard guard(device_.index);
     ncclUniqueId id{};
     if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");

@@ -5,7 +5,8 @@
 
 namespace headroom {
 
-std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<MpiCommunicator>, Device device) {
+std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<MpiCommunicator>,
+                                                     Device device) {
   throw NotImplementedError(str_cat("the NCCL communicator for ", device,
                                     " has no implementation in this build (built without CUDA)"));
 }
