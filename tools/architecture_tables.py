@@ -2,13 +2,18 @@
 """Prints the two generated tables of docs/architecture.md from the source tree: which layer
 (a folder of src/) includes which, and where each Note [...] is written. No packages needed.
 
-Usage: python3 tools/architecture_tables.py   # from the repository root; paste between the
-                                              # markers of docs/architecture.md
+Usage: python3 tools/architecture_tables.py          # paste between the markers of
+                                                     # docs/architecture.md
+       python3 tools/architecture_tables.py --check  # exit 1 when the doc is stale: a generated
+                                                     # table differs, or the hand-written layer
+                                                     # list misses a layer or puts one below a
+                                                     # layer it includes
 """
 
 import collections
 import os
 import re
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
@@ -44,18 +49,63 @@ def main():
             if n and i + 1 < len(lines) and lines[i + 1].strip().startswith("//"):
                 notes.setdefault(n.group(1), os.path.relpath(path, ROOT))
     layers = sorted({layer for layer, _ in sources()})
-    print("| layer | includes from |")
-    print("|---|---|")
+    out = ["| layer | includes from |", "|---|---|"]
     for layer in layers:
-        print(f"| {layer} | {', '.join(sorted(uses[layer])) or '—'} |")
+        out.append(f"| {layer} | {', '.join(sorted(uses[layer])) or '—'} |")
     cycles = sorted((a, b) for a in uses for b in uses[a] if a < b and a in uses.get(b, ()))
-    print()
-    print("Mutual includes: " + (", ".join(f"{a} ↔ {b}" for a, b in cycles) or "none"))
-    print()
-    print("| note | written in |")
-    print("|---|---|")
+    out += ["", "Mutual includes: " + (", ".join(f"{a} ↔ {b}" for a, b in cycles) or "none")]
+    notes_table = ["| note | written in |", "|---|---|"]
     for title in sorted(notes, key=str.lower):
-        print(f"| {title} | `{notes[title]}` |")
+        notes_table.append(f"| {title} | `{notes[title]}` |")
+    if "--check" not in sys.argv[1:]:
+        print("\n".join(out + [""] + notes_table))
+        return
+    sys.exit(check("\n".join(out), "\n".join(notes_table), layers, uses))
+
+
+def between(text, name):
+    start, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
+    if start not in text or end not in text:
+        return None
+    return text.split(start, 1)[1].split(end, 1)[0].strip()
+
+
+def check(layers_table, notes_table, layers, uses):
+    doc_path = os.path.join(ROOT, "docs", "architecture.md")
+    with open(doc_path) as f:
+        doc = f.read()
+    problems = []
+    for name, table in (("layers", layers_table), ("notes", notes_table)):
+        if between(doc, name) != table.strip():
+            problems.append(f"the generated '{name}' table is stale")
+    # The hand-written list: "| layer | holds |" rows, from the bottom up.
+    listed = []
+    in_list = False
+    for line in doc.splitlines():
+        if line.startswith("| layer | holds |"):
+            in_list = True
+            continue
+        if in_list:
+            if not line.startswith("|"):
+                break
+            cell = line.split("|")[1].strip()
+            if cell and not cell.startswith("---"):
+                listed.append(cell)
+    if sorted(listed) != layers:
+        missing = sorted(set(layers) - set(listed))
+        extra = sorted(set(listed) - set(layers))
+        problems.append(f"the layer list misses {missing or 'none'} and names {extra or 'none'} "
+                        "that src/ has not")
+    position = {layer: i for i, layer in enumerate(listed)}
+    for layer in listed:
+        above = sorted(u for u in uses.get(layer, ()) if position.get(u, -1) > position[layer])
+        if above:
+            problems.append(f"the layer list puts {layer} below {', '.join(above)}, which it "
+                            "includes")
+    for problem in problems:
+        print(f"docs/architecture.md: {problem} (python3 tools/architecture_tables.py prints the "
+              "tables)", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
