@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backend/kernel_table.h"
+#include "backend/rope_parameters.h"
 #include "core/tensor.h"
 
 namespace headroom {
@@ -12,8 +13,9 @@ struct RotaryKernels {
   static constexpr const char* kName = "rotary";
 
   // Rotary embedding of x [B, H, T, D] (any strides) into out (contiguous), with the CPU's cos /
-  // sin table values (cpu::rotary_table) computed in the kernel; `inverse` rotates back.
-  Kernel<void(const Tensor& x, double theta, int64_t position_offset, bool inverse,
+  // sin table values (cpu::rotary_table: `rope`'s scaled frequencies) computed in the kernel;
+  // `inverse` rotates back.
+  Kernel<void(const Tensor& x, const RopeParameters& rope, int64_t position_offset, bool inverse,
               const Tensor& out)>
       apply{"apply"};
 };

@@ -1,9 +1,11 @@
 // Reading, validating and writing HF config.json for GPT-2 and Llama.
 #include "io/hf_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -245,23 +247,76 @@ GPT2Config parse_gpt2(const FieldReader& in) {
   return c;
 }
 
-// RoPE as LlamaConfig describes it: rope_scaling null (or of type "default"), or, as newer
-// transformers write it, rope_parameters {"rope_type": "default", "rope_theta": ...}.
+// RoPE as LlamaConfig describes it: rope_scaling null (or of type "default"), of type linear,
+// dynamic or llama3 with their fields (transformers' ROPE_VALIDATION_FUNCTIONS' required keys),
+// or, as newer transformers write it, the same in rope_parameters with rope_theta inside. A
+// type or key headroom does not compute (yarn, longrope, attention_factor, ...) is refused: a
+// silently unscaled RoPE would be another model.
 void parse_rope(const FieldReader& in, LlamaConfig& c) {
+  using Type = RopeScaling::Type;
   for (const char* field : {"rope_scaling", "rope_parameters"}) {
     const json* rope = in.find(field);
     if (rope == nullptr || rope->is_null()) continue;
     if (!rope->is_object()) in.fail_type(field, *rope, "null or an object");
-    const FieldReader params(*rope, in.source());
+    const std::string where = str_cat(in.source(), ": ", field);
+    const FieldReader params(*rope, where);
     std::string type = "default";
     params.read("type", type);  // the older spelling
     params.read("rope_type", type);
-    if (type != "default" && type != "none") {
-      throw NotImplementedError(str_cat(in.source(), ": field '", field, "' has rope_type '", type,
-                                        "'; headroom implements only unscaled RoPE ("
-                                        "rope_scaling null)"));
+    RopeScaling scaling;
+    std::vector<std::string> keys = {"type", "rope_type", "rope_theta"};
+    if (type == "default" || type == "none") {
+      scaling.type = Type::standard;
+    } else if (type == "linear" || type == "dynamic") {
+      scaling.type = type == "linear" ? Type::linear : Type::dynamic;
+      keys.insert(keys.end(), {"factor", "original_max_position_embeddings"});
+    } else if (type == "llama3") {
+      scaling.type = Type::llama3;
+      keys.insert(keys.end(), {"factor", "low_freq_factor", "high_freq_factor",
+                               "original_max_position_embeddings"});
+      for (const char* required :
+           {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+        if (params.find(required) == nullptr) {
+          throw ValueError(str_cat(where, ": rope_type 'llama3' needs '", required, "'"));
+        }
+      }
+    } else {
+      throw NotImplementedError(str_cat(where, ": rope_type '", type,
+                                        "' is not implemented (headroom computes default, "
+                                        "linear, dynamic and llama3 RoPE)"));
+    }
+    for (const auto& [key, value] : rope->items()) {
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        throw NotImplementedError(
+            str_cat(where, ": key '", key, "' of rope_type '", type, "' is not implemented"));
+      }
+    }
+    if (scaling.type != Type::standard && params.find("factor") == nullptr) {
+      throw ValueError(str_cat(where, ": rope_type '", type, "' needs 'factor'"));
+    }
+    params.read("factor", scaling.factor);
+    params.read("low_freq_factor", scaling.low_freq_factor);
+    params.read("high_freq_factor", scaling.high_freq_factor);
+    params.read("original_max_position_embeddings", scaling.original_max_position_embeddings);
+    if (!(scaling.factor > 0.0)) {
+      throw ValueError(str_cat(where, ": factor ", scaling.factor, " must be positive"));
+    }
+    if (scaling.type == Type::llama3) {
+      if (!(scaling.high_freq_factor > scaling.low_freq_factor) || !(scaling.low_freq_factor > 0)) {
+        throw ValueError(str_cat(where, ": high_freq_factor ", scaling.high_freq_factor,
+                                 " must exceed low_freq_factor ", scaling.low_freq_factor,
+                                 ", which must be positive"));
+      }
+      if (scaling.original_max_position_embeddings < 1) {
+        throw ValueError(str_cat(where, ": original_max_position_embeddings ",
+                                 scaling.original_max_position_embeddings, " must be positive"));
+      }
     }
     params.read("rope_theta", c.rope_theta);
+    // rope_parameters of the default type after a scaled rope_scaling keeps the scaling.
+    if (scaling.type != Type::standard || std::string_view(field) == "rope_scaling") {
+      c.rope_scaling = scaling;
+    }
   }
 }
 
@@ -326,10 +381,30 @@ json gpt2_json(const GPT2Config& c) {
   return out;
 }
 
+// rope_scaling as transformers 4.4x writes it; null when standard.
+json rope_scaling_json(const RopeScaling& s) {
+  using Type = RopeScaling::Type;
+  switch (s.type) {
+    case Type::standard:
+      return nullptr;
+    case Type::linear:
+      return {{"factor", s.factor}, {"rope_type", "linear"}};
+    case Type::dynamic:
+      return {{"factor", s.factor}, {"rope_type", "dynamic"}};
+    case Type::llama3:
+      return {{"factor", s.factor},
+              {"high_freq_factor", s.high_freq_factor},
+              {"low_freq_factor", s.low_freq_factor},
+              {"original_max_position_embeddings", s.original_max_position_embeddings},
+              {"rope_type", "llama3"}};
+  }
+  return nullptr;
+}
+
 json llama_json(const LlamaConfig& c) {
   json out = {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLM"}}};
   llama_fields(c, [&](const char* field, const auto& value) { out[field] = field_json(value); });
-  out["rope_scaling"] = nullptr;
+  out["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   // Left out when unset rather than written as null: transformers before 4.45 would keep a
   // null head_dim as an attribute and fail on it, while a missing one means the default.
   if (!c.head_dim) out.erase("head_dim");

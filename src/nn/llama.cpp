@@ -38,10 +38,8 @@ Tensor LlamaAttention::forward(const Tensor& x) const {
   auto heads = [&](const Tensor& y, int64_t h) {
     return transpose(reshape(y, {b, t, h, hd}), 1, 2);
   };
-  const Tensor q =
-      rotary_embedding(heads(run_matmul(runners_, q_proj_, x), hq), config_.rope_theta);
-  const Tensor k =
-      rotary_embedding(heads(run_matmul(runners_, k_proj_, x), hkv), config_.rope_theta);
+  const Tensor q = rotary_embedding(heads(run_matmul(runners_, q_proj_, x), hq), config_.rope());
+  const Tensor k = rotary_embedding(heads(run_matmul(runners_, k_proj_, x), hkv), config_.rope());
   const Tensor v = heads(run_matmul(runners_, v_proj_, x), hkv);
   const double p = is_training() ? config_.attention_dropout : 0.0;
   Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p);

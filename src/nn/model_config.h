@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "backend/rope_parameters.h"
 #include "core/dtype.h"
 
 namespace headroom {
@@ -61,7 +62,8 @@ struct LlamaConfig {
   std::vector<int64_t> eos_token_id = {2};  // Llama 3 lists several; empty for null
   int64_t pretraining_tp = 1;
   bool tie_word_embeddings = false;
-  double rope_theta = 10000.0;  // rope_scaling must be null: no scaled RoPE variant is built
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;  // rope_scaling (or rope_parameters); standard: null
   bool attention_bias = false;
   double attention_dropout = 0.0;
   bool mlp_bias = false;
@@ -73,6 +75,7 @@ struct LlamaConfig {
   int64_t effective_head_dim() const {
     return head_dim.value_or(hidden_size / num_attention_heads);
   }
+  RopeParameters rope() const { return {rope_theta, rope_scaling}; }
   bool operator==(const LlamaConfig&) const = default;
 };
 

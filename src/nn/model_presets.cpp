@@ -76,6 +76,27 @@ LlamaConfig llama3_8b() {
   return config;
 }
 
+// meta-llama/Llama-3.1-8B, Llama-3.2-1B / 3B, Llama-3.3-70B: Llama 3's vocabulary, a 128k
+// context through llama3 RoPE scaling (factor 8; 32 for 3.2) of the 8k pretraining context.
+LlamaConfig llama31_sized(int64_t hidden, int64_t intermediate, int64_t layers, int64_t heads,
+                          double factor, bool tied) {
+  LlamaConfig config = llama3_8b();
+  config.hidden_size = hidden;
+  config.intermediate_size = intermediate;
+  config.num_hidden_layers = layers;
+  config.num_attention_heads = heads;
+  config.head_dim = hidden / heads;
+  config.max_position_embeddings = 131072;
+  config.rope_scaling = {.type = RopeScaling::Type::llama3,
+                         .factor = factor,
+                         .low_freq_factor = 1.0,
+                         .high_freq_factor = 4.0,
+                         .original_max_position_embeddings = 8192};
+  config.eos_token_id = {128001, 128008, 128009};
+  config.tie_word_embeddings = tied;
+  return config;
+}
+
 const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() {
   static const std::vector<std::pair<std::string, std::function<HfConfig()>>> table = {
       {"gpt2-tiny", [] { return HfConfig(gpt2_tiny()); }},
@@ -88,6 +109,10 @@ const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() 
       {"llama-13b", [] { return HfConfig(llama2_sized(5120, 13824, 40, 40, 40)); }},
       {"llama-70b", [] { return HfConfig(llama2_sized(8192, 28672, 80, 64, 8)); }},
       {"llama-3-8b", [] { return HfConfig(llama3_8b()); }},
+      {"llama-3.1-8b", [] { return HfConfig(llama31_sized(4096, 14336, 32, 32, 8.0, false)); }},
+      {"llama-3.2-1b", [] { return HfConfig(llama31_sized(2048, 8192, 16, 32, 32.0, true)); }},
+      {"llama-3.2-3b", [] { return HfConfig(llama31_sized(3072, 8192, 28, 24, 32.0, true)); }},
+      {"llama-3.3-70b", [] { return HfConfig(llama31_sized(8192, 28672, 80, 64, 8.0, false)); }},
   };
   return table;
 }

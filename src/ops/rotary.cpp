@@ -16,15 +16,21 @@ constexpr const char* kOp = "rotary_embedding";
 
 // The rotation of x [B, H, T, D] (any strides) into a new contiguous tensor in `dtype`;
 // `inverse` rotates back. Every device computes the cos / sin table inside its kernel.
-Tensor rotate(const Tensor& x, double theta, int64_t position_offset, bool inverse, DType dtype) {
+Tensor rotate(const Tensor& x, const RopeParameters& rope, int64_t position_offset, bool inverse,
+              DType dtype) {
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  need_kernel(kOp, x.device(), &RotaryKernels::apply)(x, theta, position_offset, inverse, out);
+  need_kernel(kOp, x.device(), &RotaryKernels::apply)(x, rope, position_offset, inverse, out);
   return out;
 }
 
 }  // namespace
 
 Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) {
+  return rotary_embedding(x, RopeParameters{.theta = theta}, position_offset);
+}
+
+Tensor rotary_embedding(const Tensor& x, const RopeParameters& rope, int64_t position_offset) {
+  const double theta = rope.theta;
   RecordFunction record("rotary_embedding", x);
   check_floating(kOp, "x", x);
   if (x.ndim() != 4) {
@@ -34,16 +40,19 @@ Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) 
     throw ValueError(str_cat(kOp, ": head size ", x.size(3), " of x ", x.shape(), " must be even"));
   }
   if (!(theta > 0.0)) throw ValueError(str_cat(kOp, ": theta ", theta, " must be positive"));
+  if (!(rope.scaling.factor > 0.0)) {
+    throw ValueError(
+        str_cat(kOp, ": rope scaling factor ", rope.scaling.factor, " must be positive"));
+  }
   if (position_offset < 0) {
     throw ValueError(str_cat(kOp, ": position_offset ", position_offset, " must be >= 0"));
   }
   const DType dtype = x.dtype();
-  const Tensor out = rotate(x, theta, position_offset, false, dtype);
+  const Tensor out = rotate(x, rope, position_offset, false, dtype);
   if (auto node = make_function_node("RotaryEmbeddingBackward0", {x})) {
-    node->set_backward(
-        [theta, position_offset, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
-          return {rotate(ctx.grad_output(), theta, position_offset, true, dtype)};
-        });
+    node->set_backward([rope, position_offset, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
+      return {rotate(ctx.grad_output(), rope, position_offset, true, dtype)};
+    });
     node->set_outputs({out});
   }
   return out;

@@ -385,6 +385,16 @@ TEST(CudaPointwise, RotaryMatchesTheCpu) {
                  {random(Shape{4, 12, 1024, 128}, dtype, 93)}, tolerance_for(dtype));
       }
     }
+    // Llama 3.1's scaled frequencies (backend/rope_parameters.h), computed the same on both.
+    const RopeParameters llama31{.theta = 500000.0,
+                                 .scaling = {.type = RopeScaling::Type::llama3,
+                                             .factor = 8.0,
+                                             .low_freq_factor = 1.0,
+                                             .high_freq_factor = 4.0,
+                                             .original_max_position_embeddings = 8192}};
+    const Op scaled = [&llama31](auto& in) { return rotary_embedding(in[0], llama31, 70000); };
+    check_op(name_of("rotary llama3", dtype, Shape{1, 4, 300, 128}), scaled,
+             {random(Shape{1, 4, 300, 128}, dtype, 94)}, tolerance_for(dtype));
   }
 }
 

@@ -177,6 +177,34 @@ TEST(HfConfig, ReadsListsNullsAndNewerSpellings) {
   EXPECT_EQ(gpt2.effective_n_inner(), 1024);
 }
 
+TEST(HfConfig, ScaledRopeIsReadAndWrittenAsTransformersDoes) {
+  using json = nlohmann::json;
+  const json llama3 = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  const LlamaConfig c = parse_llama(patched(kTinyLlamaJson, {{"rope_scaling", llama3}}));
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  // transformers 5's rope_parameters, rope_theta inside.
+  json v5 = llama3;
+  v5["rope_theta"] = 500000.0;
+  const LlamaConfig c5 = parse_llama(patched(kTinyLlamaJson, {{"rope_parameters", v5}}));
+  EXPECT_EQ(c5.rope_scaling, c.rope_scaling);
+  EXPECT_EQ(c5.rope_theta, 500000.0);
+  // Written back as rope_scaling, read back the same.
+  const std::string text = to_json(HfConfig(c5));
+  EXPECT_EQ(json::parse(text)["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(parse_llama(text).rope(), c5.rope());
+  const LlamaConfig linear =
+      parse_llama(patched(kTinyLlamaJson, {{"rope_scaling", {{"type", "linear"}, {"factor", 2}}}}));
+  EXPECT_EQ(linear.rope_scaling.type, RopeScaling::Type::linear);
+  EXPECT_EQ(linear.rope_scaling.factor, 2.0);
+}
+
 TEST(HfConfig, RoundTrips) {
   GPT2Config gpt2;
   gpt2.n_embd = 64;
@@ -393,18 +421,32 @@ TEST(HfConfig, RejectsWhatIsNotImplemented) {
         parse_llama(patched(kTinyLlamaJson, {{"hidden_act", "gelu"}}));
       },
       {"config.json", "field 'hidden_act' is 'gelu'", "silu"});
+  // RoPE: a type or key headroom does not compute is refused, a llama3 without its fields too.
   expect_error<NotImplementedError>(
+      [] {
+        parse_llama(
+            patched(kTinyLlamaJson, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}}));
+      },
+      {"config.json: rope_scaling: rope_type 'yarn' is not implemented"});
+  expect_error<NotImplementedError>(
+      [] {
+        parse_llama(
+            patched(kTinyLlamaJson,
+                    {{"rope_scaling",
+                      {{"rope_type", "linear"}, {"factor", 2.0}, {"attention_factor", 1.5}}}}));
+      },
+      {"config.json: rope_scaling: key 'attention_factor' of rope_type 'linear'"});
+  expect_error<ValueError>(
       [] {
         parse_llama(patched(kTinyLlamaJson,
                             {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}));
       },
-      {"config.json", "field 'rope_scaling' has rope_type 'llama3'"});
-  expect_error<NotImplementedError>(
+      {"config.json: rope_scaling: rope_type 'llama3' needs 'low_freq_factor'"});
+  expect_error<ValueError>(
       [] {
-        parse_llama(
-            patched(kTinyLlamaJson, {{"rope_scaling", {{"type", "linear"}, {"factor", 2}}}}));
+        parse_llama(patched(kTinyLlamaJson, {{"rope_scaling", {{"type", "linear"}}}}));
       },
-      {"field 'rope_scaling' has rope_type 'linear'"});
+      {"rope_type 'linear' needs 'factor'"});
 }
 
 }  // namespace

@@ -222,7 +222,39 @@ TEST_P(ModelReference, ShardSetMissingATensorIsRefusedWithItsNames) {
   EXPECT_NE(message.find("missing"), std::string::npos) << message;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ModelReference, ::testing::Values("gpt2_tiny", "llama_tiny"));
+// llama31_tiny: transformers' own model and files (tools/gen_llama31_reference.py), RoPE scaled
+// as Llama 3.1's.
+INSTANTIATE_TEST_SUITE_P(Models, ModelReference,
+                         ::testing::Values("gpt2_tiny", "llama_tiny", "llama31_tiny"));
+
+// Llama 3.1's RoPE frequencies as transformers computes them at load (_compute_llama3_parameters),
+// for the tiny fixture and for Llama-3.1-8B's real parameters: within one fp32 ulp (the standard
+// frequency's pow may round differently), the same band for every frequency.
+TEST(Models, Llama3RopeFrequenciesAreTransformers) {
+  const SafetensorsFile reference(kModels + "llama31_tiny/reference.safetensors");
+  const LlamaConfig tiny = std::get<LlamaConfig>(read_hf_config(kModels + "llama31_tiny"));
+  LlamaConfig big = tiny;
+  big.rope_scaling.original_max_position_embeddings = 8192;
+  struct Case {
+    const char* name;
+    RopeParameters rope;
+    int64_t dim;
+  };
+  for (const Case& c : {Case{"rope.inv_freq", tiny.rope(), tiny.effective_head_dim()},
+                        Case{"rope.llama31_8b_inv_freq", big.rope(), 128}}) {
+    const Tensor expected = reference.load(c.name);
+    ASSERT_EQ(expected.numel(), c.dim / 2) << c.name;
+    const auto base = static_cast<float>(c.rope.theta);
+    for (int64_t i = 0; i < c.dim / 2; ++i) {
+      const float standard =
+          1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(c.dim));
+      const float ours = scaled_inv_freq(c.rope.scaling, standard);
+      const float theirs = expected.data<float>()[i];
+      EXPECT_LE(std::fabs(ours - theirs), std::nextafter(theirs, 2 * theirs) - theirs)
+          << c.name << "[" << i << "]: " << ours << " vs " << theirs;
+    }
+  }
+}
 
 TEST(Models, HfParameterNamesAndCounts) {
   GPT2Config gpt2;

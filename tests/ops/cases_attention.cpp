@@ -62,6 +62,24 @@ HEADROOM_OP_CASES(attention_cases) {
       {"rotary/offset_theta/1x3x70x16",
        {normal({1, 3, 70, 16})},
        [](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 500000.0, 5); }});
+  // Llama 3.1's scaling with a short original context, so all three bands occur at D = 16.
+  register_op_case({"rotary/llama3_scaled/1x2x40x16",
+                    {normal({1, 2, 40, 16})},
+                    [](const std::vector<Tensor>& in) {
+                      const RopeParameters rope{
+                          .theta = 500000.0,
+                          .scaling = {.type = RopeScaling::Type::llama3,
+                                      .factor = 8.0,
+                                      .low_freq_factor = 1.0,
+                                      .high_freq_factor = 4.0,
+                                      .original_max_position_embeddings = 64}};
+                      return rotary_embedding(in[0], rope, 3);
+                    }});
+  register_op_case(
+      {"rotary/linear_scaled/1x2x9x8", {normal({1, 2, 9, 8})}, [](const std::vector<Tensor>& in) {
+         return rotary_embedding(
+             in[0], RopeParameters{.scaling = {.type = RopeScaling::Type::linear, .factor = 4.0}});
+       }});
   register_op_case(
       {"rotary/transposed_view/2x5x3x6", {normal({2, 5, 3, 6})}, [](const std::vector<Tensor>& in) {
          return rotary_embedding(transpose(in[0], 1, 2), 10000.0, 2);

@@ -18,21 +18,26 @@ namespace {
 constexpr int64_t kParallelGrain = int64_t{1} << 15;
 
 // cos_sin [2, T, D/2]: cos then sin of (position_offset + t) * inv_freq[i], with
-// inv_freq[i] = 1 / theta^((2i) / D), every step in fp32 as HF's LlamaRotaryEmbedding.
-void rotary_table(int64_t seq_len, int64_t head_dim, double theta, int64_t position_offset,
-                  float* cos_sin) {
+// inv_freq[i] = 1 / theta^((2i) / D) scaled as rope.scaling says (scaled_inv_freq), every step
+// in fp32 as HF's LlamaRotaryEmbedding.
+void rotary_table(int64_t seq_len, int64_t head_dim, const RopeParameters& rope,
+                  int64_t position_offset, float* cos_sin) {
   const int64_t half = head_dim / 2;
   float* cos_table = cos_sin;
   float* sin_table = cos_sin + seq_len * half;
-  const float base = static_cast<float>(theta);
+  const float base = static_cast<float>(rope.theta);
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    // torch: 1.0 / (base ** (arange(0, D, 2).float() / D)), all in fp32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv_freq[static_cast<size_t>(i)] =
+        scaled_inv_freq(rope.scaling, 1.0f / std::pow(base, exponent));
+  }
 #pragma omp parallel for if (seq_len * half > kParallelGrain / 8)
   for (int64_t t = 0; t < seq_len; ++t) {
     const float position = static_cast<float>(position_offset + t);
     for (int64_t i = 0; i < half; ++i) {
-      // torch: 1.0 / (base ** (arange(0, D, 2).float() / D)), all in fp32.
-      const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-      const float inv_freq = 1.0f / std::pow(base, exponent);
-      const float angle = position * inv_freq;
+      const float angle = position * inv_freq[static_cast<size_t>(i)];
       cos_table[t * half + i] = std::cos(angle);
       sin_table[t * half + i] = std::sin(angle);
     }
@@ -64,14 +69,14 @@ inline void rotate_row(const float* xr, int64_t step, const float* c, const floa
 
 // out [B, H, T, D] contiguous = x [B, H, T, D] (any strides) rotated; `inverse` rotates back (the
 // transpose, which is the gradient of the forward rotation): the forward one with -sin.
-void rotary(const Tensor& x, double theta, int64_t position_offset, bool inverse,
+void rotary(const Tensor& x, const RopeParameters& rope, int64_t position_offset, bool inverse,
             const Tensor& out) {
   ensure_flush_denormal();
   const int64_t heads = x.size(1), seq_len = x.size(2), dim = x.size(3), half = dim / 2;
   const int64_t rows = x.size(0) * heads * seq_len;
   if (rows == 0 || half == 0) return;
   std::vector<float> cos_sin(static_cast<size_t>(2 * seq_len * half));
-  rotary_table(seq_len, dim, theta, position_offset, cos_sin.data());
+  rotary_table(seq_len, dim, rope, position_offset, cos_sin.data());
   const float* cos_table = cos_sin.data();
   const float* sin_table = cos_table + seq_len * half;
   const float sign = inverse ? -1.0f : 1.0f;

@@ -30,15 +30,16 @@ constexpr int kMaxGridY = 65535;
 // the correctly rounded values, which glibc's powf / cosf / sinf also return in all but rare
 // cases (they are accurate to about 0.8 ulp, not always correctly rounded).
 __global__ void rotary_kernel(Operand x, Operand out, RotaryShape s, int64_t rows, float base,
-                              int64_t position_offset, float sign) {
+                              RopeScaling scaling, int64_t position_offset, float sign) {
   extern __shared__ float table[];  // cos[half], then sin[half]
   const int64_t half = s.dim / 2;
   const int64_t t = blockIdx.x;
   const float position = static_cast<float>(position_offset + t);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(s.dim);
-    const float inv_freq =
-        1.0f / static_cast<float>(pow(static_cast<double>(base), static_cast<double>(exponent)));
+    const float inv_freq = scaled_inv_freq(
+        scaling,
+        1.0f / static_cast<float>(pow(static_cast<double>(base), static_cast<double>(exponent))));
     const double angle = static_cast<double>(position * inv_freq);
     table[i] = static_cast<float>(cos(angle));
     table[half + i] = static_cast<float>(sin(angle));
@@ -59,7 +60,7 @@ __global__ void rotary_kernel(Operand x, Operand out, RotaryShape s, int64_t row
   }
 }
 
-void rotary(const Tensor& x, double theta, int64_t position_offset, bool inverse,
+void rotary(const Tensor& x, const RopeParameters& rope, int64_t position_offset, bool inverse,
             const Tensor& out) {
   check_kernel_dtype("rotary", "x", x.dtype());
   check_kernel_dtype("rotary", "out", out.dtype());
@@ -84,8 +85,8 @@ void rotary(const Tensor& x, double theta, int64_t position_offset, bool inverse
                       std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, kMaxGridY)));
   DeviceGuard guard(x.device().index);
   rotary_kernel<<<grid, kThreads, table_bytes, current_stream()>>>(
-      operand_of(x), operand_of(out), s, rows, static_cast<float>(theta), position_offset,
-      inverse ? -1.0f : 1.0f);
+      operand_of(x), operand_of(out), s, rows, static_cast<float>(rope.theta), rope.scaling,
+      position_offset, inverse ? -1.0f : 1.0f);
   check_launch();
 }
 
