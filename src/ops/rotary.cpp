@@ -26,7 +26,8 @@ Tensor rotate(const Tensor& x, const RopeParameters& rope, int64_t position_offs
 }  // namespace
 
 Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) {
-  return rotary_embedding(x, RopeParameters{.theta = theta}, position_offset);
+  return rotary_embedding(x, RopeParameters{.theta = theta, .scaling = RopeScaling{}},
+                          position_offset);
 }
 
 Tensor rotary_embedding(const Tensor& x, const RopeParameters& rope, int64_t position_offset) {

@@ -77,8 +77,10 @@ HEADROOM_OP_CASES(attention_cases) {
                     }});
   register_op_case(
       {"rotary/linear_scaled/1x2x9x8", {normal({1, 2, 9, 8})}, [](const std::vector<Tensor>& in) {
-         return rotary_embedding(
-             in[0], RopeParameters{.scaling = {.type = RopeScaling::Type::linear, .factor = 4.0}});
+         RopeParameters rope;
+         rope.scaling.type = RopeScaling::Type::linear;
+         rope.scaling.factor = 4.0;
+         return rotary_embedding(in[0], rope);
        }});
   register_op_case(
       {"rotary/transposed_view/2x5x3x6", {normal({2, 5, 3, 6})}, [](const std::vector<Tensor>& in) {
