@@ -320,11 +320,53 @@ void parse_rope(const FieldReader& in, LlamaConfig& c) {
   }
 }
 
-LlamaConfig parse_llama(const FieldReader& in) {
+// transformers' Qwen2Config defaults (Qwen2 7B's shape), where they differ from LlamaConfig's.
+LlamaConfig qwen2_defaults() {
   LlamaConfig c;
+  c.family = LlamaConfig::Family::qwen2;
+  c.vocab_size = 151936;
+  c.intermediate_size = 22016;
+  c.num_key_value_heads = 32;
+  c.max_position_embeddings = 32768;
+  c.bos_token_id = std::nullopt;
+  c.eos_token_id = {};
+  return c;
+}
+
+// Qwen2's own fields. Its sliding window (Mistral's masking of keys more than sliding_window
+// back, on the layers past max_window_layers) has no kernel yet: on is refused, naming it.
+void parse_qwen2_fields(const FieldReader& in, LlamaConfig& c) {
+  bool use_sliding_window = false;
+  in.read("use_sliding_window", use_sliding_window);
+  if (use_sliding_window) {
+    throw NotImplementedError(str_cat(in.source(),
+                                      ": field 'use_sliding_window' is true; "
+                                      "headroom has no sliding-window attention yet"));
+  }
+  in.read("sliding_window", c.sliding_window);
+  in.read("max_window_layers", c.max_window_layers);
+  if (const json* types = in.find("layer_types"); types != nullptr && !types->is_null()) {
+    if (!types->is_array()) in.fail_type("layer_types", *types, "a list of layer types");
+    for (const json& type : *types) {
+      if (type != "full_attention") {
+        throw NotImplementedError(str_cat(in.source(), ": field 'layer_types' holds ",
+                                          describe_json(type),
+                                          "; headroom implements only full_attention layers"));
+      }
+    }
+  }
+  // Not Qwen2 fields: transformers' Qwen2 ignores them (its q / k / v always have a bias, its
+  // o_proj and MLP never), and so does headroom.
+  c.attention_bias = false;
+  c.mlp_bias = false;
+  c.pretraining_tp = 1;
+}
+
+LlamaConfig parse_llama(const FieldReader& in, LlamaConfig c = {}) {
   llama_fields(c, [&](const char* field, auto& value) { in.read(field, value); });
   in.read("dtype", c.torch_dtype);  // torch_dtype's name in newer transformers
   parse_rope(in, c);
+  if (c.family == LlamaConfig::Family::qwen2) parse_qwen2_fields(in, c);
 
   const std::string& s = in.source();
   require_positive(s, "vocab_size", c.vocab_size);
@@ -402,9 +444,17 @@ json rope_scaling_json(const RopeScaling& s) {
 }
 
 json llama_json(const LlamaConfig& c) {
-  json out = {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLM"}}};
+  const bool qwen2 = c.family == LlamaConfig::Family::qwen2;
+  json out = {{"model_type", qwen2 ? "qwen2" : "llama"},
+              {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}}};
   llama_fields(c, [&](const char* field, const auto& value) { out[field] = field_json(value); });
   out["rope_scaling"] = rope_scaling_json(c.rope_scaling);
+  if (qwen2) {
+    for (const char* field : {"attention_bias", "mlp_bias", "pretraining_tp"}) out.erase(field);
+    out["use_sliding_window"] = false;
+    out["sliding_window"] = field_json(c.sliding_window);
+    out["max_window_layers"] = c.max_window_layers;
+  }
   // Left out when unset rather than written as null: transformers before 4.45 would keep a
   // null head_dim as an attribute and fail on it, while a missing one means the default.
   if (!c.head_dim) out.erase("head_dim");
@@ -423,14 +473,15 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   if (in.find("model_type") == nullptr) {
     throw ValueError(str_cat(source_name,
                              ": field 'model_type' is missing; headroom reads "
-                             "'gpt2' and 'llama' configs"));
+                             "'gpt2', 'llama' and 'qwen2' configs"));
   }
   std::string model_type;
   in.read("model_type", model_type);
   if (model_type == "gpt2") return parse_gpt2(in);
   if (model_type == "llama") return parse_llama(in);
+  if (model_type == "qwen2") return parse_llama(in, qwen2_defaults());
   throw ValueError(str_cat(source_name, ": field 'model_type' is '", model_type,
-                           "'; headroom reads 'gpt2' and 'llama' configs"));
+                           "'; headroom reads 'gpt2', 'llama' and 'qwen2' configs"));
 }
 
 HfConfig read_hf_config(const std::string& path) {

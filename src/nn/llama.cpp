@@ -20,15 +20,15 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device, const BlockR
       runners_(runners),
       q_proj_(register_module(
           "q_proj", projection(c.hidden_size, c.num_attention_heads * c.effective_head_dim(),
-                               c.attention_bias, device))),
+                               c.qkv_bias(), device))),
       k_proj_(register_module(
           "k_proj",
           projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(),
-                     c.attention_bias, device))),
+                     c.qkv_bias(), device))),
       v_proj_(register_module(
           "v_proj",
           projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(),
-                     c.attention_bias, device))),
+                     c.qkv_bias(), device))),
       o_proj_(register_module("o_proj", projection(c.num_attention_heads * c.effective_head_dim(),
                                                    c.hidden_size, c.attention_bias, device))) {}
 

@@ -43,8 +43,12 @@ struct GPT2Config {
   bool operator==(const GPT2Config&) const = default;
 };
 
-// Fields and defaults of transformers' LlamaConfig.
+// Fields and defaults of transformers' LlamaConfig, which also describes the Llama-shaped
+// families: Qwen2 / Qwen2.5 (family qwen2: bias on q / k / v, none on o_proj or the MLP; its
+// sliding window off).
 struct LlamaConfig {
+  enum class Family : uint8_t { llama, qwen2 };
+  Family family = Family::llama;  // model_type
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -68,6 +72,9 @@ struct LlamaConfig {
   double attention_dropout = 0.0;
   bool mlp_bias = false;
   DType torch_dtype = DType::f32;
+  // Qwen2's, kept to write config.json back (use_sliding_window is false: true is refused).
+  std::optional<int64_t> sliding_window;
+  int64_t max_window_layers = 28;
 
   int64_t effective_num_key_value_heads() const {
     return num_key_value_heads.value_or(num_attention_heads);
@@ -76,6 +83,8 @@ struct LlamaConfig {
     return head_dim.value_or(hidden_size / num_attention_heads);
   }
   RopeParameters rope() const { return {rope_theta, rope_scaling}; }
+  // q_proj, k_proj and v_proj have a bias: Llama's attention_bias, or always in Qwen2.
+  bool qkv_bias() const { return attention_bias || family == Family::qwen2; }
   bool operator==(const LlamaConfig&) const = default;
 };
 

@@ -97,6 +97,30 @@ LlamaConfig llama31_sized(int64_t hidden, int64_t intermediate, int64_t layers, 
   return config;
 }
 
+// Qwen/Qwen2.5-{0.5B,1.5B,7B,14B,32B,72B}-Instruct: q / k / v biases, rope_theta 1e6, a 32k
+// context, bf16; the two small ones tie their embeddings and have the 151,936-token vocabulary.
+LlamaConfig qwen25_sized(int64_t hidden, int64_t intermediate, int64_t layers, int64_t heads,
+                         int64_t kv_heads, bool small) {
+  LlamaConfig config;
+  config.family = LlamaConfig::Family::qwen2;
+  config.vocab_size = small ? 151936 : 152064;
+  config.hidden_size = hidden;
+  config.intermediate_size = intermediate;
+  config.num_hidden_layers = layers;
+  config.num_attention_heads = heads;
+  config.num_key_value_heads = kv_heads;
+  config.max_position_embeddings = 32768;
+  config.rope_theta = 1000000.0;
+  config.rms_norm_eps = 1e-6;
+  config.tie_word_embeddings = small;
+  config.bos_token_id = 151643;
+  config.eos_token_id = {151645};
+  config.sliding_window = 32768;
+  config.max_window_layers = layers;
+  config.torch_dtype = DType::bf16;
+  return config;
+}
+
 const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() {
   static const std::vector<std::pair<std::string, std::function<HfConfig()>>> table = {
       {"gpt2-tiny", [] { return HfConfig(gpt2_tiny()); }},
@@ -113,6 +137,12 @@ const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() 
       {"llama-3.2-1b", [] { return HfConfig(llama31_sized(2048, 8192, 16, 32, 32.0, true)); }},
       {"llama-3.2-3b", [] { return HfConfig(llama31_sized(3072, 8192, 28, 24, 32.0, true)); }},
       {"llama-3.3-70b", [] { return HfConfig(llama31_sized(8192, 28672, 80, 64, 8.0, false)); }},
+      {"qwen2.5-0.5b", [] { return HfConfig(qwen25_sized(896, 4864, 24, 14, 2, true)); }},
+      {"qwen2.5-1.5b", [] { return HfConfig(qwen25_sized(1536, 8960, 28, 12, 2, true)); }},
+      {"qwen2.5-7b", [] { return HfConfig(qwen25_sized(3584, 18944, 28, 28, 4, false)); }},
+      {"qwen2.5-14b", [] { return HfConfig(qwen25_sized(5120, 13824, 48, 40, 8, false)); }},
+      {"qwen2.5-32b", [] { return HfConfig(qwen25_sized(5120, 27648, 64, 40, 8, false)); }},
+      {"qwen2.5-72b", [] { return HfConfig(qwen25_sized(8192, 29568, 80, 64, 8, false)); }},
   };
   return table;
 }

@@ -205,6 +205,33 @@ TEST(HfConfig, ScaledRopeIsReadAndWrittenAsTransformersDoes) {
   EXPECT_EQ(linear.rope_scaling.factor, 2.0);
 }
 
+TEST(HfConfig, Qwen2IsLlamaWithQkvBiases) {
+  const std::string dir = std::string(HEADROOM_FIXTURES_DIR) + "/models/qwen2_tiny";
+  const LlamaConfig c = std::get<LlamaConfig>(read_hf_config(dir));
+  EXPECT_EQ(c.family, LlamaConfig::Family::qwen2);
+  EXPECT_TRUE(c.qkv_bias());
+  EXPECT_FALSE(c.attention_bias);  // o_proj has none
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.effective_num_key_value_heads(), 2);
+  // Written back as transformers' Qwen2Config, read back the same.
+  const std::string text = to_json(HfConfig(c));
+  const nlohmann::json written = nlohmann::json::parse(text);
+  EXPECT_EQ(written["model_type"], "qwen2");
+  EXPECT_EQ(written["architectures"], nlohmann::json({"Qwen2ForCausalLM"}));
+  EXPECT_FALSE(written["use_sliding_window"].get<bool>());
+  EXPECT_FALSE(written.contains("attention_bias"));
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
+  // Its sliding window has no kernel yet: refused, never ignored.
+  nlohmann::json config = nlohmann::json::parse(text);
+  config["use_sliding_window"] = true;
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "q.json"); },
+                                    {"q.json: field 'use_sliding_window' is true"});
+  config["use_sliding_window"] = false;
+  config["layer_types"] = {"full_attention", "sliding_attention"};
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "q.json"); },
+                                    {"q.json: field 'layer_types' holds", "sliding_attention"});
+}
+
 TEST(HfConfig, RoundTrips) {
   GPT2Config gpt2;
   gpt2.n_embd = 64;
@@ -245,8 +272,9 @@ TEST(HfConfig, RoundTrips) {
 }
 
 TEST(HfConfig, RejectsModelTypesAndBadJson) {
-  expect_error<ValueError>([] { parse_hf_config(R"({"model_type": "mistral"})", "cfg.json"); },
-                           {"cfg.json", "field 'model_type' is 'mistral'", "'gpt2' and 'llama'"});
+  expect_error<ValueError>(
+      [] { parse_hf_config(R"({"model_type": "mistral"})", "cfg.json"); },
+      {"cfg.json", "field 'model_type' is 'mistral'", "'gpt2', 'llama' and 'qwen2'"});
   expect_error<ValueError>([] { parse_hf_config(R"({"n_embd": 768})", "cfg.json"); },
                            {"cfg.json", "field 'model_type' is missing"});
   expect_error<ValueError>([] { parse_hf_config(R"({"model_type": 2})", "cfg.json"); },

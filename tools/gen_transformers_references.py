@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/models/{llama31_tiny,qwen2_tiny}/: tiny checkpoints of families made and
+saved by transformers itself (config.json, model.safetensors) and reference.safetensors in the
+layout of tools/gen_model_reference.py's fixtures (input_ids, targets, logits, loss, grad.<name>
+for every saved tensor), all computed by transformers' model (eager attention, fp32, one thread),
+0.1 * randn added to every parameter after its init (biases included, so Qwen2's q / k / v biases
+matter).
+
+llama31_tiny: LlamaForCausalLM with rope_parameters of rope_type llama3, chosen so that all three
+of llama3's bands occur (head_dim 16, theta 500000, original context 64: frequency 0 is kept,
+frequency 1 is interpolated, the rest are divided by the factor), over 48 tokens, which reach
+positions where the scaled angles differ from unscaled ones by whole radians. Its reference also
+holds rope.inv_freq and rope.llama31_8b_inv_freq, the inverse frequencies of this model and of
+Llama-3.1-8B.
+qwen2_tiny: Qwen2ForCausalLM (q / k / v biases, none on o_proj or the MLP), GQA, rope_theta 1e6.
+
+Usage: python3 tools/gen_transformers_references.py [--out tests/fixtures/models]
+Needs torch, transformers (5.25 was used) and safetensors. The output is deterministic.
+"""
+
+import argparse
+import os
+
+import torch
+import torch.nn.functional as F
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+SEED = 3131
+QWEN2_SEED = 2525
+BATCH, SEQ = 2, 48
+PERTURB_STD = 0.1  # as gen_model_reference.py: activations of order one
+
+
+def write_reference(out, model):
+    """Runs one batch through `model` (perturbed, eval mode) and writes the checkpoint and its
+    reference into `out`; returns the reference's tensors."""
+    config = model.config
+    ids = torch.randint(0, config.vocab_size, (BATCH, SEQ))
+    targets = torch.cat([ids[:, 1:], torch.full((BATCH, 1), -100)], dim=1)
+    targets[0, 5] = targets[1, 20] = -100
+    logits = model(input_ids=ids).logits
+    loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), targets.reshape(-1),
+                           ignore_index=-100)
+    loss.backward()
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out)
+    saved = load_file(os.path.join(out, "model.safetensors"))
+    params = dict(model.named_parameters())
+    reference = {"input_ids": ids.contiguous(), "targets": targets.contiguous(),
+                 "logits": logits.detach().contiguous(), "loss": loss.detach()}
+    for name in sorted(saved):
+        reference["grad." + name] = params[name].grad.contiguous()
+    print(f"{out}: loss {loss.item():.6f} (transformers {transformers.__version__})")
+    return reference
+
+
+def perturbed(model):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(PERTURB_STD * torch.randn_like(p))
+    return model.eval()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
+                                                      "fixtures", "models"))
+    root = parser.parse_args().out
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 64},
+        attn_implementation="eager")
+    model = perturbed(LlamaForCausalLM(config).float())
+    inv = model.model.rotary_emb.inv_freq
+    unscaled = 1.0 / (500000.0 ** (torch.arange(0, 16, 2).float() / 16))
+    assert inv[0] == unscaled[0] and unscaled[1] / 8 < inv[1] < unscaled[1], inv
+    assert torch.allclose(inv[2:], unscaled[2:] / 8), inv
+    out = os.path.join(root, "llama31_tiny")
+    reference = write_reference(out, model)
+    # The inverse frequencies themselves: this model's, and Llama-3.1-8B's (head_dim 128, its
+    # rope_parameters) as transformers computes them at load.
+    reference["rope.inv_freq"] = inv.contiguous()
+    big = LlamaConfig(hidden_size=4096, num_attention_heads=32, max_position_embeddings=131072,
+                      rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                       "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 8192})
+    reference["rope.llama31_8b_inv_freq"] = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS[
+        "llama3"](big, "cpu")[0].contiguous()
+    save_file(reference, os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(QWEN2_SEED)
+    config = Qwen2Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        attn_implementation="eager")
+    model = perturbed(Qwen2ForCausalLM(config).float())
+    out = os.path.join(root, "qwen2_tiny")
+    save_file(write_reference(out, model), os.path.join(out, "reference.safetensors"))
+
+
+if __name__ == "__main__":
+    main()
