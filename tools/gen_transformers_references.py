@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/models/{llama31_tiny,qwen2_tiny}/: tiny checkpoints of families made and
+"""Writes tests/fixtures/models/{llama31_tiny,qwen2_tiny,qwen3_tiny}/: tiny checkpoints of families made and
 saved by transformers itself (config.json, model.safetensors) and reference.safetensors in the
 layout of tools/gen_model_reference.py's fixtures (input_ids, targets, logits, loss, grad.<name>
 for every saved tensor), all computed by transformers' model (eager attention, fp32, one thread),
@@ -13,6 +13,8 @@ positions where the scaled angles differ from unscaled ones by whole radians. It
 holds rope.inv_freq and rope.llama31_8b_inv_freq, the inverse frequencies of this model and of
 Llama-3.1-8B.
 qwen2_tiny: Qwen2ForCausalLM (q / k / v biases, none on o_proj or the MLP), GQA, rope_theta 1e6.
+qwen3_tiny: Qwen3ForCausalLM (q_norm / k_norm over each head before RoPE, head_dim 16 apart from
+hidden / heads = 8, no biases).
 
 Usage: python3 tools/gen_transformers_references.py [--out tests/fixtures/models]
 Needs torch, transformers (5.25 was used) and safetensors. The output is deterministic.
@@ -25,10 +27,12 @@ import torch
 import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 SEED = 3131
 QWEN2_SEED = 2525
+QWEN3_SEED = 3535
 BATCH, SEQ = 2, 48
 PERTURB_STD = 0.1  # as gen_model_reference.py: activations of order one
 
@@ -106,6 +110,17 @@ def main():
         attn_implementation="eager")
     model = perturbed(Qwen2ForCausalLM(config).float())
     out = os.path.join(root, "qwen2_tiny")
+    save_file(write_reference(out, model), os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(QWEN3_SEED)
+    config = Qwen3Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        attn_implementation="eager")
+    model = perturbed(Qwen3ForCausalLM(config).float())
+    out = os.path.join(root, "qwen3_tiny")
     save_file(write_reference(out, model), os.path.join(out, "reference.safetensors"))
 
 

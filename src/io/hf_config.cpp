@@ -333,6 +333,14 @@ LlamaConfig qwen2_defaults() {
   return c;
 }
 
+// transformers' Qwen3Config defaults, where they differ from Qwen2Config's.
+LlamaConfig qwen3_defaults() {
+  LlamaConfig c = qwen2_defaults();
+  c.family = LlamaConfig::Family::qwen3;
+  c.head_dim = 128;
+  return c;
+}
+
 // Qwen2's own fields. Its sliding window (Mistral's masking of keys more than sliding_window
 // back, on the layers past max_window_layers) has no kernel yet: on is refused, naming it.
 void parse_qwen2_fields(const FieldReader& in, LlamaConfig& c) {
@@ -355,9 +363,9 @@ void parse_qwen2_fields(const FieldReader& in, LlamaConfig& c) {
       }
     }
   }
-  // Not Qwen2 fields: transformers' Qwen2 ignores them (its q / k / v always have a bias, its
-  // o_proj and MLP never), and so does headroom.
-  c.attention_bias = false;
+  // Not Qwen2 / Qwen3 fields: transformers ignores them (Qwen2's q / k / v always have a bias,
+  // its o_proj and MLP never; Qwen3's MLP never), and so does headroom.
+  if (c.family == LlamaConfig::Family::qwen2) c.attention_bias = false;
   c.mlp_bias = false;
   c.pretraining_tp = 1;
 }
@@ -366,7 +374,7 @@ LlamaConfig parse_llama(const FieldReader& in, LlamaConfig c = {}) {
   llama_fields(c, [&](const char* field, auto& value) { in.read(field, value); });
   in.read("dtype", c.torch_dtype);  // torch_dtype's name in newer transformers
   parse_rope(in, c);
-  if (c.family == LlamaConfig::Family::qwen2) parse_qwen2_fields(in, c);
+  if (c.family != LlamaConfig::Family::llama) parse_qwen2_fields(in, c);
 
   const std::string& s = in.source();
   require_positive(s, "vocab_size", c.vocab_size);
@@ -444,13 +452,19 @@ json rope_scaling_json(const RopeScaling& s) {
 }
 
 json llama_json(const LlamaConfig& c) {
-  const bool qwen2 = c.family == LlamaConfig::Family::qwen2;
-  json out = {{"model_type", qwen2 ? "qwen2" : "llama"},
-              {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}}};
+  using Family = LlamaConfig::Family;
+  const char* type = c.family == Family::qwen2   ? "qwen2"
+                     : c.family == Family::qwen3 ? "qwen3"
+                                                 : "llama";
+  const char* architecture = c.family == Family::qwen2   ? "Qwen2ForCausalLM"
+                             : c.family == Family::qwen3 ? "Qwen3ForCausalLM"
+                                                         : "LlamaForCausalLM";
+  json out = {{"model_type", type}, {"architectures", {architecture}}};
   llama_fields(c, [&](const char* field, const auto& value) { out[field] = field_json(value); });
   out["rope_scaling"] = rope_scaling_json(c.rope_scaling);
-  if (qwen2) {
-    for (const char* field : {"attention_bias", "mlp_bias", "pretraining_tp"}) out.erase(field);
+  if (c.family != Family::llama) {
+    for (const char* field : {"mlp_bias", "pretraining_tp"}) out.erase(field);
+    if (c.family == Family::qwen2) out.erase("attention_bias");
     out["use_sliding_window"] = false;
     out["sliding_window"] = field_json(c.sliding_window);
     out["max_window_layers"] = c.max_window_layers;
@@ -473,15 +487,16 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   if (in.find("model_type") == nullptr) {
     throw ValueError(str_cat(source_name,
                              ": field 'model_type' is missing; headroom reads "
-                             "'gpt2', 'llama' and 'qwen2' configs"));
+                             "'gpt2', 'llama', 'qwen2' and 'qwen3' configs"));
   }
   std::string model_type;
   in.read("model_type", model_type);
   if (model_type == "gpt2") return parse_gpt2(in);
   if (model_type == "llama") return parse_llama(in);
   if (model_type == "qwen2") return parse_llama(in, qwen2_defaults());
+  if (model_type == "qwen3") return parse_llama(in, qwen3_defaults());
   throw ValueError(str_cat(source_name, ": field 'model_type' is '", model_type,
-                           "'; headroom reads 'gpt2', 'llama' and 'qwen2' configs"));
+                           "'; headroom reads 'gpt2', 'llama', 'qwen2' and 'qwen3' configs"));
 }
 
 HfConfig read_hf_config(const std::string& path) {

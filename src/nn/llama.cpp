@@ -30,16 +30,29 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device, const BlockR
           projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(),
                      c.qkv_bias(), device))),
       o_proj_(register_module("o_proj", projection(c.num_attention_heads * c.effective_head_dim(),
-                                                   c.hidden_size, c.attention_bias, device))) {}
+                                                   c.hidden_size, c.attention_bias, device))) {
+  if (c.qk_norm()) {
+    q_norm_ = &register_module(
+        "q_norm", std::make_unique<RMSNorm>(c.effective_head_dim(), c.rms_norm_eps, device));
+    k_norm_ = &register_module(
+        "k_norm", std::make_unique<RMSNorm>(c.effective_head_dim(), c.rms_norm_eps, device));
+  }
+}
 
 Tensor LlamaAttention::forward(const Tensor& x) const {
   const int64_t b = x.size(0), t = x.size(1), hd = config_.effective_head_dim();
   const int64_t hq = config_.num_attention_heads, hkv = config_.effective_num_key_value_heads();
-  auto heads = [&](const Tensor& y, int64_t h) {
-    return transpose(reshape(y, {b, t, h, hd}), 1, 2);
+  // [B, T, H * D] as [B, H, T, D]; Qwen3 normalizes each head's D first, as transformers does
+  // on the [B, T, H, D] view.
+  auto heads = [&](const Tensor& y, int64_t h, const RMSNorm* norm = nullptr) {
+    Tensor split = reshape(y, {b, t, h, hd});
+    if (norm) split = norm->forward(split);
+    return transpose(split, 1, 2);
   };
-  const Tensor q = rotary_embedding(heads(run_matmul(runners_, q_proj_, x), hq), config_.rope());
-  const Tensor k = rotary_embedding(heads(run_matmul(runners_, k_proj_, x), hkv), config_.rope());
+  const Tensor q =
+      rotary_embedding(heads(run_matmul(runners_, q_proj_, x), hq, q_norm_), config_.rope());
+  const Tensor k =
+      rotary_embedding(heads(run_matmul(runners_, k_proj_, x), hkv, k_norm_), config_.rope());
   const Tensor v = heads(run_matmul(runners_, v_proj_, x), hkv);
   const double p = is_training() ? config_.attention_dropout : 0.0;
   Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p);

@@ -22,6 +22,8 @@ class LlamaAttention : public Module {
   Linear& k_proj_;
   Linear& v_proj_;
   Linear& o_proj_;
+  const RMSNorm* q_norm_ = nullptr;  // Qwen3's (LlamaConfig::qk_norm), else null
+  const RMSNorm* k_norm_ = nullptr;
 };
 
 class LlamaMLP : public Module {

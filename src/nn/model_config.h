@@ -45,9 +45,10 @@ struct GPT2Config {
 
 // Fields and defaults of transformers' LlamaConfig, which also describes the Llama-shaped
 // families: Qwen2 / Qwen2.5 (family qwen2: bias on q / k / v, none on o_proj or the MLP; its
-// sliding window off).
+// sliding window off) and Qwen3 (family qwen3: attention_bias on all four projections as
+// Llama's, and q_norm / k_norm, an RMSNorm over each head of q and k before RoPE).
 struct LlamaConfig {
-  enum class Family : uint8_t { llama, qwen2 };
+  enum class Family : uint8_t { llama, qwen2, qwen3 };
   Family family = Family::llama;  // model_type
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -85,6 +86,8 @@ struct LlamaConfig {
   RopeParameters rope() const { return {rope_theta, rope_scaling}; }
   // q_proj, k_proj and v_proj have a bias: Llama's attention_bias, or always in Qwen2.
   bool qkv_bias() const { return attention_bias || family == Family::qwen2; }
+  // Qwen3's per-head q_norm / k_norm.
+  bool qk_norm() const { return family == Family::qwen3; }
   bool operator==(const LlamaConfig&) const = default;
 };
 

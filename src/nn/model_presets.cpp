@@ -121,6 +121,17 @@ LlamaConfig qwen25_sized(int64_t hidden, int64_t intermediate, int64_t layers, i
   return config;
 }
 
+// Qwen/Qwen3-8B: head_dim 128, q_norm / k_norm, no biases, a 40k context.
+LlamaConfig qwen3_8b() {
+  LlamaConfig config = qwen25_sized(4096, 12288, 36, 32, 8, true);
+  config.family = LlamaConfig::Family::qwen3;
+  config.head_dim = 128;
+  config.max_position_embeddings = 40960;
+  config.tie_word_embeddings = false;
+  config.sliding_window = std::nullopt;
+  return config;
+}
+
 const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() {
   static const std::vector<std::pair<std::string, std::function<HfConfig()>>> table = {
       {"gpt2-tiny", [] { return HfConfig(gpt2_tiny()); }},
@@ -143,6 +154,7 @@ const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() 
       {"qwen2.5-14b", [] { return HfConfig(qwen25_sized(5120, 13824, 48, 40, 8, false)); }},
       {"qwen2.5-32b", [] { return HfConfig(qwen25_sized(5120, 27648, 64, 40, 8, false)); }},
       {"qwen2.5-72b", [] { return HfConfig(qwen25_sized(8192, 29568, 80, 64, 8, false)); }},
+      {"qwen3-8b", [] { return HfConfig(qwen3_8b()); }},
   };
   return table;
 }

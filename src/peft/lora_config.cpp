@@ -69,7 +69,15 @@ const char* lora_bias_name(LoraBias bias) {
 
 std::string hf_model_type(const HfConfig& config) {
   if (std::holds_alternative<GPT2Config>(config)) return "gpt2";
-  return std::get<LlamaConfig>(config).family == LlamaConfig::Family::qwen2 ? "qwen2" : "llama";
+  switch (std::get<LlamaConfig>(config).family) {
+    case LlamaConfig::Family::llama:
+      return "llama";
+    case LlamaConfig::Family::qwen2:
+      return "qwen2";
+    case LlamaConfig::Family::qwen3:
+      return "qwen3";
+  }
+  return "llama";
 }
 
 void check_resumed_lora_config(const LoraConfig& saved, const LoraConfig& run,
@@ -103,7 +111,7 @@ void check_resumed_lora_config(const LoraConfig& saved, const LoraConfig& run,
 }
 
 std::vector<std::string> default_lora_target_modules(const HfConfig& config) {
-  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: llama and qwen2 alike.
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: llama, qwen2 and qwen3 alike.
   if (std::holds_alternative<GPT2Config>(config)) return {"c_attn"};
   return {"q_proj", "v_proj"};
 }

@@ -232,6 +232,22 @@ TEST(HfConfig, Qwen2IsLlamaWithQkvBiases) {
                                     {"q.json: field 'layer_types' holds", "sliding_attention"});
 }
 
+TEST(HfConfig, Qwen3HasPerHeadQkNorms) {
+  const std::string dir = std::string(HEADROOM_FIXTURES_DIR) + "/models/qwen3_tiny";
+  const LlamaConfig c = std::get<LlamaConfig>(read_hf_config(dir));
+  EXPECT_EQ(c.family, LlamaConfig::Family::qwen3);
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_FALSE(c.qkv_bias());
+  EXPECT_EQ(c.effective_head_dim(), 16);  // apart from hidden / heads (8)
+  const std::string text = to_json(HfConfig(c));
+  const nlohmann::json written = nlohmann::json::parse(text);
+  EXPECT_EQ(written["model_type"], "qwen3");
+  EXPECT_EQ(written["architectures"], nlohmann::json({"Qwen3ForCausalLM"}));
+  EXPECT_EQ(written["head_dim"], 16);
+  EXPECT_FALSE(written["attention_bias"].get<bool>());
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
+}
+
 TEST(HfConfig, RoundTrips) {
   GPT2Config gpt2;
   gpt2.n_embd = 64;
@@ -274,7 +290,7 @@ TEST(HfConfig, RoundTrips) {
 TEST(HfConfig, RejectsModelTypesAndBadJson) {
   expect_error<ValueError>(
       [] { parse_hf_config(R"({"model_type": "mistral"})", "cfg.json"); },
-      {"cfg.json", "field 'model_type' is 'mistral'", "'gpt2', 'llama' and 'qwen2'"});
+      {"cfg.json", "field 'model_type' is 'mistral'", "'gpt2', 'llama', 'qwen2' and 'qwen3'"});
   expect_error<ValueError>([] { parse_hf_config(R"({"n_embd": 768})", "cfg.json"); },
                            {"cfg.json", "field 'model_type' is missing"});
   expect_error<ValueError>([] { parse_hf_config(R"({"model_type": 2})", "cfg.json"); },

@@ -222,11 +222,11 @@ TEST_P(ModelReference, ShardSetMissingATensorIsRefusedWithItsNames) {
   EXPECT_NE(message.find("missing"), std::string::npos) << message;
 }
 
-// llama31_tiny (RoPE scaled as Llama 3.1's) and qwen2_tiny (q / k / v biases): transformers' own
-// models and files (tools/gen_transformers_references.py).
+// llama31_tiny (RoPE scaled as Llama 3.1's), qwen2_tiny (q / k / v biases) and qwen3_tiny
+// (q_norm / k_norm): transformers' own models and files (tools/gen_transformers_references.py).
 INSTANTIATE_TEST_SUITE_P(Models, ModelReference,
-                         ::testing::Values("gpt2_tiny", "llama_tiny", "llama31_tiny",
-                                           "qwen2_tiny"));
+                         ::testing::Values("gpt2_tiny", "llama_tiny", "llama31_tiny", "qwen2_tiny",
+                                           "qwen3_tiny"));
 
 // Llama 3.1's RoPE frequencies as transformers computes them at load (_compute_llama3_parameters),
 // for the tiny fixture and for Llama-3.1-8B's real parameters: within one fp32 ulp (the standard
