@@ -22,7 +22,12 @@ CATEGORIES = (("full", lambda a: a == "full"),
               ("LoRA r16", lambda a: a.startswith("lora")),
               ("QLoRA r16 (NF4)", lambda a: a.startswith("qlora")))
 NAMES = {"gpt2-xl": "GPT-2 XL 1.56B", "llama-7b": "Llama-2 7B", "llama-3-8b": "Llama-3 8B",
-         "llama-13b": "Llama-2 13B", "llama-70b": "Llama-2 70B"}
+         "llama-13b": "Llama-2 13B", "llama-70b": "Llama-2 70B",
+         "llama-3.2-1b": "Llama-3.2 1B", "llama-3.2-3b": "Llama-3.2 3B",
+         "llama-3.1-8b": "Llama-3.1 8B", "llama-3.3-70b": "Llama-3.3 70B",
+         "qwen2.5-0.5b": "Qwen2.5 0.5B", "qwen2.5-1.5b": "Qwen2.5 1.5B", "qwen2.5-7b": "Qwen2.5 7B",
+         "qwen2.5-14b": "Qwen2.5 14B", "qwen2.5-32b": "Qwen2.5 32B", "qwen2.5-72b": "Qwen2.5 72B",
+         "qwen3-8b": "Qwen3 8B"}
 
 
 def cell(configurations, category, capacity):
