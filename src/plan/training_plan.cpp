@@ -91,11 +91,12 @@ std::string describe_configuration(const TrainingArguments& a) {
                     a.lora_target_modules.empty() ? "default targets" : a.lora_target_modules, ", ")
           : std::string();
   const std::string fp8 = a.fp8 ? str_cat(" + fp8 ", a.fp8_recipe, " (", a.fp8_format, ")") : "";
+  const std::string offload = offload_label(a);  // resolves the arguments: once
   return str_cat(a.model, ", ", lora, precision, fp8, ", ", a.optim, ", ", checkpointing, ", ",
                  a.per_device_train_batch_size, " x ", a.gradient_accumulation_steps, " x ", tokens,
                  a.expandable_segments ? ", expandable segments" : "",
                  a.zero_stage.value_or(0) > 0 ? str_cat(", ZeRO-", *a.zero_stage) : std::string(),
-                 offload_label(a).empty() ? "" : ", offload " + offload_label(a));
+                 offload.empty() ? "" : ", offload " + offload);
 }
 
 TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& target,

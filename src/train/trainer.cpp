@@ -118,16 +118,14 @@ Trainer::Trainer(TrainingConfig config, BatchSourceFactory make_data,
                  std::shared_ptr<Communicator> communicator)
     : config_(std::move(config)), make_data_(std::move(make_data)) {
   if (!make_data_) make_data_ = make_data_loader_batch_source;
-  device_ = config_.device;
   if (communicator && communicator->world_size() > 1) {
-    if (communicator->device() != device_) {
-      throw ValueError(str_cat("device: ", device_, ", but the data-parallel communicator (",
+    if (communicator->device() != config_.device) {
+      throw ValueError(str_cat("device: ", config_.device, ", but the data-parallel communicator (",
                                communicator->backend(), ") carries ", communicator->device(),
                                " tensors"));
     }
     communicator_ = std::move(communicator);
   }
-  recipe_ = config_.recipe;
   build();
 }
 
@@ -157,7 +155,7 @@ void Trainer::build() {
   window_ = assembled.window;
   lora_ = config_.lora;
   offloaded_optimizer_ = nullptr;
-  data_ = make_data_(args_, *tokenizer_, window_, device_);
+  data_ = make_data_(args_, *tokenizer_, window_, config_.device);
   if (communicator_) {
     data_ = std::make_unique<ShardedBatchSource>(std::move(data_), communicator_->rank(),
                                                  communicator_->world_size());
@@ -171,9 +169,8 @@ void Trainer::build() {
   for (auto& [name, p] : model_->named_parameters()) {
     if (p.requires_grad()) trainable.emplace_back(name, p);
   }
-  zero_stage_ = config_.zero_stage;
   AssembledOptimizer optimizer =
-      assemble_optimizer(config_, trainable, offload_, device_, communicator_);
+      assemble_optimizer(config_, trainable, offload_, config_.device, communicator_);
   optimizer_ = std::move(optimizer.optimizer);
   offloaded_optimizer_ = optimizer.offloaded;
   clip_params_ = std::move(optimizer.clip_params);
@@ -186,7 +183,7 @@ void Trainer::build() {
                                ", which updates in backward and keeps no gradients to accumulate"
                                " (limit 1)"));
     }
-    if (recipe_.loss_scaling) {
+    if (config_.recipe.loss_scaling) {
       throw NotImplementedError(str_cat("optim ", optimizer_->name(),
                                         " with fp16 loss scaling is not supported; use bf16"));
     }
@@ -210,7 +207,7 @@ void Trainer::start_schedule() {
   schedule.num_warmup_steps = args_.warmup_steps;
   schedule.warmup_ratio = args_.warmup_ratio;
   scheduler_ = std::make_unique<LRScheduler>(*optimizer_, schedule);
-  scaler_ = std::make_unique<GradScaler>(GradScalerOptions{.enabled = recipe_.loss_scaling});
+  scaler_ = std::make_unique<GradScaler>(GradScalerOptions{.enabled = config_.recipe.loss_scaling});
 }
 
 void Trainer::reset_run_state() {
@@ -237,7 +234,7 @@ double Trainer::epoch() const {
 
 Tensor Trainer::train_step(int64_t& tokens) {
   const int64_t accumulation = args_.gradient_accumulation_steps;
-  const std::optional<DType> autocast_dtype = recipe_.autocast_dtype;
+  const std::optional<DType> autocast_dtype = config_.recipe.autocast_dtype;
   // The logged loss stays on the device until the step is done: reading it here would make the
   // host wait for each forward before queueing its backward (Note [Kernel census]).
   Tensor step_loss;
@@ -250,10 +247,10 @@ Tensor Trainer::train_step(int64_t& tokens) {
     MemoryCategoryScope category(MemoryCategory::activations);
     Tensor loss;
     {
-      Autocast region(device_.type, autocast_dtype, autocast_dtype.has_value());
+      Autocast region(config_.device.type, autocast_dtype, autocast_dtype.has_value());
       // ZeRO-3 and parameter offload bring each block's weights in only while it runs: casting
       // them all at the start would hold a low-precision copy of the whole model.
-      const bool prefetch = autocast_dtype && zero_stage_ < 3 && !offload_.params;
+      const bool prefetch = autocast_dtype && config_.zero_stage < 3 && !offload_.params;
       std::vector<Tensor> params;
       if (prefetch) {
         params = model_->parameters();
@@ -327,7 +324,7 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
       // With offload the gradients are the host's: what unscaling, clipping and the step make
       // comes from the host pool (Note [Optimizer offload]).
       std::optional<HostPoolScope> host_scope;
-      if (offloaded_optimizer_) host_scope.emplace(device_, offloaded_optimizer_->pool());
+      if (offloaded_optimizer_) host_scope.emplace(config_.device, offloaded_optimizer_->pool());
       bool overflow = assume_overflow && scaler_->is_enabled();
       if (args_.max_grad_norm > 0.0 || overflow || (communicator_ && scaler_->is_enabled())) {
         scaler_->unscale_(*optimizer_);
@@ -343,14 +340,14 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
       if (args_.max_grad_norm > 0.0) {
         // The true gradients are clipped: unscaled above.
         StepPhase clip("clip_grad_norm_");
-        if (zero_stage_ >= 1 && communicator_) {
+        if (config_.zero_stage >= 1 && communicator_) {
           norm = dynamic_cast<ZeroRedundancyOptimizer&>(*optimizer_)
                      .clip_grad_norm_on_device(args_.max_grad_norm);
         } else {
           norm = clip_grad_norm_on_device(clip_params_, args_.max_grad_norm);
         }
         result.grad_norm = 0.0;  // no gradient: torch's 0
-        if (device_.is_meta()) result.grad_norm = NAN;
+        if (config_.device.is_meta()) result.grad_norm = NAN;
       }
       scaler_->step(*optimizer_);  // skipped when a gradient is inf / NaN
       scaler_->update();
@@ -367,12 +364,12 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
   // The step's one host sync, once its work is queued: the loss, and the clip's norm with it.
   Tensor read = step_loss;
   if (norm.defined()) {
-    read = Tensor::empty({2}, DType::f32, device_);
+    read = Tensor::empty({2}, DType::f32, config_.device);
     read.narrow(0, 0, 1).copy_(step_loss.reshape({1}));
     read.narrow(0, 1, 1).copy_(norm.narrow(0, 0, 1));
   }
   count_skipped_host_read(read);
-  if (device_.is_meta()) {
+  if (config_.device.is_meta()) {
     result.loss = NAN;  // a dry run: no values
   } else {
     const std::vector<float> values = read.to_float_vector();
@@ -391,7 +388,7 @@ Trainer::StepResult Trainer::step(bool assume_overflow) {
 }
 
 CachingAllocator* Trainer::host_pool_in_use() const {
-  return offload_.any() ? &host_pool(device_, offload_.pin_memory) : nullptr;
+  return offload_.any() ? &host_pool(config_.device, offload_.pin_memory) : nullptr;
 }
 
 void Trainer::log_eval() {
@@ -412,22 +409,23 @@ EvalResult Trainer::evaluate() {
   if (!communicator_) {
     return evaluate_batches(
         *model_, data_->eval_batch_count(batch),
-        [&](int64_t i) { return data_->eval_batch(i, batch); }, device_, recipe_.autocast_dtype);
+        [&](int64_t i) { return data_->eval_batch(i, batch); }, config_.device,
+        config_.recipe.autocast_dtype);
   }
   // Sharded: rank r scores batches r, r + W, ...; the token-weighted sums are reduced.
   const int64_t world = communicator_->world_size(), rank = communicator_->rank();
   const int64_t total_batches = data_->eval_batch_count(batch);
   const int64_t mine = total_batches > rank ? (total_batches - rank + world - 1) / world : 0;
   EvalResult local = evaluate_batches(
-      *model_, mine, [&](int64_t i) { return data_->eval_batch(i * world + rank, batch); }, device_,
-      recipe_.autocast_dtype);
+      *model_, mine, [&](int64_t i) { return data_->eval_batch(i * world + rank, batch); },
+      config_.device, config_.recipe.autocast_dtype);
   if (zero_parameters_) {
     // ZeRO-3 gathers each block with collectives, so every rank runs as many forwards: a rank
     // with a batch fewer scores batch 0 once more and drops it (FSDP hangs on uneven inputs).
     const int64_t most = (total_batches + world - 1) / world;
     evaluate_batches(
-        *model_, most - mine, [&](int64_t) { return data_->eval_batch(0, batch); }, device_,
-        recipe_.autocast_dtype);
+        *model_, most - mine, [&](int64_t) { return data_->eval_batch(0, batch); }, config_.device,
+        config_.recipe.autocast_dtype);
   }
   const double loss_sum = local.tokens > 0 ? local.loss * static_cast<double>(local.tokens) : 0.0;
   EvalResult result;
@@ -472,8 +470,9 @@ int Trainer::train() {
     std::printf(
         "Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld windows of %lld "
         "tokens, %lld micro-batches per epoch\n",
-        args_.model.c_str(), static_cast<double>(num_parameters) / 1e6, recipe_.name().c_str(),
-        device_.str().c_str(), static_cast<long long>(max_steps_),
+        args_.model.c_str(), static_cast<double>(num_parameters) / 1e6,
+        config_.recipe.name().c_str(), config_.device.str().c_str(),
+        static_cast<long long>(max_steps_),
         static_cast<long long>(args_.gradient_accumulation_steps),
         static_cast<long long>(args_.per_device_train_batch_size),
         static_cast<long long>(window_ - 1), static_cast<long long>(data_->batches_per_epoch()));
@@ -509,8 +508,8 @@ int Trainer::train() {
                  args_.validation_split_percentage);
   }
   // The report is of this run: earlier work in the process (a test, a failed resume) not counted.
-  reset_peak_memory_stats(device_);
-  if (!device_.is_cpu()) reset_peak_memory_stats(kCPU);
+  reset_peak_memory_stats(config_.device);
+  if (!config_.device.is_cpu()) reset_peak_memory_stats(kCPU);
   if (CachingAllocator* pool = host_pool_in_use()) pool->reset_peak_stats();
   const auto run_start = Clock::now();
   const int64_t tokens_at_start = total_tokens_;  // a resumed run's rate counts its own tokens
@@ -531,7 +530,7 @@ int Trainer::train() {
     interval_seconds_ += step_seconds;
     progress.update(global_step_, loss, optimizer_->lr(),
                     static_cast<double>(tokens) / step_seconds,
-                    static_cast<int64_t>(max_memory_allocated(device_)));
+                    static_cast<int64_t>(max_memory_allocated(config_.device)));
     if (global_step_ % args_.logging_steps == 0 ||
         (args_.logging_first_step && global_step_ == 1) || global_step_ == max_steps_) {
       log_step(interval_loss_ / static_cast<double>(interval_steps_), grad_norm,
@@ -583,7 +582,7 @@ void Trainer::finish_run(bool stopped) {
   const fs::path out(args_.output_dir);
   // The report is of training; under ZeRO-3 the whole model is gathered after it into rank 0's
   // host memory, for it to write.
-  memory_ = MemoryBreakdown::of_device(device_);
+  memory_ = MemoryBreakdown::of_device(config_.device);
   if (!is_main_process()) {
     // Rank 0 writes the results; the others' memory is theirs (each rank's peak, as each GPU's).
     HostGatheredParameters whole(zero_parameters_.get(), 0);
@@ -591,8 +590,8 @@ void Trainer::finish_run(bool stopped) {
     communicator_->barrier();
     return;
   }
-  std::printf("%s%s", memory_summary(device_).c_str(), memory_.format().c_str());
-  nlohmann::ordered_json memory_json = memory_report_json(memory_, device_);
+  std::printf("%s%s", memory_summary(config_.device).c_str(), memory_.format().c_str());
+  nlohmann::ordered_json memory_json = memory_report_json(memory_, config_.device);
   if (const CachingAllocator* pool = host_pool_in_use()) {
     // Offload's host pool beside the device (Note [The host pool]).
     std::printf("%s", host_pool_summary(*pool, /*abbreviated=*/true).c_str());
@@ -646,7 +645,7 @@ void Trainer::print_sample() {
                 .temperature = 0.8,
                 .top_k = 40,
                 .seed = static_cast<uint64_t>(args_.seed),
-                .autocast_dtype = recipe_.autocast_dtype,
+                .autocast_dtype = config_.recipe.autocast_dtype,
                 .stop = [] { return training_stop_requested() != 0; }});
   if (training_stop_requested() != 0) return;  // cut short: not shown
   sample_ = tokenizer_->decode(ids);

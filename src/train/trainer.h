@@ -117,7 +117,7 @@ class Trainer {
   // Rank 0 of a data-parallel run, or a single process: the one that logs and writes files.
   bool is_main_process() const { return !communicator_ || communicator_->rank() == 0; }
   // ZeRO-1/2/3 over several ranks: each rank's optimizer holds its share (Note [ZeRO checkpoints]).
-  bool sharded_optimizer() const { return communicator_ && zero_stage_ >= 1; }
+  bool sharded_optimizer() const { return communicator_ && config_.zero_stage >= 1; }
   // Seconds this run's ranks waited for gradient all-reduces after backward (0 on one process).
   double communication_wait_seconds() const;
   int64_t global_step() const { return global_step_; }
@@ -140,7 +140,7 @@ class Trainer {
   Optimizer& optimizer() { return *optimizer_; }
   // Offload's host pool (Note [The host pool]) when this run offloads anything, else null.
   CachingAllocator* host_pool_in_use() const;
-  const PrecisionRecipe& recipe() const { return recipe_; }
+  const PrecisionRecipe& recipe() const { return config_.recipe; }
   // The breakdown of the run's peak, filled at the end of train().
   const MemoryBreakdown& memory_breakdown() const { return memory_; }
   // The sample printed at the end of train() (empty before, or with sample_max_new_tokens 0).
@@ -186,8 +186,6 @@ class Trainer {
   TrainingConfig config_;
   const TrainingArguments& args_ = config_.args;  // the options as given (config_.args)
   BatchSourceFactory make_data_;
-  Device device_;
-  PrecisionRecipe recipe_;
   int64_t window_ = 0;
   std::unique_ptr<CausalLM> model_;
   std::optional<LoraConfig> lora_;  // set with use_peft: the model carries these adapters
@@ -209,7 +207,6 @@ class Trainer {
   std::pair<int64_t, int64_t> fp8_counts_{0, 0};  // the last step's FP8 overflows, underflows
   std::shared_ptr<Communicator> communicator_;    // data-parallel runs only
   std::unique_ptr<GradientReducer> reducer_;
-  int64_t zero_stage_ = 0;
   std::shared_ptr<ZeroParameterSharding> zero_parameters_;  // ZeRO-3 only
   OffloadSettings offload_;
   OffloadedOptimizer* offloaded_optimizer_ = nullptr;  // optimizer_ itself when it offloads

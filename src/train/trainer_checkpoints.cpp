@@ -86,7 +86,7 @@ nlohmann::ordered_json Trainer::trainer_state() const {
           {"best_model_checkpoint", nullptr},
           {"log_history", log_history_},
           {"headroom",
-           {{"precision", recipe_.name()},
+           {{"precision", config_.recipe.name()},
             {"gradient_accumulation_steps", args_.gradient_accumulation_steps},
             {"interval_loss", interval_loss_},
             {"interval_steps", interval_steps_},
@@ -150,7 +150,7 @@ std::string Trainer::save_checkpoint() {
           communicator_->all_reduce_scalar(static_cast<double>(::getpid()), ReduceOp::sum);
           communicator_->barrier();  // every rank's files are in
         }
-        if (sharded) write_zero_manifest(tmp, world, zero_stage_);
+        if (sharded) write_zero_manifest(tmp, world, config_.zero_stage);
         write_checkpoint_checksums(tmp);  // last: it covers every file above
       });
   last_saved_step_ = global_step_;
@@ -217,7 +217,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const int rank = communicator_ ? communicator_->rank() : 0;
   const int world = communicator_ ? communicator_->world_size() : 1;
   const std::string fp8_file = fp8_state_file(rank, world);
-  const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), device_,
+  const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), config_.device,
                                                    lora_.has_value(), optimizer_file, fp8_file);
   const fs::path root(dir);
   // The adapters' options and base first: adapters resumed with another scaling or on other

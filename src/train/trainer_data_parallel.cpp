@@ -26,7 +26,7 @@ void Trainer::start_data_parallel(const std::vector<NamedTensor>& trainable,
   // Under ZeRO-3 a block parameter is its owner's alone (Note [ZeRO-3 parameter sharding]).
   std::vector<Tensor> whole;
   for (const auto& [name, p] : model_->named_parameters()) {
-    if (zero_stage_ < 3 || !is_block_parameter(*model_, name)) whole.push_back(p);
+    if (config_.zero_stage < 3 || !is_block_parameter(*model_, name)) whole.push_back(p);
   }
   broadcast_parameters(*communicator_, whole);
   GradientBucketOptions buckets;
@@ -36,7 +36,7 @@ void Trainer::start_data_parallel(const std::vector<NamedTensor>& trainable,
   const std::vector<int> owners = gradient_owners;
   reducer_ = std::make_unique<GradientReducer>(communicator_, trainable, buckets,
                                                std::move(gradient_owners));
-  if (zero_stage_ >= 3) shard_parameters(trainable, owners);
+  if (config_.zero_stage >= 3) shard_parameters(trainable, owners);
 }
 
 void Trainer::shard_parameters(const std::vector<std::pair<std::string, Tensor>>& trainable,

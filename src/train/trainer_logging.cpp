@@ -45,8 +45,8 @@ void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
     entry["fp8_overflow"] = fp8_counts_.first;
     entry["fp8_underflow"] = fp8_counts_.second;
   }
-  entry["peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(device_));
-  entry["peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(device_));
+  entry["peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(config_.device));
+  entry["peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(config_.device));
   if (const CachingAllocator* pool = host_pool_in_use()) {
     // Offload's host pool (Note [The host pool]), on a GPU or on the CPU.
     const DeviceStats host = pool->stats();
@@ -54,7 +54,7 @@ void Trainer::log_step(double loss, double grad_norm, double tokens_per_s) {
         host.allocated_bytes[static_cast<size_t>(StatType::all)].peak;
     entry["host_peak_reserved_bytes"] =
         host.reserved_bytes[static_cast<size_t>(StatType::all)].peak;
-  } else if (!device_.is_cpu()) {
+  } else if (!config_.device.is_cpu()) {
     // The host's share of a GPU run (pinned batches): the CPU's allocator.
     entry["host_peak_allocated_bytes"] = static_cast<int64_t>(max_memory_allocated(kCPU));
     entry["host_peak_reserved_bytes"] = static_cast<int64_t>(max_memory_reserved(kCPU));

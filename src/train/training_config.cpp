@@ -173,8 +173,7 @@ TrainingConfig resolve_training_config(const TrainingArguments& args) {
   config.optimizer = parse_optimizer_kind(args.optim);
   OptimizerArguments& optimizer = config.optimizer_arguments;
   optimizer.optim = args.optim;
-  if (config.optimizer == OptimizerKind::adamw && args.optim == "adamw_torch" &&
-      config.recipe.optimizer_state_dtype == DType::bf16) {
+  if (args.optim == "adamw_torch" && config.recipe.optimizer_state_dtype == DType::bf16) {
     config.optimizer = OptimizerKind::adamw_bf16;
     optimizer.optim = optimizer_kind_name(OptimizerKind::adamw_bf16);
   }
