@@ -24,6 +24,12 @@ struct DropoutKernels {
   Kernel<void(const Tensor& x, uint64_t seed, uint64_t offset, uint32_t threshold, float scale,
               const Tensor& out)>
       apply{"apply"};
+  // out = residual + r(keep ? x * scale : 0), r rounding to x's dtype, then out's dtype: dropout
+  // and a residual add in one pass, with the values of apply into a tensor of x's dtype followed
+  // by the element-wise add (ops/dropout.h: dropout_add). Same shapes, all contiguous.
+  Kernel<void(const Tensor& x, const Tensor& residual, uint64_t seed, uint64_t offset,
+              uint32_t threshold, float scale, const Tensor& out)>
+      apply_add{"apply_add"};
 };
 
 }  // namespace headroom

@@ -24,6 +24,8 @@ inline int64_t norm_backward_blocks(int64_t rows) {
 struct NormKernels {
   static constexpr const char* kName = "norm";
 
+  // out in x's dtype, or in bf16 / f16 for f32 x (ops/norm.h: out_dtype).
+
   Kernel<void(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
               const Tensor& out, const Tensor& mean, const Tensor& rstd)>
       layer_norm_forward{"layer_norm_forward"};

@@ -33,7 +33,7 @@ Tensor GPT2Attention::forward(const Tensor& x) const {
   Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                           /*is_causal=*/true, std::nullopt, p);
   y = reshape(transpose(y, 1, 2), {b, t, d});
-  return maybe_dropout(run_matmul(runners_, c_proj_, y), config_.resid_pdrop, is_training());
+  return run_matmul(runners_, c_proj_, y);
 }
 
 GPT2MLP::GPT2MLP(const GPT2Config& config, Device device, const BlockRunners* runners)
@@ -48,7 +48,7 @@ GPT2MLP::GPT2MLP(const GPT2Config& config, Device device, const BlockRunners* ru
 
 Tensor GPT2MLP::forward(const Tensor& x) const {
   const Tensor hidden = gelu(run_matmul(runners_, c_fc_, x));
-  return maybe_dropout(run_matmul(runners_, c_proj_, hidden), config_.resid_pdrop, is_training());
+  return run_matmul(runners_, c_proj_, hidden);
 }
 
 GPT2Block::GPT2Block(const GPT2Config& config, Device device, const BlockRunners* runners)
@@ -60,9 +60,12 @@ GPT2Block::GPT2Block(const GPT2Config& config, Device device, const BlockRunners
           "ln_2", std::make_unique<LayerNorm>(config.n_embd, config.layer_norm_epsilon, device))),
       mlp_(register_module("mlp", std::make_unique<GPT2MLP>(config, device, runners))) {}
 
+// HF's resid_dropout ends GPT2Attention and GPT2MLP; here it is fused with the residual add
+// that follows each (the same draws and values, one kernel instead of two).
 Tensor GPT2Block::forward(const Tensor& x) const {
-  const Tensor h = add(x, attn_.forward(ln_1_.forward(x)));
-  return add(h, mlp_.forward(ln_2_.forward(h)));
+  const double p = is_training() ? config_.resid_pdrop : 0.0;
+  const Tensor h = dropout_add(x, attn_.forward(ln_1_.forward(x, attn_.input_dtype())), p);
+  return dropout_add(h, mlp_.forward(ln_2_.forward(h, mlp_.input_dtype())), p);
 }
 
 GPT2Model::GPT2Model(const GPT2Config& config, Device device, const BlockRunners* runners)

@@ -16,7 +16,10 @@ class GPT2Attention : public Module {
  public:
   // runners: the model's (Note [Block runners]); null runs the projections directly.
   GPT2Attention(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
-  Tensor forward(const Tensor& x) const;  // [B, T, D]
+  // [B, T, D], before HF's resid_dropout, which the block applies with its residual add.
+  Tensor forward(const Tensor& x) const;
+  // The dtype c_attn converts x to (AdaptableLinear::input_dtype).
+  std::optional<DType> input_dtype() const { return c_attn_.input_dtype(); }
 
  private:
   const GPT2Config config_;
@@ -28,7 +31,8 @@ class GPT2Attention : public Module {
 class GPT2MLP : public Module {
  public:
   GPT2MLP(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const;  // before resid_dropout, as GPT2Attention's
+  std::optional<DType> input_dtype() const { return c_fc_.input_dtype(); }
 
  private:
   const GPT2Config config_;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/autocast.h"
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
@@ -25,6 +26,12 @@ Tensor Linear::forward(const Tensor& x) const {
   if (quant_) return with_adapter(x, linear_4bit(x, *quant_, bias_, compute_dtype_));
   if (fp8_) return with_adapter(x, fp8_linear(x, weight_, bias_, layout_, fp8_));
   return with_adapter(x, linear(x, weight_, bias_, layout_));
+}
+
+std::optional<DType> Linear::input_dtype() const {
+  if (quant_ || fp8_) return std::nullopt;
+  if (adapter() && !adapter()->reads_input_as_projection()) return std::nullopt;
+  return autocast_input_dtype("linear", weight_.device());
 }
 
 void Linear::set_fp8(std::shared_ptr<Fp8LinearState> state) {
@@ -109,12 +116,26 @@ LayerNorm::LayerNorm(int64_t dim, double eps, Device device) : eps_(eps) {
   register_parameter("bias", bias_, Tensor::zeros({dim}, DType::f32, device));
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
+std::optional<DType> common_input_dtype(std::initializer_list<const AdaptableLinear*> projections) {
+  std::optional<DType> common;
+  for (const AdaptableLinear* p : projections) {
+    const std::optional<DType> dtype = p->input_dtype();
+    if (!dtype || (common && *common != *dtype)) return std::nullopt;
+    common = dtype;
+  }
+  return common;
+}
+
+Tensor LayerNorm::forward(const Tensor& x, std::optional<DType> out_dtype) const {
+  return layer_norm(x, weight_, bias_, eps_, out_dtype);
+}
 
 RMSNorm::RMSNorm(int64_t dim, double eps, Device device) : eps_(eps) {
   register_parameter("weight", weight_, Tensor::ones({dim}, DType::f32, device));
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight_, eps_); }
+Tensor RMSNorm::forward(const Tensor& x, std::optional<DType> out_dtype) const {
+  return rms_norm(x, weight_, eps_, out_dtype);
+}
 
 }  // namespace headroom

@@ -3,7 +3,9 @@
 // adapter), Embedding, LayerNorm, RMSNorm.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
+#include <optional>
 
 #include "nn/module.h"
 #include "ops/embedding.h"
@@ -20,6 +22,9 @@ class LinearAdapter : public Module {
  public:
   // x [..., in], base [..., out] (the base layer's output) -> the layer's output.
   virtual Tensor forward(const Tensor& x, const Tensor& base) const = 0;
+  // True when this adapter's forward reads x only as the input of projections that autocast
+  // converts as the layer's own (LoRA without dropout): AdaptableLinear::input_dtype.
+  virtual bool reads_input_as_projection() const { return false; }
 };
 
 // A projection that can hold an adapter: the Linear below, with a full-precision or a frozen
@@ -34,6 +39,12 @@ class AdaptableLinear : public Module {
   virtual DType compute_dtype() const = 0;
   // x [..., in] -> [..., out]: the layer's own output with the adapter's branch added.
   virtual Tensor forward(const Tensor& x) const = 0;
+  // The dtype forward converts x to before anything reads it, now (autocast's region dtype for
+  // a full-precision weight, with an adapter that reads x the same way), or nullopt when x is
+  // read as it is. Whoever computes x may write it in that dtype directly: a norm before a
+  // projection (ops/norm.h: out_dtype) rounds once, as the conversion would, with no tensor
+  // in between.
+  virtual std::optional<DType> input_dtype() const { return std::nullopt; }
 
   // Attaches `adapter` (its parameters named beside the layer's, e.g. "lora_A.weight"); one at
   // most.
@@ -61,6 +72,9 @@ class Linear : public AdaptableLinear {
   // Weight [out, in] (out_in, nn.Linear) or [in, out] (in_out, GPT-2's Conv1D); uninitialised.
   Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device device);
   Tensor forward(const Tensor& x) const override;
+  // Autocast's dtype for linear, unless the weight is 4-bit or FP8 (their ops read x as it is)
+  // or the adapter reads x otherwise.
+  std::optional<DType> input_dtype() const override;
   // Undefined for a 4-bit layer.
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
@@ -150,10 +164,15 @@ Tensor output_head_loss(const AdaptableLinear& head, const Tensor& weight, const
 // The logits of the same head: linear(h, weight), or the head's forward with its adapter.
 Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h);
 
+// The one dtype that all of `projections` convert their input to (AdaptableLinear::input_dtype),
+// or nullopt when one reads its input as it is or they differ.
+std::optional<DType> common_input_dtype(std::initializer_list<const AdaptableLinear*> projections);
+
 class LayerNorm : public Module {
  public:
   LayerNorm(int64_t dim, double eps, Device device);  // weight 1, bias 0
-  Tensor forward(const Tensor& x) const;
+  // out_dtype: ops/norm.h's (the dtype of the projections it feeds: common_input_dtype).
+  Tensor forward(const Tensor& x, std::optional<DType> out_dtype = std::nullopt) const;
 
  private:
   Tensor weight_, bias_;
@@ -163,7 +182,7 @@ class LayerNorm : public Module {
 class RMSNorm : public Module {
  public:
   RMSNorm(int64_t dim, double eps, Device device);  // weight 1
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, std::optional<DType> out_dtype = std::nullopt) const;
 
  private:
   Tensor weight_;

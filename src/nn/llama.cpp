@@ -85,9 +85,12 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Device device,
                           std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
       mlp_(register_module("mlp", std::make_unique<LlamaMLP>(c, device, runners))) {}
 
+// Each norm writes the dtype its projections convert it to (under autocast: one bf16 tensor
+// that q, k and v share, where three casts of an fp32 one would each be kept for backward).
 Tensor LlamaDecoderLayer::forward(const Tensor& x) const {
-  const Tensor h = add(x, self_attn_.forward(input_layernorm_.forward(x)));
-  return add(h, mlp_.forward(post_attention_layernorm_.forward(h)));
+  const Tensor h =
+      add(x, self_attn_.forward(input_layernorm_.forward(x, self_attn_.input_dtype())));
+  return add(h, mlp_.forward(post_attention_layernorm_.forward(h, mlp_.input_dtype())));
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, Device device, const BlockRunners* runners)

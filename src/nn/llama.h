@@ -14,6 +14,10 @@ class LlamaAttention : public Module {
   // runners: the model's (Note [Block runners]); null runs the projections directly.
   LlamaAttention(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;
+  // The dtype q, k and v_proj all convert x to (common_input_dtype).
+  std::optional<DType> input_dtype() const {
+    return common_input_dtype({&q_proj_, &k_proj_, &v_proj_});
+  }
 
  private:
   const LlamaConfig config_;
@@ -30,6 +34,7 @@ class LlamaMLP : public Module {
  public:
   LlamaMLP(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;
+  std::optional<DType> input_dtype() const { return common_input_dtype({&gate_proj_, &up_proj_}); }
 
  private:
   const BlockRunners* runners_;

@@ -128,6 +128,15 @@ std::optional<std::vector<Tensor>> autocast_inputs(std::string_view op,
   return out;
 }
 
+std::optional<DType> autocast_input_dtype(std::string_view op, Device device) {
+  if (!AutocastMode::any_enabled()) return std::nullopt;
+  const AutocastDeviceState state = AutocastMode::get(device.type);
+  if (!state.enabled) return std::nullopt;
+  const std::optional<AutocastPolicy> policy = autocast_policy(op);
+  if (!policy || *policy == AutocastPolicy::promote) return std::nullopt;
+  return *policy == AutocastPolicy::fp32 ? DType::f32 : state.dtype;
+}
+
 void prefetch_autocast_casts(const std::vector<Tensor>& tensors) {
   if (!AutocastMode::any_enabled() || tensors.empty()) return;
   const AutocastDeviceState state = AutocastMode::get(tensors.front().device().type);

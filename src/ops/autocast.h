@@ -57,6 +57,10 @@ std::optional<AutocastPolicy> autocast_policy(std::string_view op);
 std::optional<std::vector<Tensor>> autocast_inputs(std::string_view op,
                                                    const std::vector<Tensor>& inputs);
 
+// The dtype autocast converts `op`'s floating inputs on `device` to (the region's for
+// lower_precision, f32 for fp32), or nullopt when it converts none there.
+std::optional<DType> autocast_input_dtype(std::string_view op, Device device);
+
 // The cast cache of this thread: an fp32 parameter is cast once per autocast region, however
 // often it is used; the region's exit (outermost) clears it. Only casts made inside a region
 // that has cache_enabled are cached, as in torch.autocast(cache_enabled=True).

@@ -67,10 +67,13 @@ std::vector<Tensor> norm_backward(BackwardContext& ctx, bool centred, const Norm
   return {dx, dweight};
 }
 
-// out in x's dtype, f32 statistics, x and weight read as they are (bias in the weight's dtype,
+// out in out_dtype, f32 statistics, x and weight read as they are (bias in the weight's dtype,
 // as the kernels take it).
 Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor& weight,
-                    const Tensor& bias, double eps) {
+                    const Tensor& bias, double eps, DType out_dtype) {
+  if (!is_floating(out_dtype)) {
+    throw ValueError(str_cat(op, ": out_dtype ", dtype_name(out_dtype), " is not a float dtype"));
+  }
   const NormDims dims = norm_dims(op, x, weight, bias);
   const Device device = x.device();
   const Tensor xc = x.contiguous();
@@ -78,7 +81,7 @@ Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor&
   Tensor b;
   if (bias.defined())
     b = weight.defined() ? contiguous_as(bias, weight.dtype()) : bias.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
+  Tensor out = Tensor::empty(x.shape(), out_dtype, device);
   Tensor mean = centred ? Tensor::empty({dims.rows}, DType::f32, device) : Tensor();
   Tensor rstd = Tensor::empty({dims.rows}, DType::f32, device);
   if (centred) {
@@ -99,6 +102,11 @@ Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor&
     node->set_backward([centred, dims, has_bias](BackwardContext& ctx) {
       return norm_backward(ctx, centred, dims, has_bias);
     });
+    // A narrowed result's consumers may hand its gradient back in x's dtype (as to a cast):
+    // backward reads it in that dtype anyway.
+    if (x.dtype() == DType::f32 && (out_dtype == DType::bf16 || out_dtype == DType::f16)) {
+      node->accept_grad_in(DType::f32);
+    }
     node->set_outputs({out});
   }
   return out;
@@ -106,19 +114,20 @@ Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor&
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                  std::optional<DType> out_dtype) {
   RecordFunction record("layer_norm", x, weight, bias);
   if (auto cast = autocast_inputs("layer_norm", {x, weight, bias})) {
-    return layer_norm((*cast)[0], (*cast)[1], (*cast)[2], eps);
+    return layer_norm((*cast)[0], (*cast)[1], (*cast)[2], eps, out_dtype);
   }
-  return norm_forward("layer_norm", true, x, weight, bias, eps);
+  return norm_forward("layer_norm", true, x, weight, bias, eps, out_dtype.value_or(x.dtype()));
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, std::optional<DType> out_dtype) {
   RecordFunction record("rms_norm", x, weight);
   if (auto cast = autocast_inputs("rms_norm", {x, weight}))
-    return rms_norm((*cast)[0], (*cast)[1], eps);
-  return norm_forward("rms_norm", false, x, weight, Tensor(), eps);
+    return rms_norm((*cast)[0], (*cast)[1], eps, out_dtype);
+  return norm_forward("rms_norm", false, x, weight, Tensor(), eps, out_dtype.value_or(x.dtype()));
 }
 
 }  // namespace headroom

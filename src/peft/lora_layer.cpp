@@ -46,6 +46,10 @@ LoraLayer::LoraLayer(int64_t in, int64_t out, const LoraConfig& config, Device d
   if (dtype != DType::f32) to(dtype);
 }
 
+bool LoraLayer::reads_input_as_projection() const {
+  return !(is_training() && dropout_ > 0.0) && lora_A_.input_dtype().has_value();
+}
+
 Tensor LoraLayer::forward(const Tensor& x, const Tensor& base) const {
   const Tensor in = is_training() && dropout_ > 0.0 ? dropout(x, dropout_, true) : x;
   const Tensor delta = lora_B_.forward(lora_A_.forward(in));

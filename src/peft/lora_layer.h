@@ -16,6 +16,8 @@ class LoraLayer : public LinearAdapter {
             Generator* generator);
   // Dropout only on the adapter's branch, and only in training, as PEFT.
   Tensor forward(const Tensor& x, const Tensor& base) const override;
+  // Without an active dropout, x only enters lora_A, a projection converting it as the base does.
+  bool reads_input_as_projection() const override;
 
   const Tensor& lora_A() const { return lora_A_.weight(); }
   const Tensor& lora_B() const { return lora_B_.weight(); }

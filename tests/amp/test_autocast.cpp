@@ -405,6 +405,73 @@ TEST(Autocast, DropoutOfABranchTakesTheResidualGradientInFp32) {
   EXPECT_GT(once_differs_from_twice, 0) << "the test cannot tell one rounding from two";
 }
 
+// A norm whose result three projections convert to bf16 (Llama's q, k, v) writes bf16 itself:
+// the values and every gradient of the norm followed by the casts, bit for bit, with none of the
+// three activation casts launched (in forward or backward) and one bf16 tensor kept for the
+// three projections instead of three copies and the fp32 result.
+TEST(Autocast, ANormWritingItsProjectionsDtypeIsTheNormThenTheirCasts) {
+  for (bool centred : {true, false}) {
+    struct Run {
+      std::vector<std::vector<float>> values;
+      int64_t forward_casts = 0, backward_casts = 0, kept_bytes = 0;
+    };
+    auto run = [&](bool narrowed) {
+      Generator gen(5);
+      Tensor x = Tensor::randn({37, 96}, DType::f32, kCPU, &gen).set_requires_grad();
+      Tensor w = Tensor::randn({96}, DType::f32, kCPU, &gen).set_requires_grad();
+      Tensor b = Tensor::randn({96}, DType::f32, kCPU, &gen).set_requires_grad();
+      std::vector<Tensor> weights;
+      for (int i = 0; i < 3; ++i)
+        weights.push_back(Tensor::randn({40, 96}, DType::f32, kCPU, &gen).set_requires_grad());
+      const Tensor dy = Tensor::randn({37, 40}, DType::f32, kCPU, &gen).to(DType::bf16);
+      Run r;
+      Tensor sum;
+      {
+        Autocast region(DeviceType::cpu, DType::bf16);
+        const std::optional<DType> out_dtype =
+            narrowed ? std::optional<DType>(DType::bf16) : std::nullopt;
+        const int64_t before = static_cast<int64_t>(memory_allocated(kCPU));
+        KernelCensus forward, backward_census;
+        {
+          KernelCensusScope scope(forward);
+          const Tensor h =
+              centred ? layer_norm(x, w, b, 1e-5, out_dtype) : rms_norm(x, w, 1e-6, out_dtype);
+          EXPECT_EQ(h.dtype(), narrowed ? DType::bf16 : DType::f32);
+          for (const Tensor& wi : weights) {
+            const Tensor y = linear(h, wi, Tensor());
+            sum = sum.defined() ? add(sum, y) : y;
+          }
+          r.kept_bytes = static_cast<int64_t>(memory_allocated(kCPU)) - before;
+        }
+        {
+          KernelCensusScope scope(backward_census);
+          backward(sum, dy);
+        }
+        r.forward_casts = launches_of(forward, "cast");
+        r.backward_casts = launches_of(backward_census, "cast");
+      }
+      r.values = {sum.to_float_vector(), x.grad().to_float_vector(), w.grad().to_float_vector()};
+      if (centred) r.values.push_back(b.grad().to_float_vector());
+      for (const Tensor& wi : weights) r.values.push_back(wi.grad().to_float_vector());
+      return r;
+    };
+    const Run fused = run(true), casts = run(false);
+    ASSERT_EQ(fused.values.size(), casts.values.size());
+    for (size_t i = 0; i < fused.values.size(); ++i) {
+      EXPECT_EQ(fused.values[i], casts.values[i]) << "result " << i;
+    }
+    // Both cast the three weights; only the unfused one casts the norm's result three times.
+    EXPECT_EQ(casts.forward_casts, 6);
+    EXPECT_EQ(fused.forward_casts, 3);
+    EXPECT_EQ(casts.backward_casts, 0);
+    EXPECT_EQ(fused.backward_casts, 0);
+    // Blocks of the allocator are multiples of 512 bytes.
+    const auto block = [](int64_t bytes) { return (bytes + 511) / 512 * 512; };
+    EXPECT_EQ(casts.kept_bytes - fused.kept_bytes,
+              3 * block(37 * 96 * 2) + block(37 * 96 * 4) - block(37 * 96 * 2));
+  }
+}
+
 // Prefetched casts (one list launch for all the weights) are the casts the forward would have
 // made one at a time: the same outputs and gradients bit for bit, the same cache entries, and
 // the forward itself casts nothing more.

@@ -163,6 +163,38 @@ TEST(CudaNorm, RmsNormMatchesTheCpu) {
   check_norm({false, 65, 256, DType::f16, DType::f32, true});
 }
 
+// A norm of f32 x written in bf16 / f16 (ops/norm.h: out_dtype) is the GPU's own f32 norm
+// rounded, bit for bit, on the packed and scalar paths; its backward is the f32 norm's.
+TEST(CudaNorm, NarrowedOutputIsTheNormRounded) {
+  REQUIRE_GPU();
+  for (bool centred : {true, false}) {
+    for (DType out_dtype : {DType::bf16, DType::f16}) {
+      for (auto [rows, dim] : {std::pair<int64_t, int64_t>{7, 33}, {300, 768}, {37, 6144}}) {
+        const std::string what = str_cat(centred ? "layer_norm" : "rms_norm", " [", rows, ", ", dim,
+                                         "] to ", dtype_name(out_dtype));
+        const Tensor x =
+            leaf(random_tensor({rows, dim}, DType::f32, 1, 2.0f, 0.5f), DType::f32, kGpu);
+        const Tensor w = leaf(random_tensor({dim}, DType::f32, 2, 0.5f, 1.0f), DType::f32, kGpu);
+        const Tensor b = leaf(random_tensor({dim}, DType::f32, 3, 0.2f), DType::f32, kGpu);
+        const Tensor wide = centred ? layer_norm(x, w, b) : rms_norm(x, w);
+        const Tensor narrow =
+            centred ? layer_norm(x, w, b, 1e-5, out_dtype) : rms_norm(x, w, 1e-6, out_dtype);
+        ASSERT_EQ(narrow.dtype(), out_dtype) << what;
+        EXPECT_EQ(narrow.to(kCPU).to_float_vector(), wide.to(out_dtype).to(kCPU).to_float_vector())
+            << what << " out";
+        // The narrow gradient, and the same values widened for the f32 norm.
+        const Tensor dy = random_tensor({rows, dim}, out_dtype, 4).to(kGpu);
+        backward(wide, dy.to(DType::f32));
+        const Tensor dx_wide = x.grad().clone();
+        x.set_grad(Tensor());
+        backward(narrow, dy);
+        EXPECT_EQ(x.grad().to(kCPU).to_float_vector(), dx_wide.to(kCPU).to_float_vector())
+            << what << " dx";
+      }
+    }
+  }
+}
+
 // The weight and bias gradients are summed in a fixed order: two runs agree to the bit.
 TEST(CudaNorm, BackwardRepeatsBitForBit) {
   REQUIRE_GPU();

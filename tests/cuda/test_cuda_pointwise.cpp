@@ -365,6 +365,27 @@ TEST(CudaPointwise, DropoutMaskIsTheCpusBitForBit) {
   }
 }
 
+TEST(CudaPointwise, DropoutAddIsTheCpusBitForBit) {
+  REQUIRE_GPU();
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kPointwiseShapes) {
+      for (double p : {0.1, 0.5}) {
+        const Op op = [p](auto& in) {
+          Generator generator(83);
+          return dropout_add(in[0], in[1], p, true, &generator);
+        };
+        // The residual in f32 (autocast's stream) and in the branch's dtype (pure bf16).
+        for (DType residual_dtype : {DType::f32, dtype}) {
+          check_op(name_of("dropout_add", dtype, shape) + " residual " +
+                       dtype_name(residual_dtype) + " p " + std::to_string(p),
+                   op, {random(shape, residual_dtype, 84), random(shape, dtype, 85)},
+                   tolerance_for(dtype), /*exact=*/true);
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaPointwise, RotaryMatchesTheCpu) {
   REQUIRE_GPU();
   for (DType dtype : kDtypes) {

@@ -1,5 +1,9 @@
 // Harness cases for the point-wise ops: activations, softmax, dropout and embedding. Each op has
 // a case larger than its kernels' serial grain (so the OpenMP path runs) and odd sizes.
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/generator.h"
 #include "ops/op_harness.h"
 #include "ops/ops.h"
@@ -59,6 +63,23 @@ HEADROOM_OP_CASES(pointwise_cases) {
       {"dropout/chunks", {normal({7, 1001})}, [](In in) { return seeded_dropout(in[0], 0.5); }});
   register_op_case(
       {"dropout/parallel", {normal({5, 4099})}, [](In in) { return seeded_dropout(in[0], 0.1); }});
+
+  auto dropout_add_fn = [](In in) {
+    Generator gen(2024);
+    gen.set_offset(17);
+    return dropout_add(in[0], in[1], 0.3, true, &gen);
+  };
+  // In bf16 / f16 the dropped x is rounded before the add, as add(residual, dropout(x)) rounds
+  // it: two roundings, not one, so the low-precision check is the bit-for-bit comparison with
+  // those two ops (Dropout.DropoutAddIsAddOfDropoutBitForBit) instead of this harness's.
+  auto dropout_add_case = [&](std::string name, std::vector<OpInput> inputs) {
+    OpCase c{std::move(name), std::move(inputs), dropout_add_fn};
+    c.low_precision = {};
+    register_op_case(std::move(c));
+  };
+  dropout_add_case("dropout_add/3x5", {normal({3, 5}), normal({3, 5})});
+  dropout_add_case("dropout_add/parallel", {normal({5, 4099}), normal({5, 4099})});
+  dropout_add_case("dropout_add/branch_grad_only", {constant(normal({3, 5})), normal({3, 5})});
 
   auto embedding_fn = [](In in) { return embedding(in[0], in[1]); };
   register_op_case({"embedding/small", {normal({10, 6}), ids({2, 3}, 10)}, embedding_fn});

@@ -17,6 +17,7 @@
 #include "backend/cpu/pointwise_simd.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/kernel_census.h"
 #include "core/philox.h"
 #include "memory/device_memory.h"
 #include "ops/ops.h"
@@ -246,6 +247,71 @@ TEST(Dropout, BackwardRegeneratesTheForwardMask) {
     if (kept) {
       ASSERT_EQ(yv[i], xv[i] * scale) << "element " << i;
     }
+  }
+}
+
+// The fused op is the two ops' values and gradients bit for bit, in every dtype pairing a
+// residual stream has (f32 residual and a bf16 branch under autocast, pure bf16, f32).
+TEST(Dropout, DropoutAddIsAddOfDropoutBitForBit) {
+  const std::pair<DType, DType> pairings[] = {{DType::f32, DType::f32},
+                                              {DType::f32, DType::bf16},
+                                              {DType::bf16, DType::bf16},
+                                              {DType::f16, DType::f16},
+                                              {DType::bf16, DType::f32}};
+  for (const auto& [residual_dtype, x_dtype] : pairings) {
+    for (double p : {0.1, 0.5, 1.0}) {
+      Generator data(31);
+      // 5 x 4099: several chunks and threads, the last chunk not a multiple of 4.
+      const Tensor r = Tensor::randn({5, 4099}, DType::f32, kCPU, &data).to(residual_dtype);
+      const Tensor x = scale(Tensor::randn({5, 4099}, DType::f32, kCPU, &data), 3.0).to(x_dtype);
+      const Tensor dy_f32 = Tensor::randn({5, 4099}, DType::f32, kCPU, &data);
+      std::vector<uint64_t> offsets;  // the generator after each: the same draw
+      auto run = [&](bool fused) {
+        const Tensor rr = r.detach().set_requires_grad();
+        const Tensor xx = x.detach().set_requires_grad();
+        Generator gen(77);
+        gen.set_offset(5);
+        const Tensor y =
+            fused ? dropout_add(rr, xx, p, true, &gen) : add(rr, dropout(xx, p, true, &gen));
+        backward(y, dy_f32.to(y.dtype()));
+        offsets.push_back(gen.offset());
+        return std::vector<Tensor>{y, rr.grad(), xx.grad()};
+      };
+      const std::vector<Tensor> fused = run(true), separate = run(false);
+      const std::string what =
+          str_cat(dtype_name(residual_dtype), " + ", dtype_name(x_dtype), " p ", p);
+      EXPECT_EQ(offsets[0], offsets[1]) << what;
+      for (size_t i = 0; i < fused.size(); ++i) {
+        ASSERT_EQ(fused[i].dtype(), separate[i].dtype()) << what << " result " << i;
+        EXPECT_EQ(fused[i].to_float_vector(), separate[i].to_float_vector())
+            << what << " result " << i;
+      }
+    }
+  }
+}
+
+TEST(Dropout, DropoutAddIsOneKernelAndAddWhenOff) {
+  const Tensor r = Tensor::randn({3, 8});
+  const Tensor x = Tensor::randn({3, 8});
+  KernelCensus census;
+  {
+    KernelCensusScope open(census);
+    (void)dropout_add(r, x, 0.2);
+  }
+  ASSERT_EQ(census.launches().size(), 1u);
+  EXPECT_STREQ(census.launches()[0].entry, "apply_add");
+  EXPECT_EQ(dropout_add(r, x, 0.2, false).to_float_vector(), add(r, x).to_float_vector());
+  EXPECT_EQ(dropout_add(r, x, 0.0).to_float_vector(), add(r, x).to_float_vector());
+  // A broadcast residual takes the two ops.
+  const Tensor row = Tensor::randn({8});
+  Generator a(3), b(3);
+  EXPECT_EQ(dropout_add(row, x, 0.5, true, &a).to_float_vector(),
+            add(row, dropout(x, 0.5, true, &b)).to_float_vector());
+  try {
+    (void)dropout_add(r, x, 1.5);
+    ADD_FAILURE() << "p = 1.5 accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("dropout_add: p = 1.5"), std::string::npos) << e.what();
   }
 }
 

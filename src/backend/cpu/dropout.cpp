@@ -69,8 +69,38 @@ void dropout_apply(const Tensor& x, uint64_t seed, uint64_t offset, uint32_t thr
   });
 }
 
+// out = residual + (x's dropout rounded to x's dtype): a chunk of x widened, masked, rounded
+// and widened back (a no-op for f32), the residual added, the sum rounded into out.
+void dropout_apply_add(const Tensor& x, const Tensor& residual, uint64_t seed, uint64_t offset,
+                       uint32_t threshold, float scale, const Tensor& out) {
+  ensure_flush_denormal();
+  parallel_ranges(x.numel(), kGrain, 4, [&](int64_t b, int64_t e) {
+    // [0, k): x widened, then the sum; [k, 2k): the dropped x; [2k, 3k): the residual widened;
+    // [3k, 4k): the dropped x in x's dtype.
+    float* scratch = thread_scratch(4 * kChunk);
+    float* dropped = scratch + kChunk;
+    for (int64_t c = b; c < e; c += kChunk) {  // c stays a multiple of 4
+      const int64_t m = std::min(kChunk, e - c);
+      const auto n = static_cast<size_t>(m);
+      dropout_range(widen_span(x, c, m, scratch), dropped, c, m, seed, offset, threshold, scale);
+      if (x.dtype() != DType::f32) {
+        convert_from_f32(dropped, scratch + 3 * kChunk, x.dtype(), n);
+        convert_to_f32(scratch + 3 * kChunk, x.dtype(), dropped, n);
+      }
+      const float* r = widen_span(residual, c, m, scratch + 2 * kChunk);
+      float* sum = span_target(out, c, scratch);
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) sum[i] = r[i] + dropped[i];
+      store_span(out, c, m, sum);
+    }
+  });
+}
+
 }  // namespace
 
-void fill_dropout_kernels(DropoutKernels& kernels) { kernels.apply = dropout_apply; }
+void fill_dropout_kernels(DropoutKernels& kernels) {
+  kernels.apply = dropout_apply;
+  kernels.apply_add = dropout_apply_add;
+}
 
 }  // namespace headroom::cpu

@@ -23,17 +23,17 @@ constexpr int kBackwardWarps = kBackwardThreads / kWarpSize;
 // slice of the partial buffer in global memory (each column is owned by one thread either way).
 constexpr size_t kMaxSharedPartialBytes = 40 << 10;
 
-// y = (x - mean) * rstd * weight + bias, one warp per row; rms_norm is the case with no mean
-// (centred false) and no bias.
-template <typename TX, typename TW, int N>
+// y = (x - mean) * rstd * weight + bias, one warp per row, rounded once into y's dtype TY (x's,
+// or bf16 / f16 from f32 x); rms_norm is the case with no mean (centred false) and no bias.
+template <typename TX, typename TW, typename TY, int N>
 __global__ void norm_forward_kernel(const TX* x, const TW* weight, const TW* bias, int64_t rows,
-                                    int64_t dim, float eps, bool centred, TX* out, float* mean,
+                                    int64_t dim, float eps, bool centred, TY* out, float* mean,
                                     float* rstd) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = int64_t{blockIdx.x} * kForwardWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // the whole warp: no block-wide synchronisation follows
   const TX* xr = x + row * dim;
-  TX* yr = out + row * dim;
+  TY* yr = out + row * dim;
   const int64_t packs = dim / N;
   const float inv_dim = 1.0f / static_cast<float>(dim);
   float m = 0.0f;
@@ -65,15 +65,15 @@ __global__ void norm_forward_kernel(const TX* x, const TW* weight, const TW* bia
     Pack<TW, N> w{}, b{};
     if (weight) w = load_pack<TW, N>(weight, c);
     if (bias) b = load_pack<TW, N>(bias, c);
-    Pack<TX, N> y;
+    Pack<TY, N> y;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       float value = (to_f32(p.v[i]) - m) * rs;
       if (weight) value *= to_f32(w.v[i]);
       if (bias) value += to_f32(b.v[i]);
-      y.v[i] = from_f32<TX>(value);
+      y.v[i] = from_f32<TY>(value);
     }
-    store_pack<TX, N>(yr, c, y);
+    store_pack<TY, N>(yr, c, y);
   }
 }
 
@@ -221,54 +221,72 @@ DType affine_dtype(const char* op, const Tensor& x, const Tensor& weight, const 
   return dtype;
 }
 
-template <typename TX, typename TW>
+template <typename TX, typename TW, typename TY>
 void launch_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                     const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   const auto [rows, dim] = row_shape(x);
   const TX* xp = data_or_null<const TX>(x);
   const TW* wp = data_or_null<const TW>(weight);
   const TW* bp = data_or_null<const TW>(bias);
-  TX* yp = data_or_null<TX>(out);
+  TY* yp = data_or_null<TY>(out);
   constexpr int kPack = kPackOf<TX>;
-  const bool packed = dim % kPack == 0 && is_aligned(xp, 16) && is_aligned(yp, 16) &&
-                      is_aligned(wp, sizeof(TW) * kPack) && is_aligned(bp, sizeof(TW) * kPack);
+  const bool packed = dim % kPack == 0 && is_aligned(xp, 16) &&
+                      is_aligned(yp, sizeof(TY) * kPack) && is_aligned(wp, sizeof(TW) * kPack) &&
+                      is_aligned(bp, sizeof(TW) * kPack);
   const int64_t grid = (rows + kForwardWarps - 1) / kForwardWarps;
   if (grid > INT_MAX) throw ValueError(str_cat("norm forward: ", rows, " rows are too many"));
   const int threads = kForwardWarps * kWarpSize;
   float* mp = data_or_null<float>(mean);
   float* rp = data_or_null<float>(rstd);
   if (packed) {
-    norm_forward_kernel<TX, TW, kPack><<<static_cast<int>(grid), threads, 0, current_stream()>>>(
-        xp, wp, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
+    norm_forward_kernel<TX, TW, TY, kPack>
+        <<<static_cast<int>(grid), threads, 0, current_stream()>>>(xp, wp, bp, rows, dim, eps,
+                                                                   mean.defined(), yp, mp, rp);
   } else {
-    norm_forward_kernel<TX, TW, 1><<<static_cast<int>(grid), threads, 0, current_stream()>>>(
+    norm_forward_kernel<TX, TW, TY, 1><<<static_cast<int>(grid), threads, 0, current_stream()>>>(
         xp, wp, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
   }
   check_launch();
 }
 
-// Shared by both norms: mean is undefined for rms_norm, as is bias.
+template <typename TX, typename TY>
+void forward_for_weight(const char* op, DType wdtype, const Tensor& x, const Tensor& weight,
+                        const Tensor& bias, float eps, const Tensor& out, const Tensor& mean,
+                        const Tensor& rstd) {
+  switch (wdtype) {
+    case DType::f32:
+      launch_forward<TX, float, TY>(x, weight, bias, eps, out, mean, rstd);
+      break;
+    case DType::bf16:
+      launch_forward<TX, __nv_bfloat16, TY>(x, weight, bias, eps, out, mean, rstd);
+      break;
+    case DType::f16:
+      launch_forward<TX, __half, TY>(x, weight, bias, eps, out, mean, rstd);
+      break;
+    default:
+      check_kernel_dtype(op, "weight", wdtype);
+  }
+}
+
+// Shared by both norms: mean is undefined for rms_norm, as is bias. out is in x's dtype, or in
+// bf16 / f16 for f32 x (a norm whose result a projection converts: ops/norm.h).
 void norm_forward(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                   float eps, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
-  check_same_dtype(op, "out", out, x.dtype());
   const DType wdtype = affine_dtype(op, x, weight, bias);
+  const bool narrowed =
+      x.dtype() == DType::f32 && (out.dtype() == DType::bf16 || out.dtype() == DType::f16);
+  if (!narrowed) check_same_dtype(op, "out", out, x.dtype());
   if (row_shape(x).rows == 0) return;
   DeviceGuard guard(x.device().index);
-  HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), TX, {
-    switch (wdtype) {
-      case DType::f32:
-        launch_forward<TX, float>(x, weight, bias, eps, out, mean, rstd);
-        break;
-      case DType::bf16:
-        launch_forward<TX, __nv_bfloat16>(x, weight, bias, eps, out, mean, rstd);
-        break;
-      case DType::f16:
-        launch_forward<TX, __half>(x, weight, bias, eps, out, mean, rstd);
-        break;
-      default:
-        check_kernel_dtype(op, "weight", wdtype);
-    }
-  });
+  if (out.dtype() == DType::bf16 && narrowed) {
+    forward_for_weight<float, __nv_bfloat16>(op, wdtype, x, weight, bias, eps, out, mean, rstd);
+  } else if (narrowed) {
+    forward_for_weight<float, __half>(op, wdtype, x, weight, bias, eps, out, mean, rstd);
+  } else {
+    HEADROOM_CUDA_DISPATCH_FLOAT(
+        x.dtype(), TX,
+        forward_for_weight<TX, TX>(op, wdtype, x, weight, bias, eps, out, mean, rstd));
+  }
 }
 
 template <typename TX, typename TW>
