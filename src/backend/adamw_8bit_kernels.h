@@ -8,6 +8,9 @@
 
 namespace headroom {
 
+// bitsandbytes' state block: one absmax per 256 elements of each state.
+inline constexpr int64_t kAdam8bitBlockSize = 256;
+
 struct AdamW8bitKernels {
   static constexpr const char* kName = "adamw_8bit";
 

@@ -1,5 +1,6 @@
-// The quantized tensors' kernel table (Note [Kernel tables] in backend/kernel_table.h): the 4-bit
-// linear of QLoRA's frozen base (quant/linear_4bit.h). Its weight is dequantized tile by tile
+// The quantized tensors' kernel table (Note [Kernel tables] in backend/kernel_table.h): QLoRA's
+// 4-bit codec (quantize, double-quantize, dequantize: quant/quant_4bit.h) and the 4-bit linear
+// of its frozen base (quant/linear_4bit.h). Its weight is dequantized tile by tile
 // inside the kernel, never as a whole matrix; the op allocates the outputs and a workspace whose
 // size is a function of the shapes only (the same on every device), so a dry run on the meta
 // device plans the same bytes.
@@ -45,8 +46,29 @@ inline int64_t linear_4bit_backward_workspace(int64_t rows, int64_t in, int64_t 
   return out * t + r * out + r * t;
 }
 
+// Double quantization's blocks of absmax values (bitsandbytes' quantize_blockwise default).
+inline constexpr int64_t kQuant4bitNestedBlocksize = 256;
+
 struct QuantizationKernels {
   static constexpr const char* kName = "quantization";
+
+  // weight (contiguous f32, bf16 or f16, read as fp32) in blocks of `blocksize` values: packed
+  // (ceil(numel / 2) bytes, two codes a byte, high nibble first; any storage dtype) and absmax
+  // (f32 [blocks]), bit for bit as bitsandbytes' CPU path (Note [4-bit quantization as
+  // bitsandbytes' CPU path] in backend/cpu/quant_4bit.cpp).
+  Kernel<void(const Tensor& weight, Quant4bitType type, int64_t blocksize, const Tensor& packed,
+              const Tensor& absmax)>
+      quantize_4bit{"quantize_4bit"};
+  // Double quantization of absmax (f32 [blocks], overwritten): offset (f32 [1]) = its mean as
+  // torch sums (Note [Mean of the absmax as torch sums] in backend/cpu/torch_mean.h), absmax -=
+  // offset, then bitsandbytes' blockwise 8-bit quantization of it in blocks of
+  // kQuant4bitNestedBlocksize against the signed dynamic map, which nested_code (f32 [256])
+  // receives: codes (u8 [blocks]) and nested_absmax (f32 [ceil(blocks / 256)]).
+  Kernel<void(const Tensor& absmax, const Tensor& offset, const Tensor& codes,
+              const Tensor& nested_absmax, const Tensor& nested_code)>
+      quantize_absmax_nested{"quantize_absmax_nested"};
+  // out (f32, bf16 or f16, w's rows x cols elements) = code * absmax in fp32, rounded once.
+  Kernel<void(const Quant4bitOperand& w, const Tensor& out)> dequantize_4bit{"dequantize_4bit"};
 
   // y [rows, out] = x [rows, in] @ dequant(w)^T (+ bias [out]). x, bias and y share the compute
   // dtype (f32, bf16, f16); each weight element is code * absmax in fp32 rounded to it, products

@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "backend/adamw_8bit_kernels.h"
-#include "backend/cpu/adamw_8bit.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "optim/adamw.h"

@@ -1,7 +1,7 @@
 // The parameter checks and state allocation of bitsandbytes' 8-bit optimizers (bnb_8bit_states.h).
 #include "optim/bnb_8bit_states.h"
 
-#include "backend/cpu/adamw_8bit.h"
+#include "backend/adamw_8bit_kernels.h"
 #include "core/error.h"
 #include "memory/memory_category.h"
 
@@ -25,7 +25,7 @@ void check_bnb_param(const char* optimizer, const std::string& name, const Tenso
 }
 
 int64_t bnb_block_count(int64_t numel) {
-  return (numel + cpu::kAdam8bitBlockSize - 1) / cpu::kAdam8bitBlockSize;
+  return (numel + kAdam8bitBlockSize - 1) / kAdam8bitBlockSize;
 }
 
 Tensor bnb_state_zeros(const Tensor& param, bool eight_bit) {

@@ -7,88 +7,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/blockwise_quant.h"
+#include "backend/kernel_table.h"
+#include "backend/quantization_kernels.h"
 #include "core/dtype_convert.h"
 #include "core/error.h"
 #include "core/json_file.h"
 
 namespace headroom {
 
+static_assert(kNestedBlocksize == kQuant4bitNestedBlocksize);
+
 namespace {
-
-// Note [Mean of the absmax as torch sums]
-// Double quantization centres the absmax values on offset = absmax.mean(), which torch computes
-// on the CPU as sum(x) / n in fp32, its sum being cascade_sum (aten/native/cpu/SumKernel.cpp):
-// 8-lane vectors (the sum kernel is not dispatched to AVX-512; AVX2, NEON and the default build
-// all have 8 floats) summed in 4 interleaved accumulators (ilp) with multi-level partial sums
-// of 2^max(4, ceil(log2(size)) / 4) steps, the remaining vectors into the first accumulator,
-// the accumulators added in order, then the tail scalars and the 8 lanes. Inputs shorter than
-// a vector take the same shape on scalars. torch splits a reduction over threads above 32768
-// elements (a weight of more than 2M values at blocksize 64); this reproduces the one-thread
-// order, which its split can change by an ulp.
-int64_t ceil_log2(int64_t x) {
-  if (x <= 2) return 1;
-  int64_t bits = 0;
-  for (uint64_t v = static_cast<uint64_t>(x) - 1; v != 0; v >>= 1) ++bits;
-  return bits;
-}
-
-// torch's multi_row_sum + row_sum over `count` items of `width` floats each (item i at
-// x + i * width), items grouped in rows of 4; returns the lanes of the sum.
-template <int kWidth>
-std::array<float, kWidth> torch_row_sum(const float* x, int64_t count) {
-  constexpr int kIlp = 4, kLevels = 4;
-  const int64_t size = count / kIlp;
-  const int64_t level_power = std::max<int64_t>(4, ceil_log2(size) / kLevels);
-  const int64_t level_step = int64_t{1} << level_power;
-  const int64_t level_mask = level_step - 1;
-  std::array<std::array<std::array<float, kWidth>, kIlp>, kLevels> acc{};
-  auto add = [](std::array<float, kWidth>& dst, const float* src) {
-    for (int l = 0; l < kWidth; ++l) dst[l] += src[l];
-  };
-  int64_t i = 0;
-  while (i + level_step <= size) {
-    for (int64_t j = 0; j < level_step; ++j, ++i) {
-      for (int k = 0; k < kIlp; ++k) add(acc[0][k], x + (i * kIlp + k) * kWidth);
-    }
-    for (int j = 1; j < kLevels; ++j) {
-      for (int k = 0; k < kIlp; ++k) {
-        add(acc[j][k], acc[j - 1][k].data());
-        acc[j - 1][k].fill(0.0f);
-      }
-      if ((i & (level_mask << (j * level_power))) != 0) break;
-    }
-  }
-  for (; i < size; ++i) {
-    for (int k = 0; k < kIlp; ++k) add(acc[0][k], x + (i * kIlp + k) * kWidth);
-  }
-  for (int j = 1; j < kLevels; ++j) {
-    for (int k = 0; k < kIlp; ++k) add(acc[0][k], acc[j][k].data());
-  }
-  for (int64_t t = size * kIlp; t < count; ++t) add(acc[0][0], x + t * kWidth);
-  for (int k = 1; k < kIlp; ++k) add(acc[0][0], acc[0][k].data());
-  return acc[0][0];
-}
-
-float torch_mean_f32(const float* x, int64_t n) {
-  constexpr int kLanes = 8;
-  float sum = 0.0f;
-  if (n < kLanes) {
-    sum = torch_row_sum<1>(x, n)[0];
-  } else {
-    const int64_t vectors = n / kLanes;
-    const std::array<float, kLanes> lanes = torch_row_sum<kLanes>(x, vectors);
-    for (int64_t k = vectors * kLanes; k < n; ++k) sum += x[k];
-    for (float lane : lanes) sum += lane;
-  }
-  return sum / static_cast<float>(n);
-}
-
-const cpu::QuantizationMap& nested_map() {
-  static const cpu::QuantizationMap map =
-      cpu::create_dynamic_map(/*is_signed=*/true, 7, 8, /*fused_linspace=*/true);
-  return map;
-}
 
 Tensor host_tensor(const void* data, size_t bytes, const Shape& shape, DType dtype, Device device) {
   Tensor host = Tensor::empty(shape, dtype, kCPU);
@@ -172,43 +101,27 @@ Quant4bitWeight quantize_4bit(const Tensor& weight, const Quant4bitConfig& confi
   }
   const Shape packed_shape{bytes / storage_size, 1};
   const int64_t blocks = q.blocks();
-  const int64_t nested_blocks = (blocks + kNestedBlocksize - 1) / kNestedBlocksize;
   const Device device = weight.device();
-  if (device.type == DeviceType::meta) {
-    q.packed = Tensor::empty(packed_shape, config.quant_storage, device);
-    q.absmax = Tensor::empty({blocks}, q.nested ? DType::u8 : DType::f32, device);
-    if (q.nested) {
-      q.nested_absmax = Tensor::empty({nested_blocks}, DType::f32, device);
-      q.nested_code = Tensor::empty({256}, DType::f32, device);
-    }
-    return q;
-  }
-  // Widened into a host vector, outside every device allocator: the dry run on meta allocates
-  // nothing here, so neither may a real run on the CPU, whose host is its device (an fp32 copy
-  // through the allocator was a temporary the plan did not have). A GPU's weight comes to the
-  // host first, in the host's allocator; a strided CPU weight is copied contiguous first (the
-  // loader passes contiguous ones).
-  const Tensor source = (weight.device().is_cpu() ? weight : weight.to(kCPU)).contiguous();
-  std::vector<float> values(static_cast<size_t>(n));
-  convert_to_f32(source.data_ptr(), d, values.data(), static_cast<size_t>(n));
-  std::vector<uint8_t> packed(static_cast<size_t>(bytes));
-  std::vector<float> absmax(static_cast<size_t>(blocks));
-  cpu::quantize_4bit(config.quant_type, values.data(), n, config.blocksize, packed.data(),
-                     absmax.data());
-  q.packed = host_tensor(packed.data(), packed.size(), packed_shape, config.quant_storage, device);
+  // On the weight's device, through its kernels (the meta device allocates the same tensors and
+  // runs nothing); the weight is read as it is, no widened copy.
+  q.packed = Tensor::empty(packed_shape, config.quant_storage, device);
+  Tensor absmax = Tensor::empty({blocks}, DType::f32, device);
+  need_kernel("quantize_4bit", device, &QuantizationKernels::quantize_4bit)(
+      weight.contiguous(), config.quant_type, config.blocksize, q.packed, absmax);
   if (!q.nested) {
-    q.absmax = floats(absmax, device);
+    q.absmax = std::move(absmax);
     return q;
   }
-  q.offset = torch_mean_f32(absmax.data(), blocks);
-  for (float& a : absmax) a -= q.offset;
-  std::vector<uint8_t> codes(static_cast<size_t>(blocks));
-  std::vector<float> nested_absmax(static_cast<size_t>(nested_blocks));
-  cpu::quantize_blockwise_lut(nested_map(), absmax.data(), blocks, kNestedBlocksize, codes.data(),
-                              nested_absmax.data());
-  q.absmax = host_tensor(codes.data(), codes.size(), Shape{blocks}, DType::u8, device);
-  q.nested_absmax = floats(nested_absmax, device);
-  q.nested_code = floats(std::vector<float>(nested_map().begin(), nested_map().end()), device);
+  const int64_t nested_blocks = (blocks + kNestedBlocksize - 1) / kNestedBlocksize;
+  const Tensor offset = Tensor::empty({1}, DType::f32, device);
+  q.absmax = Tensor::empty({blocks}, DType::u8, device);
+  q.nested_absmax = Tensor::empty({nested_blocks}, DType::f32, device);
+  q.nested_code = Tensor::empty({256}, DType::f32, device);
+  need_kernel("quantize_4bit", device, &QuantizationKernels::quantize_absmax_nested)(
+      absmax, offset, q.absmax, q.nested_absmax, q.nested_code);
+  // The offset is a field of the quant state (bitsandbytes keeps it as a tensor and writes it
+  // into the saved JSON): read once here, at load.
+  q.offset = device.type == DeviceType::meta ? 0.0f : offset.to_float_vector()[0];
   return q;
 }
 
@@ -225,12 +138,24 @@ std::vector<float> quant_4bit_absmax(const Quant4bitWeight& weight) {
 }
 
 Tensor dequantize_4bit(const Quant4bitWeight& weight, DType dtype) {
-  const Tensor bytes = weight.packed.to(kCPU).contiguous();
-  const std::vector<float> absmax = quant_4bit_absmax(weight);
-  Tensor out = Tensor::empty(weight.shape, DType::f32, kCPU);
-  cpu::dequantize_4bit(weight.quant_type, static_cast<const uint8_t*>(bytes.data_ptr()),
-                       absmax.data(), weight.numel(), weight.blocksize, out.data<float>());
-  return out.to(dtype).to(weight.device());
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16) {
+    throw ValueError(
+        str_cat("dequantize_4bit: dtype ", dtype_name(dtype), " is not f32, bf16 or f16"));
+  }
+  Quant4bitOperand w;  // any shape: the elements in order, as one row
+  w.packed = weight.packed;
+  w.absmax = weight.absmax;
+  w.nested = weight.nested;
+  w.nested_absmax = weight.nested_absmax;
+  w.nested_code = weight.nested_code;
+  w.offset = weight.offset;
+  w.type = weight.quant_type;
+  w.blocksize = weight.blocksize;
+  w.rows = 1;
+  w.cols = weight.numel();
+  Tensor out = Tensor::empty(weight.shape, dtype, weight.device());
+  need_kernel("dequantize_4bit", weight.device(), &QuantizationKernels::dequantize_4bit)(w, out);
+  return out;
 }
 
 bool is_quant_4bit_state_key(const std::string& name) {
@@ -249,7 +174,7 @@ std::vector<std::pair<std::string, Tensor>> quant_4bit_state_dict(const std::str
   std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back(p, weight.packed);
   out.emplace_back(p + ".absmax", weight.absmax);
-  const std::array<float, 16> code = cpu::quant_4bit_code(weight.quant_type);
+  const std::array<float, 16> code = quant_4bit_code(weight.quant_type);
   out.emplace_back(p + ".quant_map",
                    floats(std::vector<float>(code.begin(), code.end()), weight.device()));
   // QuantState.as_dict(packed=True): the non-tensor fields as json.dumps writes them.
@@ -327,7 +252,7 @@ Quant4bitWeight quant_4bit_from_state_dict(const std::string& prefix,
                              q.shape, " packs into ", (q.numel() + 1) / 2));
   }
   const std::vector<float> quant_map = need(p + ".quant_map").to_float_vector();
-  const std::array<float, 16> code = cpu::quant_4bit_code(q.quant_type);
+  const std::array<float, 16> code = quant_4bit_code(q.quant_type);
   if (!std::equal(quant_map.begin(), quant_map.end(), code.begin(), code.end())) {
     throw ValueError(str_cat(source, ": ", p, ".quant_map is not bitsandbytes' ",
                              quant_4bit_type_name(q.quant_type), " code"));

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/quant_4bit.h"
+#include "backend/quant_4bit_type.h"
 #include "core/tensor.h"
 
 namespace headroom {
@@ -34,7 +34,7 @@ struct Quant4bitConfig {
 void check_quant_4bit_config(const Quant4bitConfig& config, const std::string& source);
 
 // Double quantization's blocks of absmax values (bitsandbytes' quantize_blockwise default).
-inline constexpr int64_t kNestedBlocksize = 256;
+inline constexpr int64_t kNestedBlocksize = 256;  // = kQuant4bitNestedBlocksize
 
 // One 4-bit weight: bitsandbytes' Params4bit data plus its QuantState.
 struct Quant4bitWeight {
@@ -56,17 +56,18 @@ struct Quant4bitWeight {
   int64_t nbytes() const;
 };
 
-// Quantizes `weight` (f32 / bf16 / f16, any device; computed on the host, results on the
-// weight's device; on the meta device only the tensors are allocated) bit for bit as
-// bitsandbytes' CPU path does (Note [4-bit quantization as bitsandbytes' CPU path] in
-// backend/cpu/quant_4bit.cpp, Note [Mean of the absmax as torch sums] in quant_4bit.cpp).
+// Quantizes `weight` (f32 / bf16 / f16) on its device through the quantization kernels (the
+// meta device allocates the same tensors), bit for bit as bitsandbytes' CPU path does (Note
+// [4-bit quantization as bitsandbytes' CPU path] in backend/cpu/quant_4bit.cpp, Note [Mean of
+// the absmax as torch sums] in backend/cpu/torch_mean.h). Double quantization holds the f32
+// absmax [blocks] until its 8-bit codes are made, and reads its mean back to the host.
 Quant4bitWeight quantize_4bit(const Tensor& weight, const Quant4bitConfig& config);
 
 // The per-block absmax in fp32 (the nested statistics dequantized, + offset), on the host.
 std::vector<float> quant_4bit_absmax(const Quant4bitWeight& weight);
 
-// The whole weight in `dtype` (code * absmax in fp32, then rounded): for tests, merging and
-// saving in full precision; the 4-bit linear never makes one.
+// The whole weight in `dtype` (f32 / bf16 / f16: code * absmax in fp32, then rounded), on its
+// device: for tests, merging and saving in full precision; the 4-bit linear never makes one.
 Tensor dequantize_4bit(const Quant4bitWeight& weight, DType dtype);
 
 // bitsandbytes' state_dict entries of a Linear4bit's weight at `prefix` ("model.layers.0.mlp.

@@ -5,14 +5,14 @@
 
 #include <cstdint>
 
-#include "backend/optimizer_coefficients.h"
+#include "backend/adamw_8bit_kernels.h"
 #include "backend/cpu/blockwise_quant.h"
+#include "backend/optimizer_coefficients.h"
 #include "core/dtype.h"
 
 namespace headroom::cpu {
 
-// bitsandbytes' state block: one absmax per 256 elements of each state.
-constexpr int64_t kAdam8bitBlockSize = 256;
+using headroom::kAdam8bitBlockSize;
 
 using BnbAdamCoefficients = headroom::BnbAdamCoefficients;
 

@@ -145,6 +145,7 @@ void backward_input(const Tensor& grad_y, const Quant4bitOperand& w, const Tenso
 void fill_quantization_kernels(QuantizationKernels& kernels) {
   kernels.linear_4bit_forward = forward;
   kernels.linear_4bit_backward_input = backward_input;
+  fill_quant_4bit_codec_kernels(kernels);
 }
 
 }  // namespace headroom::cpu
