@@ -128,7 +128,8 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
   f.must_match("max_grad_norm", max_grad_norm);
   f.must_match("neftune_noise_alpha", neftune_noise_alpha);
   f.must_match("lr_scheduler_type", scheduler_type_name(config.lr_scheduler));
-  f.must_match("warmup_ratio", warmup_steps > 0 ? Json(nullptr) : Json(warmup_ratio));  // unused
+  // warmup_steps > 0 overrides warmup_ratio, which then changes nothing.
+  f.must_match("warmup_ratio", warmup_steps > 0 ? Json(nullptr) : Json(warmup_ratio));
   f.must_match("warmup_steps", warmup_steps);
 
   // bf16, fp16 and precision: one recipe (its Kahan summation included).
