@@ -210,7 +210,10 @@ std::string show_whole(const Json& value) {
   if (value.is_array() &&
       std::all_of(value.begin(), value.end(), [](const Json& item) { return item.is_string(); })) {
     std::string joined;
-    for (const Json& item : value) joined += (joined.empty() ? "" : ",") + item.get<std::string>();
+    for (const Json& item : value) {
+      if (!joined.empty()) joined += ',';
+      joined += item.get_ref<const std::string&>();
+    }
     return joined.empty() ? std::string("(none)") : joined;
   }
   return value.dump();
@@ -329,21 +332,23 @@ nlohmann::ordered_json parse_training_config_fields(const std::string& text,
 
 void check_resumed_config(const nlohmann::ordered_json& saved, const ConfigRecord& run,
                           const std::string& source) {
+  // Every difference at once, so that one edit of the options makes the resume go through.
+  std::string differences;
   for (const ConfigField& field : run) {
     if (field.rule != ResumeRule::must_match) continue;
     const auto it = saved.find(field.name);
     if (it == saved.end()) continue;  // an option newer than the checkpoint
     std::string where;
     Json saved_value, run_value;
-    if (!first_difference(it->at("value"), field.value, field.name, where, saved_value,
-                          run_value)) {
-      continue;
+    if (first_difference(it->at("value"), field.value, field.name, where, saved_value, run_value)) {
+      differences += str_cat(where, " is ", show(saved_value), " in the checkpoint and ",
+                             show(run_value), " in this run; ");
     }
-    throw ResumeConfigError(str_cat(
-        source, ": ", where, " is ", show(saved_value), " in the checkpoint and ", show(run_value),
-        " in this run; it changes what the run computes, so a resume keeps the "
-        "checkpoint's (Note [What a resume may change])"));
   }
+  if (differences.empty()) return;
+  throw ResumeConfigError(str_cat(source, ": ", differences,
+                                  "a resume keeps what changes the training's mathematics (resume "
+                                  "with the checkpoint's values, or start a new run)"));
 }
 
 }  // namespace headroom

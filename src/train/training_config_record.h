@@ -82,9 +82,10 @@ class ResumeConfigError : public ValueError {
 };
 
 // ResumeConfigError "<source>: learning_rate is 0.003 in the checkpoint and 0.001 in this run;
-// ..." for the first field of `run` that must match and differs from `saved`'s (a fields object;
-// an object value names the key that differs: model_config.n_embd). Fields `saved` does not have
-// (options newer than the checkpoint) are not compared.
+// ..." naming each field of `run` that must match and differs from `saved`'s (a fields object;
+// an object value names the key that differs: model_config.n_embd). The run's rule decides, not
+// the file's changes_math (which is there for readers); fields `saved` does not have (options
+// newer than the checkpoint) are not compared.
 void check_resumed_config(const nlohmann::ordered_json& saved, const ConfigRecord& run,
                           const std::string& source);
 

@@ -96,15 +96,20 @@ TEST(ResumeConfig, AChangeToTheMathematicsIsRefusedNamingTheFieldAndBothValues) 
     EXPECT_FALSE(fs::exists(tmp.path() / c.what / "checkpoint-4"));
   }
 
-  // "last" refuses at once: the older checkpoints are the same run's, not a fallback.
+  // "last" refuses at once: the older checkpoints are the same run's, not a fallback. Every
+  // difference is named in the one line.
   TrainingArguments last = args;
   last.resume_from_checkpoint = "last";
   last.max_steps = 4;
   last.adam_beta2 = 0.99;
+  last.weight_decay = 0.1;
   const std::string e = value_error_of([&] { Trainer(last).train(); });
-  EXPECT_NE(e.find(str_cat(source, ": adam_beta2 is 0.999 in the checkpoint and 0.99 in this run")),
+  EXPECT_NE(e.find(str_cat(source,
+                           ": weight_decay is 0.0 in the checkpoint and 0.1 in this run; "
+                           "adam_beta2 is 0.999 in the checkpoint and 0.99 in this run; ")),
             std::string::npos)
       << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   EXPECT_EQ(e.find("no valid"), std::string::npos) << e;
 }
 
