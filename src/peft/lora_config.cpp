@@ -80,36 +80,6 @@ std::string hf_model_type(const HfConfig& config) {
   return "llama";
 }
 
-void check_resumed_lora_config(const LoraConfig& saved, const LoraConfig& run,
-                               const HfConfig& model, const std::string& source) {
-  auto names = [&](const std::vector<std::string>& list, bool targets) {
-    std::vector<std::string> sorted =
-        targets && list.empty() ? default_lora_target_modules(model) : list;
-    std::sort(sorted.begin(), sorted.end());
-    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-    std::string joined;
-    for (const std::string& n : sorted) joined += (joined.empty() ? "" : ",") + n;
-    return joined.empty() ? std::string("(none)") : joined;
-  };
-  const std::pair<const char*, std::pair<std::string, std::string>> fields[] = {
-      {"lora_r", {std::to_string(saved.r), std::to_string(run.r)}},
-      {"lora_alpha", {str_cat(saved.lora_alpha), str_cat(run.lora_alpha)}},
-      {"lora_dropout", {str_cat(saved.lora_dropout), str_cat(run.lora_dropout)}},
-      {"use_rslora", {saved.use_rslora ? "true" : "false", run.use_rslora ? "true" : "false"}},
-      {"lora_target_modules", {names(saved.target_modules, true), names(run.target_modules, true)}},
-      {"lora_modules_to_save",
-       {names(saved.modules_to_save, false), names(run.modules_to_save, false)}},
-      {"bias", {lora_bias_name(saved.bias), lora_bias_name(run.bias)}},
-  };
-  for (const auto& [field, values] : fields) {
-    if (values.first == values.second) continue;
-    throw ValueError(str_cat(source, ": ", field, " is ", values.first, " in the checkpoint and ",
-                             values.second,
-                             " in this run; a resume trains the adapters on with "
-                             "the options they were saved with"));
-  }
-}
-
 std::vector<std::string> default_lora_target_modules(const HfConfig& config) {
   // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: llama, qwen2 and qwen3 alike.
   if (std::holds_alternative<GPT2Config>(config)) return {"c_attn"};

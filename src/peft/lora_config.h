@@ -53,13 +53,6 @@ const char* lora_bias_name(LoraBias bias);
 // The default target modules of `config`'s architecture: GPT-2 {"c_attn"}, Llama {"q_proj",
 // "v_proj"}.
 std::vector<std::string> default_lora_target_modules(const HfConfig& config);
-// A resume trains the saved adapters on with the options they were made with: ValueError
-// "<source>: lora_alpha is 16 in the checkpoint and 32 in this run; ..." for the first of r,
-// lora_alpha, lora_dropout, use_rslora, the target modules (the architecture's default filled
-// in), bias and modules_to_save that differs between `saved` and `run`.
-void check_resumed_lora_config(const LoraConfig& saved, const LoraConfig& run,
-                               const HfConfig& model, const std::string& source);
-
 // HF's model_type: "gpt2" or "llama".
 std::string hf_model_type(const HfConfig& config);
 

@@ -18,6 +18,7 @@
 #include "core/text_value.h"
 #include "core/json_file.h"
 #include "train/checksums.h"
+#include "train/training_config_record.h"
 
 namespace headroom {
 
@@ -304,6 +305,11 @@ CheckpointContents read_checkpoint(const std::string& dir, bool needs_scaler, De
     }
     (void)contents.rng_state.at("data");
   });
+
+  if (const fs::path config_path = root / kTrainingConfigFile; fs::exists(config_path)) {
+    contents.training_config =
+        parse_training_config_fields(read_text_file(config_path.string()), config_path.string());
+  }
 
   const fs::path state_path = root / kTrainerStateFile;
   const std::string state_text = read_text_file(state_path.string());

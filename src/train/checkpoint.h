@@ -82,6 +82,9 @@ struct CheckpointContents {
   std::optional<
       std::pair<std::vector<std::pair<std::string, Tensor>>, std::map<std::string, std::string>>>
       fp8_state;
+  // training_config.json's fields (train/training_config_record.h), when the checkpoint has the
+  // file (saved since headroom writes it)
+  std::optional<nlohmann::ordered_json> training_config;
 };
 
 // Reads a checkpoint: every file must be there (scaler.json when `needs_scaler`) and match its
@@ -89,7 +92,8 @@ struct CheckpointContents {
 // must parse, safetensors headers must be whole and consistent with the file sizes,
 // trainer_state.json needs an integer global_step >= 0 and a log_history array of objects each
 // with an integer step in 0..global_step and numeric losses, and its "headroom" counters in range
-// (check_trainer_state_extra), rng_state.json a generator seed and offset (unsigned integers).
+// (check_trainer_state_extra), rng_state.json a generator seed and offset (unsigned integers),
+// training_config.json (when there) fields each with a value and changes_math.
 // ValueError naming the file at fault. Optimizer tensors are loaded onto `device`. `adapter`:
 // the checkpoint of a LoRA run, whose weights are PEFT's adapter files.
 // `optimizer_file`: the optimizer state's file in `dir` (a ZeRO rank's shard,

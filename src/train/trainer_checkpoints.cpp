@@ -52,6 +52,7 @@
 #include "train/model_source.h"
 #include "train/progress.h"
 #include "train/stop_signals.h"
+#include "train/training_config_record.h"
 #include "data/token_corpus.h"
 #include "dist/gradient_reducer.h"
 #include "dist/mpi_communicator.h"
@@ -146,6 +147,9 @@ std::string Trainer::save_checkpoint() {
             {"data", nlohmann::ordered_json(data_->state_dict())}};
         write_file_atomically((root / kRngStateFile).string(), dump_json(rng));
         write_file_atomically((root / kTrainerStateFile).string(), dump_json(trainer_state()));
+        write_file_atomically(
+            (root / kTrainingConfigFile).string(),
+            training_config_json(training_config_record(config_, model_->config())));
         if (rank_files) {
           communicator_->all_reduce_scalar(static_cast<double>(::getpid()), ReduceOp::sum);
           communicator_->barrier();  // every rank's files are in
@@ -220,16 +224,24 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const CheckpointContents saved = read_checkpoint(dir, scaler_->is_enabled(), config_.device,
                                                    lora_.has_value(), optimizer_file, fp8_file);
   const fs::path root(dir);
-  // The adapters' options and base first: adapters resumed with another scaling or on other
-  // weights would train on silently.
-  if (lora_) {
+  // The configuration first, before anything is applied (Note [What a resume may change]); a
+  // checkpoint saved without its record has its adapters' options compared, by the same rule:
+  // adapters resumed with another scaling would train on silently.
+  const HfConfig model_config = model_->config();
+  if (saved.training_config) {
+    check_resumed_config(*saved.training_config, training_config_record(config_, model_config),
+                         (root / kTrainingConfigFile).string());
+  } else if (lora_) {
     const std::string config_file = (root / kAdapterConfigFile).string();
+    LoraConfig adapter;
     with_checkpoint_file(config_file, [&] {
-      const LoraConfig saved = parse_lora_adapter_config(
-          parse_json(read_text_file(config_file), config_file), config_file);
-      check_resumed_lora_config(saved, *lora_, model_->config(), config_file);
+      adapter = parse_lora_adapter_config(parse_json(read_text_file(config_file), config_file),
+                                          config_file);
     });
+    check_resumed_config(config_record_fields(lora_config_record(adapter, model_config)),
+                         lora_config_record(lora_, model_config), config_file);
   }
+  // The base an adapter trains on: its files' digests are no option of the run.
   if (adapter_base_) {
     if (const std::optional<AdapterBase> recorded = read_adapter_base(dir)) {
       check_adapter_base(*recorded, *adapter_base_, (root / kAdapterBaseFile).string());
@@ -315,6 +327,8 @@ void Trainer::resume() {
       if (dirty) build();
       dirty = true;
       load_checkpoint(it->second);
+    } catch (const ResumeConfigError&) {
+      throw;  // the older checkpoints are the same run's
     } catch (const std::exception& e) {
       last_error = e.what();
       std::fprintf(stderr, "warning: skipping checkpoint %s: %s\n", it->second.c_str(), e.what());

@@ -151,9 +151,11 @@ TEST(Fp8Training, AResumeWithOtherFp8OptionsIsRefused) {
   EXPECT_NE(history.find("history 16"), std::string::npos) << history;
   EXPECT_NE(history.find("history 32"), std::string::npos) << history;
   const std::string off = refusal(plain, "out");
-  EXPECT_NE(off.find("saved by an FP8 run"), std::string::npos) << off;
+  EXPECT_NE(off.find("fp8 is true in the checkpoint and false in this run"), std::string::npos)
+      << off;
   const std::string on = refusal(args, "plain");
-  EXPECT_NE(on.find("saved by a run without FP8"), std::string::npos) << on;
+  EXPECT_NE(on.find("fp8 is false in the checkpoint and true in this run"), std::string::npos)
+      << on;
 }
 
 TEST(Fp8Training, BadOptionsAreNamed) {
