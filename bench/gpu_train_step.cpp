@@ -5,20 +5,27 @@
 // Run (Release build, on a GPU machine):
 //   ninja -C build gpu_train_step && build/bench/gpu_train_step [--layers 12] [--d-model 768]
 //       [--heads 12] [--context 1024] [--batch 16] [--vocab 50304] [--warmup 10] [--steps 20]
-//       [--python python3] [--no-peer] [--no-compile]
+//       [--python python3] [--no-peer] [--no-compile] [--profile]
 // Both sides run headroom's Trainer step / a plain PyTorch loop on the same splitmix64 token
 // batches (bench/bench_support.h), read the loss each step (one host sync, as a logging loop
 // does), and are timed over the --steps steps after --warmup, between two device
 // synchronisations. MFU = tokens/s x (6N + 12 L d T) / 989e12 (H100 SXM bf16 dense, PaLM's
 // FLOPs per token). Peaks are allocated bytes from the devices' caching allocators. The table is
 // markdown, so scripts/gpu_check files it as printed.
+// --profile instead runs the --warmup + --steps steps under `headroom train --profile`'s
+// ProfilerCallback (the --steps recorded, with CUDA time: Note [CUDA time in the profiler]) and
+// prints its key_averages table sorted by self CUDA time, then the CUDA time a step, the timed
+// calls and streams, and the ten kernel-table calls of most CUDA time as a markdown table
+// (scripts/gpu_check files it); no peer, no plan.
 // Without a GPU it says so and exits 0: there is nothing to measure, and CI builds it anyway.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +37,8 @@
 #include "io/hf_config.h"
 #include "memory/device_memory.h"
 #include "plan/dry_run.h"
+#include "profile/key_averages.h"
+#include "profile/profiler_callback.h"
 #include "train/trainer.h"
 
 namespace {
@@ -50,6 +59,7 @@ struct Options {
   std::string python = "python3";
   bool peer = true;
   bool compile = true;
+  bool profile = false;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -58,8 +68,9 @@ Options parse_options(int argc, char** argv) {
   bench::parse_command_line(
       "gpu_train_step",
       "[--layers N] [--d-model N] [--heads N] [--context N] [--batch N] [--vocab N] "
-      "[--warmup N] [--steps N] [--python PATH] [--no-peer] [--no-compile]",
-      argc, argv, {{"--no-peer", &no_peer}, {"--no-compile", &no_compile}},
+      "[--warmup N] [--steps N] [--python PATH] [--no-peer] [--no-compile] [--profile]",
+      argc, argv,
+      {{"--no-peer", &no_peer}, {"--no-compile", &no_compile}, {"--profile", &o.profile}},
       {{"--python", &o.python}},
       {{"--layers", &o.layers},
        {"--d-model", &o.d_model},
@@ -181,6 +192,64 @@ Result run_headroom(const Options& o, const TrainingArguments& args) {
   return r;
 }
 
+// --profile: the steps under ProfilerCallback, as `headroom train --profile` runs them, with a
+// schedule that records the --steps after the --warmup.
+void run_profile(const Options& o, TrainingArguments args) {
+  args.profile = true;
+  args.profile_skip_first = 0;
+  args.profile_wait = 0;
+  args.profile_warmup = o.warmup;
+  args.profile_active = o.steps;
+  args.profile_repeat = 1;
+  Trainer trainer(args, [&](const TrainingArguments&, const Tokenizer&, int64_t, Device) {
+    return std::make_unique<TokenBatches>(o);
+  });
+  ProfilerCallback callback(args);
+  callback.on_train_begin(trainer);
+  for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double loss = trainer.step().loss;
+    std::printf("headroom: step %3lld%s loss %.4f  %8.1f ms\n", static_cast<long long>(step),
+                step >= o.warmup ? " profiled" : " warm-up ", loss,
+                std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    callback.on_step_end(trainer);
+  }
+  std::filesystem::create_directories(args.output_dir);
+  callback.on_train_end(trainer);  // the table sorted by self CUDA time, output_dir/trace.json
+
+  const ProfilerEvents events = callback.profiler()->events();
+  std::vector<KeyAverage> kernels;
+  double cuda_us = 0.0;
+  for (const KeyAverage& a : key_averages(events)) {
+    if (a.device_type != DeviceType::cuda) continue;
+    cuda_us += a.cuda_time_total_us;
+    kernels.push_back(a);
+  }
+  std::stable_sort(kernels.begin(), kernels.end(), [](const KeyAverage& a, const KeyAverage& b) {
+    return a.cuda_time_total_us > b.cuda_time_total_us;
+  });
+  std::map<uint64_t, int64_t> spans_of_stream;
+  for (const DeviceActivity& d : events.device) ++spans_of_stream[d.stream];
+  std::printf(
+      "\nTop ten kernels by CUDA time: GPT-2 %lld layers, d_model %lld, context %lld, "
+      "micro-batch %lld, %lld profiled steps; %.1f ms of CUDA time a step in %zu timed calls "
+      "a step on %zu stream(s)\n\n",
+      static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
+      static_cast<long long>(o.context), static_cast<long long>(o.batch),
+      static_cast<long long>(o.steps), cuda_us / 1e3 / static_cast<double>(o.steps),
+      events.device.size() / static_cast<size_t>(o.steps), spans_of_stream.size());
+  std::printf("| kernel | calls a step | CUDA ms a step | avg us | %% of CUDA time |\n");
+  std::printf("|---|---:|---:|---:|---:|\n");
+  for (size_t i = 0; i < kernels.size() && i < 10; ++i) {
+    const KeyAverage& k = kernels[i];
+    std::printf("| %s | %.0f | %.2f | %.1f | %.1f%% |\n", k.key.c_str(),
+                static_cast<double>(k.count) / static_cast<double>(o.steps),
+                k.cuda_time_total_us / 1e3 / static_cast<double>(o.steps), k.cuda_time_us(),
+                cuda_us > 0.0 ? 100.0 * k.cuda_time_total_us / cuda_us : 0.0);
+  }
+  std::printf("\n");
+}
+
 // Runs tools/peer_gpt2_cuda.py (its progress on stderr, one JSON object as the last line of
 // stdout); nullopt, saying why, when it cannot.
 std::optional<nlohmann::json> run_peer(const Options& o) {
@@ -231,6 +300,11 @@ int main(int argc, char** argv) {
     const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                       ("headroom_gpu_train_step_" + std::to_string(getpid()));
     const TrainingArguments args = trainer_arguments(o, dir);
+    if (o.profile) {
+      run_profile(o, args);
+      std::filesystem::remove_all(dir);
+      return 0;
+    }
     // The planner's prediction for this configuration: the same Trainer step on the meta
     // device, in the CUDA allocation pattern.
     const DryRunResult plan = dry_run_training(args, {.steps = 2, .include_eval = false});

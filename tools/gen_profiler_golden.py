@@ -24,6 +24,14 @@ inside them ([start, end] on their thread), as torch's profiler fills them; torc
   memory <thread> <time_ns> <device: cpu | cuda> <bytes (negative: freed)>
   table <sort_by> <row_limit>   followed by the table's lines, each as `row <line, verbatim>`
 
+tests/fixtures/profile/key_averages_cuda_golden.txt: the same scopes and allocations with device
+work: kernels launched on the threads, each given (as torch's profiler gives a kernel to the op
+whose cudaLaunchKernel it correlates with) to the innermost scope open on its thread at its launch,
+and listed as CUDA events of their own, as Kineto's results hold them. Its tables have torch's
+Self CUDA / CUDA total columns.
+
+  kernel <thread> <launch_ns> <stream> <start_ns> <end_ns> <name>
+
 Usage: /usr/bin/python3 tools/gen_profiler_golden.py [--out-dir tests/fixtures/profile]
 Needs torch (Debian's python3-torch 1.13 was used).
 """
@@ -35,6 +43,7 @@ import tempfile
 import warnings
 
 import torch
+from torch.autograd import DeviceType
 from torch.autograd.profiler_util import EventList, FunctionEvent
 from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -154,6 +163,34 @@ TABLES = [
     ("count", 3),
 ]
 
+# (launching thread, launch ns, stream, device start ns, device end ns, name): the GPU runs behind
+# the host, two streams, one launch outside every scope (thread 3); no start equals another.
+KERNELS = [
+    (3, 50_000, 13, 60_000, 80_000, "tensor.copy"),
+    (1, 400_500, 7, 450_000, 1_450_000, "gemm.gemm"),                 # in matmul
+    (2, 600_000, 13, 610_000, 640_000, "embedding.forward"),
+    (2, 950_000, 13, 955_000, 975_500, "embedding.forward"),
+    (1, 1_150_000, 7, 1_460_000, 1_530_250, "elementwise.bias_add"),  # in linear, after matmul
+    (1, 1_350_000, 7, 1_540_000, 1_600_500, "norm.layer_norm_forward"),
+    (1, 2_100_000, 7, 2_150_000, 4_150_000, "gemm.gemm"),             # the second linear
+    (1, 2_200_000, 7, 4_160_000, 4_230_000, "elementwise.bias_add"),
+    (1, 4_400_500, 7, 4_420_000, 7_420_000, "gemm.gemm"),             # in LinearBackward0
+    (1, 4_500_000, 7, 7_430_000, 7_500_001, "reduction.sum_rows"),
+    (1, 6_270_000, 7, 7_510_000, 7_560_000, "tensor.accumulate"),     # evaluate_function only
+    (1, 6_500_000, 7, 7_570_000, 7_700_000, "norm.layer_norm_backward"),
+    (1, 7_200_000, 13, 7_205_000, 7_305_000, "tensor.copy"),          # backward only
+    (1, 9_150_000, 7, 9_160_000, 9_800_000, "adamw.step"),            # in optimizer.step
+    (1, 9_950_000, 7, 9_960_000, 9_961_500, "tensor.fill"),           # ProfilerStep#0 only
+]
+
+CUDA_TABLES = [
+    ("self_cuda_time_total", 100),
+    ("cuda_time_total", 6),
+    ("cpu_time_total", -1),
+    ("cuda_time", 10),
+    ("count", 5),
+]
+
 
 def function_events():
     events = []
@@ -167,7 +204,23 @@ def function_events():
     return events
 
 
-def key_averages_lines():
+def kernel_events(cpu_events):
+    """The KERNELS as CUDA FunctionEvents, each also appended to the innermost CPU event of its
+    thread that is open at its launch (the latest to start among those containing it)."""
+    events = []
+    for i, (thread, launch, stream, start, end, name) in enumerate(KERNELS):
+        owners = [e for e in cpu_events
+                  if e.thread == thread and e.time_range.start <= launch / 1000.0 <= e.time_range.end]
+        if owners:
+            owner = max(owners, key=lambda e: e.time_range.start)
+            owner.append_kernel(name, 0, (end - start) / 1000.0)
+        events.append(FunctionEvent(
+            id=len(FUNCTIONS) + i, name=name, thread=stream, start_us=start / 1000.0,
+            end_us=end / 1000.0, stack=[], device_type=DeviceType.CUDA, device_index=0))
+    return events
+
+
+def key_averages_lines(kernels, tables):
     lines = ["# torch %s key_averages().table() of the events below "
              "(see tools/gen_profiler_golden.py)." % torch.__version__,
              "# Written by tools/gen_profiler_golden.py; do not edit."]
@@ -175,11 +228,17 @@ def key_averages_lines():
         lines.append(f"function {thread} {start} {end} {name}")
     for thread, time, device, nbytes in MEMORY:
         lines.append(f"memory {thread} {time} {device} {nbytes}")
+    cpu_events = function_events()
+    all_events = list(cpu_events)
+    if kernels:
+        for thread, launch, stream, start, end, name in KERNELS:
+            lines.append(f"kernel {thread} {launch} {stream} {start} {end} {name}")
+        all_events += kernel_events(cpu_events)
     # As torch's profiler hands them over (_parse_kineto_results): by start, enclosing first.
-    ordered = sorted(function_events(), key=lambda e: (e.time_range.start, -e.time_range.end))
+    ordered = sorted(all_events, key=lambda e: (e.time_range.start, -e.time_range.end))
     events = EventList(ordered, profile_memory=True)
     events._build_tree()
-    for sort_by, row_limit in TABLES:
+    for sort_by, row_limit in tables:
         table = events.key_averages().table(sort_by=sort_by, row_limit=row_limit)
         lines.append(f"table {sort_by} {row_limit}")
         lines.extend("row " + line for line in table.rstrip("\n").split("\n"))
@@ -193,7 +252,8 @@ def main():
     warnings.simplefilter("ignore")  # schedule() warns about warmup 0
     os.makedirs(args.out_dir, exist_ok=True)
     for name, lines in [("schedule_golden.txt", schedule_lines()),
-                        ("key_averages_golden.txt", key_averages_lines())]:
+                        ("key_averages_golden.txt", key_averages_lines(False, TABLES)),
+                        ("key_averages_cuda_golden.txt", key_averages_lines(True, CUDA_TABLES))]:
         path = os.path.join(args.out_dir, name)
         with open(path, "w") as out:
             out.write("\n".join(lines) + "\n")

@@ -23,6 +23,9 @@ Registry& registry() {
 void register_backend(const Backend& backend) {
   if (backend.allocator) register_device_allocator(backend.type, backend.allocator);
   if (backend.tensor_kernels) register_device_kernels(backend.type, backend.tensor_kernels);
+  if (backend.activity_source) {
+    register_device_activity_source(backend.type, backend.activity_source);
+  }
   Registry& r = registry();
   const size_t i = static_cast<size_t>(backend.type);
   // Each entry learns its family's name, for the kernel census (Note [Kernel costs]).

@@ -1,6 +1,7 @@
 // A device backend as the rest of the engine sees it: raw memory (its DeviceAllocator), the Tensor
-// class's kernels (core/device_kernels.h) and one op kernel table per family (Note [Kernel tables]
-// in backend/kernel_table.h), registered once, together, at start-up.
+// class's kernels (core/device_kernels.h), one op kernel table per family (Note [Kernel tables]
+// in backend/kernel_table.h) and optionally a profiler's timing of its kernels
+// (core/device_activity.h), registered once, together, at start-up.
 #pragma once
 
 #include <string>
@@ -30,6 +31,7 @@
 #include "backend/sgd_kernels.h"
 #include "backend/softmax_kernels.h"
 #include "core/device.h"
+#include "core/device_activity.h"
 #include "core/device_kernels.h"
 #include "memory/device_memory.h"
 
@@ -49,6 +51,9 @@ struct Backend {
   DeviceAllocatorFactory allocator = nullptr;
   const DeviceKernels* tensor_kernels = nullptr;
   KernelTables kernels{};
+  // (optional) Times the device's kernels for the profiler (Note [CUDA time in the profiler] in
+  // profile/profiler.h); without it a profile shows no device time for the device.
+  DeviceActivitySourceFactory activity_source = nullptr;
 };
 
 // Registers the backend's allocator, tensor kernels and kernel tables (at static initialisation);

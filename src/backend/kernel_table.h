@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/device_activity.h"
 #include "core/kernel_census.h"
 #include "core/tensor.h"
 
@@ -151,6 +152,13 @@ struct Kernel<R(Args...)> {
   R operator()(Args... args) const {
     if (kernel_census_open()) [[unlikely]] {
       kernel_table_detail::count_launch<R, Args...>(family, name, cost, args...);
+    }
+    // A profiler recording device time (Note [CUDA time in the profiler]): the call is one span.
+    if (kernel_launch_timer_open()) [[unlikely]] {
+      kernel_table_detail::ArgumentBytes seen;
+      (seen.add(args), ...);
+      const KernelLaunchTiming timing(family ? family : "", name, seen.device);
+      return fn(std::forward<Args>(args)...);
     }
     return fn(std::forward<Args>(args)...);
   }

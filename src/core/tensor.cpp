@@ -9,6 +9,7 @@
 #include "core/allocator.h"
 #include "core/device_kernels.h"
 #include "core/autograd_meta.h"
+#include "core/device_activity.h"
 #include "core/error.h"
 #include "core/kernel_census.h"
 
@@ -403,6 +404,7 @@ const Tensor& Tensor::fill_(double value) const {
   storage_->bump_version();
   if (numel() > 0) {
     count_tensor_kernel("tensor", "fill", device(), static_cast<int64_t>(nbytes()));
+    const KernelLaunchTiming timing("tensor", "fill", device());
     device_kernels(device()).fill(*this, value);
   }
   return *this;
@@ -426,6 +428,7 @@ const Tensor& Tensor::add_(const Tensor& src) const {
                         2 * static_cast<int64_t>(nbytes()) +
                             numel() * static_cast<int64_t>(dtype_size(source.dtype())),
                         false, has_strided_layout(source));
+    const KernelLaunchTiming timing("tensor", "accumulate", device());
     device_kernels(device()).accumulate(*this, source);
   }
   return *this;
@@ -443,6 +446,8 @@ const Tensor& Tensor::copy_(const Tensor& src, Overflow overflow) const {
         source.dtype() == dtype_ ? "copy" : "cast", "copy", dst_device,
         static_cast<int64_t>(nbytes()) + numel() * static_cast<int64_t>(dtype_size(source.dtype())),
         false, has_strided_layout(*this) || has_strided_layout(source));
+    const KernelLaunchTiming timing("tensor", source.dtype() == dtype_ ? "copy" : "cast",
+                                    dst_device);
     device_kernels(dst_device).copy(*this, source, overflow);
     return *this;
   }

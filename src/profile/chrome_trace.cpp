@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "core/atomic_file.h"
+#include "core/error.h"
 
 namespace headroom {
 namespace {
@@ -80,7 +83,9 @@ nlohmann::ordered_json chrome_trace(const ProfilerEvents& events) {
                         {"Total Reserved", u.total_reserved},
                         {"Category", memory_category_name(u.category)}}}}});
   }
+  std::set<std::pair<int, uint64_t>> streams;  // (device index, stream): a row each
   for (const DeviceActivity& d : events.device) {
+    streams.emplace(d.device.index, d.stream);
     timed.push_back({d.start_ns,
                      d.end_ns - d.start_ns,
                      {{"ph", "X"},
@@ -90,7 +95,33 @@ nlohmann::ordered_json chrome_trace(const ProfilerEvents& events) {
                       {"tid", d.stream},
                       {"ts", microseconds(d.start_ns)},
                       {"dur", microseconds(d.end_ns - d.start_ns)},
-                      {"args", {{"device", d.device.index}, {"stream", d.stream}}}}});
+                      {"args",
+                       {{"device", d.device.index},
+                        {"stream", d.stream},
+                        {"correlation", d.correlation_id}}}}});
+    if (d.correlation_id == 0) continue;
+    // Kineto's arrow from the launch on the host thread to the kernel ("ac2g").
+    timed.push_back({d.launch_ns,
+                     0,
+                     {{"ph", "s"},
+                      {"cat", "ac2g"},
+                      {"name", "ac2g"},
+                      {"id", d.correlation_id},
+                      {"pid", pid},
+                      {"tid", d.thread_id},
+                      {"ts", microseconds(d.launch_ns)},
+                      {"args", {{"correlation", d.correlation_id}}}}});
+    timed.push_back({d.start_ns,
+                     0,
+                     {{"ph", "f"},
+                      {"bp", "e"},
+                      {"cat", "ac2g"},
+                      {"name", "ac2g"},
+                      {"id", d.correlation_id},
+                      {"pid", d.device.index},
+                      {"tid", d.stream},
+                      {"ts", microseconds(d.start_ns)},
+                      {"args", {{"correlation", d.correlation_id}}}}});
   }
   // Time order; at equal starts the longer span (the enclosing scope) first. Stable, so that
   // memory events at one instant keep the order in which the allocator reported them.
@@ -104,6 +135,22 @@ nlohmann::ordered_json chrome_trace(const ProfilerEvents& events) {
                           {"pid", pid},
                           {"tid", 0},
                           {"args", {{"name", "headroom"}}}});
+  int named_device = -1;
+  for (const auto& [device, stream] : streams) {
+    if (device != named_device) {
+      trace_events.push_back({{"name", "process_name"},
+                              {"ph", "M"},
+                              {"pid", device},
+                              {"tid", 0},
+                              {"args", {{"name", str_cat("GPU ", device)}}}});
+      named_device = device;
+    }
+    trace_events.push_back({{"name", "thread_name"},
+                            {"ph", "M"},
+                            {"pid", device},
+                            {"tid", stream},
+                            {"args", {{"name", str_cat("stream ", stream)}}}});
+  }
   for (TimedEvent& e : timed) trace_events.push_back(std::move(e.json));
   return {
       {"schemaVersion", 1}, {"displayTimeUnit", "ms"}, {"traceEvents", std::move(trace_events)}};

@@ -18,7 +18,11 @@ namespace headroom {
 //   "args": {"Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved",
 //   "Category"}} with PyTorch's device type numbers (c10::DeviceType: CPU 0, CUDA 1, Meta 14)
 //   and device id -1 for the CPU and meta, as PyTorch writes them;
-// device activity: {"ph": "X", "cat": "kernel", "pid": device index, "tid": stream}.
+// device activity: {"ph": "X", "cat": "kernel", "pid": device index, "tid": stream,
+//   "args": {"device", "stream", "correlation"}}, a row per stream named by "M" events
+//   ("GPU <index>", "stream <id>"), and for each launch with a correlation id a flow arrow
+//   ("ph" "s" then "f", "cat" "ac2g", "id" correlation) from the launching host thread at its
+//   launch time to the kernel, as Kineto links cudaLaunchKernel to its kernel.
 // Times are microseconds of the steady clock with nanosecond fractions; events are in time order.
 nlohmann::ordered_json chrome_trace(const ProfilerEvents& events);
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_activity.h"
 #include "core/record_function.h"
 #include "memory/memory_observer.h"
 #include "profile/schedule.h"
@@ -24,33 +25,27 @@ struct MemoryRecord {
   int64_t time_ns = 0;  // record_clock_ns()
 };
 
-// A span of device work (a CUDA kernel, a copy) on one of its queues.
-struct DeviceActivity {
-  std::string name;
-  Device device;
-  uint64_t stream = 0;
-  int64_t start_ns = 0;  // record_clock_ns(), converted from the device's clock
-  int64_t end_ns = 0;
-};
-
 // Note [CUDA time in the profiler]
-// headroom has no CUDA kernels yet (backend/cuda holds memory and tensor basics), so there is no
-// device time to measure and none is shown: no "Self CUDA" / "CUDA total" columns, no kernel
-// events. When kernels arrive, a DeviceActivitySource for CUDA supplies them: the launching code
-// records a cudaEvent pair around each kernel while a source is started (as CUPTI's activity API
-// does for torch's Kineto), and collect() synchronizes, reads cudaEventElapsedTime against a
-// reference event taken at start(), and returns the spans. The profiler starts and stops its
-// sources with recording and puts what they collect into the trace (cat "kernel", one row per
-// stream); attributing kernel time to the CPU op that launched it (the table's CUDA columns)
-// would then follow PyTorch's correlation ids.
-class DeviceActivitySource {
- public:
-  virtual ~DeviceActivitySource() = default;
-  virtual void start() = 0;  // recording begins
-  virtual void stop() = 0;   // recording ends
-  // The spans finished since start(); called after stop().
-  virtual std::vector<DeviceActivity> collect() = 0;
-};
+// torch.profiler asks CUPTI's activity API for the kernels a step ran; headroom times what it
+// launches itself. Every CUDA launch goes through a kernel-table entry (Kernel::operator(),
+// backend/kernel_table.h) or a Tensor kernel (fill, copy, cast, accumulate: core/tensor.cpp), and
+// while a DeviceActivitySource records, each of those calls is wrapped in a KernelLaunchTiming
+// (core/device_activity.h): the CUDA backend's source (backend/cuda/kernel_timer.cpp) records a
+// timing event before and after the call on the thread's current stream, with the call's name
+// ("family.entry"), stream, host thread and host time. Nothing is read while the step runs;
+// collect() synchronizes once when recording stops and converts each pair with
+// cudaEventElapsedTime against a reference event completed at start(), whose host time is known,
+// so device spans sit on the trace's clock to within microseconds. A call that launches several
+// kernels (a GEMM with its workspace, a chunked loss) is one span covering them, and two
+// consecutive spans on a stream include the launch gaps between kernels: the times are the
+// calls', as torch's "CUDA total" of an op is its kernels'.
+// The op a call belongs to is the innermost scope open on its launching thread at its host time,
+// as a memory event's (key_averages.h): its "Self CUDA", while every enclosing scope's "CUDA
+// total" includes it (PyTorch links kernels to ops through CUPTI's correlation ids instead). The
+// calls appear as rows of their own in the table and, in the Chrome trace, as "kernel" events on a
+// row per stream with a flow arrow from the launching thread. The cost while recording: two
+// cudaEventRecord per call and one device synchronization per recording window; none otherwise.
+// A CPU run has no source (make_device_activity_source returns null), so its profile is unchanged.
 
 // Everything one profiler recorded.
 struct ProfilerEvents {
@@ -63,7 +58,8 @@ struct ProfilerOptions {
   // nullopt: every step records, from start() to stop() (torch's profile() without schedule).
   std::optional<ProfilerSchedule> schedule = std::nullopt;
   bool profile_memory = true;  // keep "[memory]" events (torch's profile_memory)
-  // Optional (see Note [CUDA time in the profiler]): device work to add to the trace.
+  // Optional (see Note [CUDA time in the profiler]): device work to record with the ops, e.g.
+  // make_device_activity_source(device); started and collected with each recording window.
   std::shared_ptr<DeviceActivitySource> device_activity = nullptr;
 };
 

@@ -8,6 +8,7 @@
 #include "profile/chrome_trace.h"
 #include "profile/key_averages.h"
 #include "train/trainer.h"
+#include "train/training_config.h"
 
 namespace headroom {
 
@@ -26,15 +27,24 @@ ProfilerSchedule profiler_schedule(const TrainingArguments& args) {
 }
 
 ProfilerCallback::ProfilerCallback(const TrainingArguments& args)
-    : profiler_({.schedule = profiler_schedule(args), .profile_memory = true}) {}
+    : schedule_(profiler_schedule(args)) {}
 
-void ProfilerCallback::on_train_begin(Trainer&) { profiler_.start(); }
+void ProfilerCallback::on_train_begin(Trainer& trainer) {
+  profiler_ = std::make_unique<Profiler>(
+      ProfilerOptions{.schedule = schedule_,
+                      .profile_memory = true,
+                      .device_activity = make_device_activity_source(trainer.config().device)});
+  profiler_->start();
+}
 
-void ProfilerCallback::on_step_end(Trainer&) { profiler_.step(); }
+void ProfilerCallback::on_step_end(Trainer&) {
+  if (profiler_) profiler_->step();
+}
 
 void ProfilerCallback::on_train_end(Trainer& trainer) {
-  profiler_.stop();
-  const ProfilerEvents events = profiler_.events();
+  if (!profiler_) return;
+  profiler_->stop();
+  const ProfilerEvents events = profiler_->events();
   const std::string path = (std::filesystem::path(trainer.args().output_dir) / kTraceFile).string();
   write_chrome_trace(events, path);
   if (events.functions.empty()) {
@@ -43,7 +53,10 @@ void ProfilerCallback::on_train_end(Trainer& trainer) {
         "steps); %s holds no op events\n",
         path.c_str());
   } else {
-    std::printf("%s", key_averages_table(key_averages(events), {.row_limit = kTableRows}).c_str());
+    const char* sort_by = events.device.empty() ? "cpu_time_total" : "self_cuda_time_total";
+    std::printf("%s", key_averages_table(key_averages(events),
+                                         {.sort_by = sort_by, .row_limit = kTableRows})
+                          .c_str());
     std::printf("Profiler trace written to %s (open it in ui.perfetto.dev or chrome://tracing)\n",
                 path.c_str());
   }

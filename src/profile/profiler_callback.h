@@ -3,6 +3,7 @@
 // and printing the key_averages table when training ends.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "profile/profiler.h"
@@ -19,18 +20,24 @@ class ProfilerCallback final : public TrainerCallback {
   static constexpr const char* kTraceFile = "trace.json";
   static constexpr int64_t kTableRows = 30;  // the printed table; trace.json holds everything
 
+  // ValueError naming the option for a bad profile_* value.
   explicit ProfilerCallback(const TrainingArguments& args);
 
+  // Starts a profiler; on a device whose backend times its kernels (CUDA), with its device
+  // activity (Note [CUDA time in the profiler]).
   void on_train_begin(Trainer& trainer) override;
   void on_step_end(Trainer& trainer) override;
-  // Stops the profiler, writes output_dir/trace.json and prints the table, sorted by total time.
-  // A schedule whose active steps never came writes a trace without op events and says so.
+  // Stops the profiler, writes output_dir/trace.json and prints the table, sorted by self CUDA
+  // time when device time was recorded, else by total CPU time. A schedule whose active steps
+  // never came writes a trace without op events and says so.
   void on_train_end(Trainer& trainer) override;
 
-  const Profiler& profiler() const { return profiler_; }
+  // The profiler of this run; null before on_train_begin.
+  const Profiler* profiler() const { return profiler_.get(); }
 
  private:
-  Profiler profiler_;
+  ProfilerSchedule schedule_;
+  std::unique_ptr<Profiler> profiler_;
 };
 
 }  // namespace headroom

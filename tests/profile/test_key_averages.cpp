@@ -1,6 +1,7 @@
 // key_averages() and its table against torch's key_averages().table() for the same scopes and
 // allocations (tests/fixtures/profile/key_averages_golden.txt, tools/gen_profiler_golden.py):
-// self time and memory, grouping, sorting, row limits and every column's format.
+// self time and memory, grouping, sorting, row limits and every column's format; with device
+// spans too (key_averages_cuda_golden.txt): the Self CUDA / CUDA total columns and kernel rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,11 +26,17 @@ struct KeyAveragesGolden {
   std::vector<GoldenTable> tables;
 };
 
-KeyAveragesGolden read_golden() {
+KeyAveragesGolden read_golden(const char* fixture = "profile/key_averages_golden.txt") {
   KeyAveragesGolden golden;
   optim_test::for_each_fixture_line(
-      "profile/key_averages_golden.txt", [&](const std::string& keyword, std::istringstream& in) {
-        if (keyword == "function") {
+      fixture, [&](const std::string& keyword, std::istringstream& in) {
+        if (keyword == "kernel") {
+          DeviceActivity d;
+          d.device = Device{DeviceType::cuda, 0};
+          in >> d.thread_id >> d.launch_ns >> d.stream >> d.start_ns >> d.end_ns >> d.name;
+          d.correlation_id = golden.events.device.size() + 1;
+          golden.events.device.push_back(d);
+        } else if (keyword == "function") {
           RecordedFunction f;
           in >> f.thread_id >> f.start_ns >> f.end_ns >> std::ws;
           std::getline(in, f.name);
@@ -96,17 +103,81 @@ TEST(KeyAverages, SelfTimeAndMemoryOfNestedScopes) {
   }
 }
 
+TEST(KeyAverages, CudaTablesAreTorchsToTheCharacter) {
+  KeyAveragesGolden golden = read_golden("profile/key_averages_cuda_golden.txt");
+  ASSERT_EQ(golden.tables.size(), 5u);
+  ASSERT_EQ(golden.events.device.size(), 15u);
+  // Scopes arrive as they end and spans as a source collects them: the order must not matter.
+  std::reverse(golden.events.functions.begin(), golden.events.functions.end());
+  std::reverse(golden.events.device.begin(), golden.events.device.end());
+  const std::vector<KeyAverage> averages = key_averages(golden.events);
+  for (const GoldenTable& table : golden.tables) {
+    SCOPED_TRACE(
+        str_cat("sort_by ", table.options.sort_by, ", row_limit ", table.options.row_limit));
+    EXPECT_EQ(key_averages_table(averages, table.options), table.text);
+  }
+  // torch 2's names of the same keys.
+  KeyAveragesTableOptions device_names = golden.tables[0].options;
+  device_names.sort_by = "self_device_time_total";
+  EXPECT_EQ(key_averages_table(averages, device_names), golden.tables[0].text);
+}
+
+TEST(KeyAverages, CudaTimeGoesToTheScopesOpenAtTheLaunch) {
+  const KeyAveragesGolden golden = read_golden("profile/key_averages_cuda_golden.txt");
+  const std::vector<KeyAverage> averages = key_averages(golden.events);
+  auto find = [&](const std::string& key, DeviceType type = DeviceType::cpu) {
+    for (const KeyAverage& a : averages) {
+      if (a.key == key && a.device_type == type) return a;
+    }
+    ADD_FAILURE() << key << " missing";
+    return KeyAverage{};
+  };
+  // The first linear launched a bias add after its matmul's GEMM; the second a GEMM and an add.
+  const KeyAverage linear = find("linear");
+  EXPECT_DOUBLE_EQ(linear.self_cuda_time_total_us, 70.25 + 2000.0 + 70.0);
+  EXPECT_DOUBLE_EQ(linear.cuda_time_total_us, 1000.0 + 70.25 + 2000.0 + 70.0);
+  EXPECT_DOUBLE_EQ(find("matmul").self_cuda_time_total_us, 1000.0);
+  const KeyAverage gemm = find("gemm.gemm", DeviceType::cuda);
+  EXPECT_EQ(gemm.count, 3);
+  EXPECT_DOUBLE_EQ(gemm.cuda_time_total_us, 6000.0);
+  EXPECT_DOUBLE_EQ(gemm.self_cuda_time_total_us, 6000.0);
+  EXPECT_DOUBLE_EQ(gemm.cpu_time_total_us, 0.0);
+  EXPECT_DOUBLE_EQ(gemm.cuda_time_us(), 2000.0);
+  // The step holds every span launched on its thread; the loader's and the scope-less one's are
+  // their own threads'.
+  const KeyAverage step = find("ProfilerStep#0");
+  EXPECT_DOUBLE_EQ(step.self_cuda_time_total_us, 1.5);
+  double thread_1 = 0.0, all = 0.0, self_of_scopes = 0.0;
+  for (const DeviceActivity& d : golden.events.device) {
+    const double us = static_cast<double>(d.end_ns - d.start_ns) / 1000.0;
+    all += us;
+    if (d.thread_id == 1) thread_1 += us;
+  }
+  EXPECT_NEAR(step.cuda_time_total_us, thread_1, 1e-9);
+  double self_of_spans = 0.0;
+  for (const KeyAverage& a : averages) {
+    (a.device_type == DeviceType::cuda ? self_of_spans : self_of_scopes) +=
+        a.self_cuda_time_total_us;
+    EXPECT_LE(a.self_cuda_time_total_us, a.cuda_time_total_us + 1e-9) << a.key;
+  }
+  // Each span counts once among the scopes' self times, except the one launched outside them.
+  EXPECT_NEAR(self_of_spans, all, 1e-9);
+  EXPECT_NEAR(self_of_scopes, all - 20.0, 1e-9);
+}
+
 TEST(KeyAverages, TableOptions) {
   EXPECT_EQ(key_averages_table({}), "");
   const std::vector<KeyAverage> averages = {
       {.key = "op", .count = 2, .cpu_time_total_us = 3.0, .self_cpu_time_total_us = 3.0}};
   try {
-    key_averages_table(averages, {.sort_by = "cuda_time_total"});
+    key_averages_table(averages, {.sort_by = "cuda_memory"});
     ADD_FAILURE() << "accepted an unknown sort_by";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("sort_by 'cuda_time_total'"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("sort_by 'cuda_memory'"), std::string::npos) << e.what();
   }
+  // No device time: no CUDA time columns, as on a CPU run.
+  const std::string cpu_only = key_averages_table(averages, {.sort_by = "self_cuda_time_total"});
+  EXPECT_EQ(cpu_only.find("CUDA"), std::string::npos) << cpu_only;
   const std::string no_memory = key_averages_table(averages, {.profile_memory = false});
   EXPECT_EQ(no_memory.find("CPU Mem"), std::string::npos) << no_memory;
   EXPECT_NE(no_memory.find("    op       100.00%       3.000us"), std::string::npos) << no_memory;

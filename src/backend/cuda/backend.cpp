@@ -1,5 +1,5 @@
-// Registers the CUDA backend: raw GPU memory, its Tensor kernels and its op kernel tables,
-// together (backend/backend.h).
+// Registers the CUDA backend: raw GPU memory, its Tensor kernels, its op kernel tables and the
+// profiler's timing of its kernels, together (backend/backend.h).
 #include "backend/cuda/backend_parts.h"
 
 namespace headroom::cuda {
@@ -9,6 +9,7 @@ const bool kRegistered = [] {
   Backend backend{DeviceType::cuda};
   backend.allocator = make_device_allocator;
   backend.tensor_kernels = &tensor_kernels();
+  backend.activity_source = make_kernel_timer;
   KernelTables& k = backend.kernels;
   fill_gemm_kernels(std::get<GemmKernels>(k));
   fill_activation_kernels(std::get<ActivationKernels>(k));

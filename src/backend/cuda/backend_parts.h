@@ -13,6 +13,8 @@ namespace headroom::cuda {
 
 std::unique_ptr<DeviceAllocator> make_device_allocator(int index);  // cuda_device_allocator.cpp
 const DeviceKernels& tensor_kernels();                              // tensor_kernels.cu
+// The profiler's timing of this device's kernels (core/device_activity.h).
+std::shared_ptr<DeviceActivitySource> make_kernel_timer(int index);  // kernel_timer.cpp
 
 void fill_gemm_kernels(GemmKernels& kernels);                   // gemm.cpp
 void fill_activation_kernels(ActivationKernels& kernels);       // activation.cu
