@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/models/{llama31_tiny,qwen2_tiny,qwen3_tiny}/: tiny checkpoints of families made and
-saved by transformers itself (config.json, model.safetensors) and reference.safetensors in the
+"""Writes tests/fixtures/models/{llama31_tiny,qwen2_tiny,qwen2_window_tiny,qwen3_tiny,mistral_tiny,
+phi3_tiny}/: tiny checkpoints of families made and saved by transformers itself (config.json, model.safetensors) and reference.safetensors in the
 layout of tools/gen_model_reference.py's fixtures (input_ids, targets, logits, loss, grad.<name>
 for every saved tensor), all computed by transformers' model (eager attention, fp32, one thread),
 0.1 * randn added to every parameter after its init (biases included, so Qwen2's q / k / v biases
@@ -15,6 +15,13 @@ Llama-3.1-8B.
 qwen2_tiny: Qwen2ForCausalLM (q / k / v biases, none on o_proj or the MLP), GQA, rope_theta 1e6.
 qwen3_tiny: Qwen3ForCausalLM (q_norm / k_norm over each head before RoPE, head_dim 16 apart from
 hidden / heads = 8, no biases).
+qwen2_window_tiny: qwen2_tiny's shapes with use_sliding_window, sliding_window 5 and
+max_window_layers 1: layer 0 attends fully, layer 1 to the last 5 keys.
+mistral_tiny: MistralForCausalLM (Llama's block without biases, GQA, rope_theta 1e6) with a
+sliding_window of 7 keys, well inside the 48-token sequence.
+phi3_tiny: Phi3ForCausalLM (fused qkv_proj with GQA, fused gate_up_proj, no biases) with a
+sliding_window of 11 keys.
+The sliding-window models are checked to differ from the same weights without the window.
 
 Usage: python3 tools/gen_transformers_references.py [--out tests/fixtures/models]
 Needs torch, transformers (5.25 was used) and safetensors. The output is deterministic.
@@ -27,12 +34,16 @@ import torch
 import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 SEED = 3131
 QWEN2_SEED = 2525
 QWEN3_SEED = 3535
+QWEN2_WINDOW_SEED = 2727
+MISTRAL_SEED = 4545
+PHI3_SEED = 5353
 BATCH, SEQ = 2, 48
 PERTURB_STD = 0.1  # as gen_model_reference.py: activations of order one
 
@@ -58,6 +69,18 @@ def write_reference(out, model):
         reference["grad." + name] = params[name].grad.contiguous()
     print(f"{out}: loss {loss.item():.6f} (transformers {transformers.__version__})")
     return reference
+
+
+def window_matters(model_class, config, model, reference):
+    """Asserts that the same weights without the sliding window give other logits."""
+    full = config.to_dict()
+    full.update(sliding_window=None, use_sliding_window=False)
+    full.pop("layer_types", None)
+    other = model_class(type(config).from_dict(full, attn_implementation="eager")).float().eval()
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        logits = other(input_ids=reference["input_ids"]).logits
+    assert (logits - reference["logits"]).abs().max() > 1e-2, "the window changes nothing"
 
 
 def perturbed(model):
@@ -122,6 +145,48 @@ def main():
     model = perturbed(Qwen3ForCausalLM(config).float())
     out = os.path.join(root, "qwen3_tiny")
     save_file(write_reference(out, model), os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(QWEN2_WINDOW_SEED)
+    config = Qwen2Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        use_sliding_window=True, sliding_window=5, max_window_layers=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        attn_implementation="eager")
+    assert config.layer_types == ["full_attention", "sliding_attention"], config.layer_types
+    model = perturbed(Qwen2ForCausalLM(config).float())
+    out = os.path.join(root, "qwen2_window_tiny")
+    reference = write_reference(out, model)
+    window_matters(Qwen2ForCausalLM, config, model, reference)
+    save_file(reference, os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(MISTRAL_SEED)
+    config = MistralConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        sliding_window=7, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        attn_implementation="eager")
+    model = perturbed(MistralForCausalLM(config).float())
+    out = os.path.join(root, "mistral_tiny")
+    reference = write_reference(out, model)
+    window_matters(MistralForCausalLM, config, model, reference)
+    save_file(reference, os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(PHI3_SEED)
+    config = Phi3Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        original_max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=None, sliding_window=11,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attn_implementation="eager")
+    model = perturbed(Phi3ForCausalLM(config).float())
+    out = os.path.join(root, "phi3_tiny")
+    reference = write_reference(out, model)
+    window_matters(Phi3ForCausalLM, config, model, reference)
+    save_file(reference, os.path.join(out, "reference.safetensors"))
 
 
 if __name__ == "__main__":

@@ -172,7 +172,7 @@ std::vector<TrainOption> make_train_options() {
       {"lora_dropout", peft, "dropout on the adapters' input", &A::lora_dropout},
       {"lora_target_modules", peft,
        "comma-separated layer names or suffixes (q_proj,v_proj), or all-linear (default: "
-       "c_attn for GPT-2, q_proj,v_proj for Llama)",
+       "c_attn for GPT-2, q_proj,v_proj for Llama, Qwen and Mistral; none for Phi-3)",
        &A::lora_target_modules},
       {"lora_modules_to_save", peft,
        "comma-separated modules trained in full and saved with the adapter (e.g. lm_head)",

@@ -12,28 +12,32 @@ namespace headroom {
 
 // The kernel census's figures (Note [Kernel costs]): forward 4 B Hq T S D FLOPs (scores and
 // values), backward 2.5 times that (FlashAttention-2's count: the scores again, then dV, dP, dQ,
-// dK), half of each when causal; the tensors' bytes.
+// dK), half of each when causal, the visible share of the T x S pairs with a window; the
+// tensors' bytes.
 KernelWork attention_forward_cost(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                  float scale, DropoutParams dropout, const Tensor& out,
-                                  const Tensor& lse);
+                                  int64_t window, float scale, DropoutParams dropout,
+                                  const Tensor& out, const Tensor& lse);
 KernelWork attention_backward_cost(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out, const Tensor& grad_out, const Tensor& lse,
-                                   bool causal, float scale, DropoutParams dropout,
+                                   bool causal, int64_t window, float scale, DropoutParams dropout,
                                    const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
                                    const Tensor& grad_v, const Tensor& grad_q_accum);
 
+// causal masks key j > query i; window (causal only; 0: none) also masks key j <= i - window, so
+// that a query sees `window` keys, itself included (transformers' sliding window). Key tiles that
+// a query tile cannot see are skipped.
 struct AttentionKernels {
   static constexpr const char* kName = "attention";
 
   // out in q's dtype, q's shape; lse f32 [B, Hq, T] contiguous.
-  Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
-              DropoutParams dropout, const Tensor& out, const Tensor& lse)>
+  Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, int64_t window,
+              float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse)>
       forward{"forward", nullptr, attention_forward_cost};
   // out (forward's) and grad_out in q's dtype, q's shape; lse as forward's; delta: f32
   // [B, Hq, T] workspace; grad_q / grad_k / grad_v in q's dtype, shaped as q / k / v;
   // grad_q_accum: contiguous f32 [B, Hq, T, D] workspace when q is not f32, else undefined.
   Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-              const Tensor& grad_out, const Tensor& lse, bool causal, float scale,
+              const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window, float scale,
               DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
               const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum)>
       backward{"backward", nullptr, attention_backward_cost};

@@ -1,10 +1,13 @@
-// Reading, validating and writing HF config.json for GPT-2 and Llama.
+// Reading, validating and writing HF config.json for GPT-2 and the Llama-shaped families (Llama,
+// Qwen2, Qwen3, Mistral, Phi-3).
 #include "io/hf_config.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -264,7 +267,15 @@ void parse_rope(const FieldReader& in, LlamaConfig& c) {
     params.read("type", type);  // the older spelling
     params.read("rope_type", type);
     RopeScaling scaling;
-    std::vector<std::string> keys = {"type", "rope_type", "rope_theta"};
+    std::vector<std::string> keys = {"type", "rope_type", "rope_theta", "partial_rotary_factor"};
+    // transformers 5 writes Phi-3's partial_rotary_factor here; 1 (the whole head) is RoPE as
+    // computed, any other is refused.
+    double partial_rotary_factor = 1.0;
+    params.read("partial_rotary_factor", partial_rotary_factor);
+    if (partial_rotary_factor != 1.0) {
+      throw NotImplementedError(str_cat(where, ": partial_rotary_factor ", partial_rotary_factor,
+                                        " is not implemented (headroom rotates whole heads)"));
+    }
     if (type == "default" || type == "none") {
       scaling.type = Type::standard;
     } else if (type == "linear" || type == "dynamic") {
@@ -341,26 +352,72 @@ LlamaConfig qwen3_defaults() {
   return c;
 }
 
-// Qwen2's own fields. Its sliding window (Mistral's masking of keys more than sliding_window
-// back, on the layers past max_window_layers) has no kernel yet: on is refused, naming it.
-void parse_qwen2_fields(const FieldReader& in, LlamaConfig& c) {
-  bool use_sliding_window = false;
-  in.read("use_sliding_window", use_sliding_window);
-  if (use_sliding_window) {
-    throw NotImplementedError(str_cat(in.source(),
-                                      ": field 'use_sliding_window' is true; "
-                                      "headroom has no sliding-window attention yet"));
+// transformers' MistralConfig defaults (Mistral 7B's shape), where they differ from LlamaConfig's.
+LlamaConfig mistral_defaults() {
+  LlamaConfig c;
+  c.family = LlamaConfig::Family::mistral;
+  c.intermediate_size = 14336;
+  c.num_key_value_heads = 8;
+  c.max_position_embeddings = 4096 * 32;
+  c.sliding_window = 4096;
+  return c;
+}
+
+// transformers' Phi3Config defaults (Phi-3-mini's shape), where they differ from LlamaConfig's.
+LlamaConfig phi3_defaults() {
+  LlamaConfig c;
+  c.family = LlamaConfig::Family::phi3;
+  c.vocab_size = 32064;
+  c.hidden_size = 3072;
+  c.intermediate_size = 8192;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-5;
+  c.eos_token_id = {32000};
+  c.pad_token_id = 32000;
+  return c;
+}
+
+// layer_types, when present: one of full_attention / sliding_attention per layer, as transformers'
+// configs list them; `allowed` the types headroom reads here.
+std::vector<std::string> read_layer_types(const FieldReader& in, const LlamaConfig& c,
+                                          const std::vector<std::string>& allowed) {
+  std::vector<std::string> out;
+  const json* types = in.find("layer_types");
+  if (types == nullptr || types->is_null()) return out;
+  if (!types->is_array()) in.fail_type("layer_types", *types, "a list of layer types");
+  for (const json& type : *types) {
+    if (!type.is_string() ||
+        std::find(allowed.begin(), allowed.end(), type.get<std::string>()) == allowed.end()) {
+      std::string names;
+      for (const std::string& name : allowed) names += (names.empty() ? "" : " and ") + name;
+      throw NotImplementedError(str_cat(in.source(), ": field 'layer_types' holds ",
+                                        describe_json(type), "; headroom reads ", names,
+                                        " layers here"));
+    }
+    out.push_back(type.get<std::string>());
   }
+  if (static_cast<int64_t>(out.size()) != c.num_hidden_layers) {
+    throw ValueError(str_cat(in.source(), ": field 'layer_types' lists ", out.size(),
+                             " layers, not num_hidden_layers ", c.num_hidden_layers));
+  }
+  return out;
+}
+
+// Qwen2 / Qwen3's sliding window, as Qwen2Config builds it: the window is null unless
+// use_sliding_window, and layer_types (when not given) slides layers from max_window_layers on.
+void parse_qwen2_fields(const FieldReader& in, LlamaConfig& c) {
+  in.read("use_sliding_window", c.use_sliding_window);
   in.read("sliding_window", c.sliding_window);
   in.read("max_window_layers", c.max_window_layers);
-  if (const json* types = in.find("layer_types"); types != nullptr && !types->is_null()) {
-    if (!types->is_array()) in.fail_type("layer_types", *types, "a list of layer types");
-    for (const json& type : *types) {
-      if (type != "full_attention") {
-        throw NotImplementedError(str_cat(in.source(), ": field 'layer_types' holds ",
-                                          describe_json(type),
-                                          "; headroom implements only full_attention layers"));
-      }
+  c.layer_types = read_layer_types(in, c, {"full_attention", "sliding_attention"});
+  const bool window = c.use_sliding_window && c.sliding_window.has_value();
+  for (const std::string& type : c.layer_types) {
+    // transformers fails to build the mask of such a layer (no sliding_window to apply).
+    if (type == "sliding_attention" && !window) {
+      throw ValueError(str_cat(in.source(), ": field 'layer_types' lists sliding_attention ",
+                               "layers but the window is off (use_sliding_window ",
+                               c.use_sliding_window ? "true" : "false", ", sliding_window ",
+                               c.sliding_window ? std::to_string(*c.sliding_window) : "null", ")"));
     }
   }
   // Not Qwen2 / Qwen3 fields: transformers ignores them (Qwen2's q / k / v always have a bias,
@@ -370,11 +427,60 @@ void parse_qwen2_fields(const FieldReader& in, LlamaConfig& c) {
   c.pretraining_tp = 1;
 }
 
+// Mistral's: sliding_window on every layer. MistralModel ignores layer_types (a Ministral
+// model's); one that names another type than the one Mistral applies is refused.
+void parse_mistral_fields(const FieldReader& in, LlamaConfig& c) {
+  in.read("sliding_window", c.sliding_window);
+  const std::string applied = c.sliding_window ? "sliding_attention" : "full_attention";
+  read_layer_types(in, c, {applied});
+  // Not Mistral fields: transformers' Mistral has no biases and ignores them, as headroom does.
+  c.attention_bias = false;
+  c.mlp_bias = false;
+  c.pretraining_tp = 1;
+}
+
+// Phi-3's: sliding_window on every layer; resid_pdrop (dropout on both residual branches) is not
+// implemented and refused unless 0; RoPE beyond the default (longrope) is refused by parse_rope.
+void parse_phi3_fields(const FieldReader& in, LlamaConfig& c) {
+  in.read("sliding_window", c.sliding_window);
+  in.read("original_max_position_embeddings", c.original_max_position_embeddings);
+  in.read("embd_pdrop", c.embd_pdrop);
+  double resid_pdrop = 0.0;
+  in.read("resid_pdrop", resid_pdrop);
+  if (resid_pdrop != 0.0) {
+    throw NotImplementedError(str_cat(in.source(), ": field 'resid_pdrop' is ", resid_pdrop,
+                                      "; headroom implements Phi-3 without residual dropout (0)"));
+  }
+  double partial_rotary_factor = 1.0;
+  in.read("partial_rotary_factor", partial_rotary_factor);
+  if (partial_rotary_factor != 1.0) {
+    throw NotImplementedError(str_cat(in.source(), ": field 'partial_rotary_factor' is ",
+                                      partial_rotary_factor, "; headroom rotates whole heads (1)"));
+  }
+  // Not Phi-3 fields: transformers' Phi3 has no biases and ignores them, as headroom does.
+  c.attention_bias = false;
+  c.mlp_bias = false;
+  c.pretraining_tp = 1;
+}
+
 LlamaConfig parse_llama(const FieldReader& in, LlamaConfig c = {}) {
   llama_fields(c, [&](const char* field, auto& value) { in.read(field, value); });
   in.read("dtype", c.torch_dtype);  // torch_dtype's name in newer transformers
   parse_rope(in, c);
-  if (c.family != LlamaConfig::Family::llama) parse_qwen2_fields(in, c);
+  switch (c.family) {
+    case LlamaConfig::Family::llama:
+      break;
+    case LlamaConfig::Family::qwen2:
+    case LlamaConfig::Family::qwen3:
+      parse_qwen2_fields(in, c);
+      break;
+    case LlamaConfig::Family::mistral:
+      parse_mistral_fields(in, c);
+      break;
+    case LlamaConfig::Family::phi3:
+      parse_phi3_fields(in, c);
+      break;
+  }
 
   const std::string& s = in.source();
   require_positive(s, "vocab_size", c.vocab_size);
@@ -401,6 +507,7 @@ LlamaConfig parse_llama(const FieldReader& in, LlamaConfig c = {}) {
                 "; rotary embeddings need an even one"));
   }
   require_positive(s, "max_position_embeddings", c.max_position_embeddings);
+  if (c.sliding_window) require_positive(s, "sliding_window", *c.sliding_window);
   require_positive(s, "pretraining_tp", c.pretraining_tp);
   require_positive(s, "rms_norm_eps", c.rms_norm_eps);
   require_positive(s, "rope_theta", c.rope_theta);
@@ -451,23 +558,44 @@ json rope_scaling_json(const RopeScaling& s) {
   return nullptr;
 }
 
+// model_type and the architecture's class of each family.
+std::pair<const char*, const char*> family_names(LlamaConfig::Family family) {
+  using Family = LlamaConfig::Family;
+  switch (family) {
+    case Family::llama:
+      break;
+    case Family::qwen2:
+      return {"qwen2", "Qwen2ForCausalLM"};
+    case Family::qwen3:
+      return {"qwen3", "Qwen3ForCausalLM"};
+    case Family::mistral:
+      return {"mistral", "MistralForCausalLM"};
+    case Family::phi3:
+      return {"phi3", "Phi3ForCausalLM"};
+  }
+  return {"llama", "LlamaForCausalLM"};
+}
+
 json llama_json(const LlamaConfig& c) {
   using Family = LlamaConfig::Family;
-  const char* type = c.family == Family::qwen2   ? "qwen2"
-                     : c.family == Family::qwen3 ? "qwen3"
-                                                 : "llama";
-  const char* architecture = c.family == Family::qwen2   ? "Qwen2ForCausalLM"
-                             : c.family == Family::qwen3 ? "Qwen3ForCausalLM"
-                                                         : "LlamaForCausalLM";
+  const auto [type, architecture] = family_names(c.family);
   json out = {{"model_type", type}, {"architectures", {architecture}}};
   llama_fields(c, [&](const char* field, const auto& value) { out[field] = field_json(value); });
   out["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   if (c.family != Family::llama) {
     for (const char* field : {"mlp_bias", "pretraining_tp"}) out.erase(field);
-    if (c.family == Family::qwen2) out.erase("attention_bias");
-    out["use_sliding_window"] = false;
+    if (c.family != Family::qwen3) out.erase("attention_bias");
     out["sliding_window"] = field_json(c.sliding_window);
+  }
+  if (c.family == Family::qwen2 || c.family == Family::qwen3) {
+    out["use_sliding_window"] = c.use_sliding_window;
     out["max_window_layers"] = c.max_window_layers;
+    if (!c.layer_types.empty()) out["layer_types"] = c.layer_types;
+  }
+  if (c.family == Family::phi3) {
+    out["original_max_position_embeddings"] = c.original_max_position_embeddings;
+    out["embd_pdrop"] = c.embd_pdrop;
+    out["resid_pdrop"] = 0.0;
   }
   // Left out when unset rather than written as null: transformers before 4.45 would keep a
   // null head_dim as an attribute and fail on it, while a missing one means the default.
@@ -487,7 +615,7 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   if (in.find("model_type") == nullptr) {
     throw ValueError(str_cat(source_name,
                              ": field 'model_type' is missing; headroom reads "
-                             "'gpt2', 'llama', 'qwen2' and 'qwen3' configs"));
+                             "'gpt2', 'llama', 'qwen2', 'qwen3', 'mistral' and 'phi3' configs"));
   }
   std::string model_type;
   in.read("model_type", model_type);
@@ -495,8 +623,11 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   if (model_type == "llama") return parse_llama(in);
   if (model_type == "qwen2") return parse_llama(in, qwen2_defaults());
   if (model_type == "qwen3") return parse_llama(in, qwen3_defaults());
-  throw ValueError(str_cat(source_name, ": field 'model_type' is '", model_type,
-                           "'; headroom reads 'gpt2', 'llama', 'qwen2' and 'qwen3' configs"));
+  if (model_type == "mistral") return parse_llama(in, mistral_defaults());
+  if (model_type == "phi3") return parse_llama(in, phi3_defaults());
+  throw ValueError(
+      str_cat(source_name, ": field 'model_type' is '", model_type,
+              "'; headroom reads 'gpt2', 'llama', 'qwen2', 'qwen3', 'mistral' and 'phi3' configs"));
 }
 
 HfConfig read_hf_config(const std::string& path) {

@@ -15,22 +15,21 @@ std::unique_ptr<Linear> projection(int64_t in, int64_t out, bool bias, Device de
 
 }  // namespace
 
-LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device, const BlockRunners* runners)
-    : config_(c),
-      runners_(runners),
-      q_proj_(register_module(
-          "q_proj", projection(c.hidden_size, c.num_attention_heads * c.effective_head_dim(),
-                               c.qkv_bias(), device))),
-      k_proj_(register_module(
-          "k_proj",
-          projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(),
-                     c.qkv_bias(), device))),
-      v_proj_(register_module(
-          "v_proj",
-          projection(c.hidden_size, c.effective_num_key_value_heads() * c.effective_head_dim(),
-                     c.qkv_bias(), device))),
-      o_proj_(register_module("o_proj", projection(c.num_attention_heads * c.effective_head_dim(),
-                                                   c.hidden_size, c.attention_bias, device))) {
+LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device, const BlockRunners* runners,
+                               int64_t layer)
+    : config_(c), runners_(runners), window_(c.attention_window(layer)) {
+  // Registered in transformers' Llama order (q, k, v, o), which fixes the parameter order.
+  const int64_t q_size = c.num_attention_heads * c.effective_head_dim();
+  const int64_t kv_size = c.effective_num_key_value_heads() * c.effective_head_dim();
+  if (c.fused_projections()) {
+    qkv_proj_ = &register_module(
+        "qkv_proj", projection(c.hidden_size, q_size + 2 * kv_size, c.qkv_bias(), device));
+  } else {
+    q_proj_ = &register_module("q_proj", projection(c.hidden_size, q_size, c.qkv_bias(), device));
+    k_proj_ = &register_module("k_proj", projection(c.hidden_size, kv_size, c.qkv_bias(), device));
+    v_proj_ = &register_module("v_proj", projection(c.hidden_size, kv_size, c.qkv_bias(), device));
+  }
+  o_proj_ = &register_module("o_proj", projection(q_size, c.hidden_size, c.attention_bias, device));
   if (c.qk_norm()) {
     q_norm_ = &register_module(
         "q_norm", std::make_unique<RMSNorm>(c.effective_head_dim(), c.rms_norm_eps, device));
@@ -49,37 +48,56 @@ Tensor LlamaAttention::forward(const Tensor& x) const {
     if (norm) split = norm->forward(split);
     return transpose(split, 1, 2);
   };
-  const Tensor q =
-      rotary_embedding(heads(run_matmul(runners_, q_proj_, x), hq, q_norm_), config_.rope());
-  const Tensor k =
-      rotary_embedding(heads(run_matmul(runners_, k_proj_, x), hkv, k_norm_), config_.rope());
-  const Tensor v = heads(run_matmul(runners_, v_proj_, x), hkv);
+  // Phi-3's fused projection is sliced along its last dimension, q, k, v, as transformers does.
+  std::vector<Tensor> qkv;
+  if (qkv_proj_) {
+    qkv = split(run_matmul(runners_, *qkv_proj_, x), {hq * hd, hkv * hd, hkv * hd}, -1);
+  } else {
+    qkv = {run_matmul(runners_, *q_proj_, x), run_matmul(runners_, *k_proj_, x),
+           run_matmul(runners_, *v_proj_, x)};
+  }
+  const Tensor q = rotary_embedding(heads(qkv[0], hq, q_norm_), config_.rope());
+  const Tensor k = rotary_embedding(heads(qkv[1], hkv, k_norm_), config_.rope());
+  const Tensor v = heads(qkv[2], hkv);
+  qkv.clear();
   const double p = is_training() ? config_.attention_dropout : 0.0;
-  Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p);
-  return run_matmul(runners_, o_proj_, reshape(transpose(y, 1, 2), {b, t, hq * hd}));
+  Tensor y =
+      scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p, nullptr, window_);
+  return run_matmul(runners_, *o_proj_, reshape(transpose(y, 1, 2), {b, t, hq * hd}));
 }
 
 LlamaMLP::LlamaMLP(const LlamaConfig& c, Device device, const BlockRunners* runners)
-    : runners_(runners),
-      gate_proj_(register_module(
-          "gate_proj", projection(c.hidden_size, c.intermediate_size, c.mlp_bias, device))),
-      up_proj_(register_module("up_proj",
-                               projection(c.hidden_size, c.intermediate_size, c.mlp_bias, device))),
-      down_proj_(register_module(
-          "down_proj", projection(c.intermediate_size, c.hidden_size, c.mlp_bias, device))) {}
+    : runners_(runners) {
+  const int64_t in = c.hidden_size, inter = c.intermediate_size;
+  if (c.fused_projections()) {
+    gate_up_proj_ = &register_module("gate_up_proj", projection(in, 2 * inter, c.mlp_bias, device));
+  } else {
+    gate_proj_ = &register_module("gate_proj", projection(in, inter, c.mlp_bias, device));
+    up_proj_ = &register_module("up_proj", projection(in, inter, c.mlp_bias, device));
+  }
+  down_proj_ = &register_module("down_proj", projection(inter, in, c.mlp_bias, device));
+}
 
 Tensor LlamaMLP::forward(const Tensor& x) const {
-  const Tensor hidden =
-      swiglu(run_matmul(runners_, gate_proj_, x), run_matmul(runners_, up_proj_, x));
-  return run_matmul(runners_, down_proj_, hidden);
+  Tensor hidden;
+  if (gate_up_proj_) {
+    // Phi-3: chunk(2) of the fused output, gate first.
+    const Tensor fused = run_matmul(runners_, *gate_up_proj_, x);
+    const int64_t inter = fused.size(-1) / 2;
+    const std::vector<Tensor> parts = split(fused, {inter, inter}, -1);
+    hidden = swiglu(parts[0], parts[1]);
+  } else {
+    hidden = swiglu(run_matmul(runners_, *gate_proj_, x), run_matmul(runners_, *up_proj_, x));
+  }
+  return run_matmul(runners_, *down_proj_, hidden);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Device device,
-                                     const BlockRunners* runners)
+                                     const BlockRunners* runners, int64_t layer)
     : input_layernorm_(register_module(
           "input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
-      self_attn_(
-          register_module("self_attn", std::make_unique<LlamaAttention>(c, device, runners))),
+      self_attn_(register_module("self_attn",
+                                 std::make_unique<LlamaAttention>(c, device, runners, layer))),
       post_attention_layernorm_(
           register_module("post_attention_layernorm",
                           std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
@@ -101,7 +119,7 @@ LlamaModel::LlamaModel(const LlamaConfig& c, Device device, const BlockRunners* 
   auto layers = std::make_unique<Module>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_.push_back(&layers->register_child(
-        std::to_string(i), std::make_unique<LlamaDecoderLayer>(c, device, runners)));
+        std::to_string(i), std::make_unique<LlamaDecoderLayer>(c, device, runners, i)));
   }
   register_module("layers", std::move(layers));
   norm_ =

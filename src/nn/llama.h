@@ -1,5 +1,6 @@
 // Llama (HF LlamaForCausalLM): RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP,
-// untied LM head (unless tie_word_embeddings).
+// untied LM head (unless tie_word_embeddings); with the variations of the Llama-shaped families
+// (LlamaConfig::Family): biases, q / k norms, sliding windows, fused projections.
 #pragma once
 
 #include <vector>
@@ -11,8 +12,10 @@ namespace headroom {
 
 class LlamaAttention : public Module {
  public:
-  // runners: the model's (Note [Block runners]); null runs the projections directly.
-  LlamaAttention(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
+  // runners: the model's (Note [Block runners]); null runs the projections directly. layer: the
+  // decoder layer's index, which chooses its sliding window (LlamaConfig::attention_window).
+  LlamaAttention(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr,
+                 int64_t layer = 0);
   Tensor forward(const Tensor& x) const;
   // The dtype q, k and v_proj all convert x to (common_input_dtype).
   std::optional<DType> input_dtype() const {
@@ -22,10 +25,14 @@ class LlamaAttention : public Module {
  private:
   const LlamaConfig config_;
   const BlockRunners* runners_;
-  Linear& q_proj_;
-  Linear& k_proj_;
-  Linear& v_proj_;
-  Linear& o_proj_;
+  const std::optional<int64_t> window_;
+  // q_proj, k_proj and v_proj, or Phi-3's qkv_proj (LlamaConfig::fused_projections), q rows
+  // first, then k's, then v's.
+  Linear* q_proj_ = nullptr;
+  Linear* k_proj_ = nullptr;
+  Linear* v_proj_ = nullptr;
+  Linear* qkv_proj_ = nullptr;
+  Linear* o_proj_ = nullptr;
   const RMSNorm* q_norm_ = nullptr;  // Qwen3's (LlamaConfig::qk_norm), else null
   const RMSNorm* k_norm_ = nullptr;
 };
@@ -38,15 +45,17 @@ class LlamaMLP : public Module {
 
  private:
   const BlockRunners* runners_;
-  Linear& gate_proj_;
-  Linear& up_proj_;
-  Linear& down_proj_;
+  // gate_proj and up_proj, or Phi-3's gate_up_proj, gate rows first.
+  Linear* gate_proj_ = nullptr;
+  Linear* up_proj_ = nullptr;
+  Linear* gate_up_proj_ = nullptr;
+  Linear* down_proj_ = nullptr;
 };
 
 class LlamaDecoderLayer : public Module {
  public:
-  LlamaDecoderLayer(const LlamaConfig& config, Device device,
-                    const BlockRunners* runners = nullptr);
+  LlamaDecoderLayer(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr,
+                    int64_t layer = 0);
   Tensor forward(const Tensor& x) const;
 
  private:

@@ -44,11 +44,14 @@ struct GPT2Config {
 };
 
 // Fields and defaults of transformers' LlamaConfig, which also describes the Llama-shaped
-// families: Qwen2 / Qwen2.5 (family qwen2: bias on q / k / v, none on o_proj or the MLP; its
-// sliding window off) and Qwen3 (family qwen3: attention_bias on all four projections as
-// Llama's, and q_norm / k_norm, an RMSNorm over each head of q and k before RoPE).
+// families: Qwen2 / Qwen2.5 (family qwen2: bias on q / k / v, none on o_proj or the MLP; a
+// sliding window on the layers past max_window_layers when use_sliding_window), Qwen3 (family
+// qwen3: attention_bias on all four projections as Llama's, and q_norm / k_norm, an RMSNorm over
+// each head of q and k before RoPE), Mistral (family mistral: no biases, sliding_window on every
+// layer) and Phi-3 / 3.5 (family phi3: q / k / v fused in qkv_proj and gate / up in gate_up_proj,
+// no biases, sliding_window on every layer).
 struct LlamaConfig {
-  enum class Family : uint8_t { llama, qwen2, qwen3 };
+  enum class Family : uint8_t { llama, qwen2, qwen3, mistral, phi3 };
   Family family = Family::llama;  // model_type
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -73,9 +76,17 @@ struct LlamaConfig {
   double attention_dropout = 0.0;
   bool mlp_bias = false;
   DType torch_dtype = DType::f32;
-  // Qwen2's, kept to write config.json back (use_sliding_window is false: true is refused).
+  // The sliding window of Mistral and Phi-3 (every layer; null: none), and of Qwen2 / Qwen3 when
+  // use_sliding_window: on the layers that layer_types names sliding_attention, or when it is
+  // empty, on layers from max_window_layers on (Qwen2Config's rule).
   std::optional<int64_t> sliding_window;
+  bool use_sliding_window = false;
   int64_t max_window_layers = 28;
+  std::vector<std::string> layer_types;  // Qwen2 / Qwen3's as config.json lists it, else empty
+  // Phi-3's, kept to write config.json back: its RoPE reads the original context only for
+  // longrope, and embd_pdrop is unused by transformers' Phi3Model.
+  int64_t original_max_position_embeddings = 4096;
+  double embd_pdrop = 0.0;
 
   int64_t effective_num_key_value_heads() const {
     return num_key_value_heads.value_or(num_attention_heads);
@@ -88,6 +99,27 @@ struct LlamaConfig {
   bool qkv_bias() const { return attention_bias || family == Family::qwen2; }
   // Qwen3's per-head q_norm / k_norm.
   bool qk_norm() const { return family == Family::qwen3; }
+  // Phi-3's fused qkv_proj and gate_up_proj.
+  bool fused_projections() const { return family == Family::phi3; }
+  // The sliding window of layer `layer` (null: full attention), as transformers applies it.
+  std::optional<int64_t> attention_window(int64_t layer) const {
+    switch (family) {
+      case Family::llama:
+        return std::nullopt;
+      case Family::mistral:
+      case Family::phi3:
+        return sliding_window;
+      case Family::qwen2:
+      case Family::qwen3:
+        break;
+    }
+    if (!use_sliding_window) return std::nullopt;
+    const bool slides = layer_types.empty()
+                            ? layer >= max_window_layers
+                            : static_cast<size_t>(layer) < layer_types.size() &&
+                                  layer_types[static_cast<size_t>(layer)] == "sliding_attention";
+    return slides ? sliding_window : std::nullopt;
+  }
   bool operator==(const LlamaConfig&) const = default;
 };
 

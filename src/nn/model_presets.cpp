@@ -132,6 +132,47 @@ LlamaConfig qwen3_8b() {
   return config;
 }
 
+// mistralai/Mistral-7B-v0.3: Llama's block with GQA, rope_theta 1e6, a 32,768-token vocabulary
+// and context; its sliding_window is null (v0.1's was 4096), so attention is full.
+LlamaConfig mistral_7b() {
+  LlamaConfig config;
+  config.family = LlamaConfig::Family::mistral;
+  config.vocab_size = 32768;
+  config.hidden_size = 4096;
+  config.intermediate_size = 14336;
+  config.num_hidden_layers = 32;
+  config.num_attention_heads = 32;
+  config.num_key_value_heads = 8;
+  config.max_position_embeddings = 32768;
+  config.rope_theta = 1000000.0;
+  config.rms_norm_eps = 1e-5;
+  config.sliding_window = std::nullopt;
+  config.torch_dtype = DType::bf16;
+  return config;
+}
+
+// microsoft/Phi-3-mini-4k-instruct: fused qkv_proj / gate_up_proj, 32 heads without GQA
+// (head_dim 96), a 4k context with a 2047-key sliding window, pad 32000.
+LlamaConfig phi3_mini() {
+  LlamaConfig config;
+  config.family = LlamaConfig::Family::phi3;
+  config.vocab_size = 32064;
+  config.hidden_size = 3072;
+  config.intermediate_size = 8192;
+  config.num_hidden_layers = 32;
+  config.num_attention_heads = 32;
+  config.num_key_value_heads = 32;
+  config.max_position_embeddings = 4096;
+  config.original_max_position_embeddings = 4096;
+  config.rms_norm_eps = 1e-5;
+  config.bos_token_id = 1;
+  config.eos_token_id = {32000};
+  config.pad_token_id = 32000;
+  config.sliding_window = 2047;
+  config.torch_dtype = DType::bf16;
+  return config;
+}
+
 const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() {
   static const std::vector<std::pair<std::string, std::function<HfConfig()>>> table = {
       {"gpt2-tiny", [] { return HfConfig(gpt2_tiny()); }},
@@ -155,6 +196,8 @@ const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() 
       {"qwen2.5-32b", [] { return HfConfig(qwen25_sized(5120, 27648, 64, 40, 8, false)); }},
       {"qwen2.5-72b", [] { return HfConfig(qwen25_sized(8192, 29568, 80, 64, 8, false)); }},
       {"qwen3-8b", [] { return HfConfig(qwen3_8b()); }},
+      {"mistral-7b", [] { return HfConfig(mistral_7b()); }},
+      {"phi-3-mini", [] { return HfConfig(phi3_mini()); }},
   };
   return table;
 }

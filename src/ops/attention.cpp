@@ -71,7 +71,7 @@ struct AttentionDims {
 };
 
 AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                              double dropout_p) {
+                              double dropout_p, std::optional<int64_t> sliding_window) {
   check_floating(kOp, "q", q);
   check_floating(kOp, "k", k);
   check_floating(kOp, "v", v);
@@ -100,6 +100,10 @@ AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     throw ValueError(str_cat(kOp, ": is_causal needs as many queries as keys, got q length ",
                              q.size(2), " and k length ", k.size(2)));
   }
+  if (sliding_window && (!is_causal || *sliding_window < 1)) {
+    throw ValueError(str_cat(kOp, ": sliding_window ", *sliding_window,
+                             " must be positive and needs is_causal"));
+  }
   if (!(dropout_p >= 0.0 && dropout_p < 1.0)) {
     throw ValueError(str_cat(kOp, ": dropout_p ", dropout_p, " must lie in [0, 1)"));
   }
@@ -116,13 +120,15 @@ void save_for_backward(FunctionNode& node, const Tensor& q, const Tensor& k, con
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, std::optional<double> scale, double dropout_p,
-                                    Generator* generator) {
+                                    Generator* generator, std::optional<int64_t> sliding_window) {
   RecordFunction record("scaled_dot_product_attention", q, k, v);
   if (auto cast = autocast_inputs("scaled_dot_product_attention", {q, k, v})) {
     return scaled_dot_product_attention((*cast)[0], (*cast)[1], (*cast)[2], is_causal, scale,
-                                        dropout_p, generator);
+                                        dropout_p, generator, sliding_window);
   }
-  const AttentionDims dims = check_attention(q, k, v, is_causal, dropout_p);
+  const AttentionDims dims = check_attention(q, k, v, is_causal, dropout_p, sliding_window);
+  // The kernels' window: 0 when none, or when it covers every key anyway.
+  const int64_t window = sliding_window && *sliding_window < dims.kv_len ? *sliding_window : 0;
   const float softmax_scale =
       static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.head_dim))));
   DropoutParams dropout;
@@ -137,40 +143,40 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
   const DType dtype = q.dtype();
   need_kernel(kOp, device, &AttentionKernels::forward)(unit_rows(q, dtype), unit_rows(k, dtype),
-                                                       unit_rows(v, dtype), is_causal,
+                                                       unit_rows(v, dtype), is_causal, window,
                                                        softmax_scale, dropout, out, lse);
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
     save_for_backward(*node, q, k, v, out, lse);
-    node->set_backward(
-        [is_causal, softmax_scale, dropout](BackwardContext& ctx) -> std::vector<Tensor> {
-          const Tensor& q = ctx.saved(0);
-          const Tensor& k = ctx.saved(1);
-          const Tensor& lse = ctx.saved(4);
-          const DType dtype = q.dtype();
-          const Device device = q.device();
-          const Tensor g = unit_rows(ctx.grad_output(), dtype);
-          // delta [B, Hq, Tq], the fp32 dQ accumulator when q is not f32 (dQ sums over key tiles),
-          // and the three gradients in q's dtype, laid out as q, k and v are.
-          Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
-          Tensor gq_accum;
-          if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
-          Tensor gq, gk, gv;
-          if (packed_qkv(q, k, ctx.saved(2))) {
-            const Tensor packed =
-                Tensor::empty(Shape{q.size(0), q.size(2), 3, q.size(1), q.size(3)}, dtype, device);
-            gq = packed.select(2, 0).transpose(1, 2);
-            gk = packed.select(2, 1).transpose(1, 2);
-            gv = packed.select(2, 2).transpose(1, 2);
-          } else {
-            gq = empty_in_layout_of(q, dtype);
-            gk = empty_in_layout_of(k, dtype);
-            gv = empty_in_layout_of(ctx.saved(2), dtype);
-          }
-          need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
-              unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(ctx.saved(2), dtype),
-              ctx.saved(3), g, lse, is_causal, softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
-          return {gq, gk, gv};
-        });
+    node->set_backward([is_causal, window, softmax_scale,
+                        dropout](BackwardContext& ctx) -> std::vector<Tensor> {
+      const Tensor& q = ctx.saved(0);
+      const Tensor& k = ctx.saved(1);
+      const Tensor& lse = ctx.saved(4);
+      const DType dtype = q.dtype();
+      const Device device = q.device();
+      const Tensor g = unit_rows(ctx.grad_output(), dtype);
+      // delta [B, Hq, Tq], the fp32 dQ accumulator when q is not f32 (dQ sums over key tiles),
+      // and the three gradients in q's dtype, laid out as q, k and v are.
+      Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
+      Tensor gq_accum;
+      if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
+      Tensor gq, gk, gv;
+      if (packed_qkv(q, k, ctx.saved(2))) {
+        const Tensor packed =
+            Tensor::empty(Shape{q.size(0), q.size(2), 3, q.size(1), q.size(3)}, dtype, device);
+        gq = packed.select(2, 0).transpose(1, 2);
+        gk = packed.select(2, 1).transpose(1, 2);
+        gv = packed.select(2, 2).transpose(1, 2);
+      } else {
+        gq = empty_in_layout_of(q, dtype);
+        gk = empty_in_layout_of(k, dtype);
+        gv = empty_in_layout_of(ctx.saved(2), dtype);
+      }
+      need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
+          unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(ctx.saved(2), dtype), ctx.saved(3), g,
+          lse, is_causal, window, softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
+      return {gq, gk, gv};
+    });
     node->set_outputs({out});
   }
   return out;

@@ -14,9 +14,12 @@ namespace headroom {
 // query head h reads key/value head h / (Hq / Hkv)); any strides. Returns [B, Hq, Tq, D]
 // contiguous. `scale` defaults to 1/sqrt(D). is_causal masks key j > query i (aligned at the
 // start, Tq == Tk). dropout_p drops attention probabilities from the Philox stream of
-// `generator`, regenerated in backward.
+// `generator`, regenerated in backward. sliding_window w (with is_causal) also masks key j when
+// i - j >= w, so each query sees at most w keys, itself included: transformers' sliding window
+// (masking_utils' sliding_window_overlay keeps kv_idx > q_idx - w); null is full attention.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = true, std::optional<double> scale = {},
-                                    double dropout_p = 0.0, Generator* generator = nullptr);
+                                    double dropout_p = 0.0, Generator* generator = nullptr,
+                                    std::optional<int64_t> sliding_window = {});
 
 }  // namespace headroom

@@ -76,13 +76,25 @@ std::string hf_model_type(const HfConfig& config) {
       return "qwen2";
     case LlamaConfig::Family::qwen3:
       return "qwen3";
+    case LlamaConfig::Family::mistral:
+      return "mistral";
+    case LlamaConfig::Family::phi3:
+      return "phi3";
   }
   return "llama";
 }
 
 std::vector<std::string> default_lora_target_modules(const HfConfig& config) {
-  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: llama, qwen2 and qwen3 alike.
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: llama, qwen2, qwen3 and mistral
+  // alike. It has no phi3 entry, so PEFT refuses a Phi-3 LoRA without target_modules; so does
+  // headroom, rather than guess.
   if (std::holds_alternative<GPT2Config>(config)) return {"c_attn"};
+  if (std::get<LlamaConfig>(config).family == LlamaConfig::Family::phi3) {
+    throw ValueError(
+        "lora_target_modules: Phi-3 has no default target modules (PEFT has none for model_type "
+        "phi3); name them, e.g. qkv_proj, or qkv_proj,o_proj,gate_up_proj,down_proj, or "
+        "all-linear");
+  }
   return {"q_proj", "v_proj"};
 }
 

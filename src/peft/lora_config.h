@@ -50,8 +50,8 @@ std::vector<std::string> split_module_names(const std::string& text);
 LoraBias parse_lora_bias(const std::string& text);
 const char* lora_bias_name(LoraBias bias);
 
-// The default target modules of `config`'s architecture: GPT-2 {"c_attn"}, Llama {"q_proj",
-// "v_proj"}.
+// The default target modules of `config`'s architecture: GPT-2 {"c_attn"}, Llama, Qwen2, Qwen3 and
+// Mistral {"q_proj", "v_proj"}; Phi-3 has none (ValueError naming lora_target_modules), as PEFT.
 std::vector<std::string> default_lora_target_modules(const HfConfig& config);
 // HF's model_type: "gpt2" or "llama".
 std::string hf_model_type(const HfConfig& config);

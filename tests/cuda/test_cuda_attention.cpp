@@ -1,13 +1,15 @@
 // scaled_dot_product_attention on the GPU (backend/cuda/attention.cu) against the CPU reference
 // in fp32 on the same (rounded) inputs: outputs and gradients for f32 / bf16 / f16, head sizes on
-// the tensor-core path (<= 128) and the CUDA-core path (129..256), causal and full, GQA, dropout
-// (the same Philox stream), strided inputs, odd and large sizes; determinism; and the GPU's
+// the tensor-core path (<= 128) and the CUDA-core path (129..256), causal, sliding window and full,
+// GQA, dropout (the same Philox stream), strided inputs, odd and large sizes; determinism; and the
+// GPU's
 // allocations against a meta dry run. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "autograd/engine.h"
@@ -25,13 +27,15 @@ struct Config {
   int64_t b, hq, hkv, tq, tk, d;
   bool causal;
   double dropout_p = 0.0;
-  bool transposed = false;  // q, k, v as [B, T, H, D] tensors viewed as [B, H, T, D]
+  bool transposed = false;             // q, k, v as [B, T, H, D] tensors viewed as [B, H, T, D]
+  std::optional<int64_t> window = {};  // sliding window (causal)
 };
 
 std::string name_of(const Config& c, DType dtype) {
   return str_cat(dtype_name(dtype), " B", c.b, " Hq", c.hq, " Hkv", c.hkv, " Tq", c.tq, " Tk", c.tk,
                  " D", c.d, c.causal ? " causal" : " full", " p", c.dropout_p,
-                 c.transposed ? " transposed" : "");
+                 c.transposed ? " transposed" : "",
+                 c.window ? str_cat(" window ", *c.window) : std::string());
 }
 
 // Note [Attention tolerances on the GPU]
@@ -144,7 +148,7 @@ Result run(const Config& c, const Inputs& in, DType dtype, Device device) {
   auto view = [&](const Tensor& x) { return c.transposed ? transpose(x, 1, 2) : x; };
   Generator dropout_gen(1234);
   const Tensor out = scaled_dot_product_attention(view(q), view(k), view(v), c.causal, {},
-                                                  c.dropout_p, &dropout_gen);
+                                                  c.dropout_p, &dropout_gen, c.window);
   EXPECT_EQ(out.dtype(), dtype);
   backward(out, in.grad_out.on(dtype, device));
   EXPECT_EQ(q.grad().dtype(), dtype);
@@ -207,6 +211,20 @@ TEST(CudaAttention, DropoutUsesTheCpuStream) {
     check_against_cpu({2, 4, 2, 100, 100, 64, true, 0.1}, dtype);
     check_against_cpu({1, 2, 2, 50, 77, 128, false, 0.3}, dtype);
     check_against_cpu({1, 2, 1, 40, 40, 160, true, 0.2}, dtype);
+  }
+}
+
+// Windows shorter than a key tile, spanning several (so whole key tiles are skipped in forward and
+// whole query tiles in backward), of one key, on both kernel families, with dropout and GQA.
+TEST(CudaAttention, SlidingWindowMatchesCpu) {
+  REQUIRE_GPU();
+  for (DType dtype : kDtypes) {
+    for (int64_t d : {64, 160}) {
+      check_against_cpu({2, 4, 2, 300, 300, d, true, 0.0, false, 5}, dtype);
+      check_against_cpu({1, 4, 1, 400, 400, d, true, 0.0, false, 100}, dtype);
+      check_against_cpu({1, 2, 2, 70, 70, d, true, 0.0, false, 1}, dtype);
+      check_against_cpu({1, 6, 2, 260, 260, d, true, 0.2, true, 65}, dtype);
+    }
   }
 }
 

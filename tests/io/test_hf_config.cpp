@@ -221,15 +221,119 @@ TEST(HfConfig, Qwen2IsLlamaWithQkvBiases) {
   EXPECT_FALSE(written["use_sliding_window"].get<bool>());
   EXPECT_FALSE(written.contains("attention_bias"));
   EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
-  // Its sliding window has no kernel yet: refused, never ignored.
+  for (int64_t layer : {0, 1}) EXPECT_EQ(c.attention_window(layer), std::nullopt);
+  // A sliding_attention layer with the window off has no window to apply (transformers fails to
+  // build its mask): refused, naming the fields.
   nlohmann::json config = nlohmann::json::parse(text);
-  config["use_sliding_window"] = true;
-  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "q.json"); },
-                                    {"q.json: field 'use_sliding_window' is true"});
-  config["use_sliding_window"] = false;
   config["layer_types"] = {"full_attention", "sliding_attention"};
+  expect_error<ValueError>([&] { parse_hf_config(config.dump(), "q.json"); },
+                           {"q.json: field 'layer_types' lists sliding_attention",
+                            "use_sliding_window false", "sliding_window null"});
+  config["layer_types"] = {"full_attention", "chunked_attention"};
   expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "q.json"); },
-                                    {"q.json: field 'layer_types' holds", "sliding_attention"});
+                                    {"q.json: field 'layer_types' holds", "chunked_attention"});
+  config["layer_types"] = {"full_attention"};
+  expect_error<ValueError>([&] { parse_hf_config(config.dump(), "q.json"); },
+                           {"q.json: field 'layer_types' lists 1 layers", "num_hidden_layers 2"});
+}
+
+// Qwen2Config's rule: with use_sliding_window the layers from max_window_layers on slide, or
+// those layer_types names; without it none, whatever sliding_window says.
+TEST(HfConfig, Qwen2SlidingWindowLayers) {
+  const std::string dir = std::string(HEADROOM_FIXTURES_DIR) + "/models/qwen2_window_tiny";
+  const LlamaConfig c = std::get<LlamaConfig>(read_hf_config(dir));
+  EXPECT_TRUE(c.use_sliding_window);
+  EXPECT_EQ(c.attention_window(0), std::nullopt);
+  EXPECT_EQ(c.attention_window(1), 5);
+  const std::string text = to_json(HfConfig(c));
+  const nlohmann::json written = nlohmann::json::parse(text);
+  EXPECT_TRUE(written["use_sliding_window"].get<bool>());
+  EXPECT_EQ(written["layer_types"], nlohmann::json({"full_attention", "sliding_attention"}));
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
+
+  nlohmann::json derived = written;
+  derived.erase("layer_types");
+  derived["num_hidden_layers"] = 4;
+  derived["max_window_layers"] = 2;
+  const LlamaConfig d = std::get<LlamaConfig>(parse_hf_config(derived.dump(), "x"));
+  EXPECT_EQ(d.attention_window(1), std::nullopt);
+  EXPECT_EQ(d.attention_window(2), 5);
+  derived["use_sliding_window"] = false;
+  const LlamaConfig off = std::get<LlamaConfig>(parse_hf_config(derived.dump(), "x"));
+  EXPECT_EQ(off.attention_window(3), std::nullopt);
+  EXPECT_EQ(off.sliding_window, 5);  // kept to write back
+}
+
+TEST(HfConfig, MistralSlidesEveryLayer) {
+  const std::string dir = std::string(HEADROOM_FIXTURES_DIR) + "/models/mistral_tiny";
+  const LlamaConfig c = std::get<LlamaConfig>(read_hf_config(dir));
+  EXPECT_EQ(c.family, LlamaConfig::Family::mistral);
+  EXPECT_FALSE(c.qkv_bias());
+  EXPECT_EQ(c.attention_window(0), 7);
+  EXPECT_EQ(c.attention_window(1), 7);
+  const std::string text = to_json(HfConfig(c));
+  const nlohmann::json written = nlohmann::json::parse(text);
+  EXPECT_EQ(written["model_type"], "mistral");
+  EXPECT_EQ(written["architectures"], nlohmann::json({"MistralForCausalLM"}));
+  EXPECT_EQ(written["sliding_window"], 7);
+  EXPECT_FALSE(written.contains("attention_bias"));
+  EXPECT_FALSE(written.contains("use_sliding_window"));
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
+  // MistralConfig's defaults: a 4096-key window unless the file says null.
+  const LlamaConfig defaults =
+      std::get<LlamaConfig>(parse_hf_config(R"({"model_type": "mistral"})", "x"));
+  EXPECT_EQ(defaults.sliding_window, 4096);
+  EXPECT_EQ(defaults.effective_num_key_value_heads(), 8);
+  EXPECT_EQ(defaults.intermediate_size, 14336);
+  nlohmann::json config = written;
+  config["sliding_window"] = nullptr;
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(config.dump(), "x")).attention_window(0),
+            std::nullopt);
+  // Layer types Mistral would not apply (a Ministral model's) are refused.
+  config["layer_types"] = {"full_attention", "sliding_attention"};
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "m.json"); },
+                                    {"m.json: field 'layer_types' holds", "sliding_attention"});
+  config["sliding_window"] = 0;
+  config.erase("layer_types");
+  expect_error<ValueError>([&] { parse_hf_config(config.dump(), "m.json"); },
+                           {"m.json", "sliding_window"});
+}
+
+TEST(HfConfig, Phi3HasFusedProjections) {
+  const std::string dir = std::string(HEADROOM_FIXTURES_DIR) + "/models/phi3_tiny";
+  const LlamaConfig c = std::get<LlamaConfig>(read_hf_config(dir));
+  EXPECT_EQ(c.family, LlamaConfig::Family::phi3);
+  EXPECT_TRUE(c.fused_projections());
+  EXPECT_EQ(c.attention_window(1), 11);
+  EXPECT_EQ(c.original_max_position_embeddings, 256);
+  const std::string text = to_json(HfConfig(c));
+  const nlohmann::json written = nlohmann::json::parse(text);
+  EXPECT_EQ(written["model_type"], "phi3");
+  EXPECT_EQ(written["architectures"], nlohmann::json({"Phi3ForCausalLM"}));
+  EXPECT_EQ(written["resid_pdrop"], 0.0);
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
+  const LlamaConfig defaults =
+      std::get<LlamaConfig>(parse_hf_config(R"({"model_type": "phi3"})", "x"));
+  EXPECT_EQ(defaults.vocab_size, 32064);
+  EXPECT_EQ(defaults.pad_token_id, 32000);
+  EXPECT_EQ(defaults.sliding_window, std::nullopt);
+  // What headroom does not implement is refused, naming the file, field and value.
+  nlohmann::json config = written;
+  config["resid_pdrop"] = 0.1;
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "p.json"); },
+                                    {"p.json: field 'resid_pdrop' is 0.1"});
+  config["resid_pdrop"] = 0.0;
+  config["partial_rotary_factor"] = 0.5;
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "p.json"); },
+                                    {"p.json: field 'partial_rotary_factor' is 0.5"});
+  config.erase("partial_rotary_factor");
+  config["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.75}};
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "p.json"); },
+                                    {"p.json: rope_parameters: partial_rotary_factor 0.75"});
+  config["rope_parameters"] = nullptr;
+  config["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}};
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "p.json"); },
+                                    {"p.json: rope_scaling: rope_type 'longrope'"});
 }
 
 TEST(HfConfig, Qwen3HasPerHeadQkNorms) {
@@ -288,9 +392,9 @@ TEST(HfConfig, RoundTrips) {
 }
 
 TEST(HfConfig, RejectsModelTypesAndBadJson) {
-  expect_error<ValueError>(
-      [] { parse_hf_config(R"({"model_type": "mistral"})", "cfg.json"); },
-      {"cfg.json", "field 'model_type' is 'mistral'", "'gpt2', 'llama', 'qwen2' and 'qwen3'"});
+  expect_error<ValueError>([] { parse_hf_config(R"({"model_type": "gemma2"})", "cfg.json"); },
+                           {"cfg.json", "field 'model_type' is 'gemma2'",
+                            "'gpt2', 'llama', 'qwen2', 'qwen3', 'mistral' and 'phi3'"});
   expect_error<ValueError>([] { parse_hf_config(R"({"n_embd": 768})", "cfg.json"); },
                            {"cfg.json", "field 'model_type' is missing"});
   expect_error<ValueError>([] { parse_hf_config(R"({"model_type": 2})", "cfg.json"); },

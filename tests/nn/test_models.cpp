@@ -222,11 +222,14 @@ TEST_P(ModelReference, ShardSetMissingATensorIsRefusedWithItsNames) {
   EXPECT_NE(message.find("missing"), std::string::npos) << message;
 }
 
-// llama31_tiny (RoPE scaled as Llama 3.1's), qwen2_tiny (q / k / v biases) and qwen3_tiny
-// (q_norm / k_norm): transformers' own models and files (tools/gen_transformers_references.py).
+// llama31_tiny (RoPE scaled as Llama 3.1's), qwen2_tiny (q / k / v biases), qwen3_tiny
+// (q_norm / k_norm), qwen2_window_tiny (a sliding window on layer 1 only), mistral_tiny (a
+// sliding window of 7 keys) and phi3_tiny (fused projections, a window of 11 keys): transformers'
+// own models and files (tools/gen_transformers_references.py).
 INSTANTIATE_TEST_SUITE_P(Models, ModelReference,
                          ::testing::Values("gpt2_tiny", "llama_tiny", "llama31_tiny", "qwen2_tiny",
-                                           "qwen3_tiny"));
+                                           "qwen3_tiny", "qwen2_window_tiny", "mistral_tiny",
+                                           "phi3_tiny"));
 
 // Llama 3.1's RoPE frequencies as transformers computes them at load (_compute_llama3_parameters),
 // for the tiny fixture and for Llama-3.1-8B's real parameters: within one fp32 ulp (the standard
@@ -461,6 +464,19 @@ TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
   original.emplace_back("h.0.attn.bias", Tensor::ones({1, 1, 32, 32}));
   rewrite(original);
   EXPECT_EQ(load_error(dir), "no error");
+}
+
+// Mistral-7B-v0.3 (7.25B) and Phi-3-mini (3.82B, fused projections), built on the meta device:
+// their published parameter counts.
+TEST(Models, MistralAndPhi3PresetsHaveTheirParameterCounts) {
+  const std::pair<const char*, int64_t> presets[] = {{"mistral-7b", 7'248'023'552},
+                                                     {"phi-3-mini", 3'821'079'552}};
+  for (const auto& [preset, count] : presets) {
+    const std::unique_ptr<CausalLM> model = make_causal_lm(*find_model_preset(preset), kMeta, 0);
+    int64_t n = 0;
+    for (const auto& [name, p] : model->named_parameters()) n += p.numel();
+    EXPECT_EQ(n, count) << preset;
+  }
 }
 
 // Note [Drawing in the target dtype]: a model made in bf16 or f16 by HF's init (each parameter

@@ -20,10 +20,11 @@ void register_attention_case(OpCase c) {
   register_op_case(std::move(c));
 }
 
-void attention_case(const std::string& name, std::vector<OpInput> inputs, bool causal) {
+void attention_case(const std::string& name, std::vector<OpInput> inputs, bool causal,
+                    std::optional<int64_t> window = {}) {
   register_attention_case(
-      {"attention/" + name, std::move(inputs), [causal](const std::vector<Tensor>& in) {
-         return scaled_dot_product_attention(in[0], in[1], in[2], causal);
+      {"attention/" + name, std::move(inputs), [causal, window](const std::vector<Tensor>& in) {
+         return scaled_dot_product_attention(in[0], in[1], in[2], causal, {}, 0.0, nullptr, window);
        }});
 }
 
@@ -39,6 +40,11 @@ HEADROOM_OP_CASES(attention_cases) {
   attention_case("causal_gqa/1x3kv1x130x8", qkv(1, 3, 1, 130, 130, 8), true);
   attention_case("causal/1x2x300x8", qkv(1, 2, 2, 300, 300, 8), true);
   attention_case("full_gqa/1x2kv1_q9_k300x8", qkv(1, 2, 1, 9, 300, 8), false);
+  // Sliding windows: shorter than a tile; spanning tiles, so that whole key tiles (forward) and
+  // query tiles (backward) are skipped; one key (self only).
+  attention_case("window3/2x4kv2x20x8", qkv(2, 4, 2, 20, 20, 8), true, 3);
+  attention_case("window70_gqa/1x3kv1x300x8", qkv(1, 3, 1, 300, 300, 8), true, 70);
+  attention_case("window1/1x2x9x8", qkv(1, 2, 2, 9, 9, 8), true, 1);
   // The layout models pass: [B, T, H, D] projections viewed as [B, H, T, D].
   register_attention_case({"attention/transposed_views_scale/2x19x4kv2x16",
                            {normal({2, 19, 4, 16}), normal({2, 19, 2, 16}), normal({2, 19, 2, 16})},

@@ -33,10 +33,11 @@ struct Reference {
 
 // Softmax(q k^T * scale) v with the probabilities materialised, and its gradients, in double.
 // keep[(((b * hq + h) * tq + i) * tk + j)] scales each probability after the softmax (dropout).
+// A window w (causal) keeps keys j with i - j < w, as transformers' sliding window.
 Reference reference_attention(const Dims& s, const std::vector<float>& q,
                               const std::vector<float>& k, const std::vector<float>& v,
                               const std::vector<float>& grad_out, bool causal, double scale,
-                              const std::vector<float>& keep = {}) {
+                              const std::vector<float>& keep = {}, int64_t window = 0) {
   Reference r;
   r.out.assign(q.size(), 0.0);
   r.lse.assign(s.b * s.hq * s.tq, 0.0);
@@ -51,8 +52,9 @@ Reference reference_attention(const Dims& s, const std::vector<float>& q,
       for (int64_t i = 0; i < s.tq; ++i) {
         const int64_t qi = ((b * s.hq + h) * s.tq + i) * s.d;
         const int64_t n = causal ? i + 1 : s.tk;
+        const int64_t first = window > 0 ? std::max<int64_t>(i - window + 1, 0) : 0;
         double mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = first; j < n; ++j) {
           const int64_t kj = ((b * s.hkv + kvh) * s.tk + j) * s.d;
           double dot = 0.0;
           for (int64_t e = 0; e < s.d; ++e) dot += static_cast<double>(q[qi + e]) * k[kj + e];
@@ -60,10 +62,10 @@ Reference reference_attention(const Dims& s, const std::vector<float>& q,
           mx = std::max(mx, p[j]);
         }
         double sum = 0.0;
-        for (int64_t j = 0; j < n; ++j) sum += std::exp(p[j] - mx);
+        for (int64_t j = first; j < n; ++j) sum += std::exp(p[j] - mx);
         r.lse[(b * s.hq + h) * s.tq + i] = mx + std::log(sum);
         double delta = 0.0;
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = first; j < n; ++j) {
           const int64_t kj = ((b * s.hkv + kvh) * s.tk + j) * s.d;
           p[j] = std::exp(p[j] - mx) / sum;
           const double kp = keep.empty() ? 1.0 : keep[((b * s.hq + h) * s.tq + i) * s.tk + j];
@@ -76,7 +78,7 @@ Reference reference_attention(const Dims& s, const std::vector<float>& q,
           dp[j] = dz * kp;
           delta += p[j] * dp[j];
         }
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = first; j < n; ++j) {
           const int64_t kj = ((b * s.hkv + kvh) * s.tk + j) * s.d;
           const double ds = p[j] * (dp[j] - delta) * scale;
           for (int64_t e = 0; e < s.d; ++e) {
@@ -91,12 +93,12 @@ Reference reference_attention(const Dims& s, const std::vector<float>& q,
 }
 
 void expect_close(const std::vector<float>& actual, const std::vector<double>& expected, double tol,
-                  const std::string& what) {
+                  const std::string& what, double floor = 1e-7) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   double largest = 0.0;
   for (double e : expected) largest = std::max(largest, std::abs(e));
   for (size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_NEAR(actual[i], expected[i], tol * (std::abs(expected[i]) + largest) + 1e-7)
+    ASSERT_NEAR(actual[i], expected[i], tol * (std::abs(expected[i]) + largest) + floor)
         << what << ", element " << i;
   }
 }
@@ -119,9 +121,11 @@ Inputs random_inputs(const Dims& s, uint64_t seed) {
 // Runs forward and backward; returns out, grad_q, grad_k, grad_v.
 std::vector<std::vector<float>> run_attention(const Inputs& in, bool causal,
                                               std::optional<double> scale = {},
-                                              double dropout_p = 0.0, Generator* gen = nullptr) {
+                                              double dropout_p = 0.0, Generator* gen = nullptr,
+                                              std::optional<int64_t> window = {}) {
   for (const Tensor* t : {&in.q, &in.k, &in.v}) t->set_grad(Tensor());
-  Tensor out = scaled_dot_product_attention(in.q, in.k, in.v, causal, scale, dropout_p, gen);
+  Tensor out =
+      scaled_dot_product_attention(in.q, in.k, in.v, causal, scale, dropout_p, gen, window);
   backward(out, in.grad_out);
   return {out.to_float_vector(), in.q.grad().to_float_vector(), in.k.grad().to_float_vector(),
           in.v.grad().to_float_vector()};
@@ -155,6 +159,67 @@ TEST(Attention, MatchesMaterialisedReference) {
   }
 }
 
+// The sliding window inside the kernels: windows shorter than a tile, spanning several, one key
+// (self only), and one as long as the sequence (no mask), over both backward schedules (one kv
+// head per thread, or split key tiles; Note [Attention backward schedules]).
+TEST(Attention, SlidingWindowMatchesMaterialisedReference) {
+  const struct {
+    Dims dims;
+    int64_t window;
+  } cases[] = {
+      {{2, 4, 2, 70, 70, 16}, 5}, {{1, 6, 3, 300, 300, 16}, 100}, {{1, 3, 1, 130, 130, 8}, 64},
+      {{1, 2, 2, 40, 40, 8}, 1},  {{2, 4, 4, 129, 129, 16}, 129}, {{1, 4, 1, 520, 520, 8}, 257},
+  };
+  for (const auto& c : cases) {
+    const Dims& s = c.dims;
+    const Inputs in = random_inputs(s, 29 + s.tq + c.window);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+    const Reference ref = reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(),
+                                              in.v.to_float_vector(), in.grad_out.to_float_vector(),
+                                              true, scale, {}, c.window);
+    const auto got = run_attention(in, true, {}, 0.0, nullptr, c.window);
+    const std::string name =
+        str_cat("B", s.b, " Hq", s.hq, " Hkv", s.hkv, " T", s.tq, " D", s.d, " window ", c.window);
+    // With one key per query dQ and dK are 0 exactly, dS = P (dP - delta) with delta = dP: the
+    // kernels' float rounding of the two leaves noise of a few 1e-7.
+    const double floor = c.window == 1 ? 1e-6 : 1e-7;
+    expect_close(got[0], ref.out, 2e-5, name + " out");
+    expect_close(got[1], ref.grad_q, 2e-5, name + " grad_q", floor);
+    expect_close(got[2], ref.grad_k, 2e-5, name + " grad_k", floor);
+    expect_close(got[3], ref.grad_v, 2e-5, name + " grad_v");
+  }
+}
+
+TEST(Attention, SlidingWindowWithDropoutKeepsThePhiloxIndices) {
+  const Dims s{1, 2, 1, 90, 90, 8};
+  const Inputs in = random_inputs(s, 31);
+  const double p = 0.25;
+  Generator gen(77);
+  const auto got = run_attention(in, true, {}, p, &gen, 20);
+  const uint64_t n = s.b * s.hq * s.tq * s.tk;
+  std::vector<float> keep(n);
+  for (uint64_t idx = 0; idx < n; ++idx) {
+    const float u = philox_uniform01(philox_block(77, idx / 4).word[idx % 4]);
+    keep[idx] = u >= static_cast<float>(p) ? 1.0f / (1.0f - static_cast<float>(p)) : 0.0f;
+  }
+  const Reference ref =
+      reference_attention(s, in.q.to_float_vector(), in.k.to_float_vector(), in.v.to_float_vector(),
+                          in.grad_out.to_float_vector(), true, 1.0 / std::sqrt(8.0), keep, 20);
+  expect_close(got[0], ref.out, 2e-5, "out");
+  expect_close(got[1], ref.grad_q, 2e-5, "grad_q");
+  expect_close(got[2], ref.grad_k, 2e-5, "grad_k");
+  expect_close(got[3], ref.grad_v, 2e-5, "grad_v");
+}
+
+TEST(Attention, SlidingWindowIsRefusedWithoutCausalOrBelowOne) {
+  const Dims s{1, 1, 1, 4, 4, 8};
+  const Inputs in = random_inputs(s, 1);
+  EXPECT_THROW(scaled_dot_product_attention(in.q, in.k, in.v, false, {}, 0.0, nullptr, 2),
+               ValueError);
+  EXPECT_THROW(scaled_dot_product_attention(in.q, in.k, in.v, true, {}, 0.0, nullptr, 0),
+               ValueError);
+}
+
 TEST(Attention, ExplicitScale) {
   const Dims s{1, 2, 1, 20, 20, 8};
   const Inputs in = random_inputs(s, 3);
@@ -175,7 +240,7 @@ TEST(Attention, KernelLogSumExpMatchesReference) {
                             in.v.to_float_vector(), in.grad_out.to_float_vector(), causal, 0.25);
     const Tensor out_t = Tensor::empty(in.q.shape(), DType::f32, kCPU);
     const Tensor lse_t = Tensor::empty({s.b, s.hq, s.tq}, DType::f32, kCPU);
-    cpu::attention_forward(in.q, in.k, in.v, causal, 0.25f, {}, out_t, lse_t);
+    cpu::attention_forward(in.q, in.k, in.v, causal, 0, 0.25f, {}, out_t, lse_t);
     const std::vector<float> out = out_t.to_float_vector(), lse = lse_t.to_float_vector();
     expect_close(lse, ref.lse, 1e-6, causal ? "causal lse" : "lse");
     expect_close(out, ref.out, 2e-5, "out");
@@ -341,7 +406,7 @@ KernelRun run_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const T
   KernelRun r;
   r.out = Tensor::empty(q.shape(), q.dtype(), kCPU);
   r.lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::f32, kCPU);
-  cpu::attention_forward(q, k, v, causal, scale, dropout, r.out, r.lse);
+  cpu::attention_forward(q, k, v, causal, 0, scale, dropout, r.out, r.lse);
   const Tensor delta = Tensor::empty(r.lse.shape(), DType::f32, kCPU);
   const Tensor accum =
       q.dtype() == DType::f32 ? Tensor() : Tensor::empty(q.shape(), DType::f32, kCPU);
@@ -349,7 +414,7 @@ KernelRun run_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const T
   r.grad_k = Tensor::empty(k.shape(), q.dtype(), kCPU);
   r.grad_v = Tensor::empty(k.shape(), q.dtype(), kCPU);
   cpu::attention_backward(q, k, v, out_for_backward.defined() ? out_for_backward : r.out, grad_out,
-                          lse_for_backward.defined() ? lse_for_backward : r.lse, causal, scale,
+                          lse_for_backward.defined() ? lse_for_backward : r.lse, causal, 0, scale,
                           dropout, delta, r.grad_q, r.grad_k, r.grad_v, accum);
   return r;
 }

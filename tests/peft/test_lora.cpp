@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "amp/autocast.h"
 #include "autograd/engine.h"
@@ -92,6 +93,36 @@ TEST(Lora, InjectsPeftDefaultsWithPeftNames) {
   for (const auto& [name, p] : lora_state_dict(all)) {
     EXPECT_EQ(name.find("lm_head"), std::string::npos) << name;
   }
+}
+
+// Phi-3's fused projections under PEFT's names; PEFT has no default targets for phi3, nor has
+// headroom. Mistral takes Llama's.
+TEST(Lora, Phi3TargetsItsFusedProjectionsByName) {
+  LlamaConfig phi3 = tiny_llama();
+  phi3.family = LlamaConfig::Family::phi3;
+  LlamaForCausalLM model(phi3, kCPU, 1);
+  EXPECT_NE(error_of([&] {
+              apply_lora(model, LoraConfig{});
+            }).find("lora_target_modules: Phi-3 has no default target modules"),
+            std::string::npos);
+  const std::vector<std::string> wrapped =
+      apply_lora(model, LoraConfig{.r = 4, .target_modules = {"qkv_proj", "gate_up_proj"}});
+  EXPECT_EQ(wrapped, (std::vector<std::string>{
+                         "model.layers.0.self_attn.qkv_proj", "model.layers.0.mlp.gate_up_proj",
+                         "model.layers.1.self_attn.qkv_proj", "model.layers.1.mlp.gate_up_proj"}));
+  // q rows (4 heads x 8), then k and v (2 heads x 8 each); gate then up (48 each).
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, p] : lora_state_dict(model)) shapes.emplace(name, p.shape());
+  EXPECT_EQ(shapes.at("model.layers.0.self_attn.qkv_proj.lora_B.weight"), (Shape{64, 4}));
+  EXPECT_EQ(shapes.at("model.layers.0.mlp.gate_up_proj.lora_B.weight"), (Shape{96, 4}));
+  LlamaForCausalLM all(phi3, kCPU, 1);
+  // all-linear: qkv_proj, o_proj, gate_up_proj, down_proj of each layer.
+  EXPECT_EQ(apply_lora(all, LoraConfig{.target_modules = {"all-linear"}}).size(), 8u);
+
+  LlamaConfig mistral = tiny_llama();
+  mistral.family = LlamaConfig::Family::mistral;
+  LlamaForCausalLM m(mistral, kCPU, 1);
+  EXPECT_EQ(apply_lora(m, LoraConfig{}).size(), 4u);  // q_proj, v_proj of two layers
 }
 
 TEST(Lora, UnknownTargetsAndModulesAreRefusedByName) {

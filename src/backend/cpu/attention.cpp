@@ -129,7 +129,8 @@ struct Tiles {
 struct Problem {
   Dims dims;
   Operand q, k, v;
-  bool causal;  // key j > query i masked (q_len == kv_len)
+  bool causal;     // key j > query i masked (q_len == kv_len)
+  int64_t window;  // 0, or (causal) key j <= i - window masked too
   float scale;
   DropoutParams dropout;
   bool wide;  // q, k, v are bf16 / f16: tiles are widened (Note [Widened attention tiles])
@@ -137,7 +138,7 @@ struct Problem {
 };
 
 Problem make_problem(const char* entry, const Tensor& q, const Tensor& k, const Tensor& v,
-                     bool causal, float scale, const DropoutParams& dropout) {
+                     bool causal, int64_t window, float scale, const DropoutParams& dropout) {
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
     throw ValueError(str_cat(entry, ": q, k and v must share a dtype, got ", dtype_name(q.dtype()),
                              ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype())));
@@ -151,11 +152,15 @@ Problem make_problem(const char* entry, const Tensor& q, const Tensor& k, const 
                                x->shape(), " with strides ", x->strides()));
     }
   }
+  if (window < 0 || (window > 0 && !causal)) {
+    throw ValueError(str_cat(entry, ": window ", window, " needs causal and must be positive"));
+  }
   Problem pb{{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)},
              operand_of(q),
              operand_of(k),
              operand_of(v),
              causal,
+             window,
              scale,
              dropout,
              q.dtype() != DType::f32,
@@ -263,9 +268,32 @@ struct QuerySums {
   }
 };
 
-// Keys [j0, j0 + bc) that row i may see: all, or those up to the diagonal when causal.
-inline int64_t visible_keys(const Problem& pb, int64_t i, int64_t j0, int64_t bc) {
-  return pb.causal ? std::clamp<int64_t>(i - j0 + 1, 0, bc) : bc;
+// Columns [begin, end) of key tile [j0, j0 + bc) that row i may see: all; those up to the
+// diagonal when causal; and with a window only keys past i - window. 0 <= begin <= end <= bc.
+struct KeyRange {
+  int64_t begin;
+  int64_t end;
+  int64_t size() const { return end - begin; }
+};
+
+inline KeyRange visible_keys(const Problem& pb, int64_t i, int64_t j0, int64_t bc) {
+  if (!pb.causal) return {0, bc};
+  const int64_t begin = pb.window > 0 ? std::clamp<int64_t>(i - pb.window + 1 - j0, 0, bc) : 0;
+  return {begin, std::clamp<int64_t>(i - j0 + 1, 0, bc)};
+}
+
+// The first key that any of query rows [i0, ...) may see, rounded down to a multiple of `tile` so
+// that the key tiles, and the order of every sum, are those of the unwindowed problem; the tiles
+// before it are fully masked and skipped.
+inline int64_t first_key_tile(const Problem& pb, int64_t i0, int64_t tile) {
+  if (pb.window == 0 || i0 < pb.window) return 0;
+  return (i0 - pb.window + 1) / tile * tile;
+}
+
+// One past the last query row that may see key tile [j0, j0 + bc).
+inline int64_t query_end(const Problem& pb, int64_t j0, int64_t bc) {
+  if (pb.window == 0) return pb.dims.q_len;
+  return std::min(pb.dims.q_len, j0 + bc - 1 + pb.window);
 }
 
 inline uint64_t linear_index(const Dims& d, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -301,15 +329,19 @@ void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Res
   }
   zero_rows(o, br, dim);
   const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
-  for (int64_t j0 = 0; j0 < key_end; j0 += pb.tiles.forward_keys) {
+  for (int64_t j0 = first_key_tile(pb, i0, pb.tiles.forward_keys); j0 < key_end;
+       j0 += pb.tiles.forward_keys) {
     const int64_t bc = std::min(pb.tiles.forward_keys, key_end - j0);
     const Rows k = rows_of(pb.k, dim, b, kvh, j0, bc, wide ? wide->kv : nullptr);
     gemm(false, true, br, bc, dim, pb.scale, q.data, q.ld, k.data, k.ld, 0.0f, s, kForwardKeys);
     for (int64_t r = 0; r < br; ++r) {
+      const KeyRange keys = visible_keys(pb, i0 + r, j0, bc);
+      const int64_t n = keys.size();
       float* sr = s + r * kForwardKeys;
-      const int64_t n = visible_keys(pb, i0 + r, j0, bc);
-      std::fill(sr + n, sr + bc, 0.0f);
+      std::fill(sr, sr + keys.begin, 0.0f);
+      std::fill(sr + keys.end, sr + bc, 0.0f);
       if (n == 0) continue;
+      sr += keys.begin;  // the visible columns
       const float mx = row_max(sr, n, m[r]);
       const float correction = exp_approx(m[r] - mx);
       float sum = 0.0f;
@@ -326,7 +358,7 @@ void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Res
         for (int64_t e = 0; e < dim; ++e) orow[e] *= correction;
       }
       if (pb.dropout.p > 0.0f) {
-        dropout_scales(pb.dropout, linear_index(d, b, h, i0 + r, j0), n, keep);
+        dropout_scales(pb.dropout, linear_index(d, b, h, i0 + r, j0 + keys.begin), n, keep);
 #pragma omp simd
         for (int64_t c = 0; c < n; ++c) sr[c] *= keep[c];
       }
@@ -394,13 +426,20 @@ void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t
        0.0f, ds, kBackwardKeys);
   alignas(64) float keep[kBackwardKeys];
   for (int64_t r = 0; r < br; ++r) {
+    const KeyRange keys = visible_keys(pb, i0 + r, j0, bc);
+    const int64_t n = keys.size(), begin = keys.begin;
     float* pr = p + r * kBackwardKeys;
     float* dsr = ds + r * kBackwardKeys;
-    const int64_t n = visible_keys(pb, i0 + r, j0, bc);
+    std::fill(pr, pr + begin, 0.0f);
+    std::fill(dsr, dsr + begin, 0.0f);
+    std::fill(pr + keys.end, pr + bc, 0.0f);
+    std::fill(dsr + keys.end, dsr + bc, 0.0f);
+    pr += begin;  // the visible columns
+    dsr += begin;
     const float row_lse = args.lse[row0 + r];
     const float row_delta = args.delta[row0 + r];
     if (pb.dropout.p > 0.0f) {
-      dropout_scales(pb.dropout, linear_index(d, b, h, i0 + r, j0), n, keep);
+      dropout_scales(pb.dropout, linear_index(d, b, h, i0 + r, j0 + begin), n, keep);
 #pragma omp simd
       for (int64_t c = 0; c < n; ++c) {
         const float prob = exp_approx(pr[c] - row_lse);
@@ -415,14 +454,13 @@ void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t
         pr[c] = prob;
       }
     }
-    std::fill(pr + n, pr + bc, 0.0f);
-    std::fill(dsr + n, dsr + bc, 0.0f);
   }
 }
 
 // dK and dV of key tile j0 of kv head kvh (written from zero), and with dq also the
 // contributions of this key tile to dQ of the query heads of the group. Query rows run in
-// chunks of backward_rows from the first row that sees the tile (j0 when causal).
+// chunks of backward_rows from the first row that sees the tile (j0 when causal) to the last
+// (the window's end).
 void backward_key_tile(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t kvh,
                        int64_t j0, bool dq, BackwardScratch& scratch, WideBackwardTiles* wide) {
   const Dims& d = pb.dims;
@@ -437,8 +475,9 @@ void backward_key_tile(const Problem& pb, const BackwardArgs& args, int64_t b, i
   rows.k = rows_of(pb.k, dim, b, kvh, j0, bc, wide ? wide->k : nullptr);
   rows.v = rows_of(pb.v, dim, b, kvh, j0, bc, wide ? wide->v : nullptr);
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (int64_t i0 = pb.causal ? j0 : 0; i0 < d.q_len; i0 += pb.tiles.backward_rows) {
-      const int64_t br = std::min(pb.tiles.backward_rows, d.q_len - i0);
+    const int64_t rows_end = query_end(pb, j0, bc);
+    for (int64_t i0 = pb.causal ? j0 : 0; i0 < rows_end; i0 += pb.tiles.backward_rows) {
+      const int64_t br = std::min(pb.tiles.backward_rows, rows_end - i0);
       rows.q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
       rows.grad_out = rows_of(args.grad_out, dim, b, h, i0, br, wide ? wide->grad_out : nullptr);
       block_grads(pb, args, b, h, i0, br, j0, bc, rows, scratch);
@@ -469,7 +508,8 @@ void backward_query_tile(const Problem& pb, const BackwardArgs& args, int64_t b,
   const Rows q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
   const Rows grad_out = rows_of(args.grad_out, dim, b, h, i0, br, wide ? wide->grad_out : nullptr);
   const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
-  for (int64_t j0 = 0; j0 < key_end; j0 += pb.tiles.backward_keys) {
+  for (int64_t j0 = first_key_tile(pb, i0, pb.tiles.backward_keys); j0 < key_end;
+       j0 += pb.tiles.backward_keys) {
     const int64_t bc = std::min(pb.tiles.backward_keys, d.kv_len - j0);
     // Causal: rows before j0 see none of this tile; start at the first that does.
     const int64_t skip = pb.causal ? std::max<int64_t>(j0 - i0, 0) : 0;
@@ -613,10 +653,11 @@ void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) 
 
 }  // namespace
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
-                       DropoutParams dropout, const Tensor& out, const Tensor& lse) {
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                       int64_t window, float scale, DropoutParams dropout, const Tensor& out,
+                       const Tensor& lse) {
   const char* entry = "attention_forward";
-  const Problem pb = make_problem(entry, q, k, v, causal, scale, dropout);
+  const Problem pb = make_problem(entry, q, k, v, causal, window, scale, dropout);
   check_attention_forward_buffers(entry, q, out, lse);
   if (pb.wide) {
     forward_items<true>(pb, Result(out), lse.data<float>());
@@ -626,11 +667,12 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& grad_out, const Tensor& lse, bool causal, float scale,
-                        DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
-                        const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum) {
+                        const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window,
+                        float scale, DropoutParams dropout, const Tensor& delta,
+                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                        const Tensor& grad_q_accum) {
   const char* entry = "attention_backward";
-  const Problem pb = make_problem(entry, q, k, v, causal, scale, dropout);
+  const Problem pb = make_problem(entry, q, k, v, causal, window, scale, dropout);
   const Dims& d = pb.dims;
   const int64_t rows = d.batch * d.q_heads * d.q_len;
   check_attention_backward_buffers(entry, q, k, out, grad_out, lse, delta, grad_q, grad_k, grad_v,

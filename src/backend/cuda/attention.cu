@@ -1,6 +1,6 @@
 // Flash-attention-2 on the GPU: the forward / backward entries of backend/attention_kernels.h,
-// with the semantics of the CPU kernels (backend/cpu/attention.h): causal mask, GQA head mapping,
-// dropout on the probabilities from the same Philox stream, lse per row.
+// with the semantics of the CPU kernels (backend/cpu/attention.h): causal mask and sliding window,
+// GQA head mapping, dropout on the probabilities from the same Philox stream, lse per row.
 //
 // Two kernel families. bf16 / f16 with head size up to 128 run on tensor cores (nvcuda::wmma,
 // 16x16x16, fp32 accumulation), the head size padded to 64 or 128 in shared memory. f32, and
@@ -50,6 +50,7 @@ struct Params {
   int64_t group;  // q_heads / kv_heads: query head h reads kv head h / group
   Operand q, k, v;
   bool causal;
+  int64_t window;  // 0, or (causal) key j <= i - window masked too
   float scale;
   float dropout_p;   // 0: no dropout
   float keep_scale;  // 1 / (1 - dropout_p), computed as the CPU does
@@ -74,11 +75,39 @@ __device__ __forceinline__ int64_t row_offset(const X& x, int64_t row, int64_t h
   return (bh / heads) * x.batch_stride + (bh % heads) * x.head_stride + (row % len) * x.row_stride;
 }
 
-// Keys [j0, j0 + bc) that query row i may see (CPU: visible_keys).
-__device__ __forceinline__ int visible_keys(const Params& p, int64_t i, int64_t j0, int bc) {
-  if (!p.causal) return bc;
-  const int64_t n = i - j0 + 1;
+__device__ __forceinline__ int clamp_to(int64_t n, int bc) {
   return n < 0 ? 0 : (n > bc ? bc : static_cast<int>(n));
+}
+
+// Columns [begin, end) of key tile [j0, j0 + bc) that query row i may see, begin <= end (CPU:
+// visible_keys).
+struct KeyRange {
+  int begin;
+  int end;
+};
+
+__device__ __forceinline__ KeyRange visible_keys(const Params& p, int64_t i, int64_t j0, int bc) {
+  if (!p.causal) return {0, bc};
+  return {p.window > 0 ? clamp_to(i - p.window + 1 - j0, bc) : 0, clamp_to(i - j0 + 1, bc)};
+}
+
+// Whether query row i sees key j.
+__device__ __forceinline__ bool visible(const Params& p, int64_t i, int64_t j) {
+  return !p.causal || (j <= i && (p.window == 0 || i - j < p.window));
+}
+
+// The first key tile (of `tile` keys) that query rows [i0, ...) may see: the ones before it are
+// fully masked by the window and skipped (CPU: first_key_tile).
+__device__ __forceinline__ int64_t first_key_tile(const Params& p, int64_t i0, int64_t tile) {
+  if (p.window == 0 || i0 < p.window) return 0;
+  return (i0 - p.window + 1) / tile * tile;
+}
+
+// One past the last query row that may see key tile [j0, j0 + bc) (CPU: query_end).
+__device__ __forceinline__ int64_t query_end(const Params& p, int64_t j0, int64_t bc) {
+  if (p.window == 0) return p.q_len;
+  const int64_t end = j0 + bc - 1 + p.window;
+  return end < p.q_len ? end : p.q_len;
 }
 
 // The dropout factor of probability (b, h, i, j): keep_scale or 0 (Note [Philox stream layout]).
@@ -218,7 +247,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     l[rr] = 0.0f;
   }
   const int64_t key_end = p.causal ? min64(p.kv_len, i0 + rows) : p.kv_len;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kMmaKeys) {
+  for (int64_t j0 = first_key_tile(p, i0, kMmaKeys); j0 < key_end; j0 += kMmaKeys) {
     const int bc = static_cast<int>(min64(kMmaKeys, key_end - j0));
     __syncthreads();  // the previous tile's K and V are no longer read
     load_tile<T, kD, kMmaKeys>(sk, L::ld_t, row_of<T>(p.k, b, kvh, j0), p.k.row_stride, bc, dim);
@@ -234,28 +263,31 @@ __global__ void __launch_bounds__(kMmaThreads)
     for (int rr = 0; rr < 16; ++rr) {
       const int r = warp * 16 + rr;
       const int64_t i = i0 + r;
-      const int n = r < rows ? visible_keys(p, i, j0, bc) : 0;  // the same in every lane
+      // The same in every lane.
+      const KeyRange keys = r < rows ? visible_keys(p, i, j0, bc) : KeyRange{0, 0};
       T* prow = sp + r * L::ld_p;
-      if (n == 0) {
+      if (keys.begin == keys.end) {
         prow[lane] = from_f32<T>(0.0f);
         prow[lane + 32] = from_f32<T>(0.0f);
         continue;
       }
+      const bool in0 = lane >= keys.begin && lane < keys.end;
+      const bool in1 = lane + 32 >= keys.begin && lane + 32 < keys.end;
       const float* srow = ss + r * L::ld_s;
-      const float s0 = lane < n ? srow[lane] * p.scale : -INFINITY;
-      const float s1 = lane + 32 < n ? srow[lane + 32] * p.scale : -INFINITY;
+      const float s0 = in0 ? srow[lane] * p.scale : -INFINITY;
+      const float s1 = in1 ? srow[lane + 32] * p.scale : -INFINITY;
       const float mx = fmaxf(warp_max(fmaxf(s0, s1)), m[rr]);
       const float correction = exp_approx(m[rr] - mx);
-      float p0 = lane < n ? exp_approx(s0 - mx) : 0.0f;
-      float p1 = lane + 32 < n ? exp_approx(s1 - mx) : 0.0f;
+      float p0 = in0 ? exp_approx(s0 - mx) : 0.0f;
+      float p1 = in1 ? exp_approx(s1 - mx) : 0.0f;
       l[rr] = l[rr] * correction + warp_sum(p0 + p1);
       m[rr] = mx;
       if (correction != 1.0f) {
         for (int e = lane; e < kD; e += 32) so[r * L::ld_o + e] *= correction;
       }
       if (p.dropout_p > 0.0f) {
-        if (lane < n) p0 *= dropout_factor(p, b, h, i, j0 + lane);
-        if (lane + 32 < n) p1 *= dropout_factor(p, b, h, i, j0 + lane + 32);
+        if (in0) p0 *= dropout_factor(p, b, h, i, j0 + lane);
+        if (in1) p1 *= dropout_factor(p, b, h, i, j0 + lane + 32);
       }
       prow[lane] = from_f32<T>(p0);
       prow[lane + 32] = from_f32<T>(p1);
@@ -358,8 +390,10 @@ __global__ void __launch_bounds__(kMmaThreads) mma_backward_kernel(Params p, Bac
     wmma::fill_fragment(dv[nd], 0.0f);
   }
   for (int64_t h = kvh * p.group; h < (kvh + 1) * p.group; ++h) {
-    // Causal: query tiles before j0 see none of these keys (kMmaRows == kMmaKeys).
-    for (int64_t i0 = p.causal ? j0 : 0; i0 < p.q_len; i0 += kMmaRows) {
+    // Causal: query tiles before j0 see none of these keys (kMmaRows == kMmaKeys), nor do those
+    // past the window's end.
+    const int64_t rows_end = query_end(p, j0, bc);
+    for (int64_t i0 = p.causal ? j0 : 0; i0 < rows_end; i0 += kMmaRows) {
       const int rows = static_cast<int>(min64(kMmaRows, p.q_len - i0));
       const int64_t row0 = (b * p.q_heads + h) * p.q_len + i0;
       __syncthreads();  // the previous step's Q, dO, P, dS and scratch are no longer read
@@ -383,7 +417,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_backward_kernel(Params p, Bac
         const int r = warp * 16 + idx / kMmaKeys, c = idx % kMmaKeys;
         const int64_t i = i0 + r, j = j0 + c;
         float pk = 0.0f, ds = 0.0f;
-        if (r < rows && c < bc && (!p.causal || j <= i)) {
+        if (r < rows && c < bc && visible(p, i, j)) {
           const float prob = exp_approx(ss[r * L::ld_s + c] * p.scale - slse[r]);
           const float dpv = sdp[r * L::ld_s + c];
           if (p.dropout_p > 0.0f) {
@@ -507,7 +541,7 @@ __global__ void __launch_bounds__(kCoreThreads)
   float m = -INFINITY, l = 0.0f;  // softmax state of row t (threads t < kCoreRows)
 
   const int64_t key_end = p.causal ? min64(p.kv_len, i0 + rows) : p.kv_len;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kCoreKeys) {
+  for (int64_t j0 = first_key_tile(p, i0, kCoreKeys); j0 < key_end; j0 += kCoreKeys) {
     const int bc = static_cast<int>(min64(kCoreKeys, key_end - j0));
     __syncthreads();
     load_tile_f32<T, kD>(sk, kCoreKeys, row_of<T>(p.k, b, kvh, j0), p.k.row_stride, bc, dim);
@@ -522,25 +556,28 @@ __global__ void __launch_bounds__(kCoreThreads)
     __syncthreads();
     if (t < kCoreRows) {
       const int64_t i = i0 + t;
-      const int n = t < rows ? visible_keys(p, i, j0, bc) : 0;
+      const KeyRange keys = t < rows ? visible_keys(p, i, j0, bc) : KeyRange{0, 0};
       float* srow = ss + t * ld_s;
       float correction = 1.0f;
-      if (n > 0) {
+      if (keys.begin < keys.end) {
         float mx = m;
-        for (int c = 0; c < n; ++c) mx = fmaxf(mx, srow[c]);
+        for (int c = keys.begin; c < keys.end; ++c) mx = fmaxf(mx, srow[c]);
         correction = exp_approx(m - mx);
         float sum = 0.0f;
-        for (int c = 0; c < n; ++c) {
+        for (int c = keys.begin; c < keys.end; ++c) {
           srow[c] = exp_approx(srow[c] - mx);
           sum += srow[c];
         }
         l = l * correction + sum;
         m = mx;
         if (p.dropout_p > 0.0f) {
-          for (int c = 0; c < n; ++c) srow[c] *= dropout_factor(p, b, h, i, j0 + c);
+          for (int c = keys.begin; c < keys.end; ++c) {
+            srow[c] *= dropout_factor(p, b, h, i, j0 + c);
+          }
         }
       }
-      for (int c = n; c < kCoreKeys; ++c) srow[c] = 0.0f;
+      for (int c = 0; c < keys.begin; ++c) srow[c] = 0.0f;
+      for (int c = keys.end; c < kCoreKeys; ++c) srow[c] = 0.0f;
       scorrection[t] = correction;
     }
     __syncthreads();
@@ -607,8 +644,10 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
   for (int c = 0; c < kCols; ++c) dk[c] = dv[c] = 0.0f;
 
   for (int64_t h = kvh * p.group; h < (kvh + 1) * p.group; ++h) {
-    // Causal: rows before j0 see none of these keys; start at the tile holding row j0.
-    for (int64_t i0 = p.causal ? j0 / kCoreBackRows * kCoreBackRows : 0; i0 < p.q_len;
+    // Causal: rows before j0 see none of these keys; start at the tile holding row j0, and end
+    // at the window's end.
+    const int64_t rows_end = query_end(p, j0, bc);
+    for (int64_t i0 = p.causal ? j0 / kCoreBackRows * kCoreBackRows : 0; i0 < rows_end;
          i0 += kCoreBackRows) {
       const int rows = static_cast<int>(min64(kCoreBackRows, p.q_len - i0));
       const int64_t row0 = (b * p.q_heads + h) * p.q_len + i0;
@@ -625,7 +664,7 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
         const int r = idx / kCoreBackKeys, c = idx % kCoreBackKeys;
         const int64_t i = i0 + r, j = j0 + c;
         float pk = 0.0f, ds = 0.0f;
-        if (r < rows && c < bc && (!p.causal || j <= i)) {
+        if (r < rows && c < bc && visible(p, i, j)) {
           float s = 0.0f, dpv = 0.0f;
           for (int e = 0; e < dim; ++e) {
             s += sq[r * ld + e] * sk[c * ld + e];
@@ -725,8 +764,8 @@ OutOperand out_operand(const Tensor& x) {
   return {x.data_ptr(), x.stride(0), x.stride(1), x.stride(2)};
 }
 
-Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
-                   const DropoutParams& dropout) {
+Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, int64_t window,
+                   float scale, const DropoutParams& dropout) {
   Params p;
   p.batch = q.size(0);
   p.q_heads = q.size(1);
@@ -739,6 +778,7 @@ Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
   p.k = operand(k);
   p.v = operand(v);
   p.causal = causal;
+  p.window = window;
   p.scale = scale;
   p.dropout_p = dropout.p;
   p.keep_scale = dropout.p > 0.0f ? 1.0f / (1.0f - dropout.p) : 1.0f;
@@ -747,7 +787,11 @@ Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
   return p;
 }
 
-void check_problem(const char* entry, const Tensor& q, const Tensor& k, const Tensor& v) {
+void check_problem(const char* entry, const Tensor& q, const Tensor& k, const Tensor& v,
+                   bool causal, int64_t window) {
+  if (window < 0 || (window > 0 && !causal)) {
+    throw ValueError(str_cat(entry, ": window ", window, " needs causal and must be positive"));
+  }
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
     throw ValueError(str_cat(entry, ": q, k and v must share a dtype"));
   }
@@ -848,22 +892,24 @@ void launch_backward(const Params& p, const BackwardArgs& args, DType dtype) {
     }                                                 \
   })
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
-                       DropoutParams dropout, const Tensor& out, const Tensor& lse) {
-  check_problem("attention_forward", q, k, v);
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                       int64_t window, float scale, DropoutParams dropout, const Tensor& out,
+                       const Tensor& lse) {
+  check_problem("attention_forward", q, k, v, causal, window);
   const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
   check_attention_forward_buffers("attention_forward", q, out, lse);
   if (q_rows == 0) return;
   DeviceGuard guard(q.device().index);
-  const Params p = make_params(q, k, v, causal, scale, dropout);
+  const Params p = make_params(q, k, v, causal, window, scale, dropout);
   HEADROOM_ATTENTION_DISPATCH(q.dtype(), p.dim, (launch_forward<T, kD>(p, out, lse)));
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& grad_out, const Tensor& lse, bool causal, float scale,
-                        DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
-                        const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum) {
-  check_problem("attention_backward", q, k, v);
+                        const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window,
+                        float scale, DropoutParams dropout, const Tensor& delta,
+                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                        const Tensor& grad_q_accum) {
+  check_problem("attention_backward", q, k, v, causal, window);
   const bool f32 = q.dtype() == DType::f32;
   check_attention_backward_buffers("attention_backward", q, k, out, grad_out, lse, delta, grad_q,
                                    grad_k, grad_v, grad_q_accum);
@@ -882,7 +928,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       check_launch();
     }
   }
-  const Params p = make_params(q, k, v, causal, scale, dropout);
+  const Params p = make_params(q, k, v, causal, window, scale, dropout);
   const int64_t rows = p.batch * p.q_heads * p.q_len;
   if (rows > 0) {
     HEADROOM_CUDA_DISPATCH_FLOAT(q.dtype(), T, {
