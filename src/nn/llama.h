@@ -17,9 +17,9 @@ class LlamaAttention : public Module {
   LlamaAttention(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr,
                  int64_t layer = 0);
   Tensor forward(const Tensor& x) const;
-  // The dtype q, k and v_proj all convert x to (common_input_dtype).
+  // The dtype q, k and v_proj (or qkv_proj) all convert x to (common_input_dtype).
   std::optional<DType> input_dtype() const {
-    return common_input_dtype({&q_proj_, &k_proj_, &v_proj_});
+    return qkv_proj_ ? qkv_proj_->input_dtype() : common_input_dtype({q_proj_, k_proj_, v_proj_});
   }
 
  private:
@@ -41,7 +41,10 @@ class LlamaMLP : public Module {
  public:
   LlamaMLP(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
   Tensor forward(const Tensor& x) const;
-  std::optional<DType> input_dtype() const { return common_input_dtype({&gate_proj_, &up_proj_}); }
+  std::optional<DType> input_dtype() const {
+    return gate_up_proj_ ? gate_up_proj_->input_dtype()
+                         : common_input_dtype({gate_proj_, up_proj_});
+  }
 
  private:
   const BlockRunners* runners_;
