@@ -31,8 +31,9 @@ constexpr char32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount *
 int combining_class(char32_t cp) {
   if (cp < 0x300) return 0;
   const auto* end = std::end(kCombiningClasses);
-  const auto* it = std::upper_bound(std::begin(kCombiningClasses), end, cp,
-                                    [](char32_t c, const CombiningClassRange& r) { return c < r.first; });
+  const auto* it =
+      std::upper_bound(std::begin(kCombiningClasses), end, cp,
+                       [](char32_t c, const CombiningClassRange& r) { return c < r.first; });
   if (it == std::begin(kCombiningClasses)) return 0;
   --it;
   return cp <= it->last ? it->combining_class : 0;
@@ -47,9 +48,9 @@ void decompose(char32_t cp, std::vector<char32_t>& out) {
     return;
   }
   if (cp >= 0xC0) {
-    const auto* it = std::lower_bound(
-        std::begin(kDecompositions), std::end(kDecompositions), cp,
-        [](const Decomposition& d, char32_t c) { return d.code_point < c; });
+    const auto* it =
+        std::lower_bound(std::begin(kDecompositions), std::end(kDecompositions), cp,
+                         [](const Decomposition& d, char32_t c) { return d.code_point < c; });
     if (it != std::end(kDecompositions) && it->code_point == cp) {
       decompose(it->first, out);
       if (it->second != 0) decompose(it->second, out);
@@ -68,10 +69,9 @@ char32_t compose(char32_t a, char32_t b) {
       b < kTBase + kTCount) {
     return a + (b - kTBase);
   }
-  const auto* it = std::lower_bound(std::begin(kCompositions), std::end(kCompositions),
-                                    std::pair(a, b), [](const Composition& c, auto key) {
-                                      return std::pair(c.first, c.second) < key;
-                                    });
+  const auto* it = std::lower_bound(
+      std::begin(kCompositions), std::end(kCompositions), std::pair(a, b),
+      [](const Composition& c, auto key) { return std::pair(c.first, c.second) < key; });
   if (it != std::end(kCompositions) && it->first == a && it->second == b) return it->composite;
   return 0;
 }
@@ -89,10 +89,9 @@ void nfc_run(std::vector<char32_t>& chars, std::string& out) {
     }
     size_t j = i;
     while (j < d.size() && combining_class(d[j]) != 0) ++j;
-    std::stable_sort(d.begin() + static_cast<std::ptrdiff_t>(i),
-                     d.begin() + static_cast<std::ptrdiff_t>(j), [](char32_t a, char32_t b) {
-                       return combining_class(a) < combining_class(b);
-                     });
+    std::stable_sort(
+        d.begin() + static_cast<std::ptrdiff_t>(i), d.begin() + static_cast<std::ptrdiff_t>(j),
+        [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
     i = j;
   }
   // Canonical composition (UAX #15): a character joins the last starter unless a character
