@@ -11,7 +11,7 @@ TikTokenConverter (Llama 3) and Qwen2Tokenizer (Qwen2 / 2.5 / 3) build it:
   <|endoftext|>, <|im_start|>, <|im_end|> (not normalised), a ByteLevel post-processor; its
   merges are written as "a b" strings, as older tokenizer.json files have them;
 - regex_reference.json: the texts (Unicode, digit runs, whitespace runs, contractions, special
-  tokens inside text) and, per family, the ids `tokenizers` gives with and without special
+  tokens inside text), lines of the corpus and random strings of such pieces, and, per family, the ids `tokenizers` gives with and without special
   tokens and its decodings.
 Run from the repository root with the python that has `tokenizers`:
 python3 tools/gen_tokenizer_regex_fixtures.py
@@ -19,6 +19,7 @@ python3 tools/gen_tokenizer_regex_fixtures.py
 import glob
 import json
 import os
+import random
 
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
                         pre_tokenizers, processors, trainers)
@@ -57,6 +58,24 @@ TEXTS = [
     "\n",
     "'s",
 ]
+
+
+# Pieces of the random texts: every class the regexes tell apart, runs of each kind of space,
+# contractions in each case, marks of several combining classes, Hangul jamo, decompositions that
+# NFC composes, reorders or excludes, and special tokens and their fragments.
+PIECES = (list("aZé ßñΩж中日한ㄱ0123456789 \t\n\r'!?.,;:-_()[]<>\"/\\@#$%&*") +
+          ["  ", "\r\n", "\n\n", "'s", "'S", "'ll", "'LL", "'Re", "'ſ", "'d", "'M", "'x",
+           "\u0300", "\u0301", "\u0302", "\u0308", "\u0323", "\u0327", "\u031b", "\u0345",
+           "\u05b0", "\u093c", "\u0958", "\u212b", "\u2126", "\u1e9b", "\ufb01", "\u1100",
+           "\u1161", "\u11a8", "\uac00", "\u0663", "\u00b2", "\u00bd", "\u216b", "\uff14",
+           "\u00a0", "\u3000", "\u2003", "\u200b", "\u200d", "\U0001F642", "\U0001F44D\U0001F3FD",
+           "\u05e9", "\u0645", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
+           "<|eot_id|>", "<|", "|>", "1234567", "   ", "\t\t"])
+
+
+def random_texts(count):
+    rng = random.Random(36)
+    return ["".join(rng.choice(PIECES) for _ in range(rng.randint(1, 30))) for _ in range(count)]
 
 
 def corpus_lines():
@@ -104,6 +123,7 @@ def save(tok, name, config, string_merges=False):
 
 def main():
     lines = [line for line in corpus_lines() if line.strip() and line != "%"]
+    texts = TEXTS + lines[::len(lines) // 100][:100] + random_texts(200)
     bos = "<|begin_of_text|>"
     llama = train(lines, LLAMA3_PATTERN, [bos, "<|end_of_text|>", "<|eot_id|>"], None, 700)
     llama.model.ignore_merges = True
@@ -120,13 +140,13 @@ def main():
     qwen.post_processor = processors.ByteLevel(trim_offsets=False)
     qwen = save(qwen, "qwen2", {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None,
                                 "eos_token": "<|endoftext|>"}, string_merges=True)
-    reference = {"texts": TEXTS}
+    reference = {"texts": texts}
     for name, tok in (("llama3", llama), ("qwen2", qwen)):
-        ids = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
+        ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
         reference[name] = {
             "vocab_size": tok.get_vocab_size(with_added_tokens=True),
             "ids": ids,
-            "ids_with_special_tokens": [tok.encode(t).ids for t in TEXTS],
+            "ids_with_special_tokens": [tok.encode(t).ids for t in texts],
             "decoded": [tok.decode(i, skip_special_tokens=False) for i in ids],
         }
     with open(os.path.join(OUT, "regex_reference.json"), "w", encoding="utf-8") as f:
