@@ -58,7 +58,8 @@ TEST(TokenizerRegexBpe, EosTokenFromTokenizerConfig) {
   TempDir dir;
   io_test::write_bytes(dir.file("tokenizer.json"),
                        read_text_file(tokenizer_fixture("llama3/tokenizer.json")));
-  io_test::write_bytes(dir.file("tokenizer_config.json"), R"({"eos_token": {"content": "<|eot_id|>"}})");
+  io_test::write_bytes(dir.file("tokenizer_config.json"),
+                       R"({"eos_token": {"content": "<|eot_id|>"}})");
   EXPECT_EQ(load_tokenizer(dir.str())->eos_token_id(), bpe->token_to_id("<|eot_id|>"));
   io_test::write_bytes(dir.file("tokenizer_config.json"), R"({"eos_token": "<|nope|>"})");
   expect_error<ValueError>([&] { load_tokenizer(dir.str()); },
@@ -86,12 +87,12 @@ TEST(TokenizerRegexBpe, Llama3PiecesFollowItsRegex) {
 
 TEST(TokenizerRegexBpe, NfcComposesReordersAndKeepsInvalidBytes) {
   EXPECT_EQ(nfc("e\u0301"), "\u00e9");
-  EXPECT_EQ(nfc("\u212b"), "\u00c5");                     // a singleton decomposition
-  EXPECT_EQ(nfc("o\u0323\u0302"), "\u1ed9");              // reordered, then composed
+  EXPECT_EQ(nfc("\u212b"), "\u00c5");         // a singleton decomposition
+  EXPECT_EQ(nfc("o\u0323\u0302"), "\u1ed9");  // reordered, then composed
   EXPECT_EQ(nfc("o\u0302\u0323"), "\u1ed9");
-  EXPECT_EQ(nfc("\u1100\u1161\u11a8"), "\uac01");         // Hangul L V T
-  EXPECT_EQ(nfc("\u0958"), "\u0915\u093c");               // a composition exclusion
-  EXPECT_EQ(nfc("a\xff\u0301"), "a\xff\u0301");           // nothing composes across a bad byte
+  EXPECT_EQ(nfc("\u1100\u1161\u11a8"), "\uac01");  // Hangul L V T
+  EXPECT_EQ(nfc("\u0958"), "\u0915\u093c");        // a composition exclusion
+  EXPECT_EQ(nfc("a\xff\u0301"), "a\xff\u0301");    // nothing composes across a bad byte
   EXPECT_EQ(nfc("plain ASCII"), "plain ASCII");
 }
 
