@@ -13,6 +13,10 @@ TikTokenConverter (Llama 3) and Qwen2Tokenizer (Qwen2 / 2.5 / 3) build it:
 - regex_reference.json: the texts (Unicode, digit runs, whitespace runs, contractions, special
   tokens inside text), lines of the corpus and random strings of such pieces, and, per family, the ids `tokenizers` gives with and without special
   tokens and its decodings.
+transformers' AutoTokenizer on each directory (TokenizersBackend for Llama 3, Qwen2Tokenizer) is
+checked to give the same ids, with and without special tokens, and the same eos_token_id;
+add_bos_token in tokenizer_config.json does not change its ids where tokenizer.json has a
+post-processor (transformers 5.25), so headroom follows the post-processor alone.
 Run from the repository root with the python that has `tokenizers`:
 python3 tools/gen_tokenizer_regex_fixtures.py
 """
@@ -121,6 +125,17 @@ def save(tok, name, config, string_merges=False):
     return Tokenizer.from_file(path)
 
 
+def check_transformers(reference):
+    from transformers import AutoTokenizer
+    for name, eos in (("llama3", "<|end_of_text|>"), ("qwen2", "<|endoftext|>")):
+        tok = AutoTokenizer.from_pretrained(os.path.join(OUT, name))
+        ref = reference[name]
+        for i, text in enumerate(reference["texts"]):
+            assert tok(text, add_special_tokens=False)["input_ids"] == ref["ids"][i], (name, i)
+            assert tok(text)["input_ids"] == ref["ids_with_special_tokens"][i], (name, i)
+        assert tok.eos_token_id == tok.convert_tokens_to_ids(eos), name
+
+
 def main():
     lines = [line for line in corpus_lines() if line.strip() and line != "%"]
     texts = TEXTS + lines[::len(lines) // 100][:100] + random_texts(200)
@@ -149,6 +164,7 @@ def main():
             "ids_with_special_tokens": [tok.encode(t).ids for t in texts],
             "decoded": [tok.decode(i, skip_special_tokens=False) for i in ids],
         }
+    check_transformers(reference)
     with open(os.path.join(OUT, "regex_reference.json"), "w", encoding="utf-8") as f:
         json.dump(reference, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
