@@ -30,8 +30,10 @@ namespace headroom {
 // Llama 3 and Qwen2 (transformers' TikTokenConverter and Qwen2Tokenizer) replace step 2's regex:
 // their pre-tokenizer is a Split (Isolated) on the family's regex, then ByteLevel without its
 // own; split_pretoken_end scans those regexes by hand as pretoken_end does GPT-2's. Qwen2 also
-// NFC-normalises each segment: added tokens with normalized false are cut from the raw text
-// first, then the rest is normalised and the normalized ones are cut from it, as HF does.
+// NFC-normalises the text between added tokens. Step 1 is two passes, as in HF's
+// AddedVocabulary: added tokens with normalized false are cut from the raw text first, then the
+// rest is normalised and the normalized ones are cut from it (so of two overlapping tokens the
+// one not normalised wins, with or without a normaliser).
 
 namespace {
 
@@ -614,7 +616,7 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
         added_by_first_byte_[static_cast<unsigned char>(text[pos])];
     const AddedToken* found = nullptr;
     for (size_t i : candidates) {
-      if (nfc_ && added_tokens_[i].normalized != normalized_pass) continue;
+      if (added_tokens_[i].normalized != normalized_pass) continue;
       if (text.substr(pos).starts_with(added_tokens_[i].content)) {
         found = &added_tokens_[i];
         break;
@@ -670,11 +672,11 @@ void Gpt2BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& 
   for (const Segment& segment : split_on_added_tokens(text, false)) {
     if (segment.added_id >= 0) {
       ids.push_back(segment.added_id);
-    } else if (!nfc_) {
-      encode_segment(segment.text, ids);
     } else {
-      const std::string normalized = nfc(segment.text);
-      for (const Segment& piece : split_on_added_tokens(normalized, true)) {
+      std::string normalized;
+      if (nfc_) normalized = nfc(segment.text);
+      for (const Segment& piece :
+           split_on_added_tokens(nfc_ ? std::string_view(normalized) : segment.text, true)) {
         if (piece.added_id >= 0) {
           ids.push_back(piece.added_id);
         } else {

@@ -61,7 +61,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     std::string content;
     int32_t id = 0;
     bool single_word = false, lstrip = false, rstrip = false;
-    bool normalized = false;  // matched in the normalised text (only with a normaliser)
+    bool normalized = false;  // matched in the normalised text, after those that are not
   };
   struct Spec {
     std::string source;                // the file(s), for error messages
@@ -89,8 +89,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   };
   struct Segment;
 
-  // Cuts out the added tokens matched in this pass: the raw text's (all of them without a
-  // normaliser, else those not normalized), or the normalised text's.
+  // Cuts out the added tokens of one pass: those not normalized from the raw text, or the
+  // normalized ones from the normalised text.
   std::vector<Segment> split_on_added_tokens(std::string_view text, bool normalized_pass) const;
   void encode_text(std::string_view text, std::vector<int32_t>& ids) const;
   void encode_segment(std::string_view segment, std::vector<int32_t>& ids) const;
