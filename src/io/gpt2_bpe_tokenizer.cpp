@@ -564,6 +564,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
     merges_.insert_or_assign(pair_key(l, r), Merge{static_cast<int32_t>(rank), merged});
   }
 
+  for (const AddedToken& t : added_tokens_) has_added_in_pass_[t.normalized] = true;
   for (size_t i = 0; i < added_tokens_.size(); ++i) {
     added_by_first_byte_[static_cast<unsigned char>(added_tokens_[i].content[0])].push_back(i);
   }
@@ -592,7 +593,7 @@ std::optional<int32_t> Gpt2BpeTokenizer::token_to_id(std::string_view token) con
 std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
     std::string_view text, bool normalized_pass) const {
   std::vector<Segment> segments;
-  if (added_tokens_.empty()) {
+  if (!has_added_in_pass_[normalized_pass]) {
     segments.push_back({text, -1});
     return segments;
   }

@@ -109,7 +109,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_tokens_;
   std::array<std::vector<size_t>, 256> added_by_first_byte_;  // longest first
   std::string added_first_bytes_;                             // each distinct first byte once
-  std::vector<std::string> token_bytes_;                      // id -> the bytes it decodes to
+  std::array<bool, 2> has_added_in_pass_{};  // by normalized: a pass with none is skipped
+  std::vector<std::string> token_bytes_;     // id -> the bytes it decodes to
   std::vector<bool> has_token_;
   std::optional<int32_t> eos_token_id_;
   bool add_prefix_space_ = false;
