@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "io/unicode_classes.h"
+#include "io/unicode_nfc.h"
 
 namespace headroom {
 
@@ -25,6 +27,13 @@ namespace headroom {
 //    base token per byte, and adjacent tokens merge lowest rank first, leftmost first among
 //    equal ranks (HF's word.rs priority queue, which gives GPT-2's encoder.py results).
 // decode maps each token back to its bytes and joins them.
+// Llama 3 and Qwen2 (transformers' TikTokenConverter and Qwen2Tokenizer) replace step 2's regex:
+// their pre-tokenizer is a Split (Isolated) on the family's regex, then ByteLevel without its
+// own; split_pretoken_end scans those regexes by hand as pretoken_end does GPT-2's. Qwen2 also
+// NFC-normalises the text between added tokens. Step 1 is two passes, as in HF's
+// AddedVocabulary: added tokens with normalized false are cut from the raw text first, then the
+// rest is normalised and the normalized ones are cut from it (so of two overlapping tokens the
+// one not normalised wins, with or without a normaliser).
 
 namespace {
 
@@ -142,6 +151,132 @@ void require_type(const json& component, const char* field, std::initializer_lis
                                     " is not supported by the GPT-2 byte-level BPE tokenizer"));
 }
 
+// The regexes of the Split pre-tokenizers split_pretoken_end scans, as tokenizer.json spells them.
+constexpr std::string_view kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// A field whose value headroom does not implement.
+[[noreturn]] void refuse(const std::string& source, const std::string& field, const json& value,
+                         std::string_view why) {
+  throw NotImplementedError(
+      str_cat(source, ": ", field, " ", describe_json(value), " is not supported (", why, ")"));
+}
+
+// Llama 3's and Qwen2's pre-tokenizer: Sequence [Split (Isolated) on the family's regex,
+// ByteLevel without regex or prefix space].
+Gpt2BpeTokenizer::SplitRegex read_split_sequence(const json& pre, const std::string& source) {
+  const json& list = member(pre, "pretokenizers", "pre_tokenizer", source);
+  constexpr std::string_view kWant =
+      "headroom implements [Split, ByteLevel] as Llama 3 and Qwen2 ship it";
+  if (!list.is_array() || list.size() != 2) {
+    refuse(source, "pre_tokenizer.pretokenizers", list, kWant);
+  }
+  const json& split = list[0];
+  const std::string field = "pre_tokenizer.pretokenizers[0]";
+  if (member(split, "type", field, source) != "Split") {
+    refuse(source, field + ".type", split["type"], kWant);
+  }
+  const json& pattern = member(split, "pattern", field, source);
+  const json* regex =
+      pattern.is_object() && pattern.contains("Regex") ? &pattern["Regex"] : nullptr;
+  Gpt2BpeTokenizer::SplitRegex out = Gpt2BpeTokenizer::SplitRegex::none;
+  if (regex != nullptr && *regex == kLlama3Regex) out = Gpt2BpeTokenizer::SplitRegex::llama3;
+  if (regex != nullptr && *regex == kQwen2Regex) out = Gpt2BpeTokenizer::SplitRegex::qwen2;
+  if (out == Gpt2BpeTokenizer::SplitRegex::none) {
+    refuse(source, field + ".pattern", pattern,
+           "headroom implements the Split regexes of Llama 3 and Qwen2");
+  }
+  if (member(split, "behavior", field, source) != "Isolated") {
+    refuse(source, field + ".behavior", split["behavior"], "only \"Isolated\"");
+  }
+  if (optional_bool(split, "invert", false, field, source)) {
+    refuse(source, field + ".invert", split["invert"], "only false");
+  }
+  const json& byte_level = list[1];
+  const std::string field1 = "pre_tokenizer.pretokenizers[1]";
+  if (member(byte_level, "type", field1, source) != "ByteLevel") {
+    refuse(source, field1 + ".type", byte_level["type"], kWant);
+  }
+  for (const char* flag : {"use_regex", "add_prefix_space"}) {
+    if (optional_bool(byte_level, flag, true, field1, source)) {
+      refuse(source, str_cat(field1, ".", flag), byte_level.value(flag, json(true)),
+             "only false after a Split");
+    }
+  }
+  return out;
+}
+
+// The ids of the post-processor's special tokens before and after the text: TemplateProcessing's
+// single template (Llama 3's <|begin_of_text|> $A); ByteLevel adds none (its offsets only).
+void read_post_processor(const json& post, const std::string& field, Gpt2BpeTokenizer::Spec& spec,
+                         const std::string& source) {
+  if (post.is_null()) return;
+  const json& type = member(post, "type", field, source);
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    const json& list = member(post, "processors", field, source);
+    if (!list.is_array()) refuse(source, field + ".processors", list, "expected an array");
+    for (size_t i = 0; i < list.size(); ++i) {
+      read_post_processor(list[i], str_cat(field, ".processors[", i, "]"), spec, source);
+    }
+    return;
+  }
+  if (type != "TemplateProcessing") {
+    refuse(source, field + ".type", type,
+           "headroom implements ByteLevel, TemplateProcessing and a Sequence of them");
+  }
+  const json& single = member(post, "single", field, source);
+  const json& specials = member(post, "special_tokens", field, source);
+  bool seen_text = false;
+  for (size_t i = 0; single.is_array() && i < single.size(); ++i) {
+    const json& piece = single[i];
+    const std::string where = str_cat(field, ".single[", i, "]");
+    if (piece.is_object() && piece.contains("Sequence") &&
+        piece["Sequence"].value("id", "") == "A") {
+      seen_text = true;
+      continue;
+    }
+    if (!piece.is_object() || !piece.contains("SpecialToken")) {
+      refuse(source, where, piece, "expected a SpecialToken or Sequence A");
+    }
+    const json& name = member(piece["SpecialToken"], "id", where + ".SpecialToken", source);
+    if (!name.is_string() || !specials.contains(name.get<std::string>())) {
+      throw ValueError(str_cat(source, ": ", where, ".SpecialToken.id ", describe_json(name),
+                               " is not in ", field, ".special_tokens"));
+    }
+    const std::string special =
+        str_cat(field, ".special_tokens[\"", name.get<std::string>(), "\"]");
+    const json& ids = member(specials[name.get<std::string>()], "ids", special, source);
+    if (!ids.is_array()) refuse(source, special + ".ids", ids, "expected an array of ids");
+    for (const json& id : ids) {
+      (seen_text ? spec.suffix_ids : spec.prefix_ids)
+          .push_back(token_id(id, special + ".ids", source));
+    }
+  }
+  if (!seen_text) refuse(source, field + ".single", single, "expected a template with Sequence A");
+}
+
+// The eos_token of the tokenizer_config.json beside a tokenizer.json (Llama 3 has no
+// <|endoftext|>: its end of text is <|end_of_text|>), as a string or an AddedToken object.
+std::optional<std::string> config_eos_token(const std::string& tokenizer_json) {
+  const std::string path =
+      std::filesystem::path(tokenizer_json).replace_filename("tokenizer_config.json").string();
+  if (!std::filesystem::is_regular_file(path)) return std::nullopt;
+  const json config = parse_json(read_text_file(path), path);
+  if (!config.is_object() || !config.contains("eos_token") || config["eos_token"].is_null()) {
+    return std::nullopt;
+  }
+  const json& eos = config["eos_token"];
+  if (eos.is_string()) return eos.get<std::string>();
+  if (eos.is_object() && eos.contains("content") && eos["content"].is_string()) {
+    return eos["content"].get<std::string>();
+  }
+  throw ValueError(str_cat(path, ": field 'eos_token' is ", describe_json(eos),
+                           ", expected a token or an object with its content"));
+}
+
 }  // namespace
 
 // Merged pre-tokens, as HF's BPE cache: bounded, and it stops growing when full, as the frequent
@@ -252,12 +387,18 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
                                       " is not supported (BPE dropout is for training only)"));
   }
   if (optional_bool(model, "byte_fallback", false, "model", path)) {
-    throw NotImplementedError(str_cat(path, ": model.byte_fallback true is not supported"));
+    throw NotImplementedError(str_cat(path,
+                                      ": model.byte_fallback true is not supported (headroom "
+                                      "reads byte-level BPE; SentencePiece models from "
+                                      "tokenizer.model)"));
   }
 
   if (root.contains("normalizer") && !root["normalizer"].is_null()) {
-    throw NotImplementedError(str_cat(path, ": normalizer ", describe_json(root["normalizer"]),
-                                      " is not supported (GPT-2 has none)"));
+    const json& normalizer = root["normalizer"];
+    if (!normalizer.is_object() || normalizer.value("type", "") != "NFC") {
+      refuse(path, "normalizer", normalizer, "headroom implements NFC, as Qwen2 ships it");
+    }
+    spec.nfc = true;
   }
   const json& pre = member(root, "pre_tokenizer", "", path);
   if (pre.is_null()) {
@@ -265,10 +406,17 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
                                       ": pre_tokenizer null is not supported (GPT-2's is "
                                       "ByteLevel)"));
   }
-  require_type(pre, "pre_tokenizer", {"ByteLevel"}, path);
-  spec.add_prefix_space = optional_bool(pre, "add_prefix_space", true, "pre_tokenizer", path);
-  spec.use_regex = optional_bool(pre, "use_regex", true, "pre_tokenizer", path);
+  if (pre.is_object() && pre.value("type", "") == "Sequence") {
+    spec.split_regex = read_split_sequence(pre, path);
+  } else {
+    require_type(pre, "pre_tokenizer", {"ByteLevel"}, path);
+    spec.add_prefix_space = optional_bool(pre, "add_prefix_space", true, "pre_tokenizer", path);
+    spec.use_regex = optional_bool(pre, "use_regex", true, "pre_tokenizer", path);
+  }
   if (root.contains("decoder")) require_type(root["decoder"], "decoder", {"ByteLevel"}, path);
+  if (root.contains("post_processor")) {
+    read_post_processor(root["post_processor"], "post_processor", spec, path);
+  }
 
   if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
     const json& added = root["added_tokens"];
@@ -289,8 +437,17 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
       token.single_word = optional_bool(added[i], "single_word", false, where, path);
       token.lstrip = optional_bool(added[i], "lstrip", false, where, path);
       token.rstrip = optional_bool(added[i], "rstrip", false, where, path);
+      token.normalized = optional_bool(added[i], "normalized", false, where, path);
       spec.added_tokens.push_back(std::move(token));
     }
+  }
+  spec.eos_token = config_eos_token(path);
+  if (spec.eos_token && !spec.vocab.contains(*spec.eos_token) &&
+      std::none_of(spec.added_tokens.begin(), spec.added_tokens.end(),
+                   [&](const AddedToken& t) { return t.content == *spec.eos_token; })) {
+    throw ValueError(
+        str_cat(std::filesystem::path(path).replace_filename("tokenizer_config.json").string(),
+                ": eos_token \"", *spec.eos_token, "\" is not a token of ", path));
   }
   return std::make_unique<Gpt2BpeTokenizer>(std::move(spec));
 }
@@ -330,6 +487,10 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
       add_prefix_space_(spec.add_prefix_space),
       use_regex_(spec.use_regex),
       ignore_merges_(spec.ignore_merges),
+      split_regex_(spec.split_regex),
+      nfc_(spec.nfc),
+      prefix_ids_(std::move(spec.prefix_ids)),
+      suffix_ids_(std::move(spec.suffix_ids)),
       fingerprint_(std::move(spec.fingerprint)),
       files_(std::move(spec.files)) {
   const std::string& source = spec.source;
@@ -355,6 +516,18 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
   for (const AddedToken& t : added_tokens_) {
     token_bytes_[t.id] = token_to_bytes(t.content);
     has_token_[t.id] = true;
+  }
+  for (const int32_t id : prefix_ids_) {
+    if (id > max_id || !has_token_[id]) {
+      throw ValueError(
+          str_cat(source, ": post_processor's special token id ", id, " is not in the vocabulary"));
+    }
+  }
+  for (const int32_t id : suffix_ids_) {
+    if (id > max_id || !has_token_[id]) {
+      throw ValueError(
+          str_cat(source, ": post_processor's special token id ", id, " is not in the vocabulary"));
+    }
   }
 
   for (int b = 0; b < 256; ++b) {
@@ -391,6 +564,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
     merges_.insert_or_assign(pair_key(l, r), Merge{static_cast<int32_t>(rank), merged});
   }
 
+  for (const AddedToken& t : added_tokens_) has_added_in_pass_[t.normalized] = true;
   for (size_t i = 0; i < added_tokens_.size(); ++i) {
     added_by_first_byte_[static_cast<unsigned char>(added_tokens_[i].content[0])].push_back(i);
   }
@@ -402,7 +576,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
       return added_tokens_[a].content.size() > added_tokens_[b].content.size();
     });
   }
-  if (const auto id = token_to_id("<|endoftext|>")) eos_token_id_ = *id;
+  eos_token_id_ = token_to_id(spec.eos_token.value_or("<|endoftext|>"));
   for (auto& shard : cache_) shard = std::make_unique<WordCache>();
 }
 
@@ -417,9 +591,9 @@ std::optional<int32_t> Gpt2BpeTokenizer::token_to_id(std::string_view token) con
 }
 
 std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
-    std::string_view text) const {
+    std::string_view text, bool normalized_pass) const {
   std::vector<Segment> segments;
-  if (added_tokens_.empty()) {
+  if (!has_added_in_pass_[normalized_pass]) {
     segments.push_back({text, -1});
     return segments;
   }
@@ -443,6 +617,7 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
         added_by_first_byte_[static_cast<unsigned char>(text[pos])];
     const AddedToken* found = nullptr;
     for (size_t i : candidates) {
+      if (added_tokens_[i].normalized != normalized_pass) continue;
       if (text.substr(pos).starts_with(added_tokens_[i].content)) {
         found = &added_tokens_[i];
         break;
@@ -482,14 +657,35 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
 std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
-  for (const Segment& segment : split_on_added_tokens(text)) {
+  encode_text(text, ids);
+  return ids;
+}
+
+std::vector<int32_t> Gpt2BpeTokenizer::encode_with_special_tokens(std::string_view text) const {
+  std::vector<int32_t> ids = prefix_ids_;
+  ids.reserve(text.size() / 3 + 1 + prefix_ids_.size() + suffix_ids_.size());
+  encode_text(text, ids);
+  ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return ids;
+}
+
+void Gpt2BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& ids) const {
+  for (const Segment& segment : split_on_added_tokens(text, false)) {
     if (segment.added_id >= 0) {
       ids.push_back(segment.added_id);
     } else {
-      encode_segment(segment.text, ids);
+      std::string normalized;
+      if (nfc_) normalized = nfc(segment.text);
+      for (const Segment& piece :
+           split_on_added_tokens(nfc_ ? std::string_view(normalized) : segment.text, true)) {
+        if (piece.added_id >= 0) {
+          ids.push_back(piece.added_id);
+        } else {
+          encode_segment(piece.text, ids);
+        }
+      }
     }
   }
-  return ids;
 }
 
 void Gpt2BpeTokenizer::encode_segment(std::string_view segment, std::vector<int32_t>& ids) const {
@@ -497,6 +693,14 @@ void Gpt2BpeTokenizer::encode_segment(std::string_view segment, std::vector<int3
   if (add_prefix_space_ && !segment.starts_with(' ')) {
     prefixed = str_cat(" ", segment);
     segment = prefixed;
+  }
+  if (split_regex_ != SplitRegex::none) {
+    for (size_t pos = 0; pos < segment.size();) {
+      const size_t end = split_pretoken_end(split_regex_, segment, pos);
+      encode_word(segment.substr(pos, end - pos), ids);
+      pos = end;
+    }
+    return;
   }
   if (!use_regex_) {
     encode_word(segment, ids);
@@ -547,6 +751,70 @@ size_t Gpt2BpeTokenizer::pretoken_end(std::string_view s, size_t i) {
     last = pos;
     pos += c.length;
   }
+  if (pos < n && last > i) return last;
+  return pos;
+}
+
+size_t Gpt2BpeTokenizer::split_pretoken_end(SplitRegex regex, std::string_view s, size_t i) {
+  const size_t n = s.size();
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d): any case, and 'ſ' (U+017F), which Oniguruma folds to 's'.
+  if (s[i] == '\'' && i + 1 < n) {
+    const char c = static_cast<char>(s[i + 1] | 0x20);  // lower case for ASCII letters
+    if (c == 's' || c == 't' || c == 'm' || c == 'd') return i + 2;
+    if (s.substr(i + 1, 2) == "\xC5\xBF") return i + 3;
+    if (i + 2 < n) {
+      const char d = static_cast<char>(s[i + 2] | 0x20);
+      if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) return i + 3;
+    }
+  }
+  const auto class_at = [&](size_t pos) { return char_class(decode_utf8(s, pos).code_point); };
+  const auto run_end = [&](size_t pos, CharClass cls) {
+    while (pos < n) {
+      const Utf8Char c = decode_utf8(s, pos);
+      if (char_class(c.code_point) != cls) break;
+      pos += c.length;
+    }
+    return pos;
+  };
+  const auto is_newline = [&](size_t pos) { return s[pos] == '\r' || s[pos] == '\n'; };
+  const Utf8Char first = decode_utf8(s, i);
+  const CharClass cls = char_class(first.code_point);
+  // [^\r\n\p{L}\p{N}]?\p{L}+: a letter run, with one character before it that is none of those.
+  if (cls == CharClass::letter) return run_end(i, CharClass::letter);
+  if (cls != CharClass::number && !is_newline(i) && i + first.length < n &&
+      class_at(i + first.length) == CharClass::letter) {
+    return run_end(i + first.length, CharClass::letter);
+  }
+  // \p{N}{1,3} (Llama 3) or \p{N} (Qwen2).
+  if (cls == CharClass::number) {
+    const int max_digits = regex == SplitRegex::llama3 ? 3 : 1;
+    size_t pos = i;
+    for (int k = 0; k < max_digits && pos < n; ++k) {
+      const Utf8Char c = decode_utf8(s, pos);
+      if (char_class(c.code_point) != CharClass::number) break;
+      pos += c.length;
+    }
+    return pos;
+  }
+  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+  const size_t other = s[i] == ' ' ? i + 1 : i;
+  if (other < n && class_at(other) == CharClass::other) {
+    size_t pos = run_end(other, CharClass::other);
+    while (pos < n && is_newline(pos)) ++pos;
+    return pos;
+  }
+  // The rest start with whitespace. \s*[\r\n]+: the run up to its last CR or LF.
+  size_t last = i, pos = i, after_newline = 0;
+  while (pos < n) {
+    const Utf8Char c = decode_utf8(s, pos);
+    if (char_class(c.code_point) != CharClass::whitespace) break;
+    last = pos;
+    pos += c.length;
+    if (is_newline(last)) after_newline = pos;
+  }
+  if (after_newline > 0) return after_newline;
+  // \s+(?!\S)|\s+: the run, less its last character when a non-space follows and the run has
+  // more than one.
   if (pos < n && last > i) return last;
   return pos;
 }

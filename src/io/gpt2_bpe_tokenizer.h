@@ -1,6 +1,7 @@
-// GPT-2's byte-level BPE, read from HF tokenizers' tokenizer.json or from GPT-2's original
-// vocab.json + merges.txt, encoding exactly as HF tokenizers does (see Note [GPT-2 byte-level
-// BPE]).
+// Byte-level BPE, read from HF tokenizers' tokenizer.json or from GPT-2's original vocab.json +
+// merges.txt, encoding exactly as HF tokenizers does (see Note [GPT-2 byte-level BPE]): GPT-2's
+// pre-tokenizer, and Llama 3's and Qwen2's (a regex Split, then ByteLevel without its regex, with
+// Qwen2's NFC normaliser).
 #pragma once
 
 #include <array>
@@ -19,9 +20,10 @@ namespace headroom {
 
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
-  // HF tokenizers' tokenizer.json with model.type "BPE" and the ByteLevel pre-tokenizer.
-  // ValueError names the file and field of a malformed file; NotImplementedError one that asks
-  // for a normalizer, pre-tokenizer or BPE option this class does not have.
+  // HF tokenizers' tokenizer.json with model.type "BPE" and the ByteLevel pre-tokenizer, alone
+  // or after Llama 3's or Qwen2's Split. ValueError names the file and field of a malformed
+  // file; NotImplementedError the field and value of a normalizer, pre-tokenizer, post-processor
+  // or BPE option this class does not have.
   static std::unique_ptr<Gpt2BpeTokenizer> from_tokenizer_json(const std::string& path);
   // GPT-2's files; "<|endoftext|>", when in the vocabulary, is a special token as in
   // transformers' GPT2TokenizerFast.
@@ -29,10 +31,14 @@ class Gpt2BpeTokenizer final : public Tokenizer {
                                                                  const std::string& merges_path);
 
   std::vector<int32_t> encode(std::string_view text) const override;
+  // encode with the post-processor's special tokens around the ids (its TemplateProcessing's
+  // single template: Llama 3's <|begin_of_text|> first), as HF's encode(text).
+  std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override;
   // Invalid UTF-8 in the joined bytes (a token sequence cut inside a character) becomes U+FFFD
   // as in HF's ByteLevel decoder; an id outside the vocabulary is a ValueError.
   std::string decode(std::span<const int32_t> ids) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(token_bytes_.size()); }
+  // tokenizer_config.json's eos_token beside a tokenizer.json, else <|endoftext|> when a token.
   std::optional<int32_t> eos_token_id() const override { return eos_token_id_; }
   std::string kind() const override { return "gpt2_bpe"; }
   std::string fingerprint() const override { return fingerprint_; }
@@ -45,11 +51,17 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // One piece of the pre-tokenizer: the end of GPT-2's regex match that starts at `pos`.
   static size_t pretoken_end(std::string_view text, size_t pos);
 
+  // The Split pre-tokenizers headroom implements, by the regex of the family that ships it.
+  enum class SplitRegex { none, llama3, qwen2 };
+  // One piece of a Split pre-tokenizer: the end of its regex match that starts at `pos`.
+  static size_t split_pretoken_end(SplitRegex regex, std::string_view text, size_t pos);
+
   // What a tokenizer is made of; the factories fill it from the files.
   struct AddedToken {
     std::string content;
     int32_t id = 0;
     bool single_word = false, lstrip = false, rstrip = false;
+    bool normalized = false;  // matched in the normalised text, after those that are not
   };
   struct Spec {
     std::string source;                // the file(s), for error messages
@@ -61,6 +73,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     bool add_prefix_space = false;
     bool use_regex = true;
     bool ignore_merges = false;
+    SplitRegex split_regex = SplitRegex::none;    // a Split before ByteLevel
+    bool nfc = false;                             // the NFC normaliser
+    std::vector<int32_t> prefix_ids, suffix_ids;  // the post-processor's special tokens
+    std::optional<std::string> eos_token;         // tokenizer_config.json's eos_token
     std::string fingerprint;
   };
   explicit Gpt2BpeTokenizer(Spec spec);
@@ -73,7 +89,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   };
   struct Segment;
 
-  std::vector<Segment> split_on_added_tokens(std::string_view text) const;
+  // Cuts out the added tokens of one pass: those not normalized from the raw text, or the
+  // normalized ones from the normalised text.
+  std::vector<Segment> split_on_added_tokens(std::string_view text, bool normalized_pass) const;
+  void encode_text(std::string_view text, std::vector<int32_t>& ids) const;
   void encode_segment(std::string_view segment, std::vector<int32_t>& ids) const;
   void encode_word(std::string_view word, std::vector<int32_t>& ids) const;
   void bpe(std::string_view word, std::vector<int32_t>& ids) const;
@@ -90,12 +109,16 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_tokens_;
   std::array<std::vector<size_t>, 256> added_by_first_byte_;  // longest first
   std::string added_first_bytes_;                             // each distinct first byte once
-  std::vector<std::string> token_bytes_;                      // id -> the bytes it decodes to
+  std::array<bool, 2> has_added_in_pass_{};  // by normalized: a pass with none is skipped
+  std::vector<std::string> token_bytes_;     // id -> the bytes it decodes to
   std::vector<bool> has_token_;
   std::optional<int32_t> eos_token_id_;
   bool add_prefix_space_ = false;
   bool use_regex_ = true;
   bool ignore_merges_ = false;
+  SplitRegex split_regex_ = SplitRegex::none;
+  bool nfc_ = false;
+  std::vector<int32_t> prefix_ids_, suffix_ids_;
   std::string fingerprint_;
   std::vector<TokenizerFile> files_;
 };

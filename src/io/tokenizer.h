@@ -25,6 +25,12 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   // Text to token ids, without special tokens (no BOS/EOS added).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Text to token ids with the special tokens a tokenizer.json's post-processor adds around a
+  // text (Llama 3's BOS), as HF's encode(text) with add_special_tokens=True; the tokenizers not
+  // read from a tokenizer.json add none here (SentencePiece's BOS is not added).
+  virtual std::vector<int32_t> encode_with_special_tokens(std::string_view text) const {
+    return encode(text);
+  }
   // Ids back to text; decode(encode(t)) == t for any valid UTF-8 text.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int64_t vocab_size() const = 0;
