@@ -355,13 +355,14 @@ void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
   if (!block) raise_out_of_memory(size, segment, stream);
   block = alloc_found_block(block, size, nbytes, stream);
   // Note [A deferred peak capture]
-  // A new reserved peak's state (Note [Slack report]) is a walk over the cached blocks' segments.
+  // A new reserved peak's state (Note [Slack report]) was a walk over the cached blocks' segments.
   // Taken at every new peak, a load of thousands of layers (a new segment at nearly every
   // allocation) walked a growing cache each time: its dry run grew with the square of the
-  // layers. The walk waits instead until something first changes the blocks after the peak (a
-  // block taken from the cache, a free, a release, an event, a category) or the state is read;
-  // a next allocation that makes a new segment makes a new peak, which replaces the pending one
-  // unwalked. The state captured is the same: nothing changed between the peak and the walk.
+  // layers. The capture (now incremental, Note [An incremental peak state]) waits instead until
+  // something first changes the blocks after the peak (a block taken from the cache, a free, a
+  // release, an event, a category) or the state is read; a next allocation that makes a new segment
+  // makes a new peak, which replaces the pending one uncaptured. The state captured is the same:
+  // nothing changed between the peak and the capture.
   if (const int64_t current = stats_.reserved_bytes[static_cast<size_t>(StatType::all)].current;
       current > reserved_peak_.reserved) {
     reserved_peak_.reserved = current;
