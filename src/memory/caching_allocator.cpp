@@ -76,16 +76,149 @@ struct CachingAllocator::ExpandableSegment {
   uintptr_t page_address(size_t page) const { return base + page * page_size; }
 };
 
+// Note [An incremental peak state]
+// A new reserved peak's state (Note [Slack report]) sums, over the segments holding free
+// blocks, their free bytes by kind, and names the largest live block of each split one. Walked
+// segment by segment at each capture, that was proportional to the cache; a dry run captures a
+// peak at nearly every new segment of its load and after frees in backward, so it grew with the
+// square of the layers, and with expandable segments (one chain of every block) far faster.
+// Instead each segment keeps its free bytes (those of its blocks in the pool: every free block
+// is there, see get_free_block and free_block), its number of blocks and its live blocks
+// ordered largest first; any change to them marks the segment, and a capture works out again
+// only the marked segments' shares and replaces them in running totals. Its work is the changes
+// since the last capture, and the state is the one the walk found: the same sums, the same
+// first largest live block in address order, the same stranding groups.
+struct CachingAllocator::PeakTracker {
+  // The live block that names a split segment: largest, then lowest address (the walk's first).
+  struct HolderOrder {
+    bool operator()(const Block* a, const Block* b) const {
+      if (a->size != b->size) return a->size > b->size;
+      return a->ptr < b->ptr;
+    }
+  };
+  struct Key {
+    MemoryCategory category;
+    size_t size;
+    std::string label;
+    bool operator<(const Key& o) const {
+      return std::tie(category, size, label) < std::tie(o.category, o.size, o.label);
+    }
+  };
+  enum class Kind { none, expandable, whole, split };
+  struct Share {
+    Kind kind = Kind::none;
+    int64_t free_bytes = 0;
+    std::optional<Key> holder;
+  };
+  struct Segment {
+    int64_t free_bytes = 0;
+    int64_t blocks = 0;  // of an ordinary segment; an expandable one's are not counted
+    bool expandable = false;
+    std::set<const Block*, HolderOrder> live;
+    bool marked = false;
+    Share share;
+  };
+
+  std::unordered_map<uint64_t, Segment> segments;
+  std::vector<uint64_t> marked;
+  ReservedPeakState totals;  // the free bytes' part of the state, stranding aside
+  std::map<Key, StrandingAllocation> stranding;
+  uint64_t updates = 0;
+
+  Segment& mark(const Block* b) {
+    Segment& s = segments[b->segment_id];
+    s.expandable = b->expandable != nullptr;
+    if (!s.marked) {
+      s.marked = true;
+      marked.push_back(b->segment_id);
+    }
+    return s;
+  }
+  void cached(const Block* b) { mark(b).free_bytes += static_cast<int64_t>(b->size); }
+  void uncached(const Block* b) { mark(b).free_bytes -= static_cast<int64_t>(b->size); }
+  void blocks_added(const Block* b, int64_t n) {
+    if (!b->expandable) mark(b).blocks += n;
+  }
+  void allocated(const Block* b) { mark(b).live.insert(b); }
+  void released(const Block* b) { mark(b).live.erase(b); }
+
+  void apply(const Share& share, int64_t sign) {
+    switch (share.kind) {
+      case Kind::none:
+        return;
+      case Kind::expandable:
+        totals.expandable_free_bytes += sign * share.free_bytes;
+        return;
+      case Kind::whole:
+        totals.whole_free_segment_bytes += sign * share.free_bytes;
+        totals.whole_free_segments += sign;
+        return;
+      case Kind::split:
+        totals.split_remainder_bytes += sign * share.free_bytes;
+        totals.split_segments += sign;
+        if (share.holder) {
+          StrandingAllocation& s = stranding[*share.holder];
+          s.category = share.holder->category;
+          s.block_size = static_cast<int64_t>(share.holder->size);
+          s.label = share.holder->label;
+          s.segments += sign;
+          s.stranded_bytes += sign * share.free_bytes;
+          if (s.segments == 0) stranding.erase(*share.holder);
+        }
+        return;
+    }
+  }
+
+  // Brings the totals up to date with the marked segments.
+  void update() {
+    for (const uint64_t id : marked) {
+      auto it = segments.find(id);
+      Segment& s = it->second;
+      s.marked = false;
+      ++updates;
+      apply(s.share, -1);
+      Share share;
+      if (s.free_bytes > 0) {
+        share.free_bytes = s.free_bytes;
+        if (s.expandable) {
+          share.kind = Kind::expandable;
+        } else if (s.blocks == 1) {
+          share.kind = Kind::whole;
+        } else {
+          share.kind = Kind::split;
+          if (!s.live.empty()) {
+            const Block* holder = *s.live.begin();
+            share.holder =
+                Key{holder->category, holder->size,
+                    holder->context && !holder->context->empty() ? holder->context->front()
+                                                                 : std::string()};
+          }
+        }
+      }
+      apply(share, 1);
+      s.share = std::move(share);
+      if (s.free_bytes == 0 && s.blocks == 0 && s.live.empty()) segments.erase(it);
+    }
+    marked.clear();
+  }
+};
+
 struct CachingAllocator::BlockPool {
   explicit BlockPool(bool small) : is_small(small) {}
   std::set<Block*, BlockOrder> blocks;
   std::set<Block*, AddressOrder> unmapped;  // expandable segments' address space
   const bool is_small;
   int64_t get_free_blocks_call_count = 0;  // the clock of garbage collection
+  PeakTracker* tracker = nullptr;
 
   void insert(Block* block) {
     block->gc_count_base = get_free_blocks_call_count;
     blocks.insert(block);
+    tracker->cached(block);
+  }
+  void erase(Block* block) {
+    blocks.erase(block);
+    tracker->uncached(block);
   }
 };
 
@@ -116,7 +249,10 @@ CachingAllocator::CachingAllocator(std::unique_ptr<DeviceAllocator> device_alloc
       config_(config),
       memory_limit_(memory_limit),
       large_blocks_(std::make_unique<BlockPool>(false)),
-      small_blocks_(std::make_unique<BlockPool>(true)) {
+      small_blocks_(std::make_unique<BlockPool>(true)),
+      peak_tracker_(std::make_unique<PeakTracker>()) {
+  large_blocks_->tracker = peak_tracker_.get();
+  small_blocks_->tracker = peak_tracker_.get();
   if (config_.max_split_size != std::numeric_limits<size_t>::max()) {
     stats_.max_split_size = static_cast<int64_t>(config_.max_split_size);
   }
@@ -219,13 +355,14 @@ void* CachingAllocator::malloc(size_t nbytes, StreamId stream) {
   if (!block) raise_out_of_memory(size, segment, stream);
   block = alloc_found_block(block, size, nbytes, stream);
   // Note [A deferred peak capture]
-  // A new reserved peak's state (Note [Slack report]) is a walk over the cached blocks' segments.
+  // A new reserved peak's state (Note [Slack report]) was a walk over the cached blocks' segments.
   // Taken at every new peak, a load of thousands of layers (a new segment at nearly every
   // allocation) walked a growing cache each time: its dry run grew with the square of the
-  // layers. The walk waits instead until something first changes the blocks after the peak (a
-  // block taken from the cache, a free, a release, an event, a category) or the state is read;
-  // a next allocation that makes a new segment makes a new peak, which replaces the pending one
-  // unwalked. The state captured is the same: nothing changed between the peak and the walk.
+  // layers. The capture (now incremental, Note [An incremental peak state]) waits instead until
+  // something first changes the blocks after the peak (a block taken from the cache, a free, a
+  // release, an event, a category) or the state is read; a next allocation that makes a new segment
+  // makes a new peak, which replaces the pending one uncaptured. The state captured is the same:
+  // nothing changed between the peak and the capture.
   if (const int64_t current = stats_.reserved_bytes[static_cast<size_t>(StatType::all)].current;
       current > reserved_peak_.reserved) {
     reserved_peak_.reserved = current;
@@ -279,7 +416,7 @@ CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, size_
     return nullptr;
   }
   flush_reserved_peak();  // Note [A deferred peak capture]
-  pool.blocks.erase(it);
+  pool.erase(block);
   return block;
 }
 
@@ -297,6 +434,7 @@ CachingAllocator::Block* CachingAllocator::alloc_block(BlockPool& pool, size_t s
   block->segment_id = next_segment_id_++;
   block->stream = stream;
   block->pool = &pool;
+  peak_tracker_->blocks_added(block, 1);
   if (memory_history_max_entries() > 0) block->segment_context = current_memory_context();
   for_pool_stats(pool, [&](size_t t) {
     stats_.segment[t].increase(1);
@@ -418,7 +556,7 @@ CachingAllocator::Block* CachingAllocator::try_allocate_expandable_block(BlockPo
     if (!map_block(next, std::min(size - candidate->size, next->size))) return nullptr;
     candidate = next;  // it took over the free block before it
   }
-  pool.blocks.erase(candidate);
+  pool.erase(candidate);
   return candidate;
 }
 
@@ -432,7 +570,7 @@ void CachingAllocator::unmap_block(Block* block) {
   const uintptr_t start = segment.page_address(begin);
   const size_t size = (end - begin) * segment.page_size;
   BlockPool& pool = *block->pool;
-  pool.blocks.erase(block);
+  pool.erase(block);
   device_allocator_->unmap_pages(reinterpret_cast<void*>(start), size, segment.page_size,
                                  block->stream);
   auto piece = [&](uintptr_t ptr, size_t bytes) {
@@ -512,6 +650,7 @@ CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_
     remaining->prev = block;
     remaining->ptr += size;
     remaining->size -= size;
+    peak_tracker_->blocks_added(block, 1);
     pool.insert(remaining);
     if (already_split && counts_split) {
       // An inactive split block shrinks by `size`.
@@ -535,6 +674,7 @@ CachingAllocator::Block* CachingAllocator::alloc_found_block(Block* block, size_
 
   block->allocated = true;
   block->requested_size = requested;
+  peak_tracker_->allocated(block);
   block->context = memory_history_max_entries() > 0 ? current_memory_context() : nullptr;
   active_blocks_.emplace(block->ptr, block);
   for_pool_stats(pool, [&](size_t t) {
@@ -562,6 +702,7 @@ void CachingAllocator::free(void* ptr) {
   }
   Block* block = it->second;
   active_blocks_.erase(it);
+  peak_tracker_->released(block);
   block->allocated = false;
   for_pool_stats(*block->pool, [&](size_t t) {
     stats_.allocation[t].decrease(1);
@@ -686,12 +827,13 @@ size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& poo
     if (dst->next) dst->next->prev = dst;
   }
   const size_t subsumed = src->size;
-  dst->size += subsumed;
   if (src->mapped) {
-    pool.blocks.erase(src);
+    pool.erase(src);
   } else {
     pool.unmapped.erase(src);
   }
+  peak_tracker_->blocks_added(src, -1);
+  dst->size += subsumed;
   delete src;
   return subsumed;
 }
@@ -766,7 +908,8 @@ void CachingAllocator::release_block(Block* block) {
     stats_.reserved_bytes[t].decrease(static_cast<int64_t>(block->size));
   });
   if (block->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
-  pool.blocks.erase(block);
+  pool.erase(block);
+  peak_tracker_->blocks_added(block, -1);
   delete block;
 }
 
@@ -870,6 +1013,7 @@ bool CachingAllocator::set_category(const void* ptr, MemoryCategory category) {
   if (block->category == category) return true;
   const auto size = static_cast<int64_t>(block->size);
   stats_.category_current[static_cast<size_t>(block->category)] -= size;
+  peak_tracker_->mark(block);  // it may name its segment's stranding
   block->category = category;
   add_category_bytes(category, size);
   return true;
@@ -902,7 +1046,7 @@ ReservedPeakState CachingAllocator::reserved_peak_state() const {
 }
 
 void CachingAllocator::capture_reserved_peak(size_t request, size_t added) {
-  // Note [Slack report]: one walk over every segment, from its first block.
+  // Note [Slack report]
   ReservedPeakState state;
   const auto all = static_cast<size_t>(StatType::all);
   state.reserved = stats_.reserved_bytes[all].current;
@@ -910,67 +1054,20 @@ void CachingAllocator::capture_reserved_peak(size_t request, size_t added) {
   state.request_bytes = static_cast<int64_t>(request);
   state.added_bytes = static_cast<int64_t>(added);
   state.expandable_segments = config_.expandable_segments;
-  auto is_free = [](const Block* b) { return b->mapped && !b->allocated && b->event_count == 0; };
-  struct Key {
-    MemoryCategory category;
-    size_t size;
-    std::string label;
-    bool operator<(const Key& o) const {
-      return std::tie(category, size, label) < std::tie(o.category, o.size, o.label);
-    }
-  };
-  std::map<Key, StrandingAllocation> stranding;
-  auto walk = [&](const Block* head) {
-    if (head->prev) return;
-    int64_t free_bytes = 0;
-    const Block* holder = nullptr;
-    for (const Block* b = head; b; b = b->next) {
-      if (is_free(b)) {
-        free_bytes += static_cast<int64_t>(b->size);
-      } else if (b->allocated && (!holder || b->size > holder->size)) {
-        holder = b;
-      }
-    }
-    if (free_bytes == 0) return;
-    if (head->expandable) {
-      state.expandable_free_bytes += free_bytes;
-    } else if (!head->next) {
-      state.whole_free_segment_bytes += free_bytes;
-      ++state.whole_free_segments;
-    } else {
-      state.split_remainder_bytes += free_bytes;
-      ++state.split_segments;
-      if (holder) {
-        const std::string label =
-            holder->context && !holder->context->empty() ? holder->context->front() : "";
-        StrandingAllocation& s = stranding[Key{holder->category, holder->size, label}];
-        s.category = holder->category;
-        s.block_size = static_cast<int64_t>(holder->size);
-        s.label = label;
-        s.segments += 1;
-        s.stranded_bytes += free_bytes;
-      }
-    }
-  };
-  // Only a segment holding a free block adds to the state, and every free block is in a pool:
-  // walking the segments of the pools' blocks, not every active block's, keeps a new peak's
-  // capture proportional to the cache, not to all that is allocated (a dry run of thousands of
-  // layers reaches a new reserved peak at nearly every allocation of its load).
-  std::set<const Block*> heads;
-  for (const BlockPool* pool : {large_blocks_.get(), small_blocks_.get()}) {
-    for (const Block* b : pool->blocks) {
-      if (!is_free(b)) continue;
-      while (b->prev) b = b->prev;
-      heads.insert(b);
-    }
-  }
-  for (const Block* head : heads) walk(head);
+  // Note [An incremental peak state]: the shares of the segments changed since the last capture.
+  PeakTracker& tracker = *peak_tracker_;
+  tracker.update();
+  state.split_remainder_bytes = tracker.totals.split_remainder_bytes;
+  state.split_segments = tracker.totals.split_segments;
+  state.whole_free_segment_bytes = tracker.totals.whole_free_segment_bytes;
+  state.whole_free_segments = tracker.totals.whole_free_segments;
+  state.expandable_free_bytes = tracker.totals.expandable_free_bytes;
   std::set<const Block*> pending;
   for (const auto& [stream, events] : events_) {
     for (const auto& [event, b] : events) pending.insert(b);
   }
   for (const Block* b : pending) state.pending_free_bytes += static_cast<int64_t>(b->size);
-  for (auto& [key, s] : stranding) state.stranding.push_back(std::move(s));
+  for (const auto& [key, s] : tracker.stranding) state.stranding.push_back(s);
   std::sort(state.stranding.begin(), state.stranding.end(),
             [](const auto& a, const auto& b) { return a.stranded_bytes > b.stranded_bytes; });
   if (state.stranding.size() > 3) state.stranding.resize(3);
@@ -1057,6 +1154,11 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+uint64_t CachingAllocator::peak_state_segment_updates() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_tracker_->updates;
 }
 
 std::vector<TraceEntry> CachingAllocator::trace() const {

@@ -139,6 +139,9 @@ class CachingAllocator final : public Allocator {
   // reset_peak_stats takes it anew.
   ReservedPeakState reserved_peak_state() const;
   std::vector<TraceEntry> trace() const;  // oldest first
+  // Segments whose share of the reserved peak state was worked out again so far, a measure of
+  // the peak captures' work (Note [An incremental peak state]), for tests.
+  uint64_t peak_state_segment_updates() const;
 
   // The size policy, for tests and the planner.
   static size_t round_size(size_t size, const AllocatorConfig& config);
@@ -148,6 +151,7 @@ class CachingAllocator final : public Allocator {
   struct Block;
   struct BlockPool;
   struct ExpandableSegment;
+  struct PeakTracker;
   struct BlockOrder {
     bool operator()(const Block* a, const Block* b) const;
   };
@@ -209,6 +213,8 @@ class CachingAllocator final : public Allocator {
     size_t added;
   };
   std::optional<PendingPeak> pending_peak_;
+  // Note [An incremental peak state]: the pools' blocks and the live ones report to it.
+  std::unique_ptr<PeakTracker> peak_tracker_;
 };
 
 }  // namespace headroom

@@ -382,6 +382,39 @@ TEST(DryRun, AnyAccumulationIsPlannedFromTwoMicroBatches) {
   EXPECT_EQ(many.tokens_per_step, two.tokens_per_step / 2 * 1000000000);
 }
 
+// Note [An incremental peak state]: a dry run's reserved-peak captures do work in proportion to
+// the changes to the cache, so 4x the layers cost about 4x the segment updates; walking the whole
+// cache at each capture (as before) grew with the square of the layers, worst with expandable
+// segments. Counted, not timed.
+TEST(DryRun, PeakCapturesGrowLinearlyWithLayers) {
+  for (const bool expandable : {false, true}) {
+    auto updates = [&](int64_t layers) {
+      TempDir tmp("dry_run_linear");
+      TrainingArguments args = tiny_training_args(tmp.path());
+      args.expandable_segments = expandable;
+      args.max_seq_length = 16;
+      args.per_device_train_batch_size = 1;
+      LlamaConfig config;
+      config.vocab_size = 256;
+      config.hidden_size = 32;
+      config.intermediate_size = 64;
+      config.num_attention_heads = 4;
+      config.num_key_value_heads = 2;
+      config.num_hidden_layers = layers;
+      write_hf_config(args.model, config);
+      const uint64_t before = caching_allocator(kMeta).peak_state_segment_updates();
+      dry_run_training(args);
+      return caching_allocator(kMeta).peak_state_segment_updates() - before;
+    };
+    const uint64_t small = updates(50);
+    const uint64_t large = updates(200);
+    EXPECT_GT(small, 0u);
+    EXPECT_LE(static_cast<double>(large), 4.5 * static_cast<double>(small))
+        << (expandable ? "expandable segments: " : "") << small
+        << " segment updates for 50 layers, " << large << " for 200";
+  }
+}
+
 // The real run trains 3 steps (the dry run 2: the third repeats the second) and evaluates after
 // each; its figures are the ones metrics.jsonl logs.
 TEST_P(DryRunGrid, PredictsTheRealRunsPeaks) {
