@@ -374,7 +374,8 @@ TEST(CudaPointwise, DropoutAddIsTheCpusBitForBit) {
           Generator generator(83);
           return dropout_add(in[0], in[1], p, true, &generator);
         };
-        // The residual in f32 (autocast's stream) and in the branch's dtype (pure bf16).
+        // The residual in f32 (autocast's stream) and in the branch's dtype (pure bf16). Bit for
+        // bit (the tolerance is unused): the same mask and the same two roundings as the CPU.
         for (DType residual_dtype : {DType::f32, dtype}) {
           check_op(name_of("dropout_add", dtype, shape) + " residual " +
                        dtype_name(residual_dtype) + " p " + std::to_string(p),

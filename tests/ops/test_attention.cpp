@@ -92,6 +92,9 @@ Reference reference_attention(const Dims& s, const std::vector<float>& q,
   return r;
 }
 
+// The kernels sum in fp32 in their own order against a double reference: a relative bound on
+// each element plus one on the largest magnitude (entries that cancel to near zero), and a floor
+// of fp32 rounding noise.
 void expect_close(const std::vector<float>& actual, const std::vector<double>& expected, double tol,
                   const std::string& what, double floor = 1e-7) {
   ASSERT_EQ(actual.size(), expected.size()) << what;

@@ -120,6 +120,7 @@ TEST(DeviceActivity, EveryKernelCallIsOneSpanOfTheOpThatLaunchedIt) {
       span_rows.insert(a.key);
     }
   }
+  // The same microseconds summed per scope and per span: doubles added in two orders.
   EXPECT_NEAR(scopes_self_us, spans_us, 1e-6);
   EXPECT_TRUE(span_rows.count("gemm.gemm") || span_rows.count("gemm.gemm_bias")) << "no GEMM row";
   for (const KeyAverage& a : averages) {

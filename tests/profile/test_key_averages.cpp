@@ -153,6 +153,7 @@ TEST(KeyAverages, CudaTimeGoesToTheScopesOpenAtTheLaunch) {
     all += us;
     if (d.thread_id == 1) thread_1 += us;
   }
+  // Sums of the same span times in another order: equal up to double rounding.
   EXPECT_NEAR(step.cuda_time_total_us, thread_1, 1e-9);
   double self_of_spans = 0.0;
   for (const KeyAverage& a : averages) {
@@ -160,7 +161,8 @@ TEST(KeyAverages, CudaTimeGoesToTheScopesOpenAtTheLaunch) {
         a.self_cuda_time_total_us;
     EXPECT_LE(a.self_cuda_time_total_us, a.cuda_time_total_us + 1e-9) << a.key;
   }
-  // Each span counts once among the scopes' self times, except the one launched outside them.
+  // Each span counts once among the scopes' self times, except the one launched outside them
+  // (sums in other orders: equal up to double rounding).
   EXPECT_NEAR(self_of_spans, all, 1e-9);
   EXPECT_NEAR(self_of_scopes, all - 20.0, 1e-9);
 }

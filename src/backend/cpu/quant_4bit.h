@@ -108,7 +108,8 @@ HEADROOM_HD void quantize_4bit_block(const Quant4bitSortedCode& s, const At& at,
   const int64_t end = begin + block_size < n ? begin + block_size : n;
   float m = 0.0f;
   for (int64_t i = begin; i < end; ++i) {
-    const float v = at(i) < 0.0f ? -at(i) : at(i);
+    const float x = at(i);
+    const float v = x < 0.0f ? -x : x;
     if (m < v) m = v;  // std::max's comparison: a NaN never replaces the running max
   }
   const bool full = end - begin == block_size;
