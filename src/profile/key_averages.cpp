@@ -286,7 +286,10 @@ std::string key_averages_table(std::vector<KeyAverage> averages,
     if (rows == options.row_limit) break;
     ++rows;
     std::string name = a.key;
-    if (name.size() >= kMaxNameWidth - 3) name = name.substr(0, kMaxNameWidth - 3) + "...";
+    if (name.size() >= kMaxNameWidth - 3) {
+      name.resize(kMaxNameWidth - 3);
+      name += "...";
+    }
     std::vector<std::string> cells = {name,
                                       format_time_share(a.self_cpu_time_total_us, self_total_us),
                                       format_time(a.self_cpu_time_total_us),
