@@ -391,10 +391,10 @@ CachingAllocator* Trainer::host_pool_in_use() const {
   return offload_.any() ? &host_pool(config_.device, offload_.pin_memory) : nullptr;
 }
 
-void Trainer::log_eval() {
+EvalResult Trainer::log_eval() {
   const auto start = Clock::now();
   const EvalResult result = evaluate();
-  if (result.tokens == 0) return;
+  if (result.tokens == 0) return result;
   nlohmann::ordered_json entry = {{"eval_loss", result.loss},
                                   {"eval_perplexity", result.perplexity},
                                   {"eval_tokens", result.tokens},
@@ -402,6 +402,7 @@ void Trainer::log_eval() {
                                   {"epoch", epoch()},
                                   {"step", global_step_}};
   append_metrics(entry);
+  return result;
 }
 
 EvalResult Trainer::evaluate() {
@@ -514,6 +515,7 @@ int Trainer::train() {
   const auto run_start = Clock::now();
   const int64_t tokens_at_start = total_tokens_;  // a resumed run's rate counts its own tokens
   int stop_signal = 0;
+  bool target_reached = false;
   for (const auto& callback : callbacks_) callback->on_train_begin(*this);
   while (global_step_ < max_steps_) {
     const auto step_start = Clock::now();
@@ -538,8 +540,12 @@ int Trainer::train() {
       interval_loss_ = interval_seconds_ = 0.0;
       interval_steps_ = interval_tokens_ = 0;
     }
-    if (config_.eval_strategy == IntervalStrategy::steps && global_step_ % eval_steps == 0)
-      log_eval();
+    if (config_.eval_strategy == IntervalStrategy::steps && global_step_ % eval_steps == 0) {
+      // Every rank holds the same (reduced) eval loss, so all of them stop after this step.
+      const EvalResult eval = log_eval();
+      target_reached =
+          args_.eval_loss_target > 0.0 && eval.tokens > 0 && eval.loss <= args_.eval_loss_target;
+    }
     if (config_.save_strategy == IntervalStrategy::steps && global_step_ % args_.save_steps == 0)
       save_checkpoint();
     stop_signal = training_stop_requested();
@@ -548,7 +554,7 @@ int Trainer::train() {
       stop_signal = static_cast<int>(
           communicator_->all_reduce_scalar(static_cast<double>(stop_signal), ReduceOp::max));
     }
-    if (stop_signal != 0) break;
+    if (stop_signal != 0 || target_reached) break;
   }
   if (stop_signal != 0) {
     g_stop_signal.store(0);
@@ -560,12 +566,18 @@ int Trainer::train() {
                   (fs::path(args_.output_dir) / str_cat(kCheckpointPrefix, global_step_)).c_str());
   } else {
     progress.finish();
+    if (target_reached && is_main_process()) {
+      std::printf("Eval loss at or below eval_loss_target %g after step %lld of %lld: done\n",
+                  args_.eval_loss_target, static_cast<long long>(global_step_),
+                  static_cast<long long>(max_steps_));
+    }
     const double runtime = seconds_since(run_start);
     nlohmann::ordered_json summary = {
         {"train_runtime", runtime},
         {"train_tokens_per_second", static_cast<double>(total_tokens_ - tokens_at_start) / runtime},
         {"train_tokens", total_tokens_},
         {"step", global_step_}};
+    if (target_reached) summary["eval_loss_target_reached"] = true;
     // Data-parallel: rank 0's wait for the gradient all-reduces after backward, the part of the
     // communication that backward did not hide.
     if (communicator_) summary["train_communication_wait_seconds"] = reducer_->wait_seconds();

@@ -167,7 +167,7 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   Tensor train_step(int64_t& tokens);
   void log_step(double loss, double grad_norm, double tokens_per_s);
-  void log_eval();
+  EvalResult log_eval();  // the result logged (tokens 0: no eval split)
   void append_metrics(const nlohmann::ordered_json& entry);
   // A log line, around the progress bar while there is one.
   void print_log_line(const std::string& line);

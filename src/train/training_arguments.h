@@ -87,8 +87,11 @@ struct TrainingArguments {
   // Logging, evaluation, checkpoints.
   int64_t logging_steps = 500;
   bool logging_first_step = false;
-  std::string eval_strategy = "no";     // no | steps
-  std::optional<int64_t> eval_steps;    // unset: logging_steps
+  std::string eval_strategy = "no";   // no | steps
+  std::optional<int64_t> eval_steps;  // unset: logging_steps
+  // headroom: the run ends after the first evaluation whose loss is at or below this, as it ends
+  // at max_steps; 0: only max_steps / epochs end it.
+  double eval_loss_target = 0.0;
   std::string save_strategy = "steps";  // no | steps
   int64_t save_steps = 500;
   std::optional<int64_t> save_total_limit;

@@ -1,6 +1,8 @@
 // resolve_training_config: TrainingArguments' strings typed once.
 #include "train/training_config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "memory/alloc_config.h"
 #include "train/deepspeed_config.h"
@@ -28,6 +30,10 @@ void check_numbers(const TrainingArguments& args) {
   }
   if (args.eval_steps) at_least("eval_steps", *args.eval_steps, 1);
   if (args.max_eval_samples) at_least("max_eval_samples", *args.max_eval_samples, 1);
+  if (!(std::isfinite(args.eval_loss_target) && args.eval_loss_target >= 0.0)) {
+    throw ValueError(str_cat("eval_loss_target: ", args.eval_loss_target,
+                             " is not a finite loss of 0 (none) or more"));
+  }
   if (args.max_grad_norm < 0.0) {
     throw ValueError(str_cat("max_grad_norm: ", args.max_grad_norm, " is below 0"));
   }
@@ -198,6 +204,10 @@ TrainingConfig resolve_training_config(const TrainingArguments& args) {
   config.offload = training_offload(args);
 
   config.eval_strategy = parse_interval_strategy(args.eval_strategy, "eval_strategy");
+  if (args.eval_loss_target > 0.0 && config.eval_strategy != IntervalStrategy::steps) {
+    throw ValueError(str_cat("eval_loss_target: needs eval_strategy steps (it is ",
+                             args.eval_strategy, "): the target is checked at evaluations"));
+  }
   config.save_strategy = parse_interval_strategy(args.save_strategy, "save_strategy");
   if (config.save_strategy == IntervalStrategy::steps && args.save_steps < 1) {
     throw ValueError(str_cat("save_steps: ", args.save_steps, " is below 1"));

@@ -90,14 +90,14 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
                lora_target_modules, lora_modules_to_save, use_rslora, load_in_4bit,
                bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype,
                bnb_4bit_quant_storage, seed, data_seed, logging_steps, logging_first_step,
-               eval_strategy, eval_steps, save_strategy, save_steps, save_total_limit,
-               resume_from_checkpoint, disable_tqdm, report_to, logging_dir, dataloader_num_workers,
-               dataloader_prefetch_factor, dataloader_persistent_workers, dataloader_pin_memory,
-               dataloader_drop_last, sample_prompt, sample_max_new_tokens, profile,
-               profile_skip_first, profile_wait, profile_warmup, profile_active, profile_repeat,
-               memory_snapshot, memory_limit, expandable_segments, zero_stage, deepspeed,
-               ddp_bucket_cap_mb, offload_optimizer, offload_optimizer_ratio, offload_activations,
-               offload_params, offload_pin_memory] = config.args;
+               eval_strategy, eval_steps, eval_loss_target, save_strategy, save_steps,
+               save_total_limit, resume_from_checkpoint, disable_tqdm, report_to, logging_dir,
+               dataloader_num_workers, dataloader_prefetch_factor, dataloader_persistent_workers,
+               dataloader_pin_memory, dataloader_drop_last, sample_prompt, sample_max_new_tokens,
+               profile, profile_skip_first, profile_wait, profile_warmup, profile_active,
+               profile_repeat, memory_snapshot, memory_limit, expandable_segments, zero_stage,
+               deepspeed, ddp_bucket_cap_mb, offload_optimizer, offload_optimizer_ratio,
+               offload_activations, offload_params, offload_pin_memory] = config.args;
 
   // The model by what it builds (model_config, last), not by its path; the data by the loader's
   // state; the device runs the same computation with its own kernels.
@@ -115,6 +115,7 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
   f.must_match("gradient_accumulation_steps", gradient_accumulation_steps);
   f.may_change("max_steps", max_steps);  // the length: the schedule follows it
   f.may_change("num_train_epochs", num_train_epochs);
+  f.may_change("eval_loss_target", eval_loss_target);  // when the run ends
 
   // The optimizer as the recipe runs it (adamw_torch under pure_bf16: adamw_bf16).
   const OptimizerArguments& o = config.optimizer_arguments;

@@ -390,6 +390,54 @@ TEST(Trainer, MetricsJsonlHasOneEntryPerLoggedStepAndEval) {
               std::exp(eval_entries[1]["eval_loss"].get<double>()), 1e-9);
 }
 
+// The eval losses of a run, by step.
+std::vector<std::pair<int64_t, double>> eval_losses(const Trainer& trainer) {
+  std::vector<std::pair<int64_t, double>> losses;
+  for (const auto& entry : trainer.log_history()) {
+    if (entry.contains("eval_loss")) {
+      losses.emplace_back(entry["step"].get<int64_t>(), entry["eval_loss"].get<double>());
+    }
+  }
+  return losses;
+}
+
+TEST(Trainer, EvalLossTargetEndsTheRunAtTheFirstEvalAtOrBelowIt) {
+  TempDir tmp("trainer_eval_target");
+  TrainingArguments args = tiny_training_args(tmp.path());
+  args.max_steps = 8;
+  args.eval_strategy = "steps";
+  args.eval_steps = 1;
+  args.save_strategy = "no";
+  std::vector<std::pair<int64_t, double>> full;
+  {
+    Trainer trainer(args);
+    ASSERT_EQ(trainer.train(), 0);
+    full = eval_losses(trainer);
+  }
+  ASSERT_EQ(full.size(), 8u);
+  // The target is the fourth eval's loss; the run ends at the first eval at or below it.
+  args.eval_loss_target = full[3].second;
+  int64_t expected_step = 0;
+  for (const auto& [step, loss] : full) {
+    if (loss <= args.eval_loss_target) {
+      expected_step = step;
+      break;
+    }
+  }
+  ASSERT_GT(expected_step, 0);
+  ASSERT_LT(expected_step, 8) << "the loss must fall for this test to mean anything";
+  fs::remove_all(args.output_dir);
+  Trainer trainer(args);
+  ASSERT_EQ(trainer.train(), 0);
+  EXPECT_EQ(trainer.global_step(), expected_step);
+  const std::vector<std::pair<int64_t, double>> stopped = eval_losses(trainer);
+  ASSERT_EQ(stopped.size(), static_cast<size_t>(expected_step));
+  for (size_t i = 0; i < stopped.size(); ++i) EXPECT_EQ(stopped[i], full[i]) << i;
+  EXPECT_EQ(trainer.log_history().back().value("eval_loss_target_reached", false), true);
+  EXPECT_TRUE(fs::exists(fs::path(args.output_dir) / "model.safetensors"))
+      << "the model is saved as at the end of a full run";
+}
+
 TEST(Trainer, StopRequestSavesACheckpointAndReturns128PlusTheSignal) {
   for (int signal_number : {SIGINT, SIGTERM}) {
     TempDir tmp("trainer_stop");

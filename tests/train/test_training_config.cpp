@@ -1,6 +1,7 @@
 // resolve_training_config: each choice typed once, with the errors named by their option.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -34,6 +35,21 @@ TEST(TrainingConfig, DefaultsAreTyped) {
   EXPECT_EQ(c.eval_strategy, IntervalStrategy::no);
   EXPECT_EQ(c.save_strategy, IntervalStrategy::steps);
   EXPECT_FALSE(c.updates_in_backward());
+}
+
+TEST(TrainingConfig, EvalLossTargetNeedsEvaluationsAndAFiniteLoss) {
+  TrainingArguments args;
+  args.device = "cpu";
+  args.eval_loss_target = 2.0;
+  EXPECT_EQ(error_of(args),
+            "eval_loss_target: needs eval_strategy steps (it is no): the target is checked at "
+            "evaluations");
+  args.eval_strategy = "steps";
+  EXPECT_EQ(error_of(args), "no error");
+  args.eval_loss_target = -1.0;
+  EXPECT_EQ(error_of(args), "eval_loss_target: -1 is not a finite loss of 0 (none) or more");
+  args.eval_loss_target = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_NE(error_of(args).find("eval_loss_target: nan"), std::string::npos) << error_of(args);
 }
 
 TEST(TrainingConfig, PureBf16KeepsAdamWMomentsInBf16) {
