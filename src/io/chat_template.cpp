@@ -173,9 +173,12 @@ struct ListObj {
   int depth = 1;
 };
 struct DictObj {
-  std::vector<std::pair<Value, Value>> items;  // insertion order, as Python's dict
+  std::vector<std::pair<Value, Value>> items;         // insertion order, as Python's dict
+  std::unordered_map<std::string, size_t> by_string;  // string keys' positions in items
   int depth = 1;
   const Value* find(const Value& key) const;
+  // Adds or, for a key it has, replaces (keeping the first position, as Python's dict).
+  void insert(Value key, Value value);
 };
 struct NamespaceObj {
   std::vector<std::pair<std::string, Value>> attrs;
@@ -299,9 +302,31 @@ bool py_equal(const Value& a, const Value& b) {
 }
 
 const Value* DictObj::find(const Value& key) const {
+  if (key.is_str()) {
+    auto it = by_string.find(key.str());
+    return it == by_string.end() ? nullptr : &items[it->second].second;
+  }
   for (const auto& [k, v] : items)
     if (py_equal(k, key)) return &v;
   return nullptr;
+}
+
+void DictObj::insert(Value key, Value value) {
+  depth = std::max(depth, std::max(value_depth(key), value_depth(value)) + 1);
+  if (key.is_str()) {
+    auto [it, added] = by_string.emplace(key.str(), items.size());
+    if (!added) {
+      items[it->second].second = std::move(value);
+      return;
+    }
+  } else {
+    for (auto& existing : items)
+      if (py_equal(existing.first, key)) {
+        existing.second = std::move(value);
+        return;
+      }
+  }
+  items.emplace_back(std::move(key), std::move(value));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -657,10 +682,8 @@ Value from_json(const nlohmann::ordered_json& j, int depth, int max_depth) {
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<DictObj>();
-      for (const auto& [k, x] : j.items()) {
-        d->items.emplace_back(make_str(k), from_json(x, depth + 1, max_depth));
-        d->depth = std::max(d->depth, value_depth(d->items.back().second) + 1);
-      }
+      for (const auto& [k, x] : j.items())
+        d->insert(make_str(k), from_json(x, depth + 1, max_depth));
       return Value(d);
     }
     default:
@@ -732,7 +755,7 @@ class Lexer {
         line_starting = lex_tag(kind == '%', start);
       }
     }
-    tokens_.push_back({Tok::End, "", line_of(src_.size()), column_of(src_.size())});
+    emit(Tok::End, "", src_.size());
     return std::move(tokens_);
   }
 
@@ -741,28 +764,34 @@ class Lexer {
   const std::string& origin_;
   size_t pos_ = 0;
   std::vector<Token> tokens_;
-  // Lines counted so far, for line_of's incremental scan.
-  size_t line_scan_pos_ = 0;
-  int line_scan_line_ = 1;
+  // Where the incremental scan of line ends stands (tokens come in order, so positions are
+  // found in one pass).
+  size_t scan_pos_ = 0;
+  int scan_line_ = 1;
+  size_t scan_line_start_ = 0;
 
-  int line_of(size_t at) {
-    if (at < line_scan_pos_) {
-      line_scan_pos_ = 0;
-      line_scan_line_ = 1;
+  // The 1-based line and column (in bytes) of `at`.
+  std::pair<int, int> position(size_t at) {
+    if (at < scan_pos_) {
+      scan_pos_ = 0;
+      scan_line_ = 1;
+      scan_line_start_ = 0;
     }
-    for (; line_scan_pos_ < at && line_scan_pos_ < src_.size(); ++line_scan_pos_)
-      line_scan_line_ += src_[line_scan_pos_] == '\n';
-    return line_scan_line_;
-  }
-  int column_of(size_t at) const {
-    const size_t nl = at == 0 ? std::string::npos : src_.rfind('\n', at - 1);
-    return int(at - (nl == std::string::npos ? 0 : nl + 1)) + 1;
+    for (; scan_pos_ < at && scan_pos_ < src_.size(); ++scan_pos_) {
+      if (src_[scan_pos_] == '\n') {
+        ++scan_line_;
+        scan_line_start_ = scan_pos_ + 1;
+      }
+    }
+    return {scan_line_, int(at - scan_line_start_) + 1};
   }
   [[noreturn]] void fail(size_t at, const std::string& what) {
-    throw ChatTemplateError(origin_, line_of(at), column_of(at), what);
+    const auto [line, column] = position(at);
+    throw ChatTemplateError(origin_, line, column, what);
   }
   void emit(Tok type, std::string text, size_t at) {
-    tokens_.push_back({type, std::move(text), line_of(at), column_of(at)});
+    const auto [line, column] = position(at);
+    tokens_.push_back({type, std::move(text), line, column});
   }
 
   static std::string rstrip_py(const std::string& text) {
@@ -2114,15 +2143,7 @@ struct Renderer {
     for (auto& [k, v] : items) {
       if (k.is_list() && !k.list().tuple) fault("unhashable type: 'list'");
       if (k.is_dict()) fault("unhashable type: 'dict'");
-      d->depth = std::max(d->depth, std::max(value_depth(k), value_depth(v)) + 1);
-      bool replaced = false;
-      for (auto& existing : d->items)
-        if (py_equal(existing.first, k)) {
-          existing.second = v;
-          replaced = true;
-          break;
-        }
-      if (!replaced) d->items.emplace_back(std::move(k), std::move(v));
+      d->insert(std::move(k), std::move(v));
     }
     if (d->depth > limits.max_value_depth)
       fault(str_cat("values nest deeper than the limit of ", limits.max_value_depth, " levels"));
@@ -3602,7 +3623,8 @@ Value Renderer::run_filter(const std::string& name, const Value& input, CallArgs
     if (name == "unique") {
       std::vector<Value> out;
       std::vector<Value> seen;
-      for (const auto& [k, x] : keyed) {
+      for (const auto& [key_value, x] : keyed) {
+        const Value& k = key_value;
         if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return py_equal(s, k); }))
           continue;
         seen.push_back(k);
