@@ -85,8 +85,8 @@ TEST_P(ChatTemplateGolden, RendersAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, ChatTemplateGolden,
-                         ::testing::Values("llama3", "qwen2_5", "mistral", "gemma2", "gemma3",
-                                           "phi3", "features"));
+                         ::testing::Values("llama3", "qwen2_5", "qwen3", "mistral", "gemma2",
+                                           "gemma3", "phi3", "hermes", "features"));
 
 TEST(ChatTemplate, SnippetsRenderAsJinja2) {
   const Json doc = load_fixture("snippets.json");
