@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <variant>
 
@@ -135,8 +136,9 @@ struct Value {
       v;
 
   Value() = default;
+  // Implicit on purpose, values are made everywhere; a pointer (a C string) would become a bool.
   template <typename T>
-  Value(T x) : v(std::move(x)) {}  // NOLINT: implicit on purpose, values are made everywhere
+  requires(!std::is_pointer_v<std::decay_t<T>>) Value(T x) : v(std::move(x)) {}  // NOLINT
 
   bool undefined() const { return v.index() == 0; }
   bool none() const { return v.index() == 1; }
