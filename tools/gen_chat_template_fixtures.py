@@ -776,6 +776,9 @@ SNIPPETS = {
     "messages_items": "{% for m in messages %}{% for k, v in m | items %}{{ k }}={{ v | length }} {% endfor %}{% endfor %}",
     "getitem_falls_back_to_method": "{{ d['items'] is defined }} {{ (d.items() | list)[0] }}",
     "print_tag": "{% print 'printed' %}",
+    "round_int": "{{ 3 | round }} {{ true | round }} {{ 15 | round(-1) }} {{ 25 | round(-1) }} {{ 3 | round(1, 'ceil') }}",
+    "int_of_undefined": "{{ nope | int }}",
+    "slice_of_a_number": "{{ n[1:] }}",
 }
 
 

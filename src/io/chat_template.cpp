@@ -2293,6 +2293,7 @@ struct Renderer {
       }
       return make_str(std::move(out));
     }
+    // jinja2 compiles a slice to Python's own obj[a:b:c] (not its forgiving getitem).
     fault(str_cat("'", type_name(obj), "' object is not subscriptable"));
   }
 
@@ -3426,6 +3427,7 @@ Value Renderer::run_filter(const std::string& name, const Value& input, CallArgs
   if (name == "int") {
     auto a = p({"default", "base"});
     const Value def = a[0] ? *a[0] : Value(int64_t{0});
+    if (input.undefined()) undefined_error(input);
     if (input.is_int() || input.is_bool()) return Value(input.as_int());
     if (input.is_float()) {
       const double d = input.as_double();
@@ -3455,6 +3457,7 @@ Value Renderer::run_filter(const std::string& name, const Value& input, CallArgs
   if (name == "float") {
     auto a = p({"default"});
     const Value def = a[0] ? *a[0] : Value(0.0);
+    if (input.undefined()) undefined_error(input);
     if (input.is_number()) return Value(input.as_double());
     if (input.is_str()) {
       const std::string s = py_strip(input.str(), nullptr, true, true);
@@ -3479,6 +3482,8 @@ Value Renderer::run_filter(const std::string& name, const Value& input, CallArgs
     double r;
     if (method == "common") {
       r = std::nearbyint(x);  // Python's round: halves to even
+      // round() of an int is an int in Python.
+      if (!input.is_float() && std::fabs(r / scale) < 9.2e18) return Value(int64_t(r / scale));
     } else if (method == "ceil") {
       r = std::ceil(x);
     } else if (method == "floor") {
@@ -3500,7 +3505,10 @@ Value Renderer::run_filter(const std::string& name, const Value& input, CallArgs
         ind = std::string(size_t(std::max<int64_t>(n, 0)), ' ');
       }
     }
-    std::vector<std::string> lines = py_splitlines(str_in() + "\n");
+    // jinja2's indent appends to its input, which only a string survives.
+    if (input.undefined()) undefined_error(input);
+    if (!input.is_str()) fault(str_cat("indent: a string is needed, not ", type_name(input)));
+    std::vector<std::string> lines = py_splitlines(input.str() + "\n");
     std::string out;
     if (a[2] && truthy(*a[2])) {
       for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" + ind : "") + lines[i];
