@@ -1324,7 +1324,7 @@ class Parser {
         auto s = std::make_unique<Stmt>();
         s->kind = St::Print;
         s->line = line;
-        s->expr = parse_tuple(true);
+        s->expr = parse_tuple();
         if (cur().type != Tok::VarEnd) expected("'}}'");
         next();
         body.push_back(std::move(s));
@@ -1361,7 +1361,7 @@ class Parser {
     if (k == "if") {
       s->kind = St::If;
       while (true) {
-        ExprP c = parse_tuple(false);
+        ExprP c = parse_tuple();
         expect_block_end();
         Body b = parse_body({"elif", "else", "endif"});
         s->branches.emplace_back(std::move(c), std::move(b));
@@ -1382,7 +1382,7 @@ class Parser {
       s->kind = St::For;
       s->target = parse_target(true);
       if (!skip_name("in")) expected("'in'");
-      s->expr = parse_tuple(false, /*no_condexpr=*/true);
+      s->expr = parse_tuple(/*no_condexpr=*/true);
       if (skip_name("if")) s->cond = parse_expression();
       if (is_name("recursive")) fail_here("recursive loops are not supported");
       expect_block_end();
@@ -1401,7 +1401,7 @@ class Parser {
       s->target = parse_target(false);
       if (skip_op("=")) {
         s->kind = St::Set;
-        s->expr = parse_tuple(false);
+        s->expr = parse_tuple();
         expect_block_end();
       } else {
         s->kind = St::SetBlock;
@@ -1451,7 +1451,7 @@ class Parser {
       s->body = parse_block_body("endwith");
     } else if (k == "print") {
       s->kind = St::Print;
-      s->expr = parse_tuple(false);
+      s->expr = parse_tuple();
       expect_block_end();
     } else if (k == "include" || k == "import" || k == "from" || k == "extends" || k == "block" ||
                k == "call" || k == "autoescape" || k == "do") {
@@ -1480,8 +1480,7 @@ class Parser {
   }
 
   // parse_tuple: `a, b` makes a tuple; `no_condexpr` for a for-loop's iterable (its `if` filters).
-  ExprP parse_tuple(bool allow_empty_end, bool no_condexpr = false) {
-    (void)allow_empty_end;
+  ExprP parse_tuple(bool no_condexpr = false) {
     const int line = cur().line;
     std::vector<ExprP> items;
     bool is_tuple = false;
@@ -1661,7 +1660,7 @@ class Parser {
       if (is_op(")")) {
         inner = node(Ex::Tuple, t.line);
       } else {
-        inner = parse_tuple(false);
+        inner = parse_tuple();
       }
       expect_op(")");
       return inner;
