@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/models/{llama31_tiny,qwen2_tiny,qwen2_window_tiny,qwen3_tiny,mistral_tiny,
-phi3_tiny}/: tiny checkpoints of families made and saved by transformers itself (config.json, model.safetensors) and reference.safetensors in the
+phi3_tiny,qwen2_yarn_tiny,phi3_longrope_tiny}/: tiny checkpoints of families made and saved by transformers itself (config.json, model.safetensors) and reference.safetensors in the
 layout of tools/gen_model_reference.py's fixtures (input_ids, targets, logits, loss, grad.<name>
 for every saved tensor), all computed by transformers' model (eager attention, fp32, one thread),
 0.1 * randn added to every parameter after its init (biases included, so Qwen2's q / k / v biases
@@ -22,6 +22,12 @@ sliding_window of 7 keys, well inside the 48-token sequence.
 phi3_tiny: Phi3ForCausalLM (fused qkv_proj with GQA, fused gate_up_proj, no biases) with a
 sliding_window of 11 keys.
 The sliding-window models are checked to differ from the same weights without the window.
+qwen2_yarn_tiny: qwen2_tiny's shapes with rope_parameters of rope_type yarn (factor 4, original
+context 16, theta 10000): interpolated and extrapolated frequencies and an attention factor of
+0.1 ln 4 + 1 on cos and sin.
+phi3_longrope_tiny: Phi3ForCausalLM with longrope (original_max_position_embeddings 32, so the
+48-token batch takes the long factors); its reference also holds short.input_ids and
+short.logits, a forward over the first 32 tokens, which takes the short ones.
 
 Usage: python3 tools/gen_transformers_references.py [--out tests/fixtures/models]
 Needs torch, transformers (5.25 was used) and safetensors. The output is deterministic.
@@ -44,8 +50,15 @@ QWEN3_SEED = 3535
 QWEN2_WINDOW_SEED = 2727
 MISTRAL_SEED = 4545
 PHI3_SEED = 5353
+QWEN2_YARN_SEED = 6363
+PHI3_LONGROPE_SEED = 7373
 BATCH, SEQ = 2, 48
 PERTURB_STD = 0.1  # as gen_model_reference.py: activations of order one
+# The shapes of the tiny GQA models below (qwen2_tiny's), for the configs that share them.
+TINY_GQA = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                attn_implementation="eager")
 
 
 def write_reference(out, model):
@@ -186,6 +199,32 @@ def main():
     out = os.path.join(root, "phi3_tiny")
     reference = write_reference(out, model)
     window_matters(Phi3ForCausalLM, config, model, reference)
+    save_file(reference, os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(QWEN2_YARN_SEED)
+    config = Qwen2Config(**TINY_GQA, rms_norm_eps=1e-6,
+                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                          "factor": 4.0, "original_max_position_embeddings": 16})
+    model = perturbed(Qwen2ForCausalLM(config).float())
+    assert abs(model.model.rotary_emb.attention_scaling - 1.1386294361) < 1e-9
+    out = os.path.join(root, "qwen2_yarn_tiny")
+    save_file(write_reference(out, model), os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(PHI3_LONGROPE_SEED)
+    config = Phi3Config(**TINY_GQA, original_max_position_embeddings=32, rms_norm_eps=1e-5,
+                        pad_token_id=None,
+                        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                         "short_factor": [1.0, 1.25, 1.5, 2.0],
+                                         "long_factor": [1.0, 3.0, 6.0, 12.0]})
+    model = perturbed(Phi3ForCausalLM(config).float())
+    out = os.path.join(root, "phi3_longrope_tiny")
+    reference = write_reference(out, model)
+    short_ids = reference["input_ids"][:, :32].contiguous()
+    with torch.no_grad():
+        reference["short.input_ids"] = short_ids
+        reference["short.logits"] = model(input_ids=short_ids).logits.contiguous()
+        # The short factors matter: the first 32 logits of the long forward differ.
+        assert (reference["short.logits"] - reference["logits"][:, :32]).abs().max() > 1e-3
     save_file(reference, os.path.join(out, "reference.safetensors"))
 
 

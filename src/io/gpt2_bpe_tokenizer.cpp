@@ -1,8 +1,10 @@
 // Gpt2BpeTokenizer: the two file readers, the added-token split, the GPT-2 pre-tokenizer as a
-// hand-written scanner, the byte-to-character mapping, and rank-ordered merging with a cache.
+// hand-written scanner, the byte-to-character mapping, rank-ordered merging with a cache, and
+// the SentencePiece-style normalizers, Metaspace, byte fallback and decoders.
 #include "io/gpt2_bpe_tokenizer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -34,6 +36,29 @@ namespace headroom {
 // AddedVocabulary: added tokens with normalized false are cut from the raw text first, then the
 // rest is normalised and the normalized ones are cut from it (so of two overlapping tokens the
 // one not normalised wins, with or without a normaliser).
+
+// Note [SentencePiece-style BPE]
+// Llama 2, Mistral, Gemma and Phi-3 ship tokenizer.json files converted from SentencePiece
+// (transformers' LlamaConverter / GemmaConverter). Their vocabulary spells text as it is, with
+// "▁" for the space, and encode(text) follows HF tokenizers 0.23:
+// 1. Added tokens are cut as above; the normalizers run on each piece between them: Prepend
+//    ("▁", only to a non-empty piece, so after every added token: Llama 2's legacy behaviour),
+//    Replace (" " -> "▁", a plain string), NFC. A normalized added token is matched by its
+//    content normalised the same way ("topic:" becomes "▁topic:" after Prepend).
+// 2. The pre-tokenizer: none (the piece is one word), Split on a string with MergedWithPrevious
+//    (Gemma's Split on " ", a no-op after its Replace), or Metaspace: spaces become "▁", a "▁" is
+//    prepended unless the piece starts with one (prepend_scheme "always"; "first": only to the
+//    piece that starts the text, at offset 0 of the original; "never"), and with split true each
+//    "▁" starts a new word.
+// 3. BPE starts from one symbol per character; a character not in the vocabulary becomes its
+//    UTF-8 bytes as <0xNN> tokens (byte_fallback), else the unk token (consecutive ones fused
+//    with fuse_unk), else nothing. Merges then go by rank as in byte-level BPE.
+// decode maps ids to token strings (an added token to its content) and runs the decoders on the
+// list: Replace "▁" -> " " per token; ByteFallback turns runs of <0xNN> into their text, or one
+// U+FFFD per byte when the run is not valid UTF-8; Fuse joins the list; Strip drops up to
+// `start` leading and `stop` trailing copies of a character per token; Metaspace turns "▁" into
+// " ", dropping those of the first token unless prepend_scheme is "never". Without a decoder the
+// tokens are joined by spaces.
 
 namespace {
 
@@ -144,11 +169,13 @@ void require_type(const json& component, const char* field, std::initializer_lis
                   const std::string& source) {
   if (component.is_null()) return;
   const json& type = member(component, "type", field, source);
+  std::string names;
   for (const char* name : ok) {
     if (type == name) return;
+    names += str_cat(names.empty() ? "" : ", ", name);
   }
   throw NotImplementedError(str_cat(source, ": ", field, ".type ", describe_json(type),
-                                    " is not supported by the GPT-2 byte-level BPE tokenizer"));
+                                    " is not supported (headroom's BPE reads ", names, " here)"));
 }
 
 // The regexes of the Split pre-tokenizers split_pretoken_end scans, as tokenizer.json spells them.
@@ -162,6 +189,16 @@ constexpr std::string_view kQwen2Regex =
                          std::string_view why) {
   throw NotImplementedError(
       str_cat(source, ": ", field, " ", describe_json(value), " is not supported (", why, ")"));
+}
+
+// Calls fn(item, its field name) for each item of a Sequence component's list `key`.
+template <typename Fn>
+void for_each_in_sequence(const json& component, const char* key, const std::string& field,
+                          const std::string& source, Fn fn) {
+  const json& list = member(component, key, field, source);
+  const std::string list_field = str_cat(field, ".", key);
+  if (!list.is_array()) refuse(source, list_field, list, "expected an array");
+  for (size_t i = 0; i < list.size(); ++i) fn(list[i], str_cat(list_field, "[", i, "]"));
 }
 
 // Llama 3's and Qwen2's pre-tokenizer: Sequence [Split (Isolated) on the family's regex,
@@ -216,11 +253,9 @@ void read_post_processor(const json& post, const std::string& field, Gpt2BpeToke
   const json& type = member(post, "type", field, source);
   if (type == "ByteLevel") return;
   if (type == "Sequence") {
-    const json& list = member(post, "processors", field, source);
-    if (!list.is_array()) refuse(source, field + ".processors", list, "expected an array");
-    for (size_t i = 0; i < list.size(); ++i) {
-      read_post_processor(list[i], str_cat(field, ".processors[", i, "]"), spec, source);
-    }
+    for_each_in_sequence(post, "processors", field, source, [&](const json& item, auto where) {
+      read_post_processor(item, where, spec, source);
+    });
     return;
   }
   if (type != "TemplateProcessing") {
@@ -256,6 +291,230 @@ void read_post_processor(const json& post, const std::string& field, Gpt2BpeToke
     }
   }
   if (!seen_text) refuse(source, field + ".single", single, "expected a template with Sequence A");
+}
+
+using NormalizerStep = Gpt2BpeTokenizer::NormalizerStep;
+using DecoderStep = Gpt2BpeTokenizer::DecoderStep;
+
+std::string string_field(const json& object, const char* name, const std::string& field,
+                         const std::string& source) {
+  const json& value = member(object, name, field, source);
+  if (!value.is_string()) {
+    throw ValueError(str_cat(source, ": field '", field, ".", name, "' is ", describe_json(value),
+                             ", expected a string"));
+  }
+  return value.get<std::string>();
+}
+
+// A Rust `char` field (Metaspace's replacement, Strip's content): one character.
+std::string char_field(const json& object, const char* name, const std::string& field,
+                       const std::string& source) {
+  std::string text = string_field(object, name, field, source);
+  if (text.empty() || decode_utf8(text, 0).length != text.size() ||
+      decode_utf8(text, 0).code_point == kInvalidCodePoint) {
+    throw ValueError(str_cat(source, ": field '", field, ".", name, "' is \"", text,
+                             "\", expected one character"));
+  }
+  return text;
+}
+
+size_t count_field(const json& object, const char* name, const std::string& field,
+                   const std::string& source) {
+  const json& value = member(object, name, field, source);
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > 1024) {
+    throw ValueError(str_cat(source, ": field '", field, ".", name, "' is ", describe_json(value),
+                             ", expected an integer in 0..1024"));
+  }
+  return value.get<size_t>();
+}
+
+// A Replace or Split pattern: {"String": text} (a Regex is refused: none of the families headroom
+// reads has one there).
+std::string string_pattern(const json& component, const std::string& field,
+                           const std::string& source) {
+  const json& pattern = member(component, "pattern", field, source);
+  if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() ||
+      pattern["String"].get_ref<const std::string&>().empty()) {
+    refuse(source, field + ".pattern", pattern, "headroom implements a non-empty String pattern");
+  }
+  return pattern["String"].get<std::string>();
+}
+
+// `text` with every `from` (non-overlapping, left to right) replaced by `to`.
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0;;) {
+    const size_t found = text.find(from, pos);
+    if (found == std::string_view::npos) {
+      out.append(text.substr(pos));
+      return out;
+    }
+    out.append(text.substr(pos, found - pos));
+    out.append(to);
+    pos = found + from.size();
+  }
+}
+
+void read_normalizer(const json& normalizer, const std::string& field,
+                     std::vector<NormalizerStep>& steps, const std::string& source) {
+  if (normalizer.is_null()) return;
+  const json& type = member(normalizer, "type", field, source);
+  if (type == "Sequence") {
+    for_each_in_sequence(
+        normalizer, "normalizers", field, source,
+        [&](const json& item, auto where) { read_normalizer(item, where, steps, source); });
+  } else if (type == "NFC") {
+    steps.push_back({NormalizerStep::Kind::nfc, "", ""});
+  } else if (type == "Prepend") {
+    steps.push_back(
+        {NormalizerStep::Kind::prepend, string_field(normalizer, "prepend", field, source), ""});
+  } else if (type == "Replace") {
+    steps.push_back({NormalizerStep::Kind::replace, string_pattern(normalizer, field, source),
+                     string_field(normalizer, "content", field, source)});
+  } else {
+    refuse(source, field + ".type", type,
+           "headroom implements NFC, Prepend, Replace and a Sequence of them");
+  }
+}
+
+// Metaspace, the pre-tokenizer or the decoder, as HF reads it: prepend_scheme defaults to
+// "always"; an older file's add_prefix_space false means "never" and contradicts another scheme.
+Gpt2BpeTokenizer::Metaspace read_metaspace(const json& metaspace, const std::string& field,
+                                           const std::string& source) {
+  using Scheme = Gpt2BpeTokenizer::PrependScheme;
+  Gpt2BpeTokenizer::Metaspace out;
+  out.replacement = char_field(metaspace, "replacement", field, source);
+  const json scheme = metaspace.value("prepend_scheme", json("always"));
+  if (scheme == "always") {
+    out.prepend_scheme = Scheme::always;
+  } else if (scheme == "first") {
+    out.prepend_scheme = Scheme::first;
+  } else if (scheme == "never") {
+    out.prepend_scheme = Scheme::never;
+  } else {
+    throw ValueError(str_cat(source, ": field '", field, ".prepend_scheme' is ",
+                             describe_json(scheme),
+                             ", expected \"first\", \"always\" or \"never\""));
+  }
+  if (!optional_bool(metaspace, "add_prefix_space", true, field, source)) {
+    if (out.prepend_scheme != Scheme::never) {
+      throw ValueError(str_cat(source, ": field '", field,
+                               ".add_prefix_space' false contradicts prepend_scheme ",
+                               describe_json(scheme)));
+    }
+  }
+  out.split = optional_bool(metaspace, "split", true, field, source);
+  return out;
+}
+
+// Split on a plain string with MergedWithPrevious (Gemma's Split on " "): the string it cuts after.
+std::string read_split_after(const json& split, const std::string& source) {
+  const std::string text = string_pattern(split, "pre_tokenizer", source);
+  if (member(split, "behavior", "pre_tokenizer", source) != "MergedWithPrevious") {
+    refuse(source, "pre_tokenizer.behavior", split["behavior"],
+           "a Split on a string: only \"MergedWithPrevious\"");
+  }
+  if (optional_bool(split, "invert", false, "pre_tokenizer", source)) {
+    refuse(source, "pre_tokenizer.invert", split["invert"], "only false");
+  }
+  return text;
+}
+
+void read_decoder(const json& decoder, const std::string& field, std::vector<DecoderStep>& steps,
+                  const std::string& source) {
+  const json& type = member(decoder, "type", field, source);
+  using Kind = DecoderStep::Kind;
+  if (type == "Sequence") {
+    for_each_in_sequence(decoder, "decoders", field, source, [&](const json& item, auto where) {
+      read_decoder(item, where, steps, source);
+    });
+  } else if (type == "Replace") {
+    steps.push_back({.kind = Kind::replace,
+                     .text = string_pattern(decoder, field, source),
+                     .replacement = string_field(decoder, "content", field, source)});
+  } else if (type == "ByteFallback") {
+    steps.push_back({.kind = Kind::byte_fallback});
+  } else if (type == "Fuse") {
+    steps.push_back({.kind = Kind::fuse});
+  } else if (type == "Strip") {
+    steps.push_back({.kind = Kind::strip,
+                     .text = char_field(decoder, "content", field, source),
+                     .start = count_field(decoder, "start", field, source),
+                     .stop = count_field(decoder, "stop", field, source)});
+  } else if (type == "Metaspace") {
+    const Gpt2BpeTokenizer::Metaspace metaspace = read_metaspace(decoder, field, source);
+    steps.push_back(
+        {.kind = Kind::metaspace,
+         .text = metaspace.replacement,
+         .strip_first = metaspace.prepend_scheme != Gpt2BpeTokenizer::PrependScheme::never});
+  } else {
+    refuse(source, field + ".type", type,
+           "a SentencePiece-style file's decoder: headroom implements Replace, ByteFallback, "
+           "Fuse, Strip, Metaspace and a Sequence of them");
+  }
+}
+
+// ByteFallback's decoder: a run of <0xNN> tokens becomes its text, or one U+FFFD per token when
+// the bytes are not valid UTF-8. The two hex digits are read as Rust's u8::from_str_radix does
+// ("+F" is 15 too).
+std::vector<std::string> fallback_bytes_to_text(std::vector<std::string> tokens) {
+  const auto byte_of = [](const std::string& t) -> std::optional<unsigned char> {
+    if (t.size() != 6 || !t.starts_with("<0x") || t.back() != '>') return std::nullopt;
+    const auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') return (c | 0x20) - 'a' + 10;
+      return -1;
+    };
+    const int high = t[3] == '+' ? 0 : hex(t[3]), low = hex(t[4]);
+    if (high < 0 || low < 0) return std::nullopt;
+    return static_cast<unsigned char>(high * 16 + low);
+  };
+  std::vector<std::string> out;
+  std::string bytes;
+  size_t count = 0;
+  const auto flush = [&] {
+    if (count == 0) return;
+    bool valid = true;
+    for (size_t pos = 0; pos < bytes.size() && valid;) {
+      const Utf8Char c = decode_utf8(bytes, pos);
+      valid = c.code_point != kInvalidCodePoint;
+      pos += c.length;
+    }
+    if (valid) {
+      out.push_back(bytes);
+    } else {
+      out.insert(out.end(), count, "\xEF\xBF\xBD");
+    }
+    bytes.clear();
+    count = 0;
+  };
+  for (std::string& token : tokens) {
+    if (const auto byte = byte_of(token)) {
+      bytes += static_cast<char>(*byte);
+      ++count;
+      continue;
+    }
+    flush();
+    out.push_back(std::move(token));
+  }
+  flush();
+  return out;
+}
+
+// Strip's decoder on one token: up to `start` leading and `stop` trailing copies of `c`.
+std::string strip_token(const std::string& token, const std::string& c, size_t start, size_t stop) {
+  size_t begin = 0, end = token.size();
+  for (size_t k = 0; k < start && end - begin >= c.size() && token.compare(begin, c.size(), c) == 0;
+       ++k) {
+    begin += c.size();
+  }
+  for (size_t k = 0;
+       k < stop && end - begin >= c.size() && token.compare(end - c.size(), c.size(), c) == 0;
+       ++k) {
+    end -= c.size();
+  }
+  return token.substr(begin, end - begin);
 }
 
 // The eos_token of the tokenizer_config.json beside a tokenizer.json (Llama 3 has no
@@ -386,34 +645,43 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
     throw NotImplementedError(str_cat(path, ": model.dropout ", describe_json(model["dropout"]),
                                       " is not supported (BPE dropout is for training only)"));
   }
-  if (optional_bool(model, "byte_fallback", false, "model", path)) {
-    throw NotImplementedError(str_cat(path,
-                                      ": model.byte_fallback true is not supported (headroom "
-                                      "reads byte-level BPE; SentencePiece models from "
-                                      "tokenizer.model)"));
-  }
+  spec.byte_fallback = optional_bool(model, "byte_fallback", false, "model", path);
+  spec.fuse_unk = optional_bool(model, "fuse_unk", false, "model", path);
 
-  if (root.contains("normalizer") && !root["normalizer"].is_null()) {
-    const json& normalizer = root["normalizer"];
-    if (!normalizer.is_object() || normalizer.value("type", "") != "NFC") {
-      refuse(path, "normalizer", normalizer, "headroom implements NFC, as Qwen2 ships it");
-    }
-    spec.nfc = true;
+  if (root.contains("normalizer")) {
+    read_normalizer(root["normalizer"], "normalizer", spec.normalizers, path);
   }
+  // Byte-level when the pre-tokenizer is ByteLevel (alone or after a Split); otherwise the
+  // vocabulary spells text as it is (see Note [SentencePiece-style BPE]).
   const json& pre = member(root, "pre_tokenizer", "", path);
-  if (pre.is_null()) {
-    throw NotImplementedError(str_cat(path,
-                                      ": pre_tokenizer null is not supported (GPT-2's is "
-                                      "ByteLevel)"));
-  }
-  if (pre.is_object() && pre.value("type", "") == "Sequence") {
+  const json* pre_type = pre.is_null() ? nullptr : &member(pre, "type", "pre_tokenizer", path);
+  if (pre_type == nullptr) {
+    spec.byte_level = false;
+  } else if (*pre_type == "Sequence") {
     spec.split_regex = read_split_sequence(pre, path);
+  } else if (*pre_type == "Metaspace") {
+    spec.byte_level = false;
+    spec.metaspace = read_metaspace(pre, "pre_tokenizer", path);
+  } else if (*pre_type == "Split") {
+    spec.byte_level = false;
+    spec.split_after = read_split_after(pre, path);
   } else {
-    require_type(pre, "pre_tokenizer", {"ByteLevel"}, path);
+    require_type(pre, "pre_tokenizer", {"ByteLevel", "Sequence", "Metaspace", "Split"}, path);
     spec.add_prefix_space = optional_bool(pre, "add_prefix_space", true, "pre_tokenizer", path);
     spec.use_regex = optional_bool(pre, "use_regex", true, "pre_tokenizer", path);
   }
-  if (root.contains("decoder")) require_type(root["decoder"], "decoder", {"ByteLevel"}, path);
+  if (spec.byte_level && spec.byte_fallback) {
+    throw NotImplementedError(str_cat(path,
+                                      ": model.byte_fallback true is not supported with a "
+                                      "ByteLevel pre-tokenizer (byte fallback belongs to "
+                                      "SentencePiece-style files, without ByteLevel)"));
+  }
+  if (root.contains("decoder") && spec.byte_level) {
+    require_type(root["decoder"], "decoder", {"ByteLevel"}, path);
+  } else if (root.contains("decoder") && !root["decoder"].is_null()) {
+    spec.decoders.emplace();
+    read_decoder(root["decoder"], "decoder", *spec.decoders, path);
+  }
   if (root.contains("post_processor")) {
     read_post_processor(root["post_processor"], "post_processor", spec, path);
   }
@@ -488,7 +756,13 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
       use_regex_(spec.use_regex),
       ignore_merges_(spec.ignore_merges),
       split_regex_(spec.split_regex),
-      nfc_(spec.nfc),
+      byte_level_(spec.byte_level),
+      normalizers_(std::move(spec.normalizers)),
+      metaspace_(std::move(spec.metaspace)),
+      split_after_(std::move(spec.split_after)),
+      byte_fallback_(spec.byte_fallback),
+      fuse_unk_(spec.fuse_unk),
+      decoders_(std::move(spec.decoders)),
       prefix_ids_(std::move(spec.prefix_ids)),
       suffix_ids_(std::move(spec.suffix_ids)),
       fingerprint_(std::move(spec.fingerprint)),
@@ -510,11 +784,16 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
       throw ValueError(
           str_cat(source, ": token id ", id, " is given to two tokens, one is \"", token, "\""));
     }
-    token_bytes_[id] = token_to_bytes(token);
+    token_bytes_[id] = byte_level_ ? token_to_bytes(token) : token;
     has_token_[id] = true;
   }
   for (const AddedToken& t : added_tokens_) {
-    token_bytes_[t.id] = token_to_bytes(t.content);
+    // HF matches a normalized token by its content normalised (Prepend makes "x" "▁x"), and
+    // decodes it from that form too, so that the decoder inverts the normalisation.
+    std::string pattern = t.normalized ? normalize(t.content) : t.content;
+    added_patterns_.push_back(pattern.empty() ? t.content : std::move(pattern));
+    const std::string& token = added_patterns_.back();
+    token_bytes_[t.id] = byte_level_ ? token_to_bytes(token) : token;
     has_token_[t.id] = true;
   }
   for (const int32_t id : prefix_ids_) {
@@ -531,10 +810,20 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
   }
 
   for (int b = 0; b < 256; ++b) {
+    // A one-byte word's token: its byte-level character's, or, spelled as it is, an ASCII
+    // character's (a lone byte >= 0x80 is no character: byte fallback decides).
     std::string ch;
-    append_utf8(ch, byte_chars()[b]);
-    const auto it = vocab_.find(ch);
+    if (byte_level_) {
+      append_utf8(ch, byte_chars()[b]);
+    } else if (b < 0x80) {
+      ch = std::string(1, static_cast<char>(b));
+    }
+    const auto it = ch.empty() ? vocab_.end() : vocab_.find(ch);
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    const auto fallback = vocab_.find(name);
+    fallback_ids_[b] = fallback == vocab_.end() ? -1 : fallback->second;
   }
   if (spec.unk_token) {
     const auto it = vocab_.find(*spec.unk_token);
@@ -566,14 +855,14 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
 
   for (const AddedToken& t : added_tokens_) has_added_in_pass_[t.normalized] = true;
   for (size_t i = 0; i < added_tokens_.size(); ++i) {
-    added_by_first_byte_[static_cast<unsigned char>(added_tokens_[i].content[0])].push_back(i);
+    added_by_first_byte_[static_cast<unsigned char>(added_patterns_[i][0])].push_back(i);
   }
   for (int b = 0; b < 256; ++b) {
     if (!added_by_first_byte_[b].empty()) added_first_bytes_ += static_cast<char>(b);
   }
   for (auto& candidates : added_by_first_byte_) {
     std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
-      return added_tokens_[a].content.size() > added_tokens_[b].content.size();
+      return added_patterns_[a].size() > added_patterns_[b].size();
     });
   }
   eos_token_id_ = token_to_id(spec.eos_token.value_or("<|endoftext|>"));
@@ -616,10 +905,12 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
     const std::vector<size_t>& candidates =
         added_by_first_byte_[static_cast<unsigned char>(text[pos])];
     const AddedToken* found = nullptr;
+    size_t length = 0;
     for (size_t i : candidates) {
       if (added_tokens_[i].normalized != normalized_pass) continue;
-      if (text.substr(pos).starts_with(added_tokens_[i].content)) {
+      if (text.substr(pos).starts_with(added_patterns_[i])) {
         found = &added_tokens_[i];
+        length = added_patterns_[i].size();
         break;
       }
     }
@@ -627,7 +918,7 @@ std::vector<Gpt2BpeTokenizer::Segment> Gpt2BpeTokenizer::split_on_added_tokens(
       ++pos;
       continue;
     }
-    size_t start = pos, end = pos + found->content.size();
+    size_t start = pos, end = pos + length;
     pos = end;
     if (found->single_word && ((start > 0 && word_char_at(char_before(start))) ||
                                (end < text.size() && word_char_at(end)))) {
@@ -673,22 +964,82 @@ void Gpt2BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& 
   for (const Segment& segment : split_on_added_tokens(text, false)) {
     if (segment.added_id >= 0) {
       ids.push_back(segment.added_id);
-    } else {
-      std::string normalized;
-      if (nfc_) normalized = nfc(segment.text);
-      for (const Segment& piece :
-           split_on_added_tokens(nfc_ ? std::string_view(normalized) : segment.text, true)) {
-        if (piece.added_id >= 0) {
-          ids.push_back(piece.added_id);
-        } else {
-          encode_segment(piece.text, ids);
-        }
+      continue;
+    }
+    std::string normalized;
+    if (!normalizers_.empty()) normalized = normalize(segment.text);
+    const std::string_view source = normalizers_.empty() ? segment.text : normalized;
+    // Metaspace's "first" is the piece at offset 0 of the text (HF's offsets_original).
+    const bool segment_at_start = segment.text.data() == text.data();
+    for (const Segment& piece : split_on_added_tokens(source, true)) {
+      if (piece.added_id >= 0) {
+        ids.push_back(piece.added_id);
+      } else {
+        encode_segment(piece.text, segment_at_start && piece.text.data() == source.data(), ids);
       }
     }
   }
 }
 
-void Gpt2BpeTokenizer::encode_segment(std::string_view segment, std::vector<int32_t>& ids) const {
+std::string Gpt2BpeTokenizer::normalize(std::string_view text) const {
+  std::string out(text);
+  for (const NormalizerStep& step : normalizers_) {
+    switch (step.kind) {
+      case NormalizerStep::Kind::nfc:
+        out = nfc(out);
+        break;
+      case NormalizerStep::Kind::prepend:
+        if (!out.empty()) out.insert(0, step.text);
+        break;
+      case NormalizerStep::Kind::replace:
+        out = replace_all(out, step.text, step.replacement);
+        break;
+    }
+  }
+  return out;
+}
+
+void Gpt2BpeTokenizer::encode_metaspace(std::string_view segment, bool at_start,
+                                        std::vector<int32_t>& ids) const {
+  const std::string& mark = metaspace_->replacement;
+  std::string text = replace_all(segment, " ", mark);
+  const PrependScheme scheme = metaspace_->prepend_scheme;
+  if (!text.starts_with(mark) &&
+      (scheme == PrependScheme::always || (scheme == PrependScheme::first && at_start))) {
+    text.insert(0, mark);
+  }
+  if (!metaspace_->split) {
+    encode_word(text, ids);
+    return;
+  }
+  // Each mark starts a word (MergedWithNext). A mark never starts inside another character.
+  const std::string_view view = text;
+  for (size_t begin = 0; begin < view.size();) {
+    const size_t end = std::min(view.find(mark, begin + 1), view.size());
+    encode_word(view.substr(begin, end - begin), ids);
+    begin = end;
+  }
+}
+
+void Gpt2BpeTokenizer::encode_segment(std::string_view segment, bool at_start,
+                                      std::vector<int32_t>& ids) const {
+  if (segment.empty()) return;  // HF drops empty pieces before the pre-tokenizer
+  if (!byte_level_) {
+    if (metaspace_) {
+      encode_metaspace(segment, at_start, ids);
+    } else if (split_after_) {
+      for (size_t begin = 0; begin < segment.size();) {
+        const size_t found = segment.find(*split_after_, begin);
+        const size_t end =
+            found == std::string_view::npos ? segment.size() : found + split_after_->size();
+        encode_word(segment.substr(begin, end - begin), ids);
+        begin = end;
+      }
+    } else {
+      encode_word(segment, ids);
+    }
+    return;
+  }
   std::string prefixed;
   if (add_prefix_space_ && !segment.starts_with(' ')) {
     prefixed = str_cat(" ", segment);
@@ -839,25 +1190,34 @@ void Gpt2BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& 
 void Gpt2BpeTokenizer::bpe(std::string_view word, std::vector<int32_t>& ids) const {
   if (ignore_merges_) {
     std::string token;
-    for (char b : word) append_utf8(token, byte_chars()[static_cast<unsigned char>(b)]);
+    if (byte_level_) {
+      for (char b : word) append_utf8(token, byte_chars()[static_cast<unsigned char>(b)]);
+    } else {
+      token = word;
+    }
     if (const auto it = vocab_.find(token); it != vocab_.end()) {
       ids.push_back(it->second);
       return;
     }
+  }
+  std::vector<int32_t> first_ids;
+  if (byte_level_) {
+    first_ids.reserve(word.size());
+    for (char b : word) {
+      const int32_t id = byte_ids_[static_cast<unsigned char>(b)];
+      // HF drops a character with no token unless there is an unk token.
+      if (id >= 0 || unk_id_) first_ids.push_back(id >= 0 ? id : *unk_id_);
+    }
+  } else {
+    initial_symbols(word, first_ids);
   }
   // A doubly linked list of symbols; a merged-away symbol gets id -1.
   struct Symbol {
     int32_t id, prev, next;
   };
   std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
-  for (char b : word) {
-    int32_t id = byte_ids_[static_cast<unsigned char>(b)];
-    if (id < 0) {
-      // HF drops a character with no token unless there is an unk token.
-      if (!unk_id_) continue;
-      id = *unk_id_;
-    }
+  symbols.reserve(first_ids.size());
+  for (const int32_t id : first_ids) {
     const auto index = static_cast<int32_t>(symbols.size());
     symbols.push_back({id, index - 1, index + 1});
   }
@@ -901,16 +1261,80 @@ void Gpt2BpeTokenizer::bpe(std::string_view word, std::vector<int32_t>& ids) con
   for (int32_t pos = 0; pos >= 0; pos = symbols[pos].next) ids.push_back(symbols[pos].id);
 }
 
+void Gpt2BpeTokenizer::initial_symbols(std::string_view word, std::vector<int32_t>& out) const {
+  // HF's merge_word: an unknown character's unk waits for the next known one, so that fuse_unk
+  // can join a run (byte fallback tokens do not flush it: they are added before it, as in HF).
+  std::optional<int32_t> pending_unk;
+  std::string ch;
+  for (size_t pos = 0; pos < word.size();) {
+    const size_t length = decode_utf8(word, pos).length;
+    ch.assign(word.substr(pos, length));
+    pos += length;
+    if (const auto it = vocab_.find(ch); it != vocab_.end()) {
+      if (pending_unk) out.push_back(*pending_unk);
+      pending_unk.reset();
+      out.push_back(it->second);
+      continue;
+    }
+    if (byte_fallback_ && std::all_of(ch.begin(), ch.end(), [&](char b) {
+          return fallback_ids_[static_cast<unsigned char>(b)] >= 0;
+        })) {
+      for (const char b : ch) out.push_back(fallback_ids_[static_cast<unsigned char>(b)]);
+      continue;
+    }
+    if (!unk_id_) continue;  // HF drops a character with no token unless there is an unk token
+    if (pending_unk && !fuse_unk_) out.push_back(*pending_unk);
+    pending_unk = *unk_id_;
+  }
+  if (pending_unk) out.push_back(*pending_unk);
+}
+
 std::string Gpt2BpeTokenizer::decode(std::span<const int32_t> ids) const {
   std::string bytes;
+  std::vector<std::string> tokens;
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size() || !has_token_[id]) {
       throw ValueError(str_cat("gpt2_bpe tokenizer: token id ", id,
                                " is not in the vocabulary (size ", vocab_size(), ")"));
     }
-    bytes += token_bytes_[id];
+    if (byte_level_) {
+      bytes += token_bytes_[id];
+    } else {
+      tokens.push_back(token_bytes_[id]);
+    }
   }
-  return utf8_lossy(bytes);
+  return byte_level_ ? utf8_lossy(bytes) : decode_pieces(std::move(tokens));
+}
+
+std::string Gpt2BpeTokenizer::decode_pieces(std::vector<std::string> tokens) const {
+  const auto join = [](const std::vector<std::string>& parts, std::string_view separator) {
+    std::string out;
+    for (size_t i = 0; i < parts.size(); ++i) out += str_cat(i > 0 ? separator : "", parts[i]);
+    return out;
+  };
+  if (!decoders_) return join(tokens, " ");
+  for (const DecoderStep& step : *decoders_) {
+    switch (step.kind) {
+      case DecoderStep::Kind::replace:
+        for (std::string& t : tokens) t = replace_all(t, step.text, step.replacement);
+        break;
+      case DecoderStep::Kind::byte_fallback:
+        tokens = fallback_bytes_to_text(std::move(tokens));
+        break;
+      case DecoderStep::Kind::fuse:
+        tokens = {join(tokens, "")};
+        break;
+      case DecoderStep::Kind::strip:
+        for (std::string& t : tokens) t = strip_token(t, step.text, step.start, step.stop);
+        break;
+      case DecoderStep::Kind::metaspace:
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          tokens[i] = replace_all(tokens[i], step.text, i == 0 && step.strip_first ? "" : " ");
+        }
+        break;
+    }
+  }
+  return join(tokens, "");
 }
 
 }  // namespace headroom

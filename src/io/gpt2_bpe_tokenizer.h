@@ -1,7 +1,8 @@
-// Byte-level BPE, read from HF tokenizers' tokenizer.json or from GPT-2's original vocab.json +
-// merges.txt, encoding exactly as HF tokenizers does (see Note [GPT-2 byte-level BPE]): GPT-2's
-// pre-tokenizer, and Llama 3's and Qwen2's (a regex Split, then ByteLevel without its regex, with
-// Qwen2's NFC normaliser).
+// BPE read from HF tokenizers' tokenizer.json or from GPT-2's original vocab.json + merges.txt,
+// encoding exactly as HF tokenizers does: byte-level (see Note [GPT-2 byte-level BPE]) with
+// GPT-2's pre-tokenizer or Llama 3's and Qwen2's (a regex Split, then ByteLevel without its regex,
+// with Qwen2's NFC normaliser); and the SentencePiece-style files of Llama 2, Mistral, Gemma and
+// Phi-3 (see Note [SentencePiece-style BPE]: "▁" for the space, byte fallback).
 #pragma once
 
 #include <array>
@@ -21,9 +22,11 @@ namespace headroom {
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
   // HF tokenizers' tokenizer.json with model.type "BPE" and the ByteLevel pre-tokenizer, alone
-  // or after Llama 3's or Qwen2's Split. ValueError names the file and field of a malformed
-  // file; NotImplementedError the field and value of a normalizer, pre-tokenizer, post-processor
-  // or BPE option this class does not have.
+  // or after Llama 3's or Qwen2's Split; or SentencePiece-style: the Prepend / Replace
+  // normalizers, the Metaspace pre-tokenizer or none, byte_fallback, and the decoders Replace,
+  // ByteFallback, Fuse, Strip and Metaspace. ValueError names the file and field of a malformed
+  // file; NotImplementedError the field and value of a normalizer, pre-tokenizer, decoder,
+  // post-processor or BPE option this class does not have.
   static std::unique_ptr<Gpt2BpeTokenizer> from_tokenizer_json(const std::string& path);
   // GPT-2's files; "<|endoftext|>", when in the vocabulary, is a special token as in
   // transformers' GPT2TokenizerFast.
@@ -34,8 +37,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // encode with the post-processor's special tokens around the ids (its TemplateProcessing's
   // single template: Llama 3's <|begin_of_text|> first), as HF's encode(text).
   std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override;
-  // Invalid UTF-8 in the joined bytes (a token sequence cut inside a character) becomes U+FFFD
-  // as in HF's ByteLevel decoder; an id outside the vocabulary is a ValueError.
+  // As HF's decode(ids, skip_special_tokens=False): the file's decoder. Byte-level: invalid
+  // UTF-8 in the joined bytes (a token sequence cut inside a character) becomes U+FFFD as in HF's
+  // ByteLevel decoder. An id outside the vocabulary is a ValueError.
   std::string decode(std::span<const int32_t> ids) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(token_bytes_.size()); }
   // tokenizer_config.json's eos_token beside a tokenizer.json, else <|endoftext|> when a token.
@@ -44,8 +48,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::string fingerprint() const override { return fingerprint_; }
   std::vector<TokenizerFile> files() const override { return files_; }
 
-  // The id of a token as the vocabulary spells it (byte-level form, e.g. "Ġthe"), or of an added
-  // token by its content.
+  // The id of a token as the vocabulary spells it (byte-level form, e.g. "Ġthe", or "▁the" in a
+  // SentencePiece-style file), or of an added token by its content.
   std::optional<int32_t> token_to_id(std::string_view token) const;
 
   // One piece of the pre-tokenizer: the end of GPT-2's regex match that starts at `pos`.
@@ -63,6 +67,29 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     bool single_word = false, lstrip = false, rstrip = false;
     bool normalized = false;  // matched in the normalised text, after those that are not
   };
+  // SentencePiece-style pieces (see Note [SentencePiece-style BPE]). Normalizers, in order:
+  struct NormalizerStep {
+    enum class Kind { nfc, prepend, replace } kind;
+    std::string text, replacement;  // prepend: text; replace: every `text` by `replacement`
+  };
+  // The Metaspace pre-tokenizer: spaces become `replacement`, which is prepended per the scheme
+  // and, with split, starts each piece.
+  enum class PrependScheme { always, first, never };
+  struct Metaspace {
+    std::string replacement;
+    PrependScheme prepend_scheme = PrependScheme::always;
+    bool split = true;
+  };
+  // The decoders, in order, on the list of token strings.
+  struct DecoderStep {
+    enum class Kind { replace, byte_fallback, fuse, strip, metaspace } kind = Kind::fuse;
+    std::string text = {};         // replace: what is replaced; strip: the character;
+                                   // metaspace: the replacement character
+    std::string replacement = {};  // replace: what it becomes
+    size_t start = 0, stop = 0;    // strip: at most this many characters at each end
+    bool strip_first = false;      // metaspace: drop the replacement in the first token
+  };
+
   struct Spec {
     std::string source;                // the file(s), for error messages
     std::vector<TokenizerFile> files;  // the files read, in the fingerprint's order
@@ -73,10 +100,15 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     bool add_prefix_space = false;
     bool use_regex = true;
     bool ignore_merges = false;
-    SplitRegex split_regex = SplitRegex::none;    // a Split before ByteLevel
-    bool nfc = false;                             // the NFC normaliser
-    std::vector<int32_t> prefix_ids, suffix_ids;  // the post-processor's special tokens
-    std::optional<std::string> eos_token;         // tokenizer_config.json's eos_token
+    SplitRegex split_regex = SplitRegex::none;  // a Split before ByteLevel
+    bool byte_level = true;                     // false: SentencePiece-style
+    std::vector<NormalizerStep> normalizers;
+    std::optional<Metaspace> metaspace;      // the pre-tokenizer, when Metaspace
+    std::optional<std::string> split_after;  // Split on a string, MergedWithPrevious
+    bool byte_fallback = false, fuse_unk = false;
+    std::optional<std::vector<DecoderStep>> decoders;  // SentencePiece-style; none: join by " "
+    std::vector<int32_t> prefix_ids, suffix_ids;       // the post-processor's special tokens
+    std::optional<std::string> eos_token;              // tokenizer_config.json's eos_token
     std::string fingerprint;
   };
   explicit Gpt2BpeTokenizer(Spec spec);
@@ -93,7 +125,13 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // normalized ones from the normalised text.
   std::vector<Segment> split_on_added_tokens(std::string_view text, bool normalized_pass) const;
   void encode_text(std::string_view text, std::vector<int32_t>& ids) const;
-  void encode_segment(std::string_view segment, std::vector<int32_t>& ids) const;
+  std::string normalize(std::string_view text) const;
+  // `at_start`: the segment begins the text (Metaspace's prepend_scheme "first").
+  void encode_segment(std::string_view segment, bool at_start, std::vector<int32_t>& ids) const;
+  void encode_metaspace(std::string_view segment, bool at_start, std::vector<int32_t>& ids) const;
+  // SentencePiece-style: a word's first symbols, one per character or its <0xNN> bytes.
+  void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
+  std::string decode_pieces(std::vector<std::string> tokens) const;
   void encode_word(std::string_view word, std::vector<int32_t>& ids) const;
   void bpe(std::string_view word, std::vector<int32_t>& ids) const;
 
@@ -107,6 +145,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::array<int32_t, 256> byte_ids_{};             // a byte's one-character token, or -1
   std::optional<int32_t> unk_id_;
   std::vector<AddedToken> added_tokens_;
+  std::vector<std::string> added_patterns_;  // content, normalised when the token is normalized
   std::array<std::vector<size_t>, 256> added_by_first_byte_;  // longest first
   std::string added_first_bytes_;                             // each distinct first byte once
   std::array<bool, 2> has_added_in_pass_{};  // by normalized: a pass with none is skipped
@@ -117,7 +156,13 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   bool use_regex_ = true;
   bool ignore_merges_ = false;
   SplitRegex split_regex_ = SplitRegex::none;
-  bool nfc_ = false;
+  bool byte_level_ = true;
+  std::vector<NormalizerStep> normalizers_;
+  std::optional<Metaspace> metaspace_;
+  std::optional<std::string> split_after_;
+  bool byte_fallback_ = false, fuse_unk_ = false;
+  std::array<int32_t, 256> fallback_ids_{};  // <0xNN>'s id, or -1
+  std::optional<std::vector<DecoderStep>> decoders_;
   std::vector<int32_t> prefix_ids_, suffix_ids_;
   std::string fingerprint_;
   std::vector<TokenizerFile> files_;

@@ -3,6 +3,7 @@
 #include "io/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -250,11 +251,94 @@ GPT2Config parse_gpt2(const FieldReader& in) {
   return c;
 }
 
+// yarn's and longrope's fields, resolved as transformers 5.25 does (standardize_rope_params and
+// the rope init functions; see Note [YaRN and LongRoPE] in backend/rope_parameters.h): the
+// pretraining context L0 from a top-level original_max_position_embeddings (Phi-3 always has
+// one: 4096 by default), else rope's own, else max_position_embeddings; a null or missing factor
+// is max_position_embeddings / L0; the attention factor computed unless given.
+void parse_yarn_or_longrope(const FieldReader& in, const FieldReader& params,
+                            const std::string& where, const LlamaConfig& c, RopeScaling& scaling) {
+  const auto number = [&](const char* key) -> std::optional<double> {
+    const json* v = params.find(key);
+    if (v == nullptr || v->is_null()) return std::nullopt;
+    double out = 0;
+    params.read(key, out);
+    return out;
+  };
+  int64_t l0 = c.max_position_embeddings;
+  params.read("original_max_position_embeddings", l0);
+  if (in.find("original_max_position_embeddings") != nullptr) {
+    in.read("original_max_position_embeddings", l0);
+  } else if (c.family == LlamaConfig::Family::phi3) {
+    l0 = c.original_max_position_embeddings;
+  }
+  if (l0 < 1) {
+    throw ValueError(
+        str_cat(where, ": original_max_position_embeddings ", l0, " must be positive"));
+  }
+  scaling.original_max_position_embeddings = l0;
+  scaling.factor = number("factor").value_or(static_cast<double>(c.max_position_embeddings) /
+                                             static_cast<double>(l0));
+  if (!(scaling.factor > 0.0)) {
+    throw ValueError(str_cat(where, ": factor ", scaling.factor, " must be positive"));
+  }
+  const double f = scaling.factor;
+  const auto mscale = [f](double m) { return f <= 1 ? 1.0 : 0.1 * m * std::log(f) + 1.0; };
+  if (scaling.type == RopeScaling::Type::yarn) {
+    const std::optional<double> m = number("mscale"), m_all = number("mscale_all_dim");
+    scaling.attention_factor =
+        number("attention_factor")
+            .value_or(m && m_all && *m != 0 && *m_all != 0 ? mscale(*m) / mscale(*m_all)
+                                                           : mscale(1.0));
+    // `get("beta_fast") or 32`: a missing, null or zero beta is the default.
+    scaling.beta_fast = number("beta_fast").value_or(0.0) != 0 ? *number("beta_fast") : 32.0;
+    scaling.beta_slow = number("beta_slow").value_or(0.0) != 0 ? *number("beta_slow") : 1.0;
+    const json* truncate = params.find("truncate");
+    scaling.truncate = truncate == nullptr ||
+                       (!truncate->is_null() && truncate->is_boolean() && truncate->get<bool>());
+    if (truncate != nullptr && !truncate->is_null() && !truncate->is_boolean()) {
+      params.fail_type("truncate", *truncate, "true or false");
+    }
+    return;
+  }
+  scaling.attention_factor =
+      number("attention_factor")
+          .value_or(f <= 1.0 ? 1.0
+                             : std::sqrt(1.0 + std::log(f) / std::log(static_cast<double>(l0))));
+  const int64_t half = c.effective_head_dim() / 2;
+  if (half > RopeScaling::kMaxLongropeFactors) {
+    throw NotImplementedError(str_cat(where, ": longrope with head_dim ", 2 * half,
+                                      " is not implemented (headroom's limit is ",
+                                      2 * RopeScaling::kMaxLongropeFactors, ")"));
+  }
+  for (const char* key : {"short_factor", "long_factor"}) {
+    const json* list = params.find(key);
+    if (list == nullptr || !list->is_array()) {
+      throw ValueError(str_cat(where, ": rope_type 'longrope' needs '", key,
+                               "', a list of head_dim / 2 = ", half, " numbers"));
+    }
+    if (static_cast<int64_t>(list->size()) != half) {
+      throw ValueError(str_cat(where, ": ", key, " has ", list->size(),
+                               " factors; it needs one per frequency, head_dim / 2 = ", half));
+    }
+    auto& out =
+        std::string_view(key) == "short_factor" ? scaling.short_factor : scaling.long_factor;
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (!(*list)[i].is_number() || !((*list)[i].get<double>() > 0.0)) {
+        throw ValueError(str_cat(where, ": ", key, "[", i, "] is ", (*list)[i].dump(),
+                                 ", expected a positive number"));
+      }
+      out[i] = static_cast<float>((*list)[i].get<double>());
+    }
+  }
+  scaling.factor_count = static_cast<int32_t>(half);
+}
+
 // RoPE as LlamaConfig describes it: rope_scaling null (or of type "default"), of type linear,
-// dynamic or llama3 with their fields (transformers' ROPE_VALIDATION_FUNCTIONS' required keys),
-// or, as newer transformers write it, the same in rope_parameters with rope_theta inside. A
-// type or key headroom does not compute (yarn, longrope, attention_factor, ...) is refused: a
-// silently unscaled RoPE would be another model.
+// dynamic, llama3, yarn or longrope with their fields (transformers' ROPE_VALIDATION_FUNCTIONS'
+// keys; Phi-3's legacy "su" and "yarn" are longrope, as Phi3Config reads them), or, as newer
+// transformers write it, the same in rope_parameters with rope_theta inside. A type or key
+// headroom does not compute is refused: a silently unscaled RoPE would be another model.
 void parse_rope(const FieldReader& in, LlamaConfig& c) {
   using Type = RopeScaling::Type;
   for (const char* field : {"rope_scaling", "rope_parameters"}) {
@@ -266,6 +350,9 @@ void parse_rope(const FieldReader& in, LlamaConfig& c) {
     std::string type = "default";
     params.read("type", type);  // the older spelling
     params.read("rope_type", type);
+    if (c.family == LlamaConfig::Family::phi3 && (type == "su" || type == "yarn")) {
+      type = "longrope";
+    }
     RopeScaling scaling;
     std::vector<std::string> keys = {"type", "rope_type", "rope_theta", "partial_rotary_factor"};
     // transformers 5 writes Phi-3's partial_rotary_factor here; 1 (the whole head) is RoPE as
@@ -291,16 +378,30 @@ void parse_rope(const FieldReader& in, LlamaConfig& c) {
           throw ValueError(str_cat(where, ": rope_type 'llama3' needs '", required, "'"));
         }
       }
+    } else if (type == "yarn") {
+      scaling.type = Type::yarn;
+      keys.insert(keys.end(), {"factor", "attention_factor", "beta_fast", "beta_slow", "mscale",
+                               "mscale_all_dim", "original_max_position_embeddings", "truncate"});
+    } else if (type == "longrope") {
+      scaling.type = Type::longrope;
+      keys.insert(keys.end(), {"factor", "attention_factor", "short_factor", "long_factor",
+                               "original_max_position_embeddings"});
     } else {
       throw NotImplementedError(str_cat(where, ": rope_type '", type,
                                         "' is not implemented (headroom computes default, "
-                                        "linear, dynamic and llama3 RoPE)"));
+                                        "linear, dynamic, llama3, yarn and longrope RoPE)"));
     }
     for (const auto& [key, value] : rope->items()) {
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
         throw NotImplementedError(
             str_cat(where, ": key '", key, "' of rope_type '", type, "' is not implemented"));
       }
+    }
+    params.read("rope_theta", c.rope_theta);
+    if (scaling.type == Type::yarn || scaling.type == Type::longrope) {
+      parse_yarn_or_longrope(in, params, where, c, scaling);
+      c.rope_scaling = scaling;
+      continue;
     }
     if (scaling.type != Type::standard && params.find("factor") == nullptr) {
       throw ValueError(str_cat(where, ": rope_type '", type, "' needs 'factor'"));
@@ -554,6 +655,28 @@ json rope_scaling_json(const RopeScaling& s) {
               {"low_freq_factor", s.low_freq_factor},
               {"original_max_position_embeddings", s.original_max_position_embeddings},
               {"rope_type", "llama3"}};
+    case Type::yarn: {
+      // The attention factor as computed, so that mscale / mscale_all_dim need not be kept.
+      json out = {{"attention_factor", s.attention_factor},
+                  {"beta_fast", s.beta_fast},
+                  {"beta_slow", s.beta_slow},
+                  {"factor", s.factor},
+                  {"original_max_position_embeddings", s.original_max_position_embeddings},
+                  {"rope_type", "yarn"}};
+      if (!s.truncate) out["truncate"] = false;
+      return out;
+    }
+    case Type::longrope: {
+      const auto factors = [&](const float* values) {
+        return std::vector<double>(values, values + s.factor_count);
+      };
+      return {{"attention_factor", s.attention_factor},
+              {"factor", s.factor},
+              {"long_factor", factors(s.long_factor)},
+              {"original_max_position_embeddings", s.original_max_position_embeddings},
+              {"rope_type", "longrope"},
+              {"short_factor", factors(s.short_factor)}};
+    }
   }
   return nullptr;
 }
@@ -594,6 +717,21 @@ json llama_json(const LlamaConfig& c) {
   }
   if (c.family == Family::phi3) {
     out["original_max_position_embeddings"] = c.original_max_position_embeddings;
+    // Phi-3's longrope as transformers 4.x validates it (exactly type, short_factor and
+    // long_factor) when the rest follows from the context lengths, as Microsoft's files have it.
+    const RopeScaling& r = c.rope_scaling;
+    const double f = static_cast<double>(c.max_position_embeddings) /
+                     static_cast<double>(c.original_max_position_embeddings);
+    if (r.type == RopeScaling::Type::longrope &&
+        r.original_max_position_embeddings == c.original_max_position_embeddings && r.factor == f &&
+        r.attention_factor ==
+            (f <= 1.0 ? 1.0
+                      : std::sqrt(1.0 + std::log(f) / std::log(static_cast<double>(
+                                                          c.original_max_position_embeddings))))) {
+      out["rope_scaling"] = {{"long_factor", out["rope_scaling"]["long_factor"]},
+                             {"short_factor", out["rope_scaling"]["short_factor"]},
+                             {"type", "longrope"}};
+    }
     out["embd_pdrop"] = c.embd_pdrop;
     out["resid_pdrop"] = 0.0;
   }

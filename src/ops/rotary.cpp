@@ -45,6 +45,12 @@ Tensor rotary_embedding(const Tensor& x, const RopeParameters& rope, int64_t pos
     throw ValueError(
         str_cat(kOp, ": rope scaling factor ", rope.scaling.factor, " must be positive"));
   }
+  if (rope.scaling.type == RopeScaling::Type::longrope &&
+      2 * static_cast<int64_t>(rope.scaling.factor_count) != x.size(3)) {
+    throw ValueError(str_cat(kOp, ": longrope has ", rope.scaling.factor_count,
+                             " factors per set; head size ", x.size(3), " of x ", x.shape(),
+                             " needs one per frequency (", x.size(3) / 2, ")"));
+  }
   if (position_offset < 0) {
     throw ValueError(str_cat(kOp, ": position_offset ", position_offset, " must be >= 0"));
   }

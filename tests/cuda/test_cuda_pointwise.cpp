@@ -417,6 +417,34 @@ TEST(CudaPointwise, RotaryMatchesTheCpu) {
     const Op scaled = [&llama31](auto& in) { return rotary_embedding(in[0], llama31, 70000); };
     check_op(name_of("rotary llama3", dtype, Shape{1, 4, 300, 128}), scaled,
              {random(Shape{1, 4, 300, 128}, dtype, 94)}, tolerance_for(dtype));
+    // yarn (Qwen2.5's 4x over 32768) and longrope (Phi-3-mini-128k's shape, its long factors
+    // past 4096 positions and its short ones within), computed the same on both.
+    RopeParameters yarn;
+    yarn.theta = 1e6;
+    yarn.scaling.type = RopeScaling::Type::yarn;
+    yarn.scaling.factor = 4.0;
+    yarn.scaling.original_max_position_embeddings = 32768;
+    yarn.scaling.attention_factor = 1.1386294361119891;
+    const Op yarn_op = [&yarn](auto& in) { return rotary_embedding(in[0], yarn, 40000); };
+    check_op(name_of("rotary yarn", dtype, Shape{1, 4, 300, 128}), yarn_op,
+             {random(Shape{1, 4, 300, 128}, dtype, 95)}, tolerance_for(dtype));
+    RopeParameters longrope;
+    longrope.scaling.type = RopeScaling::Type::longrope;
+    longrope.scaling.original_max_position_embeddings = 4096;
+    longrope.scaling.attention_factor = 1.1902380714238083;
+    longrope.scaling.factor_count = 48;
+    for (int i = 0; i < 48; ++i) {
+      longrope.scaling.short_factor[i] = 1.0f + 0.002f * static_cast<float>(i);
+      longrope.scaling.long_factor[i] = 1.0f + 1.2f * static_cast<float>(i);
+    }
+    for (const int64_t offset : {0, 4000}) {
+      const Op longrope_op = [&longrope, offset](auto& in) {
+        return rotary_embedding(in[0], longrope, offset);
+      };
+      check_op(name_of(offset > 0 ? "rotary longrope long" : "rotary longrope short", dtype,
+                       Shape{1, 4, 300, 96}),
+               longrope_op, {random(Shape{1, 4, 300, 96}, dtype, 96)}, tolerance_for(dtype));
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // HF config.json: defaults, real GPT-2 and TinyLlama files, round trips, and every rejection.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -330,10 +331,57 @@ TEST(HfConfig, Phi3HasFusedProjections) {
   config["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.75}};
   expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "p.json"); },
                                     {"p.json: rope_parameters: partial_rotary_factor 0.75"});
+  // longrope needs one factor per frequency (head_dim 8 / 2 here).
   config["rope_parameters"] = nullptr;
-  config["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}};
+  config["rope_scaling"] = {
+      {"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0, 2.0, 3.0, 4.0}}};
+  expect_error<ValueError>([&] { parse_hf_config(config.dump(), "p.json"); },
+                           {"p.json: rope_scaling: short_factor has 1 factors", "= 4"});
+  config["rope_scaling"] = {{"type", "dynamic_longrope"}};
   expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "p.json"); },
-                                    {"p.json: rope_scaling: rope_type 'longrope'"});
+                                    {"p.json: rope_scaling: rope_type 'dynamic_longrope'"});
+}
+
+// Phi-3's longrope, from its transformers 4.x fields with the legacy name "su" (L0 and the
+// attention factor follow from the top-level context lengths), written back as 4.x validates it
+// and read back the same; yarn written with its attention factor computed.
+TEST(HfConfig, LongropeAndYarnAreReadAndWrittenBack) {
+  nlohmann::json phi3 = {{"model_type", "phi3"},
+                         {"hidden_size", 32},
+                         {"num_attention_heads", 4},
+                         {"max_position_embeddings", 256},
+                         {"original_max_position_embeddings", 64},
+                         {"rope_scaling",
+                          {{"type", "su"},
+                           {"short_factor", {1.0, 1.05, 1.1, 1.2}},
+                           {"long_factor", {1.0, 2.0, 4.5, 9.0}}}}};
+  const LlamaConfig c = std::get<LlamaConfig>(parse_hf_config(phi3.dump(), "p.json"));
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::longrope);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, std::sqrt(1 + std::log(4.0) / std::log(64.0)));
+  EXPECT_EQ(c.rope_scaling.factor_count, 4);
+  EXPECT_EQ(c.rope_scaling.long_factor[2], 4.5f);
+  const nlohmann::json written = nlohmann::json::parse(to_json(HfConfig(c)));
+  EXPECT_EQ(written["rope_scaling"].size(), 3u) << written["rope_scaling"];
+  EXPECT_EQ(written["rope_scaling"]["type"], "longrope");
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(written.dump(), "x")), c);
+
+  nlohmann::json llama = nlohmann::json::parse(kTinyLlamaJson);
+  llama["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0},         {"original_max_position_embeddings", 16},
+      {"mscale", 1.0},       {"mscale_all_dim", 0.5}, {"truncate", false}};
+  const LlamaConfig y = std::get<LlamaConfig>(parse_hf_config(llama.dump(), "l.json"));
+  EXPECT_EQ(y.rope_scaling.type, RopeScaling::Type::yarn);
+  EXPECT_FALSE(y.rope_scaling.truncate);
+  EXPECT_DOUBLE_EQ(y.rope_scaling.attention_factor,
+                   (0.1 * std::log(4.0) + 1) / (0.1 * 0.5 * std::log(4.0) + 1));
+  const std::string text = to_json(HfConfig(y));
+  EXPECT_EQ(nlohmann::json::parse(text)["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), y);
+  llama["rope_scaling"]["beta_fast"] = "fast";
+  expect_error<ValueError>([&] { parse_hf_config(llama.dump(), "l.json"); },
+                           {"l.json: rope_scaling", "beta_fast"});
 }
 
 TEST(HfConfig, Qwen3HasPerHeadQkNorms) {
@@ -572,10 +620,18 @@ TEST(HfConfig, RejectsWhatIsNotImplemented) {
   // RoPE: a type or key headroom does not compute is refused, a llama3 without its fields too.
   expect_error<NotImplementedError>(
       [] {
-        parse_llama(
-            patched(kTinyLlamaJson, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}}));
+        parse_llama(patched(kTinyLlamaJson,
+                            {{"rope_scaling", {{"rope_type", "ntk_by_parts"}, {"factor", 4.0}}}}));
       },
-      {"config.json: rope_scaling: rope_type 'yarn' is not implemented"});
+      {"config.json: rope_scaling: rope_type 'ntk_by_parts' is not implemented"});
+  expect_error<NotImplementedError>(
+      [] {
+        parse_llama(
+            patched(kTinyLlamaJson,
+                    {{"rope_scaling",
+                      {{"rope_type", "yarn"}, {"factor", 4.0}, {"low_freq_factor", 1.0}}}}));
+      },
+      {"config.json: rope_scaling: key 'low_freq_factor' of rope_type 'yarn'"});
   expect_error<NotImplementedError>(
       [] {
         parse_llama(

@@ -16,30 +16,12 @@ using io_test::TempDir;
 using io_test::tokenizer_fixture;
 using json = nlohmann::json;
 
-const json& regex_reference() {
-  static const json reference = [] {
-    const std::string path = tokenizer_fixture("regex_reference.json");
-    return parse_json(read_text_file(path), path);
-  }();
-  return reference;
-}
-
-std::vector<int32_t> ids_of(const json& ids) { return ids.get<std::vector<int32_t>>(); }
+const json& regex_reference() { return io_test::tokenizer_reference_file("regex_reference.json"); }
 
 void expect_family_equals_hf(const std::string& family) {
   const auto tokenizer = load_tokenizer(tokenizer_fixture(family));
-  const json& ref = regex_reference()[family];
-  const json& texts = regex_reference()["texts"];
-  EXPECT_EQ(tokenizer->vocab_size(), ref["vocab_size"].get<int64_t>());
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const std::string text = texts[i].get<std::string>();
-    EXPECT_EQ(tokenizer->encode(text), ids_of(ref["ids"][i])) << family << " text " << i;
-    EXPECT_EQ(tokenizer->encode_with_special_tokens(text),
-              ids_of(ref["ids_with_special_tokens"][i]))
-        << family << " text " << i;
-    EXPECT_EQ(tokenizer->decode(ids_of(ref["ids"][i])), ref["decoded"][i].get<std::string>())
-        << family << " text " << i;
-  }
+  io_test::expect_tokenizer_matches_reference(*tokenizer, regex_reference()[family],
+                                              regex_reference()["texts"], family);
 }
 
 TEST(TokenizerRegexBpe, Llama3IdsEqualHf) { expect_family_equals_hf("llama3"); }
@@ -97,14 +79,10 @@ TEST(TokenizerRegexBpe, NfcComposesReordersAndKeepsInvalidBytes) {
 }
 
 TEST(TokenizerRegexBpe, UnsupportedFieldsAreRefusedByName) {
-  const json good =
-      parse_json(read_text_file(tokenizer_fixture("llama3/tokenizer.json")), "fixture");
-  TempDir dir;
-  const std::string path = dir.file("tokenizer.json");
-  const auto load_with = [&](const json& root) {
-    io_test::write_bytes(path, root.dump());
-    Gpt2BpeTokenizer::from_tokenizer_json(path);
-  };
+  const io_test::EditedTokenizerJson edited("llama3");
+  const json& good = edited.good;
+  const std::string& path = edited.path;
+  const auto load_with = [&](const json& root) { edited.load(root); };
   json bad = good;
   bad["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\s+";
   expect_error<NotImplementedError>([&] { load_with(bad); },

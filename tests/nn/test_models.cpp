@@ -224,12 +224,61 @@ TEST_P(ModelReference, ShardSetMissingATensorIsRefusedWithItsNames) {
 
 // llama31_tiny (RoPE scaled as Llama 3.1's), qwen2_tiny (q / k / v biases), qwen3_tiny
 // (q_norm / k_norm), qwen2_window_tiny (a sliding window on layer 1 only), mistral_tiny (a
-// sliding window of 7 keys) and phi3_tiny (fused projections, a window of 11 keys): transformers'
-// own models and files (tools/gen_transformers_references.py).
+// sliding window of 7 keys), phi3_tiny (fused projections, a window of 11 keys), qwen2_yarn_tiny
+// (yarn RoPE) and phi3_longrope_tiny (longrope's long factors over 48 tokens): transformers' own
+// models and files (tools/gen_transformers_references.py).
 INSTANTIATE_TEST_SUITE_P(Models, ModelReference,
                          ::testing::Values("gpt2_tiny", "llama_tiny", "llama31_tiny", "qwen2_tiny",
                                            "qwen3_tiny", "qwen2_window_tiny", "mistral_tiny",
-                                           "phi3_tiny"));
+                                           "phi3_tiny", "qwen2_yarn_tiny", "phi3_longrope_tiny"));
+
+// longrope takes its short factors in a forward that stays within the pretraining context (32
+// positions here): the first 32 tokens' logits as transformers gives them for that forward.
+TEST(Models, LongropeShortForwardMatchesTransformers) {
+  const std::string dir = kModels + "phi3_longrope_tiny";
+  std::unique_ptr<CausalLM> model = load_pretrained(dir);
+  model->eval();
+  const SafetensorsFile reference(dir + "/reference.safetensors");
+  NoGradGuard no_grad;
+  const Tensor logits = model->forward(reference.load("short.input_ids"));
+  expect_close(logits, reference.load("short.logits"), 1e-5, "short.logits");
+}
+
+// yarn's and longrope's frequencies and attention factor as transformers computes them from each
+// config.json (tools/gen_rope_scaling_golden.py): the config parsed by headroom, the frequencies
+// from the devices' shared function. Within one fp32 ulp: std::pow may round the standard power
+// one ulp apart from torch's, which carries into 3 of these 304 frequencies; the rest are equal.
+TEST(Models, YarnAndLongropeFrequenciesAreTransformers) {
+  const std::string path = kModels + "rope_scaling_reference.json";
+  const nlohmann::json reference = nlohmann::json::parse(read_text(path));
+  ASSERT_GE(reference["cases"].size(), 8u);
+  for (const auto& [name, c] : reference["cases"].items()) {
+    const LlamaConfig config =
+        std::get<LlamaConfig>(parse_hf_config(c["config"].dump(), name + "/config.json"));
+    const RopeParameters rope = config.rope();
+    EXPECT_DOUBLE_EQ(rope.scaling.attention_factor, c["attention_factor"].get<double>()) << name;
+    const int64_t dim = config.effective_head_dim();
+    const int64_t l0 = rope.scaling.original_max_position_embeddings;
+    for (const char* key : {"inv_freq", "long_inv_freq"}) {
+      if (!c.contains(key)) continue;
+      const std::vector<float> expected = c[key].get<std::vector<float>>();
+      ASSERT_EQ(static_cast<int64_t>(expected.size()), dim / 2) << name;
+      // A forward over 0..L0-1 and one over 0..L0, as the reference's.
+      const bool long_factors =
+          rope_uses_long_factors(rope.scaling, std::string_view(key) == "inv_freq" ? l0 : l0 + 1);
+      EXPECT_EQ(long_factors, std::string_view(key) == "long_inv_freq") << name;
+      const auto base = static_cast<float>(rope.theta);
+      for (int64_t i = 0; i < dim / 2; ++i) {
+        const float pos = std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim));
+        const float ours = rope_inv_freq(rope, pos, i, dim, long_factors);
+        const float theirs = expected[static_cast<size_t>(i)];
+        const float ulp = std::nextafter(theirs, 2 * theirs) - theirs;
+        EXPECT_LE(std::fabs(ours - theirs), ulp)
+            << name << " " << key << "[" << i << "]: " << ours << " vs " << theirs;
+      }
+    }
+  }
+}
 
 // Llama 3.1's RoPE frequencies as transformers computes them at load (_compute_llama3_parameters),
 // for the tiny fixture and for Llama-3.1-8B's real parameters: within one fp32 ulp (the standard

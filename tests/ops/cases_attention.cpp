@@ -88,6 +88,32 @@ HEADROOM_OP_CASES(attention_cases) {
          rope.scaling.factor = 4.0;
          return rotary_embedding(in[0], rope);
        }});
+  // yarn (a ramp over D = 16 with an original context of 64) and longrope past its original
+  // context of 32 (the long factors; 5 + 40 positions), both with an attention factor.
+  register_op_case(
+      {"rotary/yarn/1x2x40x16", {normal({1, 2, 40, 16})}, [](const std::vector<Tensor>& in) {
+         RopeParameters rope;
+         rope.scaling.type = RopeScaling::Type::yarn;
+         rope.scaling.factor = 4.0;
+         rope.scaling.original_max_position_embeddings = 64;
+         rope.scaling.attention_factor = 1.1386;
+         return rotary_embedding(in[0], rope, 3);
+       }});
+  register_op_case(
+      {"rotary/longrope/1x2x40x8", {normal({1, 2, 40, 8})}, [](const std::vector<Tensor>& in) {
+         RopeParameters rope;
+         rope.scaling.type = RopeScaling::Type::longrope;
+         rope.scaling.original_max_position_embeddings = 32;
+         rope.scaling.attention_factor = 1.2;
+         rope.scaling.factor_count = 4;
+         const float short_factor[] = {1.0f, 1.25f, 1.5f, 2.0f};
+         const float long_factor[] = {1.0f, 3.0f, 6.0f, 12.0f};
+         for (int i = 0; i < 4; ++i) {
+           rope.scaling.short_factor[i] = short_factor[i];
+           rope.scaling.long_factor[i] = long_factor[i];
+         }
+         return rotary_embedding(in[0], rope, 5);
+       }});
   register_op_case(
       {"rotary/transposed_view/2x5x3x6", {normal({2, 5, 3, 6})}, [](const std::vector<Tensor>& in) {
          return rotary_embedding(transpose(in[0], 1, 2), 10000.0, 2);

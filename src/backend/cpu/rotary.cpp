@@ -17,9 +17,9 @@ namespace {
 
 constexpr int64_t kParallelGrain = int64_t{1} << 15;
 
-// cos_sin [2, T, D/2]: cos then sin of (position_offset + t) * inv_freq[i], with
-// inv_freq[i] = 1 / theta^((2i) / D) scaled as rope.scaling says (scaled_inv_freq), every step
-// in fp32 as HF's LlamaRotaryEmbedding.
+// cos_sin [2, T, D/2]: cos then sin of (position_offset + t) * inv_freq[i], times the rope's
+// attention factor, with inv_freq[i] from theta^((2i) / D) scaled as rope.scaling says
+// (rope_inv_freq), every step in fp32 as HF's LlamaRotaryEmbedding.
 void rotary_table(int64_t seq_len, int64_t head_dim, const RopeParameters& rope,
                   int64_t position_offset, float* cos_sin) {
   const int64_t half = head_dim / 2;
@@ -27,19 +27,21 @@ void rotary_table(int64_t seq_len, int64_t head_dim, const RopeParameters& rope,
   float* sin_table = cos_sin + seq_len * half;
   const float base = static_cast<float>(rope.theta);
   std::vector<float> inv_freq(static_cast<size_t>(half));
+  const bool long_factors = rope_uses_long_factors(rope.scaling, position_offset + seq_len);
+  const float attention_factor = rope_attention_factor(rope.scaling);
   for (int64_t i = 0; i < half; ++i) {
-    // torch: 1.0 / (base ** (arange(0, D, 2).float() / D)), all in fp32.
+    // torch: base ** (arange(0, D, 2).float() / D), all in fp32.
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     inv_freq[static_cast<size_t>(i)] =
-        scaled_inv_freq(rope.scaling, 1.0f / std::pow(base, exponent));
+        rope_inv_freq(rope, std::pow(base, exponent), i, head_dim, long_factors);
   }
 #pragma omp parallel for if (seq_len * half > kParallelGrain / 8)
   for (int64_t t = 0; t < seq_len; ++t) {
     const float position = static_cast<float>(position_offset + t);
     for (int64_t i = 0; i < half; ++i) {
       const float angle = position * inv_freq[static_cast<size_t>(i)];
-      cos_table[t * half + i] = std::cos(angle);
-      sin_table[t * half + i] = std::sin(angle);
+      cos_table[t * half + i] = std::cos(angle) * attention_factor;
+      sin_table[t * half + i] = std::sin(angle) * attention_factor;
     }
   }
 }

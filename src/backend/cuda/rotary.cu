@@ -30,19 +30,21 @@ constexpr int kMaxGridY = 65535;
 // the correctly rounded values, which glibc's powf / cosf / sinf also return in all but rare
 // cases (they are accurate to about 0.8 ulp, not always correctly rounded).
 __global__ void rotary_kernel(Operand x, Operand out, RotaryShape s, int64_t rows, float base,
-                              RopeScaling scaling, int64_t position_offset, float sign) {
+                              RopeParameters rope, int64_t position_offset, float sign) {
   extern __shared__ float table[];  // cos[half], then sin[half]
   const int64_t half = s.dim / 2;
   const int64_t t = blockIdx.x;
   const float position = static_cast<float>(position_offset + t);
+  const bool long_factors = rope_uses_long_factors(rope.scaling, position_offset + s.seq_len);
+  const float attention_factor = rope_attention_factor(rope.scaling);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(s.dim);
-    const float inv_freq = scaled_inv_freq(
-        scaling,
-        1.0f / static_cast<float>(pow(static_cast<double>(base), static_cast<double>(exponent))));
-    const double angle = static_cast<double>(position * inv_freq);
-    table[i] = static_cast<float>(cos(angle));
-    table[half + i] = static_cast<float>(sin(angle));
+    const float inv_freq = rope_inv_freq(
+        rope, static_cast<float>(pow(static_cast<double>(base), static_cast<double>(exponent))), i,
+        s.dim, long_factors);
+    const double angle = static_cast<double>(__fmul_rn(position, inv_freq));
+    table[i] = __fmul_rn(static_cast<float>(cos(angle)), attention_factor);
+    table[half + i] = __fmul_rn(static_cast<float>(sin(angle)), attention_factor);
   }
   __syncthreads();
   // gridDim.y <= rows, so every block has at least one row.
@@ -85,7 +87,7 @@ void rotary(const Tensor& x, const RopeParameters& rope, int64_t position_offset
                       std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, kMaxGridY)));
   DeviceGuard guard(x.device().index);
   rotary_kernel<<<grid, kThreads, table_bytes, current_stream()>>>(
-      operand_of(x), operand_of(out), s, rows, static_cast<float>(rope.theta), rope.scaling,
+      operand_of(x), operand_of(out), s, rows, static_cast<float>(rope.theta), rope,
       position_offset, inverse ? -1.0f : 1.0f);
   check_launch();
 }
