@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "backend/attention_kernels.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -63,6 +65,57 @@ inline void check_attention_backward_buffers(const char* entry, const Tensor& q,
     }
     check_attention_buffer(entry, "grad_q_accum", grad_q_accum, DType::f32, q.numel());
   }
+}
+
+// ValueError naming the entry and the offending value unless `cu` is cu_seqlens of `batch` rows
+// of `len` positions (Note [Packed sequences in attention]): 0 first, batch * len last, strictly
+// increasing, every row start among them.
+inline void check_cu_seqlens(const char* entry, const std::vector<int32_t>& v, int64_t batch,
+                             int64_t len) {
+  const int64_t total = batch * len;
+  if (v.size() < 2 || v.front() != 0 || v.back() != total) {
+    throw ValueError(str_cat(entry, ": cu_seqlens must run from 0 to B * T = ", total,
+                             ", not from ", v.empty() ? -1 : v.front(), " to ",
+                             v.empty() ? -1 : v.back(), " (", v.size(), " values)"));
+  }
+  int64_t next_row = len;  // the next row start that must appear
+  for (size_t n = 1; n < v.size(); ++n) {
+    if (v[n] <= v[n - 1]) {
+      throw ValueError(str_cat(entry, ": cu_seqlens[", n, "] = ", v[n], " must exceed cu_seqlens[",
+                               n - 1, "] = ", v[n - 1]));
+    }
+    if (v[n] > next_row) {
+      throw ValueError(str_cat(entry, ": the sequence at cu_seqlens[", n - 1, "] = ", v[n - 1],
+                               " crosses the row boundary ", next_row, " (T = ", len, ")"));
+    }
+    if (v[n] == next_row) next_row += len;
+  }
+}
+
+// ValueError naming the entry and the offending value unless `sequences` is undefined or is
+// Note [Packed sequences in attention]'s cu_seqlens for q [B, H, T, D] (causal, T keys): int32
+// on q's device with its host values, 0 first, B * T last, strictly increasing, every row start
+// among them.
+inline void check_attention_sequences(const char* entry, const Tensor& q, const Tensor& k,
+                                      bool causal, const AttentionSequences& sequences) {
+  if (!sequences.packed()) return;
+  const int64_t len = q.size(2);
+  if (!causal || k.size(2) != len) {
+    throw ValueError(str_cat(entry,
+                             ": cu_seqlens needs causal attention with as many keys as "
+                             "queries, got ",
+                             len, " queries and ", k.size(2), " keys"));
+  }
+  const Tensor& cu = sequences.cu_seqlens;
+  const std::vector<int32_t>* host = sequences.host.get();
+  if (cu.dtype() != DType::i32 || cu.ndim() != 1 || !cu.is_contiguous() ||
+      cu.device() != q.device() || host == nullptr ||
+      static_cast<int64_t>(host->size()) != cu.numel()) {
+    throw ValueError(str_cat(entry, ": cu_seqlens must be contiguous i32 [N + 1] on ", q.device(),
+                             " with its host values, not ", dtype_name(cu.dtype()), " ", cu.shape(),
+                             " on ", cu.device()));
+  }
+  check_cu_seqlens(entry, *host, q.size(0), len);
 }
 
 }  // namespace headroom

@@ -14,9 +14,11 @@ struct RotaryKernels {
 
   // Rotary embedding of x [B, H, T, D] (any strides) into out (contiguous), with the CPU's cos /
   // sin table values (cpu::rotary_table: `rope`'s scaled frequencies) computed in the kernel;
-  // `inverse` rotates back.
+  // `inverse` rotates back. Token (b, t) is at position_offset + t, or with `positions` (i64
+  // [B, T] contiguous on x's device, each >= 0; packed sequences restart at 0) at
+  // position_offset + positions[b, t].
   Kernel<void(const Tensor& x, const RopeParameters& rope, int64_t position_offset, bool inverse,
-              const Tensor& out)>
+              const Tensor& out, const Tensor& positions)>
       apply{"apply"};
 };
 

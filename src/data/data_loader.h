@@ -30,6 +30,10 @@ struct TokenBatch {
   // The targets that are not -100, counted on the host as the batch was assembled (every id of
   // a TokenCorpus lies in its tokenizer's vocabulary); -1: not counted (the loss counts them).
   int64_t target_count = -1;
+  // Several sequences packed in a row (data/sequence_packing.h): their starts over the flattened
+  // [B * T] positions, flash-attention's cu_seqlens (Note [Packed sequences in attention]); empty
+  // when each row is one sequence.
+  std::vector<int32_t> cu_seqlens = {};
 };
 
 // Where a loader is: the next batch it yields is batch `batch_index` of epoch `epoch`, in the

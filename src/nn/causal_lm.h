@@ -10,18 +10,23 @@
 #include "nn/layers.h"
 #include "nn/model_config.h"
 #include "nn/module.h"
+#include "nn/sequence_boundaries.h"
 
 namespace headroom {
 
 class CausalLM : public Module {
  public:
-  // input_ids [B, T] (i64 / i32) -> logits [B, T, vocab].
-  virtual Tensor forward(const Tensor& input_ids) = 0;
+  // input_ids [B, T] (i64 / i32) -> logits [B, T, vocab]. `sequences`: the sequences packed in
+  // each row (nn/sequence_boundaries.h), none attending to another and each one's positions
+  // starting at 0; by default one a row.
+  virtual Tensor forward(const Tensor& input_ids, const SequenceBoundaries& sequences = {}) = 0;
   // Mean cross-entropy of next-token `targets` [B, T] (-100 = ignore), through the fused LM head
   // and loss: the [B, T, vocab] logits are never materialised. `target_count` >= 0: the targets
-  // that are not -100, counted by the caller (Note [Targets counted by the caller]).
-  virtual Tensor loss(const Tensor& input_ids, const Tensor& targets,
-                      int64_t target_count = -1) = 0;
+  // that are not -100, counted by the caller (Note [Targets counted by the caller]). A packed
+  // batch's targets are -100 at each sequence's last token (TRL's labels -100 where position_ids
+  // == 0, shifted), so no sequence is scored on the next one's first token.
+  virtual Tensor loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count = -1,
+                      const SequenceBoundaries& sequences = {}) = 0;
   virtual HfConfig config() const = 0;
   // The token embedding (HF's get_input_embeddings: GPT-2's wte, Llama's embed_tokens).
   virtual Embedding& input_embeddings() = 0;

@@ -25,13 +25,14 @@ GPT2Attention::GPT2Attention(const GPT2Config& config, Device device, const Bloc
       c_proj_(register_module("c_proj", std::make_unique<Linear>(config.n_embd, config.n_embd, true,
                                                                  WeightLayout::in_out, device))) {}
 
-Tensor GPT2Attention::forward(const Tensor& x) const {
+Tensor GPT2Attention::forward(const Tensor& x, const SequenceBoundaries& sequences) const {
   const int64_t b = x.size(0), t = x.size(1), d = config_.n_embd, h = config_.n_head;
   const std::vector<Tensor> qkv = split(run_matmul(runners_, c_attn_, x), {d, d, d}, -1);
   auto heads = [&](const Tensor& part) { return transpose(reshape(part, {b, t, h, d / h}), 1, 2); };
   const double p = is_training() ? config_.attn_pdrop : 0.0;
   Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                          /*is_causal=*/true, std::nullopt, p);
+                                          /*is_causal=*/true, std::nullopt, p, nullptr,
+                                          std::nullopt, sequences.attention);
   y = reshape(transpose(y, 1, 2), {b, t, d});
   return run_matmul(runners_, c_proj_, y);
 }
@@ -62,9 +63,10 @@ GPT2Block::GPT2Block(const GPT2Config& config, Device device, const BlockRunners
 
 // HF's resid_dropout ends GPT2Attention and GPT2MLP; here it is fused with the residual add
 // that follows each (the same draws and values, one kernel instead of two).
-Tensor GPT2Block::forward(const Tensor& x) const {
+Tensor GPT2Block::forward(const Tensor& x, const SequenceBoundaries& sequences) const {
   const double p = is_training() ? config_.resid_pdrop : 0.0;
-  const Tensor h = dropout_add(x, attn_.forward(ln_1_.forward(x, attn_.input_dtype())), p);
+  const Tensor h =
+      dropout_add(x, attn_.forward(ln_1_.forward(x, attn_.input_dtype()), sequences), p);
   return dropout_add(h, mlp_.forward(ln_2_.forward(h, mlp_.input_dtype())), p);
 }
 
@@ -85,25 +87,33 @@ GPT2Model::GPT2Model(const GPT2Config& config, Device device, const BlockRunners
       "ln_f", std::make_unique<LayerNorm>(config.n_embd, config.layer_norm_epsilon, device));
 }
 
-Tensor GPT2Model::forward(const Tensor& input_ids) const {
+Tensor GPT2Model::forward(const Tensor& input_ids, const SequenceBoundaries& sequences) const {
   if (input_ids.ndim() != 2) {
     throw ValueError(
         str_cat("GPT2Model: input_ids must be [batch, tokens], got ", input_ids.shape()));
   }
+  check_sequence_boundaries("GPT2Model", input_ids, sequences);
   const int64_t t = input_ids.size(1);
-  if (t > config_.n_positions) {
-    throw ValueError(str_cat("GPT2Model: ", t, " tokens exceed n_positions ", config_.n_positions));
+  // Packed sequences restart their positions: only the longest must fit wpe.
+  const int64_t longest = sequences.packed() ? sequences.max_length : t;
+  if (longest > config_.n_positions) {
+    throw ValueError(str_cat("GPT2Model: ", longest, " tokens",
+                             sequences.packed() ? " in a sequence" : "", " exceed n_positions ",
+                             config_.n_positions));
   }
-  const Tensor positions =
-      Tensor::arange(0, static_cast<double>(t), 1, DType::i64, input_ids.device());
-  // The positions are 0..t-1 with t checked above: no read back of a check.
+  // The positions are 0..t-1 with t checked above, or restart below t in each packed sequence:
+  // no read back of a check.
+  const Tensor positions = sequences.packed() ? sequences.position_ids
+                                              : Tensor::arange(0, static_cast<double>(t), 1,
+                                                               DType::i64, input_ids.device());
   Tensor x = add(wte_.forward(input_ids), wpe_.forward(positions, IdCheck::by_caller));
   x = maybe_dropout(x, config_.embd_pdrop, is_training());
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const GPT2Block* block = blocks_[i];
+    // The boundaries are copied into the forward: a recompute in backward may outlive the caller's.
     x = run_block(
-        runners_, static_cast<int64_t>(i), [block](const Tensor& in) { return block->forward(in); },
-        x);
+        runners_, static_cast<int64_t>(i),
+        [block, sequences](const Tensor& in) { return block->forward(in, sequences); }, x);
   }
   return ln_f_->forward(x);
 }
@@ -141,16 +151,18 @@ void GPT2LMHeadModel::init_parameter(const std::string& name, const Tensor& p,
             &generator);
 }
 
-Tensor GPT2LMHeadModel::hidden_states(const Tensor& input_ids) {
-  return transformer_.forward(input_ids);
+Tensor GPT2LMHeadModel::hidden_states(const Tensor& input_ids,
+                                      const SequenceBoundaries& sequences) {
+  return transformer_.forward(input_ids, sequences);
 }
 
-Tensor GPT2LMHeadModel::forward(const Tensor& input_ids) {
-  return output_head_logits(lm_head_, lm_head_.weight(), hidden_states(input_ids));
+Tensor GPT2LMHeadModel::forward(const Tensor& input_ids, const SequenceBoundaries& sequences) {
+  return output_head_logits(lm_head_, lm_head_.weight(), hidden_states(input_ids, sequences));
 }
 
-Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count) {
-  return output_head_loss(lm_head_, lm_head_.weight(), hidden_states(input_ids), targets,
+Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count,
+                             const SequenceBoundaries& sequences) {
+  return output_head_loss(lm_head_, lm_head_.weight(), hidden_states(input_ids, sequences), targets,
                           target_count);
 }
 

@@ -17,7 +17,7 @@ class GPT2Attention : public Module {
   // runners: the model's (Note [Block runners]); null runs the projections directly.
   GPT2Attention(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
   // [B, T, D], before HF's resid_dropout, which the block applies with its residual add.
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, const SequenceBoundaries& sequences = {}) const;
   // The dtype c_attn converts x to (AdaptableLinear::input_dtype).
   std::optional<DType> input_dtype() const { return c_attn_.input_dtype(); }
 
@@ -44,7 +44,7 @@ class GPT2MLP : public Module {
 class GPT2Block : public Module {
  public:
   GPT2Block(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, const SequenceBoundaries& sequences = {}) const;
 
  private:
   const GPT2Config config_;
@@ -58,7 +58,8 @@ class GPT2Block : public Module {
 class GPT2Model : public Module {
  public:
   GPT2Model(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
-  Tensor forward(const Tensor& input_ids) const;
+  // sequences' position_ids index wpe (positions restart at 0 for each packed sequence).
+  Tensor forward(const Tensor& input_ids, const SequenceBoundaries& sequences = {}) const;
   const Embedding& wte() const { return wte_; }
   Embedding& wte() { return wte_; }
 
@@ -74,10 +75,11 @@ class GPT2Model : public Module {
 class GPT2LMHeadModel : public CausalLM {
  public:
   GPT2LMHeadModel(const GPT2Config& config, Device device = kCPU, uint64_t seed = 0);
-  Tensor forward(const Tensor& input_ids) override;
-  Tensor loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count = -1) override;
+  Tensor forward(const Tensor& input_ids, const SequenceBoundaries& sequences = {}) override;
+  Tensor loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count = -1,
+              const SequenceBoundaries& sequences = {}) override;
   // The output of ln_f, [B, T, D].
-  Tensor hidden_states(const Tensor& input_ids);
+  Tensor hidden_states(const Tensor& input_ids, const SequenceBoundaries& sequences = {});
   HfConfig config() const override { return config_; }
   Embedding& input_embeddings() override { return transformer_.wte(); }
   std::vector<std::string> tied_parameter_names() const override { return {"lm_head.weight"}; }

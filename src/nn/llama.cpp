@@ -38,7 +38,7 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device, const BlockR
   }
 }
 
-Tensor LlamaAttention::forward(const Tensor& x) const {
+Tensor LlamaAttention::forward(const Tensor& x, const SequenceBoundaries& sequences) const {
   const int64_t b = x.size(0), t = x.size(1), hd = config_.effective_head_dim();
   const int64_t hq = config_.num_attention_heads, hkv = config_.effective_num_key_value_heads();
   // [B, T, H * D] as [B, H, T, D]; Qwen3 normalizes each head's D first, as transformers does
@@ -56,13 +56,14 @@ Tensor LlamaAttention::forward(const Tensor& x) const {
     qkv = {run_matmul(runners_, *q_proj_, x), run_matmul(runners_, *k_proj_, x),
            run_matmul(runners_, *v_proj_, x)};
   }
-  const Tensor q = rotary_embedding(heads(qkv[0], hq, q_norm_), config_.rope());
-  const Tensor k = rotary_embedding(heads(qkv[1], hkv, k_norm_), config_.rope());
+  const Tensor& positions = sequences.position_ids;
+  const Tensor q = rotary_embedding(heads(qkv[0], hq, q_norm_), config_.rope(), 0, positions);
+  const Tensor k = rotary_embedding(heads(qkv[1], hkv, k_norm_), config_.rope(), 0, positions);
   const Tensor v = heads(qkv[2], hkv);
   qkv.clear();
   const double p = is_training() ? config_.attention_dropout : 0.0;
-  Tensor y =
-      scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p, nullptr, window_);
+  Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p, nullptr,
+                                          window_, sequences.attention);
   return run_matmul(runners_, *o_proj_, reshape(transpose(y, 1, 2), {b, t, hq * hd}));
 }
 
@@ -105,9 +106,9 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Device device,
 
 // Each norm writes the dtype its projections convert it to (under autocast: one bf16 tensor
 // that q, k and v share, where three casts of an fp32 one would each be kept for backward).
-Tensor LlamaDecoderLayer::forward(const Tensor& x) const {
+Tensor LlamaDecoderLayer::forward(const Tensor& x, const SequenceBoundaries& sequences) const {
   const Tensor h =
-      add(x, self_attn_.forward(input_layernorm_.forward(x, self_attn_.input_dtype())));
+      add(x, self_attn_.forward(input_layernorm_.forward(x, self_attn_.input_dtype()), sequences));
   return add(h, mlp_.forward(post_attention_layernorm_.forward(h, mlp_.input_dtype())));
 }
 
@@ -126,17 +127,19 @@ LlamaModel::LlamaModel(const LlamaConfig& c, Device device, const BlockRunners* 
       &register_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device));
 }
 
-Tensor LlamaModel::forward(const Tensor& input_ids) const {
+Tensor LlamaModel::forward(const Tensor& input_ids, const SequenceBoundaries& sequences) const {
   if (input_ids.ndim() != 2) {
     throw ValueError(
         str_cat("LlamaModel: input_ids must be [batch, tokens], got ", input_ids.shape()));
   }
+  check_sequence_boundaries("LlamaModel", input_ids, sequences);
   Tensor x = embed_tokens_.forward(input_ids);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LlamaDecoderLayer* layer = layers_[i];
+    // The boundaries are copied into the forward: a recompute in backward may outlive the caller's.
     x = run_block(
-        runners_, static_cast<int64_t>(i), [layer](const Tensor& in) { return layer->forward(in); },
-        x);
+        runners_, static_cast<int64_t>(i),
+        [layer, sequences](const Tensor& in) { return layer->forward(in, sequences); }, x);
   }
   return norm_->forward(x);
 }
@@ -196,17 +199,19 @@ std::vector<std::string> LlamaForCausalLM::tied_parameter_names() const {
   return {"lm_head.weight"};
 }
 
-Tensor LlamaForCausalLM::hidden_states(const Tensor& input_ids) {
-  return model_.forward(input_ids);
+Tensor LlamaForCausalLM::hidden_states(const Tensor& input_ids,
+                                       const SequenceBoundaries& sequences) {
+  return model_.forward(input_ids, sequences);
 }
 
-Tensor LlamaForCausalLM::forward(const Tensor& input_ids) {
-  return output_head_logits(*head_, head_weight(), hidden_states(input_ids));
+Tensor LlamaForCausalLM::forward(const Tensor& input_ids, const SequenceBoundaries& sequences) {
+  return output_head_logits(*head_, head_weight(), hidden_states(input_ids, sequences));
 }
 
-Tensor LlamaForCausalLM::loss(const Tensor& input_ids, const Tensor& targets,
-                              int64_t target_count) {
-  return output_head_loss(*head_, head_weight(), hidden_states(input_ids), targets, target_count);
+Tensor LlamaForCausalLM::loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count,
+                              const SequenceBoundaries& sequences) {
+  return output_head_loss(*head_, head_weight(), hidden_states(input_ids, sequences), targets,
+                          target_count);
 }
 
 }  // namespace headroom

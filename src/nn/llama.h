@@ -16,7 +16,8 @@ class LlamaAttention : public Module {
   // decoder layer's index, which chooses its sliding window (LlamaConfig::attention_window).
   LlamaAttention(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr,
                  int64_t layer = 0);
-  Tensor forward(const Tensor& x) const;
+  // sequences' position_ids rotate q and k (positions restart at 0 for each packed sequence).
+  Tensor forward(const Tensor& x, const SequenceBoundaries& sequences = {}) const;
   // The dtype q, k and v_proj (or qkv_proj) all convert x to (common_input_dtype).
   std::optional<DType> input_dtype() const {
     return qkv_proj_ ? qkv_proj_->input_dtype() : common_input_dtype({q_proj_, k_proj_, v_proj_});
@@ -59,7 +60,7 @@ class LlamaDecoderLayer : public Module {
  public:
   LlamaDecoderLayer(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr,
                     int64_t layer = 0);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, const SequenceBoundaries& sequences = {}) const;
 
  private:
   RMSNorm& input_layernorm_;
@@ -72,7 +73,7 @@ class LlamaDecoderLayer : public Module {
 class LlamaModel : public Module {
  public:
   LlamaModel(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
-  Tensor forward(const Tensor& input_ids) const;
+  Tensor forward(const Tensor& input_ids, const SequenceBoundaries& sequences = {}) const;
   const Embedding& embed_tokens() const { return embed_tokens_; }
   Embedding& embed_tokens() { return embed_tokens_; }
 
@@ -87,9 +88,10 @@ class LlamaModel : public Module {
 class LlamaForCausalLM : public CausalLM {
  public:
   LlamaForCausalLM(const LlamaConfig& config, Device device = kCPU, uint64_t seed = 0);
-  Tensor forward(const Tensor& input_ids) override;
-  Tensor loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count = -1) override;
-  Tensor hidden_states(const Tensor& input_ids);
+  Tensor forward(const Tensor& input_ids, const SequenceBoundaries& sequences = {}) override;
+  Tensor loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count = -1,
+              const SequenceBoundaries& sequences = {}) override;
+  Tensor hidden_states(const Tensor& input_ids, const SequenceBoundaries& sequences = {});
   HfConfig config() const override { return config_; }
   Embedding& input_embeddings() override { return model_.embed_tokens(); }
   std::vector<std::string> tied_parameter_names() const override;

@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "backend/attention_kernels.h"
 #include "core/generator.h"
 #include "core/tensor.h"
 
@@ -17,9 +18,12 @@ namespace headroom {
 // `generator`, regenerated in backward. sliding_window w (with is_causal) also masks key j when
 // i - j >= w, so each query sees at most w keys, itself included: transformers' sliding window
 // (masking_utils' sliding_window_overlay keeps kv_idx > q_idx - w); null is full attention.
+// `sequences`: the sequences packed in each row (Note [Packed sequences in attention]; is_causal
+// and Tq == Tk), a query seeing only its own; by default one sequence a row.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = true, std::optional<double> scale = {},
                                     double dropout_p = 0.0, Generator* generator = nullptr,
-                                    std::optional<int64_t> sliding_window = {});
+                                    std::optional<int64_t> sliding_window = {},
+                                    const AttentionSequences& sequences = {});
 
 }  // namespace headroom

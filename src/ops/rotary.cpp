@@ -17,9 +17,10 @@ constexpr const char* kOp = "rotary_embedding";
 // The rotation of x [B, H, T, D] (any strides) into a new contiguous tensor in `dtype`;
 // `inverse` rotates back. Every device computes the cos / sin table inside its kernel.
 Tensor rotate(const Tensor& x, const RopeParameters& rope, int64_t position_offset, bool inverse,
-              DType dtype) {
+              DType dtype, const Tensor& positions) {
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  need_kernel(kOp, x.device(), &RotaryKernels::apply)(x, rope, position_offset, inverse, out);
+  need_kernel(kOp, x.device(), &RotaryKernels::apply)(x, rope, position_offset, inverse, out,
+                                                      positions);
   return out;
 }
 
@@ -30,7 +31,8 @@ Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) 
                           position_offset);
 }
 
-Tensor rotary_embedding(const Tensor& x, const RopeParameters& rope, int64_t position_offset) {
+Tensor rotary_embedding(const Tensor& x, const RopeParameters& rope, int64_t position_offset,
+                        const Tensor& positions) {
   const double theta = rope.theta;
   RecordFunction record("rotary_embedding", x);
   check_floating(kOp, "x", x);
@@ -54,12 +56,22 @@ Tensor rotary_embedding(const Tensor& x, const RopeParameters& rope, int64_t pos
   if (position_offset < 0) {
     throw ValueError(str_cat(kOp, ": position_offset ", position_offset, " must be >= 0"));
   }
+  if (positions.defined()) {
+    check_same_device(kOp, {x, positions});
+    if (positions.dtype() != DType::i64 || positions.shape() != Shape{x.size(0), x.size(2)}) {
+      throw ValueError(str_cat(kOp, ": positions must be i64 [", x.size(0), ", ", x.size(2),
+                               "] (x ", x.shape(), "), not ", dtype_name(positions.dtype()), " ",
+                               positions.shape()));
+    }
+  }
+  const Tensor given = positions.defined() ? positions.contiguous() : positions;
   const DType dtype = x.dtype();
-  const Tensor out = rotate(x, rope, position_offset, false, dtype);
+  const Tensor out = rotate(x, rope, position_offset, false, dtype, given);
   if (auto node = make_function_node("RotaryEmbeddingBackward0", {x})) {
-    node->set_backward([rope, position_offset, dtype](BackwardContext& ctx) -> std::vector<Tensor> {
-      return {rotate(ctx.grad_output(), rope, position_offset, true, dtype)};
-    });
+    node->set_backward(
+        [rope, position_offset, dtype, given](BackwardContext& ctx) -> std::vector<Tensor> {
+          return {rotate(ctx.grad_output(), rope, position_offset, true, dtype, given)};
+        });
     node->set_outputs({out});
   }
   return out;

@@ -40,7 +40,8 @@ DataLoaderBatchSource::DataLoaderBatchSource(TrainEvalSplit split, const DataLoa
 TokenBatch DataLoaderBatchSource::to_device(TokenBatch batch) const {
   if (device_.is_cpu()) return batch;
   if (!batch.input_ids.is_pinned() || !batch.targets.is_pinned()) {
-    return {batch.input_ids.to(device_), batch.targets.to(device_), batch.target_count};
+    return {batch.input_ids.to(device_), batch.targets.to(device_), batch.target_count,
+            std::move(batch.cu_seqlens)};
   }
   // Note [Batches on the copy stream]
   // A pinned batch is allocated and copied on the device's copy stream, so the copy runs while
@@ -52,6 +53,7 @@ TokenBatch DataLoaderBatchSource::to_device(TokenBatch batch) const {
   const StreamId compute = current_stream(device_);
   TokenBatch out;
   out.target_count = batch.target_count;
+  out.cu_seqlens = std::move(batch.cu_seqlens);
   {
     StreamGuard on_copy_stream(device_, copy_stream(device_));
     out.input_ids = batch.input_ids.to(device_, /*non_blocking=*/true);

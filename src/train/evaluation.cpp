@@ -44,8 +44,15 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
   for (int64_t i = 0; i < count; ++i) {
     const TokenBatch batch = batch_at(i);
     Autocast region(device.type, autocast_dtype, autocast_dtype.has_value());
-    const double loss = host_value(model.loss(batch.input_ids, batch.targets, batch.target_count));
-    const int64_t tokens = batch.targets.numel();
+    const SequenceBoundaries sequences =
+        make_sequence_boundaries(batch.cu_seqlens, batch.input_ids.size(0), batch.input_ids.size(1),
+                                 batch.input_ids.device());
+    const double loss =
+        host_value(model.loss(batch.input_ids, batch.targets, batch.target_count, sequences));
+    // A packed batch's mean is over its scored targets, which weigh it; a window of plain text
+    // scores every one.
+    const int64_t tokens =
+        sequences.packed() && batch.target_count >= 0 ? batch.target_count : batch.targets.numel();
     total += loss * static_cast<double>(tokens);
     result.tokens += tokens;
   }

@@ -260,7 +260,11 @@ Tensor Trainer::train_step(int64_t& tokens) {
         }
         prefetch_autocast_casts(weights);
       }
-      loss = model_->loss(batch.input_ids, batch.targets, batch.target_count);
+      // A packed batch's boundaries (none, and nothing allocated, for an unpacked one).
+      const SequenceBoundaries sequences =
+          make_sequence_boundaries(batch.cu_seqlens, batch.input_ids.size(0),
+                                   batch.input_ids.size(1), batch.input_ids.device());
+      loss = model_->loss(batch.input_ids, batch.targets, batch.target_count, sequences);
       if (prefetch) autocast_weights_ = positions_of(autocast_cached_sources(), params);
     }
     // TE: forward scales move when the (outermost) fp8_autocast region exits.
@@ -292,13 +296,41 @@ Tensor Trainer::train_step(int64_t& tokens) {
     scheduler_->step();
     return step_loss;
   }
+  // Note [Scored tokens across accumulation]
+  // transformers divides the summed loss of each micro-batch by num_items_in_batch, the targets
+  // scored over all the step's micro-batches, which its Trainer counts by fetching them all
+  // first. A window of plain text scores every target, so its micro-batches weigh alike and the
+  // step stays as HF's Trainer without num_items_in_batch runs it: each micro-batch's mean loss
+  // divided by the accumulation steps, one batch fetched at a time. Packed batches score
+  // different numbers of targets (none across a boundary), so when the first micro-batch is
+  // packed and counts its targets the step's other micro-batches are fetched with it and each
+  // mean loss is weighted by its share of the step's scored targets.
+  std::vector<TokenBatch> ahead;  // the step's micro-batches, fetched with a packed first one
+  std::vector<double> weights(static_cast<size_t>(accumulation),
+                              1.0 / static_cast<double>(accumulation));
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     census_micro_batch_begins();
-    const TokenBatch batch = data_->next_batch();
+    const auto m = static_cast<size_t>(micro);
+    TokenBatch batch = m < ahead.size() ? std::move(ahead[m]) : data_->next_batch();
+    if (micro == 0 && accumulation > 1 && !batch.cu_seqlens.empty() && batch.target_count >= 0) {
+      ahead.resize(static_cast<size_t>(accumulation));
+      int64_t scored = batch.target_count;
+      bool counted = true;
+      for (size_t n = 1; n < ahead.size(); ++n) {
+        ahead[n] = data_->next_batch();
+        scored += ahead[n].target_count;
+        counted = counted && ahead[n].target_count >= 0;
+      }
+      for (size_t n = 0; counted && scored > 0 && n < ahead.size(); ++n) {
+        const int64_t count = n == 0 ? batch.target_count : ahead[n].target_count;
+        weights[n] = static_cast<double>(count) / static_cast<double>(scored);
+      }
+    }
     tokens += batch.targets.numel();
     Tensor loss = forward(batch);
-    // HF divides each micro-batch's loss by the accumulation steps and logs their sum.
-    if (accumulation > 1) loss = scale(loss, 1.0 / static_cast<double>(accumulation));
+    // HF divides each micro-batch's loss by the accumulation steps (or weights it by its scored
+    // targets) and logs their sum.
+    if (accumulation > 1) loss = scale(loss, weights[static_cast<size_t>(micro)]);
     add_loss(loss);
     StepPhase phase("backward");
     // DDP's no_sync() for all but the last micro-batch: one all-reduce per optimizer step.

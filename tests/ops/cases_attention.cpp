@@ -1,6 +1,7 @@
 // Harness cases for scaled_dot_product_attention and rotary_embedding. Sequence lengths pass the
 // attention kernels' tiles (64 queries x 256 keys forward, 64 keys x 256 queries backward), so
 // tile edges, the causal diagonal and several tiles per row are exercised.
+#include "nn/sequence_boundaries.h"
 #include "ops/op_harness.h"
 #include "ops/ops.h"
 
@@ -28,9 +29,27 @@ void attention_case(const std::string& name, std::vector<OpInput> inputs, bool c
        }});
 }
 
+// Packed sequences (Note [Packed sequences in attention]): `cu` over the flattened [B * T]
+// positions, made on the inputs' device inside the case.
+void packed_attention_case(const std::string& name, std::vector<OpInput> inputs,
+                           std::vector<int32_t> cu, std::optional<int64_t> window = {}) {
+  register_attention_case(
+      {"attention/packed_" + name, std::move(inputs), [cu, window](const std::vector<Tensor>& in) {
+         const SequenceBoundaries s =
+             make_sequence_boundaries(cu, in[0].size(0), in[0].size(2), in[0].device());
+         return scaled_dot_product_attention(in[0], in[1], in[2], true, {}, 0.0, nullptr, window,
+                                             s.attention);
+       }});
+}
+
 }  // namespace
 
 HEADROOM_OP_CASES(attention_cases) {
+  // Sequences shorter than a tile, crossing the 64-row and 256-key tiles, and one a whole row.
+  packed_attention_case("gqa/2x4kv2x150x8", qkv(2, 4, 2, 150, 150, 8),
+                        {0, 5, 70, 71, 150, 213, 300});
+  packed_attention_case("300x8", qkv(1, 2, 2, 300, 300, 8), {0, 1, 40, 290, 300});
+  packed_attention_case("window20/2x2kv1x90x8", qkv(2, 2, 1, 90, 90, 8), {0, 30, 90, 100, 180}, 20);
   attention_case("causal/2x4x5x8", qkv(2, 4, 4, 5, 5, 8), true);
   attention_case("causal_gqa/2x4kv2x70x16", qkv(2, 4, 2, 70, 70, 16), true);
   attention_case("full/2x4x70x8", qkv(2, 4, 4, 70, 70, 8), false);
@@ -61,6 +80,13 @@ HEADROOM_OP_CASES(attention_cases) {
                              return scaled_dot_product_attention(in[0], in[1], in[2], true, {},
                                                                  0.25, &gen);
                            }});
+  // Positions restarting at 0 in each packed sequence (HF's position_ids), on the inputs' device.
+  register_op_case(
+      {"rotary/positions/2x3x9x8", {normal({2, 3, 9, 8})}, [](const std::vector<Tensor>& in) {
+         const SequenceBoundaries s =
+             make_sequence_boundaries({0, 4, 9, 11, 18}, 2, 9, in[0].device());
+         return rotary_embedding(in[0], RopeParameters{}, 0, s.position_ids);
+       }});
   register_op_case({"rotary/2x4x7x8", {normal({2, 4, 7, 8})}, [](const std::vector<Tensor>& in) {
                       return rotary_embedding(in[0]);
                     }});

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "backend/attention_buffers.h"
 #include "backend/attention_kernels.h"
@@ -126,6 +127,29 @@ struct Tiles {
   int64_t backward_keys = kBackwardKeys;
 };
 
+// One sequence of a batch row: queries [begin, q_end) against keys [begin, kv_end); the whole row
+// (begin 0, q_len, kv_len) unless packed (Note [Packed sequences in attention]). Every tile of a
+// loop below starts at `begin` and ends by the segment's end.
+struct Segment {
+  int64_t b;
+  int64_t begin;
+  int64_t q_end;
+  int64_t kv_end;
+};
+
+// The segments of a problem, and for one of its loops the flat work items over them: item n of
+// segment s is first[s] + n (heads x tiles of the segment).
+struct WorkList {
+  std::vector<int64_t> first;  // segments + 1 entries
+  int64_t size() const { return first.back(); }
+  // The segment of item `item` and the item's index within it.
+  std::pair<size_t, int64_t> locate(int64_t item) const {
+    const auto it = std::upper_bound(first.begin(), first.end(), item);
+    const auto s = static_cast<size_t>(it - first.begin() - 1);
+    return {s, item - first[s]};
+  }
+};
+
 struct Problem {
   Dims dims;
   Operand q, k, v;
@@ -135,10 +159,25 @@ struct Problem {
   DropoutParams dropout;
   bool wide;  // q, k, v are bf16 / f16: tiles are widened (Note [Widened attention tiles])
   Tiles tiles;
+  std::vector<Segment> segments;  // batch-major, in row order
+
+  // The work items of `units` per segment (heads) times the segment's tiles of `tile` rows,
+  // counted over its queries (`queries`) or keys.
+  WorkList work(int64_t units, int64_t tile, bool queries) const {
+    WorkList w;
+    w.first.reserve(segments.size() + 1);
+    w.first.push_back(0);
+    for (const Segment& seg : segments) {
+      const int64_t n = (queries ? seg.q_end : seg.kv_end) - seg.begin;
+      w.first.push_back(w.first.back() + units * ((n + tile - 1) / tile));
+    }
+    return w;
+  }
 };
 
 Problem make_problem(const char* entry, const Tensor& q, const Tensor& k, const Tensor& v,
-                     bool causal, int64_t window, float scale, const DropoutParams& dropout) {
+                     bool causal, int64_t window, float scale, const DropoutParams& dropout,
+                     const AttentionSequences& sequences) {
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
     throw ValueError(str_cat(entry, ": q, k and v must share a dtype, got ", dtype_name(q.dtype()),
                              ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype())));
@@ -164,7 +203,22 @@ Problem make_problem(const char* entry, const Tensor& q, const Tensor& k, const 
              scale,
              dropout,
              q.dtype() != DType::f32,
+             {},
              {}};
+  check_attention_sequences(entry, q, k, causal, sequences);
+  if (sequences.packed()) {
+    const std::vector<int32_t>& cu = *sequences.host;
+    const int64_t len = pb.dims.q_len;
+    for (size_t n = 0; n + 1 < cu.size(); ++n) {
+      const int64_t b = cu[n] / len, begin = cu[n] % len;
+      const int64_t end = cu[n + 1] - b * len;  // <= len: no sequence crosses a row
+      pb.segments.push_back({b, begin, end, end});
+    }
+  } else {
+    for (int64_t b = 0; b < pb.dims.batch; ++b) {
+      pb.segments.push_back({b, 0, pb.dims.q_len, pb.dims.kv_len});
+    }
+  }
   if (pb.wide) {
     const int64_t dim = pb.dims.head_dim;
     if (dim > kWideKeyFloats) {
@@ -270,6 +324,7 @@ struct QuerySums {
 
 // Columns [begin, end) of key tile [j0, j0 + bc) that row i may see: all; those up to the
 // diagonal when causal; and with a window only keys past i - window. 0 <= begin <= end <= bc.
+// Tiles lie within one segment, so its bounds need no test here.
 struct KeyRange {
   int64_t begin;
   int64_t end;
@@ -282,18 +337,18 @@ inline KeyRange visible_keys(const Problem& pb, int64_t i, int64_t j0, int64_t b
   return {begin, std::clamp<int64_t>(i - j0 + 1, 0, bc)};
 }
 
-// The first key that any of query rows [i0, ...) may see, rounded down to a multiple of `tile` so
-// that the key tiles, and the order of every sum, are those of the unwindowed problem; the tiles
-// before it are fully masked and skipped.
-inline int64_t first_key_tile(const Problem& pb, int64_t i0, int64_t tile) {
-  if (pb.window == 0 || i0 < pb.window) return 0;
-  return (i0 - pb.window + 1) / tile * tile;
+// The first key of segment `seg` that any of query rows [i0, ...) may see, rounded down to a
+// multiple of `tile` from the segment's start so that the key tiles, and the order of every sum,
+// are those of the unwindowed problem; the tiles before it are fully masked and skipped.
+inline int64_t first_key_tile(const Problem& pb, const Segment& seg, int64_t i0, int64_t tile) {
+  if (pb.window == 0 || i0 - seg.begin < pb.window) return seg.begin;
+  return seg.begin + (i0 - seg.begin - pb.window + 1) / tile * tile;
 }
 
-// One past the last query row that may see key tile [j0, j0 + bc).
-inline int64_t query_end(const Problem& pb, int64_t j0, int64_t bc) {
-  if (pb.window == 0) return pb.dims.q_len;
-  return std::min(pb.dims.q_len, j0 + bc - 1 + pb.window);
+// One past the last query row of `seg` that may see key tile [j0, j0 + bc).
+inline int64_t query_end(const Problem& pb, const Segment& seg, int64_t j0, int64_t bc) {
+  if (pb.window == 0) return seg.q_end;
+  return std::min(seg.q_end, j0 + bc - 1 + pb.window);
 }
 
 inline uint64_t linear_index(const Dims& d, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -311,11 +366,12 @@ struct WideForwardTiles {
 };
 
 // One query tile of one head: O and lse for rows [i0, i0 + br). `wide` is null for f32.
-void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Result& out,
+void forward_tile(const Problem& pb, const Segment& seg, int64_t h, int64_t i0, const Result& out,
                   float* lse, WideForwardTiles* wide) {
   const Dims& d = pb.dims;
   const int64_t dim = d.head_dim;
-  const int64_t br = std::min(pb.tiles.forward_rows, d.q_len - i0);
+  const int64_t b = seg.b;
+  const int64_t br = std::min(pb.tiles.forward_rows, seg.q_end - i0);
   const int64_t kvh = h / (d.q_heads / d.kv_heads);
   const Rows q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
   const SumRows o = out.target(b, h, i0, dim, wide ? wide->out : nullptr);
@@ -328,8 +384,8 @@ void forward_tile(const Problem& pb, int64_t b, int64_t h, int64_t i0, const Res
     l[r] = 0.0f;
   }
   zero_rows(o, br, dim);
-  const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
-  for (int64_t j0 = first_key_tile(pb, i0, pb.tiles.forward_keys); j0 < key_end;
+  const int64_t key_end = pb.causal ? std::min(seg.kv_end, i0 + br) : seg.kv_end;
+  for (int64_t j0 = first_key_tile(pb, seg, i0, pb.tiles.forward_keys); j0 < key_end;
        j0 += pb.tiles.forward_keys) {
     const int64_t bc = std::min(pb.tiles.forward_keys, key_end - j0);
     const Rows k = rows_of(pb.k, dim, b, kvh, j0, bc, wide ? wide->kv : nullptr);
@@ -461,12 +517,13 @@ void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t
 // contributions of this key tile to dQ of the query heads of the group. Query rows run in
 // chunks of backward_rows from the first row that sees the tile (j0 when causal) to the last
 // (the window's end).
-void backward_key_tile(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t kvh,
+void backward_key_tile(const Problem& pb, const BackwardArgs& args, const Segment& seg, int64_t kvh,
                        int64_t j0, bool dq, BackwardScratch& scratch, WideBackwardTiles* wide) {
   const Dims& d = pb.dims;
   const int64_t dim = d.head_dim;
+  const int64_t b = seg.b;
   const int64_t group = d.q_heads / d.kv_heads;
-  const int64_t bc = std::min(pb.tiles.backward_keys, d.kv_len - j0);
+  const int64_t bc = std::min(pb.tiles.backward_keys, seg.kv_end - j0);
   const SumRows dk = args.grad_k.target(b, kvh, j0, dim, wide ? wide->grad_k : nullptr);
   const SumRows dv = args.grad_v.target(b, kvh, j0, dim, wide ? wide->grad_v : nullptr);
   zero_rows(dk, bc, dim);
@@ -475,8 +532,8 @@ void backward_key_tile(const Problem& pb, const BackwardArgs& args, int64_t b, i
   rows.k = rows_of(pb.k, dim, b, kvh, j0, bc, wide ? wide->k : nullptr);
   rows.v = rows_of(pb.v, dim, b, kvh, j0, bc, wide ? wide->v : nullptr);
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-    const int64_t rows_end = query_end(pb, j0, bc);
-    for (int64_t i0 = pb.causal ? j0 : 0; i0 < rows_end; i0 += pb.tiles.backward_rows) {
+    const int64_t rows_end = query_end(pb, seg, j0, bc);
+    for (int64_t i0 = pb.causal ? j0 : seg.begin; i0 < rows_end; i0 += pb.tiles.backward_rows) {
       const int64_t br = std::min(pb.tiles.backward_rows, rows_end - i0);
       rows.q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
       rows.grad_out = rows_of(args.grad_out, dim, b, h, i0, br, wide ? wide->grad_out : nullptr);
@@ -497,20 +554,21 @@ void backward_key_tile(const Problem& pb, const BackwardArgs& args, int64_t b, i
 }
 
 // dQ of query rows [i0, i0 + backward_rows) of head h, from the key tiles in ascending order.
-void backward_query_tile(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t h,
+void backward_query_tile(const Problem& pb, const BackwardArgs& args, const Segment& seg, int64_t h,
                          int64_t i0, BackwardScratch& scratch, WideBackwardTiles* wide) {
   const Dims& d = pb.dims;
   const int64_t dim = d.head_dim;
-  const int64_t br = std::min(pb.tiles.backward_rows, d.q_len - i0);
+  const int64_t b = seg.b;
+  const int64_t br = std::min(pb.tiles.backward_rows, seg.q_end - i0);
   const int64_t kvh = h / (d.q_heads / d.kv_heads);
   const SumRows dq = args.grad_q.rows(b, h, i0);
   zero_rows(dq, br, dim);
   const Rows q = rows_of(pb.q, dim, b, h, i0, br, wide ? wide->q : nullptr);
   const Rows grad_out = rows_of(args.grad_out, dim, b, h, i0, br, wide ? wide->grad_out : nullptr);
-  const int64_t key_end = pb.causal ? std::min(d.kv_len, i0 + br) : d.kv_len;
-  for (int64_t j0 = first_key_tile(pb, i0, pb.tiles.backward_keys); j0 < key_end;
+  const int64_t key_end = pb.causal ? std::min(seg.kv_end, i0 + br) : seg.kv_end;
+  for (int64_t j0 = first_key_tile(pb, seg, i0, pb.tiles.backward_keys); j0 < key_end;
        j0 += pb.tiles.backward_keys) {
-    const int64_t bc = std::min(pb.tiles.backward_keys, d.kv_len - j0);
+    const int64_t bc = std::min(pb.tiles.backward_keys, seg.kv_end - j0);
     // Causal: rows before j0 see none of this tile; start at the first that does.
     const int64_t skip = pb.causal ? std::max<int64_t>(j0 - i0, 0) : 0;
     BlockRows rows{{q.data + skip * q.ld, q.ld},
@@ -531,8 +589,8 @@ bool worth_parallel(const Dims& d) {
 template <bool kWide>
 void forward_items(const Problem& pb, const Result& out, float* lse) {
   const Dims& d = pb.dims;
-  const int64_t q_tiles = ceil_div(d.q_len, pb.tiles.forward_rows);
-  const int64_t items = d.batch * d.q_heads * q_tiles;
+  const WorkList work = pb.work(d.q_heads, pb.tiles.forward_rows, true);
+  const int64_t items = work.size();
 #pragma omp parallel if (worth_parallel(d))
   {
     [[maybe_unused]] std::conditional_t<kWide, WideForwardTiles, char> tiles;
@@ -541,9 +599,11 @@ void forward_items(const Problem& pb, const Result& out, float* lse) {
       // Causal tiles differ in cost, hence the dynamic schedule, longest (last) tiles first.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
-      const int64_t bh = item / q_tiles;
-      const int64_t it = q_tiles - 1 - item % q_tiles;
-      forward_tile(pb, bh / d.q_heads, bh % d.q_heads, it * pb.tiles.forward_rows, out, lse, wide);
+      const auto [s, n] = work.locate(item);
+      const Segment& seg = pb.segments[s];
+      const int64_t q_tiles = ceil_div(seg.q_end - seg.begin, pb.tiles.forward_rows);
+      const int64_t it = q_tiles - 1 - n % q_tiles;
+      forward_tile(pb, seg, n / q_tiles, seg.begin + it * pb.tiles.forward_rows, out, lse, wide);
     }
   }
 }
@@ -597,8 +657,9 @@ template <bool kWide>
 void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) {
   const Dims& d = pb.dims;
   const int64_t dim = d.head_dim;
-  const int64_t heads = d.batch * d.kv_heads;
-  const int64_t k_tiles = ceil_div(d.kv_len, pb.tiles.backward_keys);
+  const int64_t group = d.q_heads / d.kv_heads;
+  // A packed row's sequences count as heads of their own.
+  const int64_t heads = static_cast<int64_t>(pb.segments.size()) * d.kv_heads;
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
   // Note [Attention backward schedules]
   // With enough key/value heads to keep every thread busy, one thread owns a whole kv head: its
@@ -616,19 +677,20 @@ void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) 
       if constexpr (kWide) wide = &tiles;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t head = 0; head < heads; ++head) {
-        const int64_t b = head / d.kv_heads, kvh = head % d.kv_heads;
-        const int64_t group = d.q_heads / d.kv_heads;
+        const Segment& seg = pb.segments[static_cast<size_t>(head / d.kv_heads)];
+        const int64_t kvh = head % d.kv_heads;
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-          zero_rows(args.grad_q.rows(b, h, 0), d.q_len, dim);
+          zero_rows(args.grad_q.rows(seg.b, h, seg.begin), seg.q_end - seg.begin, dim);
         }
-        for (int64_t jt = 0; jt < k_tiles; ++jt) {
-          backward_key_tile(pb, args, b, kvh, jt * pb.tiles.backward_keys, true, scratch, wide);
+        for (int64_t j0 = seg.begin; j0 < seg.kv_end; j0 += pb.tiles.backward_keys) {
+          backward_key_tile(pb, args, seg, kvh, j0, true, scratch, wide);
         }
       }
     }
     return;
   }
-  const int64_t q_tiles = ceil_div(d.q_len, pb.tiles.backward_rows);
+  const WorkList key_work = pb.work(d.kv_heads, pb.tiles.backward_keys, false);
+  const WorkList query_work = pb.work(d.q_heads, pb.tiles.backward_rows, true);
 #pragma omp parallel if (parallel)
   {
     BackwardScratch scratch;
@@ -636,16 +698,20 @@ void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) 
     WideBackwardTiles* wide = nullptr;
     if constexpr (kWide) wide = &tiles;
 #pragma omp for schedule(dynamic, 1) nowait
-    for (int64_t item = 0; item < heads * k_tiles; ++item) {
-      const int64_t head = item / k_tiles;
-      backward_key_tile(pb, args, head / d.kv_heads, head % d.kv_heads,
-                        (item % k_tiles) * pb.tiles.backward_keys, false, scratch, wide);
+    for (int64_t item = 0; item < key_work.size(); ++item) {
+      const auto [s, n] = key_work.locate(item);
+      const Segment& seg = pb.segments[s];
+      const int64_t k_tiles = ceil_div(seg.kv_end - seg.begin, pb.tiles.backward_keys);
+      backward_key_tile(pb, args, seg, n / k_tiles,
+                        seg.begin + (n % k_tiles) * pb.tiles.backward_keys, false, scratch, wide);
     }
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < d.batch * d.q_heads * q_tiles; ++item) {
-      const int64_t bh = item / q_tiles;
-      const int64_t it = q_tiles - 1 - item % q_tiles;
-      backward_query_tile(pb, args, bh / d.q_heads, bh % d.q_heads, it * pb.tiles.backward_rows,
+    for (int64_t item = 0; item < query_work.size(); ++item) {
+      const auto [s, n] = query_work.locate(item);
+      const Segment& seg = pb.segments[s];
+      const int64_t q_tiles = ceil_div(seg.q_end - seg.begin, pb.tiles.backward_rows);
+      const int64_t it = q_tiles - 1 - n % q_tiles;
+      backward_query_tile(pb, args, seg, n / q_tiles, seg.begin + it * pb.tiles.backward_rows,
                           scratch, wide);
     }
   }
@@ -655,9 +721,9 @@ void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) 
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        int64_t window, float scale, DropoutParams dropout, const Tensor& out,
-                       const Tensor& lse) {
+                       const Tensor& lse, const AttentionSequences& sequences) {
   const char* entry = "attention_forward";
-  const Problem pb = make_problem(entry, q, k, v, causal, window, scale, dropout);
+  const Problem pb = make_problem(entry, q, k, v, causal, window, scale, dropout, sequences);
   check_attention_forward_buffers(entry, q, out, lse);
   if (pb.wide) {
     forward_items<true>(pb, Result(out), lse.data<float>());
@@ -670,9 +736,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window,
                         float scale, DropoutParams dropout, const Tensor& delta,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                        const Tensor& grad_q_accum) {
+                        const Tensor& grad_q_accum, const AttentionSequences& sequences) {
   const char* entry = "attention_backward";
-  const Problem pb = make_problem(entry, q, k, v, causal, window, scale, dropout);
+  const Problem pb = make_problem(entry, q, k, v, causal, window, scale, dropout, sequences);
   const Dims& d = pb.dims;
   const int64_t rows = d.batch * d.q_heads * d.q_len;
   check_attention_backward_buffers(entry, q, k, out, grad_out, lse, delta, grad_q, grad_k, grad_v,

@@ -6,6 +6,7 @@
 // store them, with products and sums in fp32 (cpu::gemm, single-threaded inside our regions).
 #pragma once
 
+#include "backend/attention_kernels.h"
 #include "backend/dropout_kernels.h"
 #include "core/tensor.h"
 
@@ -16,9 +17,10 @@ namespace headroom::cpu {
 // (b, h, i, j) is kept when the uniform number of linear index ((b * Hq + h) * Tq + i) * Tk + j
 // from (seed, offset) is >= p, then scaled by 1 / (1 - p); see Note [Philox stream layout].
 // window (0: none) masks key j <= i - window too, causal only (backend/attention_kernels.h).
+// sequences: Note [Packed sequences in attention] (the default: one sequence a row).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        int64_t window, float scale, DropoutParams dropout, const Tensor& out,
-                       const Tensor& lse);
+                       const Tensor& lse, const AttentionSequences& sequences = {});
 
 // AttentionKernels::backward: grad_q / grad_k / grad_v written (not accumulated) in q's dtype;
 // delta a [B, Hq, Tq] f32 workspace; dQ accumulates in grad_q when q is f32, else in the f32
@@ -28,6 +30,6 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window,
                         float scale, DropoutParams dropout, const Tensor& delta,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                        const Tensor& grad_q_accum);
+                        const Tensor& grad_q_accum, const AttentionSequences& sequences = {});
 
 }  // namespace headroom::cpu

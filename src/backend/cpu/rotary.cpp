@@ -3,6 +3,7 @@
 // in host scratch as a GPU keeps it in shared memory, then a rotation of each (i, i + D/2) pair of
 // every row. f32 rows are read in place with any strides; bf16 / f16 rows are widened into the
 // thread's scratch and the results rounded once on store.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "backend/cpu/denormals.h"
 #include "backend/cpu/widen_rows.h"
 #include "backend/rotary_kernels.h"
+#include "core/error.h"
 
 namespace headroom::cpu {
 
@@ -46,6 +48,18 @@ void rotary_table(int64_t seq_len, int64_t head_dim, const RopeParameters& rope,
   }
 }
 
+// The largest of positions' n values (>= 0, else ValueError), which the table must reach.
+int64_t max_position(const int64_t* positions, int64_t n) {
+  int64_t top = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (positions[i] < 0) {
+      throw ValueError(str_cat("rotary: positions[", i, "] = ", positions[i], " must be >= 0"));
+    }
+    top = std::max(top, positions[i]);
+  }
+  return top;
+}
+
 // One row of D elements (x's element step `step`) rotated by the table row (c, s) into o.
 inline void rotate_row(const float* xr, int64_t step, const float* c, const float* s, float sign,
                        int64_t half, float* o1) {
@@ -72,15 +86,23 @@ inline void rotate_row(const float* xr, int64_t step, const float* c, const floa
 // out [B, H, T, D] contiguous = x [B, H, T, D] (any strides) rotated; `inverse` rotates back (the
 // transpose, which is the gradient of the forward rotation): the forward one with -sin.
 void rotary(const Tensor& x, const RopeParameters& rope, int64_t position_offset, bool inverse,
-            const Tensor& out) {
+            const Tensor& out, const Tensor& positions) {
   ensure_flush_denormal();
   const int64_t heads = x.size(1), seq_len = x.size(2), dim = x.size(3), half = dim / 2;
   const int64_t rows = x.size(0) * heads * seq_len;
+  if (positions.defined() && (positions.dtype() != DType::i64 || !positions.is_contiguous() ||
+                              positions.shape() != Shape{x.size(0), seq_len})) {
+    throw ValueError(str_cat("rotary: positions must be contiguous i64 [", x.size(0), ", ", seq_len,
+                             "], not ", dtype_name(positions.dtype()), " ", positions.shape()));
+  }
   if (rows == 0 || half == 0) return;
-  std::vector<float> cos_sin(static_cast<size_t>(2 * seq_len * half));
-  rotary_table(seq_len, dim, rope, position_offset, cos_sin.data());
+  // The table's rows: positions 0 .. T - 1 past the offset, or up to the largest given.
+  const int64_t* given = positions.defined() ? positions.data<int64_t>() : nullptr;
+  const int64_t table_rows = given ? max_position(given, positions.numel()) + 1 : seq_len;
+  std::vector<float> cos_sin(static_cast<size_t>(2 * table_rows * half));
+  rotary_table(table_rows, dim, rope, position_offset, cos_sin.data());
   const float* cos_table = cos_sin.data();
-  const float* sin_table = cos_table + seq_len * half;
+  const float* sin_table = cos_table + table_rows * half;
   const float sign = inverse ? -1.0f : 1.0f;
   const bool f32 = x.dtype() == DType::f32;
   const int64_t step = x.stride(3);
@@ -105,7 +127,8 @@ void rotary(const Tensor& x, const RopeParameters& rope, int64_t position_offset
       xr_step = 1;
     }
     float* o = span_target(out, row * dim, scratch + dim);
-    rotate_row(xr, xr_step, cos_table + t * half, sin_table + t * half, sign, half, o);
+    const int64_t p = given ? given[b * seq_len + t] : t;
+    rotate_row(xr, xr_step, cos_table + p * half, sin_table + p * half, sign, half, o);
     store_span(out, row * dim, dim, o);
   }
 }

@@ -1,6 +1,9 @@
 // Flash-attention-2 on the GPU: the forward / backward entries of backend/attention_kernels.h,
 // with the semantics of the CPU kernels (backend/cpu/attention.h): causal mask and sliding window,
-// GQA head mapping, dropout on the probabilities from the same Philox stream, lse per row.
+// GQA head mapping, dropout on the probabilities from the same Philox stream, lse per row, and
+// packed sequences (Note [Packed sequences in attention]): here a query's first visible key is
+// also its sequence's start, found in cu_seqlens, with tiles aligned to the row as unpacked (the
+// CPU aligns them to each sequence: results agree within rounding, not bit for bit).
 //
 // Two kernel families. bf16 / f16 with head size up to 128 run on tensor cores (nvcuda::wmma,
 // 16x16x16, fp32 accumulation), the head size padded to 64 or 128 in shared memory. f32, and
@@ -55,6 +58,10 @@ struct Params {
   float dropout_p;   // 0: no dropout
   float keep_scale;  // 1 / (1 - dropout_p), computed as the CPU does
   uint64_t seed, offset;
+  // Packed sequences: cu_seqlens [num_seqs + 1] over the flattened [B * T] positions; null when
+  // each row is one sequence.
+  const int32_t* cu_seqlens;
+  int64_t num_seqs;
 };
 
 template <typename T>
@@ -75,39 +82,80 @@ __device__ __forceinline__ int64_t row_offset(const X& x, int64_t row, int64_t h
   return (bh / heads) * x.batch_stride + (bh % heads) * x.head_stride + (row % len) * x.row_stride;
 }
 
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 __device__ __forceinline__ int clamp_to(int64_t n, int bc) {
   return n < 0 ? 0 : (n > bc ? bc : static_cast<int>(n));
 }
 
-// Columns [begin, end) of key tile [j0, j0 + bc) that query row i may see, begin <= end (CPU:
-// visible_keys).
+// The index n of the sequence holding position i of row b: cu_seqlens[n] <= b T + i <
+// cu_seqlens[n + 1] (binary search; packed problems only).
+__device__ __forceinline__ int64_t sequence_of(const Params& p, int64_t b, int64_t i) {
+  const int64_t pos = b * p.q_len + i;
+  int64_t lo = 0, hi = p.num_seqs;  // cu_seqlens[lo] <= pos < cu_seqlens[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (p.cu_seqlens[mid] <= pos) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// The first position in row b of the sequence holding position i: 0 unless packed.
+__device__ __forceinline__ int64_t sequence_start(const Params& p, int64_t b, int64_t i) {
+  if (p.cu_seqlens == nullptr) return 0;
+  return p.cu_seqlens[sequence_of(p, b, i)] - b * p.q_len;
+}
+
+// One past the last position in row b of the sequence holding position i: T unless packed.
+__device__ __forceinline__ int64_t sequence_end(const Params& p, int64_t b, int64_t i) {
+  if (p.cu_seqlens == nullptr) return p.q_len;
+  return p.cu_seqlens[sequence_of(p, b, i) + 1] - b * p.q_len;
+}
+
+// The first key query row i of batch row b may see (causal): the window's and its sequence's.
+__device__ __forceinline__ int64_t first_visible_key(const Params& p, int64_t b, int64_t i) {
+  const int64_t start = sequence_start(p, b, i);
+  const int64_t windowed = p.window > 0 ? i - p.window + 1 : 0;
+  return windowed > start ? windowed : start;
+}
+
+// Columns [begin, end) of key tile [j0, j0 + bc) that query row i of batch row b may see, begin
+// <= end (CPU: visible_keys).
 struct KeyRange {
   int begin;
   int end;
 };
 
-__device__ __forceinline__ KeyRange visible_keys(const Params& p, int64_t i, int64_t j0, int bc) {
+__device__ __forceinline__ KeyRange visible_keys(const Params& p, int64_t b, int64_t i, int64_t j0,
+                                                 int bc) {
   if (!p.causal) return {0, bc};
-  return {p.window > 0 ? clamp_to(i - p.window + 1 - j0, bc) : 0, clamp_to(i - j0 + 1, bc)};
+  return {clamp_to(first_visible_key(p, b, i) - j0, bc), clamp_to(i - j0 + 1, bc)};
 }
 
-// Whether query row i sees key j.
-__device__ __forceinline__ bool visible(const Params& p, int64_t i, int64_t j) {
-  return !p.causal || (j <= i && (p.window == 0 || i - j < p.window));
+// Whether query row i of batch row b sees key j.
+__device__ __forceinline__ bool visible(const Params& p, int64_t b, int64_t i, int64_t j) {
+  return !p.causal || (j <= i && j >= first_visible_key(p, b, i));
 }
 
-// The first key tile (of `tile` keys) that query rows [i0, ...) may see: the ones before it are
-// fully masked by the window and skipped (CPU: first_key_tile).
-__device__ __forceinline__ int64_t first_key_tile(const Params& p, int64_t i0, int64_t tile) {
-  if (p.window == 0 || i0 < p.window) return 0;
-  return (i0 - p.window + 1) / tile * tile;
+// The first key tile (of `tile` keys) that query rows [i0, ...) of batch row b may see: the ones
+// before it are fully masked by the window or by earlier sequences, and skipped (CPU:
+// first_key_tile).
+__device__ __forceinline__ int64_t first_key_tile(const Params& p, int64_t b, int64_t i0,
+                                                  int64_t tile) {
+  if (!p.causal) return 0;
+  return first_visible_key(p, b, i0) / tile * tile;
 }
 
-// One past the last query row that may see key tile [j0, j0 + bc) (CPU: query_end).
-__device__ __forceinline__ int64_t query_end(const Params& p, int64_t j0, int64_t bc) {
-  if (p.window == 0) return p.q_len;
-  const int64_t end = j0 + bc - 1 + p.window;
-  return end < p.q_len ? end : p.q_len;
+// One past the last query row of batch row b that may see key tile [j0, j0 + bc) (CPU:
+// query_end): the window's end, and the end of the last key's sequence.
+__device__ __forceinline__ int64_t query_end(const Params& p, int64_t b, int64_t j0, int64_t bc) {
+  int64_t end = sequence_end(p, b, j0 + bc - 1);
+  if (p.window > 0) end = min64(end, j0 + bc - 1 + p.window);
+  return end;
 }
 
 // The dropout factor of probability (b, h, i, j): keep_scale or 0 (Note [Philox stream layout]).
@@ -117,8 +165,6 @@ __device__ __forceinline__ float dropout_factor(const Params& p, int64_t b, int6
   const Philox4x32Block block = philox_block(p.seed, p.offset + index / 4);
   return philox_uniform01(block.word[index % 4]) >= p.dropout_p ? p.keep_scale : 0.0f;
 }
-
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
@@ -247,7 +293,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     l[rr] = 0.0f;
   }
   const int64_t key_end = p.causal ? min64(p.kv_len, i0 + rows) : p.kv_len;
-  for (int64_t j0 = first_key_tile(p, i0, kMmaKeys); j0 < key_end; j0 += kMmaKeys) {
+  for (int64_t j0 = first_key_tile(p, b, i0, kMmaKeys); j0 < key_end; j0 += kMmaKeys) {
     const int bc = static_cast<int>(min64(kMmaKeys, key_end - j0));
     __syncthreads();  // the previous tile's K and V are no longer read
     load_tile<T, kD, kMmaKeys>(sk, L::ld_t, row_of<T>(p.k, b, kvh, j0), p.k.row_stride, bc, dim);
@@ -264,7 +310,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       const int r = warp * 16 + rr;
       const int64_t i = i0 + r;
       // The same in every lane.
-      const KeyRange keys = r < rows ? visible_keys(p, i, j0, bc) : KeyRange{0, 0};
+      const KeyRange keys = r < rows ? visible_keys(p, b, i, j0, bc) : KeyRange{0, 0};
       T* prow = sp + r * L::ld_p;
       if (keys.begin == keys.end) {
         prow[lane] = from_f32<T>(0.0f);
@@ -392,7 +438,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_backward_kernel(Params p, Bac
   for (int64_t h = kvh * p.group; h < (kvh + 1) * p.group; ++h) {
     // Causal: query tiles before j0 see none of these keys (kMmaRows == kMmaKeys), nor do those
     // past the window's end.
-    const int64_t rows_end = query_end(p, j0, bc);
+    const int64_t rows_end = query_end(p, b, j0, bc);
     for (int64_t i0 = p.causal ? j0 : 0; i0 < rows_end; i0 += kMmaRows) {
       const int rows = static_cast<int>(min64(kMmaRows, p.q_len - i0));
       const int64_t row0 = (b * p.q_heads + h) * p.q_len + i0;
@@ -417,7 +463,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_backward_kernel(Params p, Bac
         const int r = warp * 16 + idx / kMmaKeys, c = idx % kMmaKeys;
         const int64_t i = i0 + r, j = j0 + c;
         float pk = 0.0f, ds = 0.0f;
-        if (r < rows && c < bc && visible(p, i, j)) {
+        if (r < rows && c < bc && visible(p, b, i, j)) {
           const float prob = exp_approx(ss[r * L::ld_s + c] * p.scale - slse[r]);
           const float dpv = sdp[r * L::ld_s + c];
           if (p.dropout_p > 0.0f) {
@@ -541,7 +587,7 @@ __global__ void __launch_bounds__(kCoreThreads)
   float m = -INFINITY, l = 0.0f;  // softmax state of row t (threads t < kCoreRows)
 
   const int64_t key_end = p.causal ? min64(p.kv_len, i0 + rows) : p.kv_len;
-  for (int64_t j0 = first_key_tile(p, i0, kCoreKeys); j0 < key_end; j0 += kCoreKeys) {
+  for (int64_t j0 = first_key_tile(p, b, i0, kCoreKeys); j0 < key_end; j0 += kCoreKeys) {
     const int bc = static_cast<int>(min64(kCoreKeys, key_end - j0));
     __syncthreads();
     load_tile_f32<T, kD>(sk, kCoreKeys, row_of<T>(p.k, b, kvh, j0), p.k.row_stride, bc, dim);
@@ -556,7 +602,7 @@ __global__ void __launch_bounds__(kCoreThreads)
     __syncthreads();
     if (t < kCoreRows) {
       const int64_t i = i0 + t;
-      const KeyRange keys = t < rows ? visible_keys(p, i, j0, bc) : KeyRange{0, 0};
+      const KeyRange keys = t < rows ? visible_keys(p, b, i, j0, bc) : KeyRange{0, 0};
       float* srow = ss + t * ld_s;
       float correction = 1.0f;
       if (keys.begin < keys.end) {
@@ -646,7 +692,7 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
   for (int64_t h = kvh * p.group; h < (kvh + 1) * p.group; ++h) {
     // Causal: rows before j0 see none of these keys; start at the tile holding row j0, and end
     // at the window's end.
-    const int64_t rows_end = query_end(p, j0, bc);
+    const int64_t rows_end = query_end(p, b, j0, bc);
     for (int64_t i0 = p.causal ? j0 / kCoreBackRows * kCoreBackRows : 0; i0 < rows_end;
          i0 += kCoreBackRows) {
       const int rows = static_cast<int>(min64(kCoreBackRows, p.q_len - i0));
@@ -664,7 +710,7 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
         const int r = idx / kCoreBackKeys, c = idx % kCoreBackKeys;
         const int64_t i = i0 + r, j = j0 + c;
         float pk = 0.0f, ds = 0.0f;
-        if (r < rows && c < bc && visible(p, i, j)) {
+        if (r < rows && c < bc && visible(p, b, i, j)) {
           float s = 0.0f, dpv = 0.0f;
           for (int e = 0; e < dim; ++e) {
             s += sq[r * ld + e] * sk[c * ld + e];
@@ -765,7 +811,7 @@ OutOperand out_operand(const Tensor& x) {
 }
 
 Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, int64_t window,
-                   float scale, const DropoutParams& dropout) {
+                   float scale, const DropoutParams& dropout, const AttentionSequences& sequences) {
   Params p;
   p.batch = q.size(0);
   p.q_heads = q.size(1);
@@ -784,11 +830,15 @@ Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
   p.keep_scale = dropout.p > 0.0f ? 1.0f / (1.0f - dropout.p) : 1.0f;
   p.seed = dropout.seed;
   p.offset = dropout.offset;
+  p.cu_seqlens =
+      sequences.packed() ? static_cast<const int32_t*>(sequences.cu_seqlens.data_ptr()) : nullptr;
+  p.num_seqs = sequences.packed() ? sequences.cu_seqlens.numel() - 1 : 0;
   return p;
 }
 
 void check_problem(const char* entry, const Tensor& q, const Tensor& k, const Tensor& v,
-                   bool causal, int64_t window) {
+                   bool causal, int64_t window, const AttentionSequences& sequences) {
+  check_attention_sequences(entry, q, k, causal, sequences);
   if (window < 0 || (window > 0 && !causal)) {
     throw ValueError(str_cat(entry, ": window ", window, " needs causal and must be positive"));
   }
@@ -894,13 +944,13 @@ void launch_backward(const Params& p, const BackwardArgs& args, DType dtype) {
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        int64_t window, float scale, DropoutParams dropout, const Tensor& out,
-                       const Tensor& lse) {
-  check_problem("attention_forward", q, k, v, causal, window);
+                       const Tensor& lse, const AttentionSequences& sequences) {
+  check_problem("attention_forward", q, k, v, causal, window, sequences);
   const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
   check_attention_forward_buffers("attention_forward", q, out, lse);
   if (q_rows == 0) return;
   DeviceGuard guard(q.device().index);
-  const Params p = make_params(q, k, v, causal, window, scale, dropout);
+  const Params p = make_params(q, k, v, causal, window, scale, dropout, sequences);
   HEADROOM_ATTENTION_DISPATCH(q.dtype(), p.dim, (launch_forward<T, kD>(p, out, lse)));
 }
 
@@ -908,8 +958,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window,
                         float scale, DropoutParams dropout, const Tensor& delta,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                        const Tensor& grad_q_accum) {
-  check_problem("attention_backward", q, k, v, causal, window);
+                        const Tensor& grad_q_accum, const AttentionSequences& sequences) {
+  check_problem("attention_backward", q, k, v, causal, window, sequences);
   const bool f32 = q.dtype() == DType::f32;
   check_attention_backward_buffers("attention_backward", q, k, out, grad_out, lse, delta, grad_q,
                                    grad_k, grad_v, grad_q_accum);
@@ -928,7 +978,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       check_launch();
     }
   }
-  const Params p = make_params(q, k, v, causal, window, scale, dropout);
+  const Params p = make_params(q, k, v, causal, window, scale, dropout, sequences);
   const int64_t rows = p.batch * p.q_heads * p.q_len;
   if (rows > 0) {
     HEADROOM_CUDA_DISPATCH_FLOAT(q.dtype(), T, {

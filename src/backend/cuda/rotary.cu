@@ -25,16 +25,22 @@ constexpr int64_t kRotaryPairsPerBlock = 2048;
 constexpr int kMaxGridY = 65535;
 
 // Block (t, y) computes row t of the CPU's table (cpu::rotary_table) into shared memory, then
-// rotates rows y, y + gridDim.y, ... of the B * H rows at position t. The table entry is computed
-// as the CPU does in fp32, except that pow, cos and sin are taken in double and rounded once:
-// the correctly rounded values, which glibc's powf / cosf / sinf also return in all but rare
-// cases (they are accurate to about 0.8 ulp, not always correctly rounded).
+// rotates rows y, y + gridDim.y, ... of the B * H rows at position t. With `positions` (i64
+// [B, T]) block (b T + t, y) does so for the H rows of batch row b at position positions[b, t]. The
+// table entry is computed as the CPU does in fp32, except that pow, cos and sin are taken in double
+// and rounded once: the correctly rounded values, which glibc's powf / cosf / sinf also return in
+// all but rare cases (they are accurate to about 0.8 ulp, not always correctly rounded).
 __global__ void rotary_kernel(Operand x, Operand out, RotaryShape s, int64_t rows, float base,
-                              RopeParameters rope, int64_t position_offset, float sign) {
+                              RopeParameters rope, int64_t position_offset, float sign,
+                              const int64_t* positions) {
   extern __shared__ float table[];  // cos[half], then sin[half]
   const int64_t half = s.dim / 2;
-  const int64_t t = blockIdx.x;
-  const float position = static_cast<float>(position_offset + t);
+  const int64_t t = positions ? blockIdx.x % s.seq_len : blockIdx.x;
+  // The first of this block's B * H rows (b H with positions: rows counts one batch row's heads).
+  const int64_t row0 = positions ? (blockIdx.x / s.seq_len) * s.heads : 0;
+  const float position =
+      static_cast<float>(position_offset + (positions ? positions[blockIdx.x] : t));
+  // Without positions the forward's end; longrope with positions is refused on the host.
   const bool long_factors = rope_uses_long_factors(rope.scaling, position_offset + s.seq_len);
   const float attention_factor = rope_attention_factor(rope.scaling);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
@@ -50,7 +56,7 @@ __global__ void rotary_kernel(Operand x, Operand out, RotaryShape s, int64_t row
   // gridDim.y <= rows, so every block has at least one row.
   const int64_t my_rows = (rows - blockIdx.y + gridDim.y - 1) / gridDim.y;
   for (int64_t j = threadIdx.x; j < my_rows * half; j += blockDim.x) {
-    const int64_t row = blockIdx.y + (j / half) * gridDim.y, i = j % half;
+    const int64_t row = row0 + blockIdx.y + (j / half) * gridDim.y, i = j % half;
     const int64_t b = row / s.heads, h = row % s.heads;
     const int64_t in = b * s.stride[0] + h * s.stride[1] + t * s.stride[2];
     const int64_t o = (row * s.seq_len + t) * s.dim;
@@ -63,7 +69,7 @@ __global__ void rotary_kernel(Operand x, Operand out, RotaryShape s, int64_t row
 }
 
 void rotary(const Tensor& x, const RopeParameters& rope, int64_t position_offset, bool inverse,
-            const Tensor& out) {
+            const Tensor& out, const Tensor& positions) {
   check_kernel_dtype("rotary", "x", x.dtype());
   check_kernel_dtype("rotary", "out", out.dtype());
   RotaryShape s;
@@ -71,24 +77,39 @@ void rotary(const Tensor& x, const RopeParameters& rope, int64_t position_offset
   s.seq_len = x.size(2);
   s.dim = x.size(3);
   for (int d = 0; d < 4; ++d) s.stride[d] = x.stride(d);
-  const int64_t rows = x.size(0) * s.heads, half = s.dim / 2;
-  if (rows == 0 || s.seq_len == 0 || half == 0) return;
+  if (positions.defined() && (positions.dtype() != DType::i64 || !positions.is_contiguous() ||
+                              positions.shape() != Shape{x.size(0), s.seq_len})) {
+    throw ValueError(str_cat("cuda rotary: positions must be contiguous i64 [", x.size(0), ", ",
+                             s.seq_len, "], not ", dtype_name(positions.dtype()), " ",
+                             positions.shape()));
+  }
+  // longrope picks its factors by the largest position (the CPU's table rows), which only the
+  // device holds here: reading it back would be a host sync per call.
+  if (positions.defined() && rope.scaling.type == RopeScaling::Type::longrope) {
+    throw NotImplementedError(
+        "cuda rotary: longrope over packed positions (the factors depend on the largest position)");
+  }
+  // With positions each block takes the heads of one batch row.
+  const int64_t rows = positions.defined() ? s.heads : x.size(0) * s.heads, half = s.dim / 2;
+  if (rows == 0 || x.size(0) == 0 || s.seq_len == 0 || half == 0) return;
   const size_t table_bytes = static_cast<size_t>(s.dim) * sizeof(float);
   if (table_bytes > 48 * 1024) {
     throw NotImplementedError(
         str_cat("cuda rotary: head size ", s.dim, " exceeds the kernel's limit of 12288"));
   }
-  if (s.seq_len > INT32_MAX) {
+  const int64_t blocks = positions.defined() ? x.size(0) * s.seq_len : s.seq_len;
+  if (blocks > INT32_MAX) {
     throw NotImplementedError(str_cat("cuda rotary: ", s.seq_len, " positions exceed the grid"));
   }
   const int64_t rows_per_block = (kRotaryPairsPerBlock + half - 1) / half;
-  const dim3 grid(static_cast<unsigned>(s.seq_len),
+  const dim3 grid(static_cast<unsigned>(blocks),
                   static_cast<unsigned>(
                       std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, kMaxGridY)));
   DeviceGuard guard(x.device().index);
   rotary_kernel<<<grid, kThreads, table_bytes, current_stream()>>>(
       operand_of(x), operand_of(out), s, rows, static_cast<float>(rope.theta), rope,
-      position_offset, inverse ? -1.0f : 1.0f);
+      position_offset, inverse ? -1.0f : 1.0f,
+      positions.defined() ? static_cast<const int64_t*>(positions.data_ptr()) : nullptr);
   check_launch();
 }
 
