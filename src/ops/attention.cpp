@@ -120,12 +120,17 @@ void save_for_backward(FunctionNode& node, const Tensor& q, const Tensor& k, con
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, std::optional<double> scale, double dropout_p,
-                                    Generator* generator, std::optional<int64_t> sliding_window) {
+                                    Generator* generator, std::optional<int64_t> sliding_window,
+                                    std::optional<double> softcap) {
   RecordFunction record("scaled_dot_product_attention", q, k, v);
   if (auto cast = autocast_inputs("scaled_dot_product_attention", {q, k, v})) {
     return scaled_dot_product_attention((*cast)[0], (*cast)[1], (*cast)[2], is_causal, scale,
-                                        dropout_p, generator, sliding_window);
+                                        dropout_p, generator, sliding_window, softcap);
   }
+  if (softcap && !(*softcap > 0.0)) {
+    throw ValueError(str_cat(kOp, ": softcap ", *softcap, " must be positive"));
+  }
+  const float cap = softcap ? static_cast<float>(*softcap) : 0.0f;
   const AttentionDims dims = check_attention(q, k, v, is_causal, dropout_p, sliding_window);
   // The kernels' window: 0 when none, or when it covers every key anyway.
   const int64_t window = sliding_window && *sliding_window < dims.kv_len ? *sliding_window : 0;
@@ -144,10 +149,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const DType dtype = q.dtype();
   need_kernel(kOp, device, &AttentionKernels::forward)(unit_rows(q, dtype), unit_rows(k, dtype),
                                                        unit_rows(v, dtype), is_causal, window,
-                                                       softmax_scale, dropout, out, lse);
+                                                       softmax_scale, cap, dropout, out, lse);
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
     save_for_backward(*node, q, k, v, out, lse);
-    node->set_backward([is_causal, window, softmax_scale,
+    node->set_backward([is_causal, window, softmax_scale, cap,
                         dropout](BackwardContext& ctx) -> std::vector<Tensor> {
       const Tensor& q = ctx.saved(0);
       const Tensor& k = ctx.saved(1);
@@ -174,7 +179,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       }
       need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
           unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(ctx.saved(2), dtype), ctx.saved(3), g,
-          lse, is_causal, window, softmax_scale, dropout, delta, gq, gk, gv, gq_accum);
+          lse, is_causal, window, softmax_scale, cap, dropout, delta, gq, gk, gv, gq_accum);
       return {gq, gk, gv};
     });
     node->set_outputs({out});
