@@ -3,6 +3,7 @@
 #include "io/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -757,7 +758,11 @@ json llama_json(const LlamaConfig& c) {
   if (c.gemma()) {
     out.erase("hidden_act");
     out["hidden_activation"] = c.hidden_act;
-    out["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+    // An int in transformers 5's strict Gemma configs (256, 144), which refuse 256.0.
+    const double scalar = c.query_pre_attn_scalar;
+    out["query_pre_attn_scalar"] = scalar == std::floor(scalar) && std::abs(scalar) < 9e15
+                                       ? json(static_cast<int64_t>(scalar))
+                                       : json(scalar);
     out["attn_logit_softcapping"] = field_json(c.attn_logit_softcapping);
     out["final_logit_softcapping"] = field_json(c.final_logit_softcapping);
     out["layer_types"] = c.layer_types;

@@ -374,6 +374,7 @@ TEST(HfConfig, Gemma2HasSoftCapsAndAlternatingWindows) {
   EXPECT_EQ(written["hidden_activation"], "gelu_pytorch_tanh");
   EXPECT_FALSE(written.contains("hidden_act"));
   EXPECT_EQ(written["final_logit_softcapping"], 3.0);
+  EXPECT_TRUE(written["query_pre_attn_scalar"].is_number_integer());  // transformers 5 wants an int
   EXPECT_EQ(written["layer_types"], nlohmann::json({"sliding_attention", "full_attention"}));
   EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
   // Gemma2Config's defaults: both caps, a 4096-key window on layers 0, 2, ... .
