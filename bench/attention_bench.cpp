@@ -134,12 +134,13 @@ int main(int argc, char** argv) {
   const Tensor tgv = Tensor::empty({s.b, s.h, s.t, s.d}, DType::f32, kCPU);
   double cpu[4];
   const double flash_fwd = best_ms(
-      reps, [&] { cpu::attention_forward(tq, tk, tv, true, 0, scale, {}, tout, tlse); }, &cpu[0]);
+      reps, [&] { cpu::attention_forward(tq, tk, tv, true, 0, scale, 0.0f, {}, tout, tlse); },
+      &cpu[0]);
   const double flash_bwd = best_ms(
       reps,
       [&] {
-        cpu::attention_backward(tq, tk, tv, tout, tg, tlse, true, 0, scale, {}, tdelta, tgq, tgk,
-                                tgv, Tensor());
+        cpu::attention_backward(tq, tk, tv, tout, tg, tlse, true, 0, scale, 0.0f, {}, tdelta, tgq,
+                                tgk, tgv, Tensor());
       },
       &cpu[1]);
   const std::vector<float> out = tout.to_float_vector(), gq = tgq.to_float_vector(),

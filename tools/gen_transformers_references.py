@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/models/{llama31_tiny,qwen2_tiny,qwen2_window_tiny,qwen3_tiny,mistral_tiny,
-phi3_tiny,qwen2_yarn_tiny,phi3_longrope_tiny}/: tiny checkpoints of families made and saved by transformers itself (config.json, model.safetensors) and reference.safetensors in the
+phi3_tiny,qwen2_yarn_tiny,phi3_longrope_tiny,gemma2_tiny,gemma3_tiny}/: tiny checkpoints of families made and saved by transformers itself (config.json, model.safetensors) and reference.safetensors in the
 layout of tools/gen_model_reference.py's fixtures (input_ids, targets, logits, loss, grad.<name>
 for every saved tensor), all computed by transformers' model (eager attention, fp32, one thread),
 0.1 * randn added to every parameter after its init (biases included, so Qwen2's q / k / v biases
@@ -21,13 +21,21 @@ mistral_tiny: MistralForCausalLM (Llama's block without biases, GQA, rope_theta 
 sliding_window of 7 keys, well inside the 48-token sequence.
 phi3_tiny: Phi3ForCausalLM (fused qkv_proj with GQA, fused gate_up_proj, no biases) with a
 sliding_window of 11 keys.
-The sliding-window models are checked to differ from the same weights without the window.
 qwen2_yarn_tiny: qwen2_tiny's shapes with rope_parameters of rope_type yarn (factor 4, original
 context 16, theta 10000): interpolated and extrapolated frequencies and an attention factor of
 0.1 ln 4 + 1 on cos and sin.
 phi3_longrope_tiny: Phi3ForCausalLM with longrope (original_max_position_embeddings 32, so the
 48-token batch takes the long factors); its reference also holds short.input_ids and
 short.logits, a forward over the first 32 tokens, which takes the short ones.
+gemma2_tiny: Gemma2ForCausalLM (embeddings times sqrt(hidden), (1 + w) RMSNorms before and after
+attention and MLP, GeGLU, tied head) with head_dim 16 apart from hidden / heads, GQA,
+query_pre_attn_scalar 24, layer 0 sliding over 7 keys and layer 1 global, and both soft caps small
+enough to bite: attention scores capped at 2 and logits at 3.
+gemma3_tiny: Gemma3ForCausalLM (gemma3_text: q_norm / k_norm (1 + w) over head_dim before RoPE)
+with three layers, sliding_window_pattern 2 (layers 0 and 2 slide over 5 keys, layer 1 is
+global), global RoPE theta 1e6 with linear scaling x2 and local theta 1e4, no soft caps.
+The sliding-window models are checked to differ from the same weights without the window, and
+gemma2_tiny from the same weights with either soft cap lifted.
 
 Usage: python3 tools/gen_transformers_references.py [--out tests/fixtures/models]
 Needs torch, transformers (5.25 was used) and safetensors. The output is deterministic.
@@ -40,7 +48,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
@@ -52,6 +61,8 @@ MISTRAL_SEED = 4545
 PHI3_SEED = 5353
 QWEN2_YARN_SEED = 6363
 PHI3_LONGROPE_SEED = 7373
+GEMMA2_SEED = 6262
+GEMMA3_SEED = 6363
 BATCH, SEQ = 2, 48
 PERTURB_STD = 0.1  # as gen_model_reference.py: activations of order one
 # The shapes of the tiny GQA models below (qwen2_tiny's), for the configs that share them.
@@ -94,6 +105,17 @@ def window_matters(model_class, config, model, reference):
     with torch.no_grad():
         logits = other(input_ids=reference["input_ids"]).logits
     assert (logits - reference["logits"]).abs().max() > 1e-2, "the window changes nothing"
+
+
+def field_matters(model_class, config, model, reference, **changes):
+    """Asserts that the same weights with `changes` to the config give other logits."""
+    other_config = type(config).from_dict({**config.to_dict(), **changes},
+                                          attn_implementation="eager")
+    other = model_class(other_config).float().eval()
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        logits = other(input_ids=reference["input_ids"]).logits
+    assert (logits - reference["logits"]).abs().max() > 1e-2, f"{changes} change nothing"
 
 
 def perturbed(model):
@@ -225,6 +247,43 @@ def main():
         reference["short.logits"] = model(input_ids=short_ids).logits.contiguous()
         # The short factors matter: the first 32 logits of the long forward differ.
         assert (reference["short.logits"] - reference["logits"][:, :32]).abs().max() > 1e-3
+    save_file(reference, os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(GEMMA2_SEED)
+    config = Gemma2Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        rms_norm_eps=1e-6, query_pre_attn_scalar=24, sliding_window=7,
+        attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attn_implementation="eager")
+    assert config.layer_types == ["sliding_attention", "full_attention"], config.layer_types
+    assert config.tie_word_embeddings
+    model = perturbed(Gemma2ForCausalLM(config).float())
+    out = os.path.join(root, "gemma2_tiny")
+    reference = write_reference(out, model)
+    field_matters(Gemma2ForCausalLM, config, model, reference, sliding_window=4096,
+                  layer_types=["full_attention"] * 2)
+    field_matters(Gemma2ForCausalLM, config, model, reference, attn_logit_softcapping=None)
+    field_matters(Gemma2ForCausalLM, config, model, reference, final_logit_softcapping=None)
+    save_file(reference, os.path.join(out, "reference.safetensors"))
+
+    torch.manual_seed(GEMMA3_SEED)
+    config = Gemma3TextConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        rms_norm_eps=1e-6, query_pre_attn_scalar=16, sliding_window=5, sliding_window_pattern=2,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                            "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        attn_implementation="eager")
+    assert config.layer_types == ["sliding_attention", "full_attention", "sliding_attention"], \
+        config.layer_types
+    model = perturbed(Gemma3ForCausalLM(config).float())
+    out = os.path.join(root, "gemma3_tiny")
+    reference = write_reference(out, model)
+    field_matters(Gemma3ForCausalLM, config, model, reference, sliding_window=4096,
+                  layer_types=["full_attention"] * 3)
     save_file(reference, os.path.join(out, "reference.safetensors"))
 
 

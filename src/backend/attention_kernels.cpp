@@ -56,14 +56,14 @@ KernelWork attention_work(const Tensor& q, const Tensor& k, bool causal, int64_t
 }  // namespace
 
 KernelWork attention_forward_cost(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                  int64_t window, float, DropoutParams, const Tensor& out,
+                                  int64_t window, float, float, DropoutParams, const Tensor& out,
                                   const Tensor& lse, const AttentionSequences& sequences) {
   return attention_work(q, k, causal, window, sequences, 1.0, bytes_of({&q, &k, &v, &out, &lse}));
 }
 
 KernelWork attention_backward_cost(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out, const Tensor& grad_out, const Tensor& lse,
-                                   bool causal, int64_t window, float, DropoutParams,
+                                   bool causal, int64_t window, float, float, DropoutParams,
                                    const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
                                    const Tensor& grad_v, const Tensor& grad_q_accum,
                                    const AttentionSequences& sequences) {

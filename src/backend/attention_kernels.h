@@ -37,34 +37,36 @@ struct AttentionSequences {
 // dK), half of each when causal, the visible share of the T x S pairs with a window, summed over
 // the sequences when packed; the tensors' bytes.
 KernelWork attention_forward_cost(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                  int64_t window, float scale, DropoutParams dropout,
+                                  int64_t window, float scale, float softcap, DropoutParams dropout,
                                   const Tensor& out, const Tensor& lse,
                                   const AttentionSequences& sequences);
 KernelWork attention_backward_cost(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out, const Tensor& grad_out, const Tensor& lse,
-                                   bool causal, int64_t window, float scale, DropoutParams dropout,
-                                   const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
-                                   const Tensor& grad_v, const Tensor& grad_q_accum,
-                                   const AttentionSequences& sequences);
+                                   bool causal, int64_t window, float scale, float softcap,
+                                   DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
+                                   const Tensor& grad_k, const Tensor& grad_v,
+                                   const Tensor& grad_q_accum, const AttentionSequences& sequences);
 
 // causal masks key j > query i; window (causal only; 0: none) also masks key j <= i - window, so
 // that a query sees `window` keys, itself included (transformers' sliding window). Key tiles that
-// a query tile cannot see are skipped. `sequences` (last): Note [Packed sequences in attention];
-// packed needs causal and T == S.
+// a query tile cannot see are skipped. softcap c > 0 caps each scaled score s as c * tanh(s / c)
+// before the mask and the softmax (Gemma 2's attn_logit_softcapping); backward multiplies dS by
+// its derivative 1 - tanh^2, recomputed from the score. 0: no cap. `sequences` (last): Note
+// [Packed sequences in attention]; packed needs causal and T == S.
 struct AttentionKernels {
   static constexpr const char* kName = "attention";
 
   // out in q's dtype, q's shape; lse f32 [B, Hq, T] contiguous.
   Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, int64_t window,
-              float scale, DropoutParams dropout, const Tensor& out, const Tensor& lse,
-              const AttentionSequences& sequences)>
+              float scale, float softcap, DropoutParams dropout, const Tensor& out,
+              const Tensor& lse, const AttentionSequences& sequences)>
       forward{"forward", nullptr, attention_forward_cost};
   // out (forward's) and grad_out in q's dtype, q's shape; lse as forward's; delta: f32
   // [B, Hq, T] workspace; grad_q / grad_k / grad_v in q's dtype, shaped as q / k / v;
   // grad_q_accum: contiguous f32 [B, Hq, T, D] workspace when q is not f32, else undefined.
   Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
               const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window, float scale,
-              DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
+              float softcap, DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,
               const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_q_accum,
               const AttentionSequences& sequences)>
       backward{"backward", nullptr, attention_backward_cost};

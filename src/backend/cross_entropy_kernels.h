@@ -23,9 +23,11 @@ struct CrossEntropyKernels {
       forward{"forward"};
   // grad_logits = (softmax(logits) - onehot(target)) * scale * g, zero for ignored rows, where g is
   // grad_scale (a 0-d tensor read on the device) or 1 when it is undefined. grad_logits may be
-  // logits itself (in place).
+  // logits itself (in place). softcap c > 0: the logits are capped ones, l = c * tanh(z / c), and
+  // the gradient is carried to z, times 1 - (l / c)^2 (Gemma 2's final logit soft-capping); 0:
+  // none.
   Kernel<void(const Tensor& logits, const Tensor& lse, const Tensor& targets, int64_t ignore_index,
-              float scale, const Tensor& grad_scale, const Tensor& grad_logits)>
+              float scale, float softcap, const Tensor& grad_scale, const Tensor& grad_logits)>
       backward{"backward"};
   // out (0-d f32) = sum(row_loss) / count, summed in fp64 in a fixed order; NaN when count is 0.
   Kernel<void(const Tensor& row_loss, int64_t count, const Tensor& out)> mean_loss{"mean_loss"};

@@ -34,11 +34,13 @@ struct NormKernels {
               const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
               const Tensor& partial)>
       layer_norm_backward{"layer_norm_backward"};
-  Kernel<void(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,
-              const Tensor& rstd)>
+  // weight_offset is added to each weight as it is read in fp32: 0 (Llama's w), or 1 (Gemma's
+  // (1 + w), whose weight is stored centred on 0). dweight is the same sum either way.
+  Kernel<void(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              const Tensor& out, const Tensor& rstd)>
       rms_norm_forward{"rms_norm_forward"};
-  Kernel<void(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-              const Tensor& dx, const Tensor& dweight, const Tensor& partial)>
+  Kernel<void(const Tensor& grad_out, const Tensor& x, const Tensor& weight, float weight_offset,
+              const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& partial)>
       rms_norm_backward{"rms_norm_backward"};
 };
 

@@ -1,5 +1,5 @@
 // Reading, validating and writing HF config.json for GPT-2 and the Llama-shaped families (Llama,
-// Qwen2, Qwen3, Mistral, Phi-3).
+// Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3's text model).
 #include "io/hf_config.h"
 
 #include <algorithm>
@@ -23,6 +23,9 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kConfigName = "config.json";
+constexpr const char* kReads =
+    "headroom reads 'gpt2', 'llama', 'qwen2', 'qwen3', 'mistral', 'phi3', 'gemma2' and "
+    "'gemma3_text' configs";
 
 std::string config_path(const std::string& path) {
   return std::filesystem::is_directory(path) ? (std::filesystem::path(path) / kConfigName).string()
@@ -64,6 +67,16 @@ class FieldReader {
     const json* v = find(field);
     if (v == nullptr) return;
     if (!v->is_number()) fail_type(field, *v, "a number");
+    out = v->get<double>();
+  }
+  void read(const char* field, std::optional<double>& out) const {
+    const json* v = find(field);
+    if (v == nullptr) return;
+    if (v->is_null()) {
+      out.reset();
+      return;
+    }
+    if (!v->is_number()) fail_type(field, *v, "a number or null");
     out = v->get<double>();
   }
   void read(const char* field, bool& out) const {
@@ -339,13 +352,60 @@ void parse_yarn_or_longrope(const FieldReader& in, const FieldReader& params,
 // keys; Phi-3's legacy "su" and "yarn" are longrope, as Phi3Config reads them), or, as newer
 // transformers write it, the same in rope_parameters with rope_theta inside. A type or key
 // headroom does not compute is refused: a silently unscaled RoPE would be another model.
+void parse_rope_object(const FieldReader& in, const json* rope, const std::string& where,
+                       std::string_view field, LlamaConfig& c);
+
+// Gemma 3's rope_parameters as transformers 5 writes them, one object per layer type: the
+// global layers' into rope_theta / rope_scaling, the sliding layers' (default RoPE only) into
+// rope_local_base_freq.
+void parse_gemma3_rope_parameters(const FieldReader& in, const json& rope, LlamaConfig& c) {
+  const std::string where = str_cat(in.source(), ": rope_parameters");
+  for (const auto& [key, value] : rope.items()) {
+    if (key != "full_attention" && key != "sliding_attention") {
+      throw NotImplementedError(str_cat(where, ": key '", key,
+                                        "' is not implemented (headroom reads full_attention and "
+                                        "sliding_attention)"));
+    }
+    if (!value.is_object()) in.fail_type("rope_parameters", value, "an object per layer type");
+  }
+  if (const auto full = rope.find("full_attention"); full != rope.end()) {
+    parse_rope_object(in, &*full, where + ".full_attention", "rope_parameters", c);
+  }
+  if (const auto sliding = rope.find("sliding_attention"); sliding != rope.end()) {
+    LlamaConfig local;
+    local.rope_theta = c.rope_local_base_freq;
+    const std::string local_where = where + ".sliding_attention";
+    parse_rope_object(in, &*sliding, local_where, "rope_parameters", local);
+    if (local.rope_scaling.type != RopeScaling::Type::standard) {
+      throw NotImplementedError(str_cat(local_where,
+                                        ": a scaled RoPE on Gemma 3's sliding layers is not "
+                                        "implemented (headroom reads rope_type default there)"));
+    }
+    c.rope_local_base_freq = local.rope_theta;
+  }
+}
+
 void parse_rope(const FieldReader& in, LlamaConfig& c) {
-  using Type = RopeScaling::Type;
   for (const char* field : {"rope_scaling", "rope_parameters"}) {
     const json* rope = in.find(field);
     if (rope == nullptr || rope->is_null()) continue;
     if (!rope->is_object()) in.fail_type(field, *rope, "null or an object");
-    const std::string where = str_cat(in.source(), ": ", field);
+    if (c.family == LlamaConfig::Family::gemma3_text &&
+        std::string_view(field) == "rope_parameters" &&
+        (rope->contains("full_attention") || rope->contains("sliding_attention"))) {
+      parse_gemma3_rope_parameters(in, *rope, c);
+      continue;
+    }
+    parse_rope_object(in, rope, str_cat(in.source(), ": ", field), field, c);
+  }
+}
+
+// One RoPE object (rope_scaling, rope_parameters or one layer type's): its type and keys into
+// c.rope_scaling, its rope_theta into c.rope_theta. `where` names it in messages.
+void parse_rope_object(const FieldReader& in, const json* rope, const std::string& where,
+                       std::string_view field, LlamaConfig& c) {
+  using Type = RopeScaling::Type;
+  {
     const FieldReader params(*rope, where);
     std::string type = "default";
     params.read("type", type);  // the older spelling
@@ -401,7 +461,7 @@ void parse_rope(const FieldReader& in, LlamaConfig& c) {
     if (scaling.type == Type::yarn || scaling.type == Type::longrope) {
       parse_yarn_or_longrope(in, params, where, c, scaling);
       c.rope_scaling = scaling;
-      continue;
+      return;
     }
     if (scaling.type != Type::standard && params.find("factor") == nullptr) {
       throw ValueError(str_cat(where, ": rope_type '", type, "' needs 'factor'"));
@@ -426,9 +486,7 @@ void parse_rope(const FieldReader& in, LlamaConfig& c) {
     }
     params.read("rope_theta", c.rope_theta);
     // rope_parameters of the default type after a scaled rope_scaling keeps the scaling.
-    if (scaling.type != Type::standard || std::string_view(field) == "rope_scaling") {
-      c.rope_scaling = scaling;
-    }
+    if (scaling.type != Type::standard || field == "rope_scaling") c.rope_scaling = scaling;
   }
 }
 
@@ -475,6 +533,41 @@ LlamaConfig phi3_defaults() {
   c.rms_norm_eps = 1e-5;
   c.eos_token_id = {32000};
   c.pad_token_id = 32000;
+  return c;
+}
+
+// transformers' Gemma2Config defaults (Gemma 2 2B's shape), where they differ from LlamaConfig's.
+LlamaConfig gemma2_defaults() {
+  LlamaConfig c;
+  c.family = LlamaConfig::Family::gemma2;
+  c.vocab_size = 256000;
+  c.hidden_size = 2304;
+  c.intermediate_size = 9216;
+  c.num_hidden_layers = 26;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 256;
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.max_position_embeddings = 8192;
+  c.pad_token_id = 0;
+  c.eos_token_id = {1};
+  c.bos_token_id = 2;
+  c.tie_word_embeddings = true;
+  c.sliding_window = 4096;
+  c.attn_logit_softcapping = 50.0;
+  c.final_logit_softcapping = 30.0;
+  return c;
+}
+
+// transformers' Gemma3TextConfig defaults, where they differ from Gemma2Config's.
+LlamaConfig gemma3_text_defaults() {
+  LlamaConfig c = gemma2_defaults();
+  c.family = LlamaConfig::Family::gemma3_text;
+  c.vocab_size = 262208;
+  c.max_position_embeddings = 131072;
+  c.rope_theta = 1000000.0;
+  c.attn_logit_softcapping.reset();
+  c.final_logit_softcapping.reset();
   return c;
 }
 
@@ -564,9 +657,65 @@ void parse_phi3_fields(const FieldReader& in, LlamaConfig& c) {
   c.pretraining_tp = 1;
 }
 
+// Gemma 2 / Gemma 3's fields (transformers' Gemma2Config, Gemma3TextConfig). Read before RoPE:
+// Gemma 3's older files give the sliding layers' base as rope_local_base_freq.
+void parse_gemma_fields(const FieldReader& in, LlamaConfig& c) {
+  const bool gemma3 = c.family == LlamaConfig::Family::gemma3_text;
+  // hidden_activation is Gemma's name; hidden_act is not a Gemma field.
+  c.hidden_act = "gelu_pytorch_tanh";
+  in.read("hidden_activation", c.hidden_act);
+  in.read("query_pre_attn_scalar", c.query_pre_attn_scalar);
+  in.read("attn_logit_softcapping", c.attn_logit_softcapping);
+  in.read("final_logit_softcapping", c.final_logit_softcapping);
+  in.read("sliding_window", c.sliding_window);
+  if (gemma3) {
+    in.read("rope_local_base_freq", c.rope_local_base_freq);
+    // The pattern of older files; transformers 5 writes it back as _sliding_window_pattern.
+    in.read("_sliding_window_pattern", c.sliding_window_pattern);
+    in.read("sliding_window_pattern", c.sliding_window_pattern);
+  }
+  const std::string& s = in.source();
+  require_positive(s, "query_pre_attn_scalar", c.query_pre_attn_scalar);
+  if (c.attn_logit_softcapping) {
+    require_positive(s, "attn_logit_softcapping", *c.attn_logit_softcapping);
+  }
+  if (c.final_logit_softcapping) {
+    require_positive(s, "final_logit_softcapping", *c.final_logit_softcapping);
+  }
+  require_positive(s, "sliding_window_pattern", c.sliding_window_pattern);
+  require_positive(s, "rope_local_base_freq", c.rope_local_base_freq);
+  if (const json* v = in.find("use_bidirectional_attention"); v && !v->is_null()) {
+    if (!v->is_boolean()) in.fail_type("use_bidirectional_attention", *v, "true, false or null");
+    if (v->get<bool>()) {
+      throw NotImplementedError(str_cat(s, ": field 'use_bidirectional_attention' is true; ",
+                                        "headroom implements causal attention only (false)"));
+    }
+  }
+  c.layer_types = read_layer_types(in, c, {"full_attention", "sliding_attention"});
+  if (c.layer_types.empty()) {
+    // The pattern's list, as Gemma2Config / Gemma3TextConfig write it back (sliding_layer reads
+    // the pattern while the list is still empty).
+    std::vector<std::string> types;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      types.push_back(c.sliding_layer(i) ? "sliding_attention" : "full_attention");
+    }
+    c.layer_types = std::move(types);
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (c.sliding_layer(i) && !c.sliding_window) {
+      throw ValueError(str_cat(s, ": layer ", i, " is a sliding_attention layer (field ",
+                               "'layer_types') but field 'sliding_window' is null"));
+    }
+  }
+  // Not Gemma fields: transformers' Gemma has no MLP bias and ignores them, as headroom does.
+  c.mlp_bias = false;
+  c.pretraining_tp = 1;
+}
+
 LlamaConfig parse_llama(const FieldReader& in, LlamaConfig c = {}) {
   llama_fields(c, [&](const char* field, auto& value) { in.read(field, value); });
   in.read("dtype", c.torch_dtype);  // torch_dtype's name in newer transformers
+  if (c.gemma()) parse_gemma_fields(in, c);
   parse_rope(in, c);
   switch (c.family) {
     case LlamaConfig::Family::llama:
@@ -580,6 +729,9 @@ LlamaConfig parse_llama(const FieldReader& in, LlamaConfig c = {}) {
       break;
     case LlamaConfig::Family::phi3:
       parse_phi3_fields(in, c);
+      break;
+    case LlamaConfig::Family::gemma2:
+    case LlamaConfig::Family::gemma3_text:
       break;
   }
 
@@ -614,7 +766,12 @@ LlamaConfig parse_llama(const FieldReader& in, LlamaConfig c = {}) {
   require_positive(s, "rope_theta", c.rope_theta);
   require_attention_dropout(s, "attention_dropout", c.attention_dropout);
   require_non_negative(s, "initializer_range", c.initializer_range);
-  require_implemented(s, "hidden_act", c.hidden_act, {"silu"});
+  if (c.gemma()) {
+    // GELU's tanh form, as Gemma's MLP applies it; Gemma 1's exact "gelu" has no kernel here.
+    require_implemented(s, "hidden_activation", c.hidden_act, {"gelu_pytorch_tanh"});
+  } else {
+    require_implemented(s, "hidden_act", c.hidden_act, {"silu"});
+  }
   return c;
 }
 
@@ -626,6 +783,7 @@ json field_json(const T& value) {
 json field_json(const std::optional<int64_t>& value) {
   return value ? json(*value) : json(nullptr);
 }
+json field_json(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
 // One token id as a number, as HF writes it; several as a list.
 json field_json(const std::vector<int64_t>& ids) {
   if (ids.empty()) return nullptr;
@@ -695,6 +853,10 @@ std::pair<const char*, const char*> family_names(LlamaConfig::Family family) {
       return {"mistral", "MistralForCausalLM"};
     case Family::phi3:
       return {"phi3", "Phi3ForCausalLM"};
+    case Family::gemma2:
+      return {"gemma2", "Gemma2ForCausalLM"};
+    case Family::gemma3_text:
+      return {"gemma3_text", "Gemma3ForCausalLM"};
   }
   return {"llama", "LlamaForCausalLM"};
 }
@@ -707,13 +869,37 @@ json llama_json(const LlamaConfig& c) {
   out["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   if (c.family != Family::llama) {
     for (const char* field : {"mlp_bias", "pretraining_tp"}) out.erase(field);
-    if (c.family != Family::qwen3) out.erase("attention_bias");
+    if (c.family != Family::qwen3 && !c.gemma()) out.erase("attention_bias");
     out["sliding_window"] = field_json(c.sliding_window);
   }
   if (c.family == Family::qwen2 || c.family == Family::qwen3) {
     out["use_sliding_window"] = c.use_sliding_window;
     out["max_window_layers"] = c.max_window_layers;
     if (!c.layer_types.empty()) out["layer_types"] = c.layer_types;
+  }
+  if (c.gemma()) {
+    out.erase("hidden_act");
+    out["hidden_activation"] = c.hidden_act;
+    // An int in transformers 5's strict Gemma configs (256, 144), which refuse 256.0.
+    const double scalar = c.query_pre_attn_scalar;
+    out["query_pre_attn_scalar"] = scalar == std::floor(scalar) && std::abs(scalar) < 9e15
+                                       ? json(static_cast<int64_t>(scalar))
+                                       : json(scalar);
+    out["attn_logit_softcapping"] = field_json(c.attn_logit_softcapping);
+    out["final_logit_softcapping"] = field_json(c.final_logit_softcapping);
+    out["layer_types"] = c.layer_types;
+    out["use_bidirectional_attention"] = false;
+  }
+  if (c.family == Family::gemma3_text) {
+    // transformers 4 reads the top-level fields, 5 the nested rope_parameters.
+    out["rope_local_base_freq"] = c.rope_local_base_freq;
+    out["sliding_window_pattern"] = c.sliding_window_pattern;
+    json full = rope_scaling_json(c.rope_scaling);
+    if (full.is_null()) full = {{"rope_type", "default"}};
+    full["rope_theta"] = c.rope_theta;
+    out["rope_parameters"] = {
+        {"full_attention", full},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_local_base_freq}}}};
   }
   if (c.family == Family::phi3) {
     out["original_max_position_embeddings"] = c.original_max_position_embeddings;
@@ -751,9 +937,7 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   }
   const FieldReader in(config, source_name);
   if (in.find("model_type") == nullptr) {
-    throw ValueError(str_cat(source_name,
-                             ": field 'model_type' is missing; headroom reads "
-                             "'gpt2', 'llama', 'qwen2', 'qwen3', 'mistral' and 'phi3' configs"));
+    throw ValueError(str_cat(source_name, ": field 'model_type' is missing; ", kReads));
   }
   std::string model_type;
   in.read("model_type", model_type);
@@ -763,9 +947,16 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   if (model_type == "qwen3") return parse_llama(in, qwen3_defaults());
   if (model_type == "mistral") return parse_llama(in, mistral_defaults());
   if (model_type == "phi3") return parse_llama(in, phi3_defaults());
-  throw ValueError(
-      str_cat(source_name, ": field 'model_type' is '", model_type,
-              "'; headroom reads 'gpt2', 'llama', 'qwen2', 'qwen3', 'mistral' and 'phi3' configs"));
+  if (model_type == "gemma2") return parse_llama(in, gemma2_defaults());
+  if (model_type == "gemma3_text") return parse_llama(in, gemma3_text_defaults());
+  if (model_type == "gemma3") {
+    // Gemma3ForConditionalGeneration: a vision tower beside the text model, whose weights live
+    // under other names (model.language_model.*).
+    throw NotImplementedError(str_cat(
+        source_name, ": field 'model_type' is 'gemma3' (Gemma 3 with its vision tower, ",
+        "text_config nested); headroom reads Gemma 3's text model, model_type 'gemma3_text'"));
+  }
+  throw ValueError(str_cat(source_name, ": field 'model_type' is '", model_type, "'; ", kReads));
 }
 
 HfConfig read_hf_config(const std::string& path) {

@@ -32,7 +32,7 @@ Tensor GPT2Attention::forward(const Tensor& x, const SequenceBoundaries& sequenc
   const double p = is_training() ? config_.attn_pdrop : 0.0;
   Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                           /*is_causal=*/true, std::nullopt, p, nullptr,
-                                          std::nullopt, sequences.attention);
+                                          std::nullopt, std::nullopt, sequences.attention);
   y = reshape(transpose(y, 1, 2), {b, t, d});
   return run_matmul(runners_, c_proj_, y);
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/activation.h"
 #include "ops/autocast.h"
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
@@ -83,15 +84,21 @@ std::vector<std::pair<std::string, Tensor>> Linear::own_buffers() const {
 Tensor TiedLinear::forward(const Tensor& x) const { return with_adapter(x, linear(x, weight())); }
 
 Tensor output_head_loss(const AdaptableLinear& head, const Tensor& weight, const Tensor& h,
-                        const Tensor& targets, int64_t target_count) {
-  if (!head.adapter()) return linear_cross_entropy(h, weight, targets, -100, target_count);
+                        const Tensor& targets, int64_t target_count,
+                        std::optional<double> logit_softcap) {
+  if (!head.adapter()) {
+    return linear_cross_entropy(h, weight, targets, -100, target_count, logit_softcap);
+  }
   Tensor logits = head.forward(h);
   if (logits.dtype() != DType::f32) logits = cast(logits, DType::f32);
+  if (logit_softcap) logits = softcap(logits, *logit_softcap);
   return cross_entropy(logits, targets, -100, target_count);
 }
 
-Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h) {
-  return head.adapter() ? head.forward(h) : linear(h, weight);
+Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h,
+                          std::optional<double> logit_softcap) {
+  Tensor logits = head.adapter() ? head.forward(h) : linear(h, weight);
+  return logit_softcap ? softcap(logits, *logit_softcap) : logits;
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Device device) {
@@ -99,7 +106,7 @@ Embedding::Embedding(int64_t num, int64_t dim, Device device) {
 }
 
 Tensor Embedding::forward(const Tensor& ids, IdCheck check) const {
-  Tensor out = embedding(weight_, ids, check);
+  Tensor out = embedding(weight_, ids, check, padding_idx_);
   if (neftune_noise_alpha_ == 0.0 || !is_training()) return out;
   // HF: dims = output.size(1) * output.size(2), the padded length times the hidden size.
   const Shape& shape = out.shape();
@@ -130,12 +137,15 @@ Tensor LayerNorm::forward(const Tensor& x, std::optional<DType> out_dtype) const
   return layer_norm(x, weight_, bias_, eps_, out_dtype);
 }
 
-RMSNorm::RMSNorm(int64_t dim, double eps, Device device) : eps_(eps) {
-  register_parameter("weight", weight_, Tensor::ones({dim}, DType::f32, device));
+RMSNorm::RMSNorm(int64_t dim, double eps, Device device, double weight_offset)
+    : eps_(eps), weight_offset_(weight_offset) {
+  register_parameter("weight", weight_,
+                     weight_offset == 0.0 ? Tensor::ones({dim}, DType::f32, device)
+                                          : Tensor::zeros({dim}, DType::f32, device));
 }
 
 Tensor RMSNorm::forward(const Tensor& x, std::optional<DType> out_dtype) const {
-  return rms_norm(x, weight_, eps_, out_dtype);
+  return rms_norm(x, weight_, eps_, out_dtype, weight_offset_);
 }
 
 }  // namespace headroom

@@ -124,6 +124,8 @@ class Embedding : public Module {
   // come from a TokenCorpus, whose ids lie in the tokenizer's vocabulary, which fits the model's):
   // no read-back, which on a GPU is a host sync a step (Note [Targets counted by the caller]).
   void set_id_check(IdCheck check) { id_check_ = check; }
+  // nn.Embedding's padding_idx: the row that gets no gradient from the lookup (null: none).
+  void set_padding_idx(std::optional<int64_t> row) { padding_idx_ = row; }
   const Tensor& weight() const { return weight_; }
   // NEFTune (transformers' neftune_post_forward_hook): in training mode only, the output
   // [..., T, d] gets uniform noise in [-m, m), m = alpha / sqrt(T * d), drawn from the default
@@ -135,6 +137,7 @@ class Embedding : public Module {
   Tensor weight_;
   double neftune_noise_alpha_ = 0.0;
   IdCheck id_check_ = IdCheck::read_back;
+  std::optional<int64_t> padding_idx_;
 };
 
 // The output projection of a model whose lm_head shares the input embedding's weight (GPT-2,
@@ -158,11 +161,15 @@ class TiedLinear : public AdaptableLinear {
 // (weight [V, D]): the fused, chunked linear_cross_entropy, which never holds the logits; when
 // the head holds an adapter (LoRA on lm_head), the head's forward and cross_entropy of its fp32
 // logits, as transformers computes it (the adapter's branch is not in the fused op).
-// `target_count`: as linear_cross_entropy's.
+// `target_count`: as linear_cross_entropy's. logit_softcap: Gemma 2's final_logit_softcapping,
+// c * tanh(logits / c) before the loss (null: none).
 Tensor output_head_loss(const AdaptableLinear& head, const Tensor& weight, const Tensor& h,
-                        const Tensor& targets, int64_t target_count = -1);
-// The logits of the same head: linear(h, weight), or the head's forward with its adapter.
-Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h);
+                        const Tensor& targets, int64_t target_count = -1,
+                        std::optional<double> logit_softcap = {});
+// The logits of the same head: linear(h, weight), or the head's forward with its adapter; capped
+// when logit_softcap is given.
+Tensor output_head_logits(const AdaptableLinear& head, const Tensor& weight, const Tensor& h,
+                          std::optional<double> logit_softcap = {});
 
 // The one dtype that all of `projections` convert their input to (AdaptableLinear::input_dtype),
 // or nullopt when one reads its input as it is or they differ.
@@ -179,14 +186,18 @@ class LayerNorm : public Module {
   double eps_;
 };
 
+// Llama's RMSNorm (weight initialised to 1), or with weight_offset 1 Gemma's, which scales by
+// (1 + weight) and initialises its weight to 0 (ops/norm.h: rms_norm).
 class RMSNorm : public Module {
  public:
-  RMSNorm(int64_t dim, double eps, Device device);  // weight 1
+  RMSNorm(int64_t dim, double eps, Device device, double weight_offset = 0.0);
   Tensor forward(const Tensor& x, std::optional<DType> out_dtype = std::nullopt) const;
+  double weight_offset() const { return weight_offset_; }
 
  private:
   Tensor weight_;
   double eps_;
+  double weight_offset_;
 };
 
 }  // namespace headroom

@@ -1,6 +1,9 @@
 // Llama as HF's modeling_llama defines it, on headroom's ops.
 #include "nn/llama.h"
 
+#include <cmath>
+
+#include "core/dtype_convert.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "ops/ops.h"
@@ -13,11 +16,31 @@ std::unique_ptr<Linear> projection(int64_t in, int64_t out, bool bias, Device de
   return std::make_unique<Linear>(in, out, bias, WeightLayout::out_in, device);
 }
 
+// The family's RMSNorm over `dim` (Gemma's scales by 1 + w).
+std::unique_ptr<RMSNorm> norm(const LlamaConfig& c, int64_t dim, Device device) {
+  return std::make_unique<RMSNorm>(dim, c.rms_norm_eps, device, c.norm_weight_offset());
+}
+
+// Gemma's embedding scale as transformers applies it: sqrt(hidden) as an fp32 tensor, cast to the
+// embedding's dtype (bf16: sqrt(3072) = 55.4256 becomes 55.5) before the product.
+double embedding_normalizer(int64_t hidden, DType dtype) {
+  const float value = static_cast<float>(std::sqrt(static_cast<double>(hidden)));
+  if (dtype == DType::f32) return value;
+  alignas(8) unsigned char rounded[8];
+  float widened = 0.0f;
+  convert_from_f32(&value, rounded, dtype, 1);
+  convert_to_f32(rounded, dtype, &widened, 1);
+  return widened;
+}
+
 }  // namespace
 
 LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device, const BlockRunners* runners,
                                int64_t layer)
-    : config_(c), runners_(runners), window_(c.attention_window(layer)) {
+    : config_(c),
+      runners_(runners),
+      window_(c.attention_window(layer)),
+      rope_(c.layer_rope(layer)) {
   // Registered in transformers' Llama order (q, k, v, o), which fixes the parameter order.
   const int64_t q_size = c.num_attention_heads * c.effective_head_dim();
   const int64_t kv_size = c.effective_num_key_value_heads() * c.effective_head_dim();
@@ -31,10 +54,8 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, Device device, const BlockR
   }
   o_proj_ = &register_module("o_proj", projection(q_size, c.hidden_size, c.attention_bias, device));
   if (c.qk_norm()) {
-    q_norm_ = &register_module(
-        "q_norm", std::make_unique<RMSNorm>(c.effective_head_dim(), c.rms_norm_eps, device));
-    k_norm_ = &register_module(
-        "k_norm", std::make_unique<RMSNorm>(c.effective_head_dim(), c.rms_norm_eps, device));
+    q_norm_ = &register_module("q_norm", norm(c, c.effective_head_dim(), device));
+    k_norm_ = &register_module("k_norm", norm(c, c.effective_head_dim(), device));
   }
 }
 
@@ -57,18 +78,19 @@ Tensor LlamaAttention::forward(const Tensor& x, const SequenceBoundaries& sequen
            run_matmul(runners_, *v_proj_, x)};
   }
   const Tensor& positions = sequences.position_ids;
-  const Tensor q = rotary_embedding(heads(qkv[0], hq, q_norm_), config_.rope(), 0, positions);
-  const Tensor k = rotary_embedding(heads(qkv[1], hkv, k_norm_), config_.rope(), 0, positions);
+  const Tensor q = rotary_embedding(heads(qkv[0], hq, q_norm_), rope_, 0, positions);
+  const Tensor k = rotary_embedding(heads(qkv[1], hkv, k_norm_), rope_, 0, positions);
   const Tensor v = heads(qkv[2], hkv);
   qkv.clear();
   const double p = is_training() ? config_.attention_dropout : 0.0;
-  Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, p, nullptr,
-                                          window_, sequences.attention);
+  Tensor y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, config_.attention_scale(), p,
+                                          nullptr, window_, config_.attn_logit_softcapping,
+                                          sequences.attention);
   return run_matmul(runners_, *o_proj_, reshape(transpose(y, 1, 2), {b, t, hq * hd}));
 }
 
 LlamaMLP::LlamaMLP(const LlamaConfig& c, Device device, const BlockRunners* runners)
-    : runners_(runners) {
+    : runners_(runners), geglu_(c.gemma()) {
   const int64_t in = c.hidden_size, inter = c.intermediate_size;
   if (c.fused_projections()) {
     gate_up_proj_ = &register_module("gate_up_proj", projection(in, 2 * inter, c.mlp_bias, device));
@@ -88,28 +110,55 @@ Tensor LlamaMLP::forward(const Tensor& x) const {
     const std::vector<Tensor> parts = split(fused, {inter, inter}, -1);
     hidden = swiglu(parts[0], parts[1]);
   } else {
-    hidden = swiglu(run_matmul(runners_, *gate_proj_, x), run_matmul(runners_, *up_proj_, x));
+    const Tensor gate = run_matmul(runners_, *gate_proj_, x);
+    const Tensor up = run_matmul(runners_, *up_proj_, x);
+    hidden = geglu_ ? geglu(gate, up) : swiglu(gate, up);
   }
   return run_matmul(runners_, *down_proj_, hidden);
 }
 
+// Registered in transformers' order, which fixes the parameter order: Llama's input_layernorm,
+// self_attn, post_attention_layernorm, mlp; Gemma's self_attn, mlp, then its four norms.
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Device device,
-                                     const BlockRunners* runners, int64_t layer)
-    : input_layernorm_(register_module(
-          "input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
-      self_attn_(register_module("self_attn",
-                                 std::make_unique<LlamaAttention>(c, device, runners, layer))),
-      post_attention_layernorm_(
-          register_module("post_attention_layernorm",
-                          std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device))),
-      mlp_(register_module("mlp", std::make_unique<LlamaMLP>(c, device, runners))) {}
+                                     const BlockRunners* runners, int64_t layer) {
+  auto attention = [&] {
+    self_attn_ =
+        &register_module("self_attn", std::make_unique<LlamaAttention>(c, device, runners, layer));
+  };
+  auto mlp = [&] {
+    mlp_ = &register_module("mlp", std::make_unique<LlamaMLP>(c, device, runners));
+  };
+  auto hidden_norm = [&](const char* name) {
+    return &register_module(name, norm(c, c.hidden_size, device));
+  };
+  if (c.gemma()) {
+    attention();
+    mlp();
+    input_layernorm_ = hidden_norm("input_layernorm");
+    post_attention_layernorm_ = hidden_norm("post_attention_layernorm");
+    pre_feedforward_layernorm_ = hidden_norm("pre_feedforward_layernorm");
+    post_feedforward_layernorm_ = hidden_norm("post_feedforward_layernorm");
+  } else {
+    input_layernorm_ = hidden_norm("input_layernorm");
+    attention();
+    post_attention_layernorm_ = hidden_norm("post_attention_layernorm");
+    mlp();
+  }
+}
 
-// Each norm writes the dtype its projections convert it to (under autocast: one bf16 tensor
-// that q, k and v share, where three casts of an fp32 one would each be kept for backward).
+// Each norm before projections writes the dtype they convert it to (under autocast: one bf16
+// tensor that q, k and v share, where three casts of an fp32 one would each be kept for
+// backward). Gemma normalises each branch's output too, before the residual add.
 Tensor LlamaDecoderLayer::forward(const Tensor& x, const SequenceBoundaries& sequences) const {
-  const Tensor h =
-      add(x, self_attn_.forward(input_layernorm_.forward(x, self_attn_.input_dtype()), sequences));
-  return add(h, mlp_.forward(post_attention_layernorm_.forward(h, mlp_.input_dtype())));
+  const Tensor attn =
+      self_attn_->forward(input_layernorm_->forward(x, self_attn_->input_dtype()), sequences);
+  if (!pre_feedforward_layernorm_) {
+    const Tensor h = add(x, attn);
+    return add(h, mlp_->forward(post_attention_layernorm_->forward(h, mlp_->input_dtype())));
+  }
+  const Tensor h = add(x, post_attention_layernorm_->forward(attn));
+  const Tensor mlp = mlp_->forward(pre_feedforward_layernorm_->forward(h, mlp_->input_dtype()));
+  return add(h, post_feedforward_layernorm_->forward(mlp));
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, Device device, const BlockRunners* runners)
@@ -117,14 +166,18 @@ LlamaModel::LlamaModel(const LlamaConfig& c, Device device, const BlockRunners* 
       runners_(runners),
       embed_tokens_(register_module(
           "embed_tokens", std::make_unique<Embedding>(c.vocab_size, c.hidden_size, device))) {
+  // nn.Embedding(vocab, hidden, padding_idx=pad_token_id), counted from the end when negative.
+  if (c.pad_token_id && *c.pad_token_id >= -c.vocab_size && *c.pad_token_id < c.vocab_size) {
+    embed_tokens_.set_padding_idx(*c.pad_token_id < 0 ? *c.pad_token_id + c.vocab_size
+                                                      : *c.pad_token_id);
+  }
   auto layers = std::make_unique<Module>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_.push_back(&layers->register_child(
         std::to_string(i), std::make_unique<LlamaDecoderLayer>(c, device, runners, i)));
   }
   register_module("layers", std::move(layers));
-  norm_ =
-      &register_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps, device));
+  norm_ = &register_module("norm", norm(c, c.hidden_size, device));
 }
 
 Tensor LlamaModel::forward(const Tensor& input_ids, const SequenceBoundaries& sequences) const {
@@ -134,6 +187,7 @@ Tensor LlamaModel::forward(const Tensor& input_ids, const SequenceBoundaries& se
   }
   check_sequence_boundaries("LlamaModel", input_ids, sequences);
   Tensor x = embed_tokens_.forward(input_ids);
+  if (config_.gemma()) x = scale(x, embedding_normalizer(config_.hidden_size, x.dtype()));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LlamaDecoderLayer* layer = layers_[i];
     // The boundaries are copied into the forward: a recompute in backward may outlive the caller's.
@@ -178,8 +232,9 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Device device, uint64_t
 void LlamaForCausalLM::init_parameter(const std::string& name, const Tensor& p,
                                       Generator& generator) const {
   if (p.ndim() != 2) {
+    // The 1-D weights are RMSNorm's: 1, or Gemma's 0 (it scales by 1 + w).
     const bool weight = name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-    p.fill_(weight ? 1.0 : 0.0);  // the 1-D weights are RMSNorm's
+    p.fill_(weight ? 1.0 - config_.norm_weight_offset() : 0.0);
     return;
   }
   const LlamaConfig& c = config_;
@@ -205,13 +260,14 @@ Tensor LlamaForCausalLM::hidden_states(const Tensor& input_ids,
 }
 
 Tensor LlamaForCausalLM::forward(const Tensor& input_ids, const SequenceBoundaries& sequences) {
-  return output_head_logits(*head_, head_weight(), hidden_states(input_ids, sequences));
+  return output_head_logits(*head_, head_weight(), hidden_states(input_ids, sequences),
+                            config_.final_logit_softcapping);
 }
 
 Tensor LlamaForCausalLM::loss(const Tensor& input_ids, const Tensor& targets, int64_t target_count,
                               const SequenceBoundaries& sequences) {
   return output_head_loss(*head_, head_weight(), hidden_states(input_ids, sequences), targets,
-                          target_count);
+                          target_count, config_.final_logit_softcapping);
 }
 
 }  // namespace headroom

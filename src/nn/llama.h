@@ -1,6 +1,9 @@
 // Llama (HF LlamaForCausalLM): RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP,
 // untied LM head (unless tie_word_embeddings); with the variations of the Llama-shaped families
-// (LlamaConfig::Family): biases, q / k norms, sliding windows, fused projections.
+// (LlamaConfig::Family): biases, q / k norms, sliding windows, fused projections, and Gemma 2 / 3's
+// block (Gemma2ForCausalLM, Gemma3ForCausalLM): embeddings times sqrt(hidden), (1 + w) RMSNorms
+// also after attention and around the MLP, a GeGLU MLP, query_pre_attn_scalar, soft-capped
+// attention scores and logits, and Gemma 3's local RoPE base on its sliding layers.
 #pragma once
 
 #include <vector>
@@ -27,6 +30,7 @@ class LlamaAttention : public Module {
   const LlamaConfig config_;
   const BlockRunners* runners_;
   const std::optional<int64_t> window_;
+  const RopeParameters rope_;  // the layer's (LlamaConfig::layer_rope)
   // q_proj, k_proj and v_proj, or Phi-3's qkv_proj (LlamaConfig::fused_projections), q rows
   // first, then k's, then v's.
   Linear* q_proj_ = nullptr;
@@ -34,7 +38,7 @@ class LlamaAttention : public Module {
   Linear* v_proj_ = nullptr;
   Linear* qkv_proj_ = nullptr;
   Linear* o_proj_ = nullptr;
-  const RMSNorm* q_norm_ = nullptr;  // Qwen3's (LlamaConfig::qk_norm), else null
+  const RMSNorm* q_norm_ = nullptr;  // Qwen3's and Gemma 3's (LlamaConfig::qk_norm), else null
   const RMSNorm* k_norm_ = nullptr;
 };
 
@@ -49,6 +53,7 @@ class LlamaMLP : public Module {
 
  private:
   const BlockRunners* runners_;
+  const bool geglu_;  // Gemma's gelu_pytorch_tanh gate (its only hidden_activation), else SiLU's
   // gate_proj and up_proj, or Phi-3's gate_up_proj, gate rows first.
   Linear* gate_proj_ = nullptr;
   Linear* up_proj_ = nullptr;
@@ -63,10 +68,14 @@ class LlamaDecoderLayer : public Module {
   Tensor forward(const Tensor& x, const SequenceBoundaries& sequences = {}) const;
 
  private:
-  RMSNorm& input_layernorm_;
-  LlamaAttention& self_attn_;
-  RMSNorm& post_attention_layernorm_;
-  LlamaMLP& mlp_;
+  RMSNorm* input_layernorm_ = nullptr;
+  LlamaAttention* self_attn_ = nullptr;
+  // Llama's norm before the MLP; Gemma's norm of the attention's output.
+  RMSNorm* post_attention_layernorm_ = nullptr;
+  LlamaMLP* mlp_ = nullptr;
+  // Gemma's norms before the MLP and of its output; null for the other families.
+  RMSNorm* pre_feedforward_layernorm_ = nullptr;
+  RMSNorm* post_feedforward_layernorm_ = nullptr;
 };
 
 // HF's "model": embeddings, layers, final norm. Returns the final hidden states.

@@ -2,6 +2,7 @@
 // (GPT2Config, LlamaConfig). io/hf_config reads and writes them as config.json.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -49,9 +50,10 @@ struct GPT2Config {
 // qwen3: attention_bias on all four projections as Llama's, and q_norm / k_norm, an RMSNorm over
 // each head of q and k before RoPE), Mistral (family mistral: no biases, sliding_window on every
 // layer) and Phi-3 / 3.5 (family phi3: q / k / v fused in qkv_proj and gate / up in gate_up_proj,
-// no biases, sliding_window on every layer).
+// no biases, sliding_window on every layer), Gemma 2 and Gemma 3's text model (families gemma2 and
+// gemma3_text: Gemma2Config / Gemma3TextConfig's fields below; see nn/llama.h).
 struct LlamaConfig {
-  enum class Family : uint8_t { llama, qwen2, qwen3, mistral, phi3 };
+  enum class Family : uint8_t { llama, qwen2, qwen3, mistral, phi3, gemma2, gemma3_text };
   Family family = Family::llama;  // model_type
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -60,7 +62,7 @@ struct LlamaConfig {
   int64_t num_attention_heads = 32;
   std::optional<int64_t> num_key_value_heads;  // null means num_attention_heads (no GQA)
   std::optional<int64_t> head_dim;             // null means hidden_size / num_attention_heads
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";             // Gemma's hidden_activation
   int64_t max_position_embeddings = 2048;
   double initializer_range = 0.02;
   double rms_norm_eps = 1e-6;
@@ -87,6 +89,16 @@ struct LlamaConfig {
   // longrope, and embd_pdrop is unused by transformers' Phi3Model.
   int64_t original_max_position_embeddings = 4096;
   double embd_pdrop = 0.0;
+  // Gemma 2 / 3's: the attention scale query_pre_attn_scalar^-0.5; the soft caps c * tanh(x / c)
+  // of the attention scores and of the logits (null: none); Gemma 3's local RoPE base (the
+  // sliding layers' rope_theta, default RoPE; the global layers take rope_theta and
+  // rope_scaling) and its pattern (every sliding_window_pattern-th layer is global) when
+  // layer_types is not given. Gemma 2 slides the even layers (0, 2, ...) then.
+  double query_pre_attn_scalar = 256.0;
+  std::optional<double> attn_logit_softcapping;
+  std::optional<double> final_logit_softcapping;
+  double rope_local_base_freq = 10000.0;
+  int64_t sliding_window_pattern = 6;
 
   int64_t effective_num_key_value_heads() const {
     return num_key_value_heads.value_or(num_attention_heads);
@@ -95,10 +107,24 @@ struct LlamaConfig {
     return head_dim.value_or(hidden_size / num_attention_heads);
   }
   RopeParameters rope() const { return {rope_theta, rope_scaling}; }
+  bool gemma() const { return family == Family::gemma2 || family == Family::gemma3_text; }
+  // Gemma 3's sliding layers rotate with their own base and default RoPE; every other layer
+  // with rope().
+  RopeParameters layer_rope(int64_t layer) const {
+    if (family == Family::gemma3_text && sliding_layer(layer)) return {rope_local_base_freq, {}};
+    return rope();
+  }
+  // The attention's score scale: query_pre_attn_scalar^-0.5 for Gemma, else head_dim^-0.5.
+  double attention_scale() const {
+    return 1.0 /
+           std::sqrt(gemma() ? query_pre_attn_scalar : static_cast<double>(effective_head_dim()));
+  }
+  // The RMSNorms' weight offset: Gemma's scale by (1 + w), Llama's by w.
+  double norm_weight_offset() const { return gemma() ? 1.0 : 0.0; }
+  // Qwen3's per-head q_norm / k_norm, and Gemma 3's.
+  bool qk_norm() const { return family == Family::qwen3 || family == Family::gemma3_text; }
   // q_proj, k_proj and v_proj have a bias: Llama's attention_bias, or always in Qwen2.
   bool qkv_bias() const { return attention_bias || family == Family::qwen2; }
-  // Qwen3's per-head q_norm / k_norm.
-  bool qk_norm() const { return family == Family::qwen3; }
   // Phi-3's fused qkv_proj and gate_up_proj.
   bool fused_projections() const { return family == Family::phi3; }
   // The sliding window of layer `layer` (null: full attention), as transformers applies it.
@@ -109,6 +135,9 @@ struct LlamaConfig {
       case Family::mistral:
       case Family::phi3:
         return sliding_window;
+      case Family::gemma2:
+      case Family::gemma3_text:
+        return sliding_layer(layer) ? sliding_window : std::nullopt;
       case Family::qwen2:
       case Family::qwen3:
         break;
@@ -119,6 +148,16 @@ struct LlamaConfig {
                             : static_cast<size_t>(layer) < layer_types.size() &&
                                   layer_types[static_cast<size_t>(layer)] == "sliding_attention";
     return slides ? sliding_window : std::nullopt;
+  }
+  // Whether Gemma's layer `layer` is a sliding_attention one: layer_types', or else the pattern
+  // Gemma2Config / Gemma3TextConfig fill it with.
+  bool sliding_layer(int64_t layer) const {
+    if (!layer_types.empty()) {
+      return static_cast<size_t>(layer) < layer_types.size() &&
+             layer_types[static_cast<size_t>(layer)] == "sliding_attention";
+    }
+    const int64_t pattern = family == Family::gemma2 ? 2 : sliding_window_pattern;
+    return (layer + 1) % pattern != 0;
   }
   bool operator==(const LlamaConfig&) const = default;
 };

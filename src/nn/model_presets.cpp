@@ -173,6 +173,66 @@ LlamaConfig phi3_mini() {
   return config;
 }
 
+// google/gemma-2-{2b,9b,27b}: Gemma2Config's block with its soft caps (attention 50, logits 30),
+// a 4096-key window on the even layers, the 256,000-token vocabulary tied to the head, an 8k
+// context; query_pre_attn_scalar 256, except 27B's 144 (hidden / heads).
+LlamaConfig gemma2_sized(int64_t hidden, int64_t intermediate, int64_t layers, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim, double query_pre_attn_scalar,
+                         DType dtype) {
+  LlamaConfig config;
+  config.family = LlamaConfig::Family::gemma2;
+  config.vocab_size = 256000;
+  config.hidden_size = hidden;
+  config.intermediate_size = intermediate;
+  config.num_hidden_layers = layers;
+  config.num_attention_heads = heads;
+  config.num_key_value_heads = kv_heads;
+  config.head_dim = head_dim;
+  config.hidden_act = "gelu_pytorch_tanh";
+  config.max_position_embeddings = 8192;
+  config.rms_norm_eps = 1e-6;
+  config.pad_token_id = 0;
+  config.bos_token_id = 2;
+  config.eos_token_id = {1};
+  config.tie_word_embeddings = true;
+  config.query_pre_attn_scalar = query_pre_attn_scalar;
+  config.attn_logit_softcapping = 50.0;
+  config.final_logit_softcapping = 30.0;
+  config.sliding_window = 4096;
+  for (int64_t i = 0; i < layers; ++i) {
+    config.layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  }
+  config.torch_dtype = dtype;
+  return config;
+}
+
+// google/gemma-3-{1b-pt,4b-pt,12b-pt}'s text model (Gemma3TextConfig; 4B and 12B's text_config):
+// head_dim 256, q_norm / k_norm, five sliding layers to a global one, no soft caps, global RoPE
+// theta 1e6 (linear x8 past 1B), local theta 1e4; 1B has a 262,144-token vocabulary, a 32k
+// context and a 512-key window, the others 262,208 tokens, 128k and 1024 keys.
+LlamaConfig gemma3_sized(int64_t hidden, int64_t intermediate, int64_t layers, int64_t heads,
+                         int64_t kv_heads, bool small) {
+  LlamaConfig config =
+      gemma2_sized(hidden, intermediate, layers, heads, kv_heads, 256, 256.0, DType::bf16);
+  config.family = LlamaConfig::Family::gemma3_text;
+  config.vocab_size = small ? 262144 : 262208;
+  config.max_position_embeddings = small ? 32768 : 131072;
+  config.attn_logit_softcapping.reset();
+  config.final_logit_softcapping.reset();
+  config.sliding_window = small ? 512 : 1024;
+  config.rope_theta = 1000000.0;
+  config.rope_local_base_freq = 10000.0;
+  if (!small) {
+    config.rope_scaling.type = RopeScaling::Type::linear;
+    config.rope_scaling.factor = 8.0;
+  }
+  config.layer_types.clear();
+  for (int64_t i = 0; i < layers; ++i) {
+    config.layer_types.push_back((i + 1) % 6 != 0 ? "sliding_attention" : "full_attention");
+  }
+  return config;
+}
+
 const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() {
   static const std::vector<std::pair<std::string, std::function<HfConfig()>>> table = {
       {"gpt2-tiny", [] { return HfConfig(gpt2_tiny()); }},
@@ -198,6 +258,15 @@ const std::vector<std::pair<std::string, std::function<HfConfig()>>>& presets() 
       {"qwen3-8b", [] { return HfConfig(qwen3_8b()); }},
       {"mistral-7b", [] { return HfConfig(mistral_7b()); }},
       {"phi-3-mini", [] { return HfConfig(phi3_mini()); }},
+      {"gemma-2-2b",
+       [] { return HfConfig(gemma2_sized(2304, 9216, 26, 8, 4, 256, 256.0, DType::f32)); }},
+      {"gemma-2-9b",
+       [] { return HfConfig(gemma2_sized(3584, 14336, 42, 16, 8, 256, 256.0, DType::f32)); }},
+      {"gemma-2-27b",
+       [] { return HfConfig(gemma2_sized(4608, 36864, 46, 32, 16, 128, 144.0, DType::bf16)); }},
+      {"gemma-3-1b", [] { return HfConfig(gemma3_sized(1152, 6912, 26, 4, 1, true)); }},
+      {"gemma-3-4b", [] { return HfConfig(gemma3_sized(2560, 10240, 34, 8, 4, false)); }},
+      {"gemma-3-12b", [] { return HfConfig(gemma3_sized(3840, 15360, 48, 16, 8, false)); }},
   };
   return table;
 }

@@ -12,5 +12,9 @@ Tensor gelu(const Tensor& x);
 Tensor silu(const Tensor& x);
 // Llama's MLP gate: silu(gate) * up, in one pass (saves gate and up only).
 Tensor swiglu(const Tensor& gate, const Tensor& up);
+// Gemma's MLP gate: gelu(gate) * up with gelu's tanh form (gelu_pytorch_tanh), in one pass.
+Tensor geglu(const Tensor& gate, const Tensor& up);
+// Gemma 2's logit soft-capping: cap * tanh(x / cap) (transformers' order), cap > 0.
+Tensor softcap(const Tensor& x, double cap);
 
 }  // namespace headroom

@@ -122,12 +122,17 @@ void save_for_backward(FunctionNode& node, const Tensor& q, const Tensor& k, con
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, std::optional<double> scale, double dropout_p,
                                     Generator* generator, std::optional<int64_t> sliding_window,
+                                    std::optional<double> softcap,
                                     const AttentionSequences& sequences) {
   RecordFunction record("scaled_dot_product_attention", q, k, v);
   if (auto cast = autocast_inputs("scaled_dot_product_attention", {q, k, v})) {
     return scaled_dot_product_attention((*cast)[0], (*cast)[1], (*cast)[2], is_causal, scale,
-                                        dropout_p, generator, sliding_window, sequences);
+                                        dropout_p, generator, sliding_window, softcap, sequences);
   }
+  if (softcap && !(*softcap > 0.0)) {
+    throw ValueError(str_cat(kOp, ": softcap ", *softcap, " must be positive"));
+  }
+  const float cap = softcap ? static_cast<float>(*softcap) : 0.0f;
   const AttentionDims dims = check_attention(q, k, v, is_causal, dropout_p, sliding_window);
   check_attention_sequences(kOp, q, k, is_causal, sequences);
   // The kernels' window: 0 when none, or when it covers every key anyway.
@@ -147,10 +152,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const DType dtype = q.dtype();
   need_kernel(kOp, device, &AttentionKernels::forward)(unit_rows(q, dtype), unit_rows(k, dtype),
                                                        unit_rows(v, dtype), is_causal, window,
-                                                       softmax_scale, dropout, out, lse, sequences);
+                                                       softmax_scale, cap, dropout, out, lse,
+                                                       sequences);
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
     save_for_backward(*node, q, k, v, out, lse);
-    node->set_backward([is_causal, window, softmax_scale, dropout,
+    node->set_backward([is_causal, window, softmax_scale, cap, dropout,
                         sequences](BackwardContext& ctx) -> std::vector<Tensor> {
       const Tensor& q = ctx.saved(0);
       const Tensor& k = ctx.saved(1);
@@ -177,7 +183,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       }
       need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
           unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(ctx.saved(2), dtype), ctx.saved(3), g,
-          lse, is_causal, window, softmax_scale, dropout, delta, gq, gk, gv, gq_accum, sequences);
+          lse, is_causal, window, softmax_scale, cap, dropout, delta, gq, gk, gv, gq_accum,
+          sequences);
       return {gq, gk, gv};
     });
     node->set_outputs({out});

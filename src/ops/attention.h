@@ -18,12 +18,15 @@ namespace headroom {
 // `generator`, regenerated in backward. sliding_window w (with is_causal) also masks key j when
 // i - j >= w, so each query sees at most w keys, itself included: transformers' sliding window
 // (masking_utils' sliding_window_overlay keeps kv_idx > q_idx - w); null is full attention.
-// `sequences`: the sequences packed in each row (Note [Packed sequences in attention]; is_causal
-// and Tq == Tk), a query seeing only its own; by default one sequence a row.
+// softcap c caps each scaled score as c * tanh(s / c) before the mask (Gemma 2's
+// attn_logit_softcapping, in transformers' eager order); null is none. `sequences`: the sequences
+// packed in each row (Note [Packed sequences in attention]; is_causal and Tq == Tk), a query
+// seeing only its own; by default one sequence a row.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = true, std::optional<double> scale = {},
                                     double dropout_p = 0.0, Generator* generator = nullptr,
                                     std::optional<int64_t> sliding_window = {},
+                                    std::optional<double> softcap = {},
                                     const AttentionSequences& sequences = {});
 
 }  // namespace headroom

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "autograd/function_node.h"
+#include "backend/activation_kernels.h"
 #include "backend/cross_entropy_kernels.h"
 #include "backend/gemm_kernels.h"
 #include "core/error.h"
@@ -79,7 +80,7 @@ std::vector<Tensor> cross_entropy_backward(BackwardContext& ctx, int64_t count,
   Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), device);
   need_kernel("cross_entropy backward", device, &CrossEntropyKernels::backward)(
       logit_rows(logits, rows, vocab), lse, targets.reshape({rows}), ignore_index,
-      mean_scale(count), ctx.grad_output(), grad.view({rows, vocab}));
+      mean_scale(count), 0.0f, ctx.grad_output(), grad.view({rows, vocab}));
   return {grad};
 }
 
@@ -105,10 +106,10 @@ struct LossAndGrads {
 
 // linear_cross_entropy's chunks on the device's GEMM and loss kernels. x and weight are read in
 // their dtype when they share one (f32 copies only when they differ); the loss stays on the
-// device.
+// device. softcap > 0 caps each chunk's logits in place before the loss (0: none).
 LossAndGrads chunked_loss_and_grads(const FunctionNode* node, const Tensor& x, const Tensor& weight,
                                     const Tensor& t, int64_t ignore_index, int64_t chunk_rows,
-                                    int64_t rows, int64_t target_count) {
+                                    int64_t rows, int64_t target_count, float softcap) {
   const char* op = "linear_cross_entropy";
   const Device device = x.device();
   const int64_t vocab = weight.size(0);
@@ -143,6 +144,8 @@ LossAndGrads chunked_loss_and_grads(const FunctionNode* node, const Tensor& x, c
   const auto& gemm = need_kernel(op, device, &GemmKernels::gemm);
   const auto& forward = need_kernel(op, device, &CrossEntropyKernels::forward);
   const auto* backward = grads ? &need_kernel(op, device, &CrossEntropyKernels::backward) : nullptr;
+  const auto* cap =
+      softcap > 0.0f ? &need_kernel(op, device, &ActivationKernels::softcap_forward) : nullptr;
   const Tensor t_rows = t.reshape({rows});
   const Tensor dx_rows = result.dx.defined() && dim > 0 ? result.dx.view({rows, dim}) : Tensor();
   const float scale = mean_scale(count);
@@ -157,10 +160,11 @@ LossAndGrads chunked_loss_and_grads(const FunctionNode* node, const Tensor& x, c
     } else {
       gemm(false, true, x_chunk, wc, 1.0f, 0.0f, chunk_logits, GemmEpilogue::none, Tensor());
     }
+    if (cap) (*cap)(chunk_logits, softcap, chunk_logits);
     forward(chunk_logits, t_chunk, ignore_index, chunk_lse, row_loss.narrow(0, begin, n));
     if (!grads) continue;
     const Tensor d = dlogits.defined() ? dlogits.narrow(0, 0, n) : chunk_logits;
-    (*backward)(chunk_logits, chunk_lse, t_chunk, ignore_index, scale, Tensor(), d);
+    (*backward)(chunk_logits, chunk_lse, t_chunk, ignore_index, scale, softcap, Tensor(), d);
     if (dim == 0) continue;
     if (dx_rows.defined()) {
       gemm(false, false, d, wc, 1.0f, 0.0f, dx_rows.narrow(0, begin, n), GemmEpilogue::none,
@@ -248,17 +252,19 @@ int64_t linear_cross_entropy_chunk_rows(int64_t vocab, int64_t rows, int64_t byt
 }
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index, int64_t target_count) {
-  return linear_cross_entropy_chunked(x, weight, targets, ignore_index, 0, target_count);
+                            int64_t ignore_index, int64_t target_count,
+                            std::optional<double> logit_softcap) {
+  return linear_cross_entropy_chunked(x, weight, targets, ignore_index, 0, target_count,
+                                      logit_softcap);
 }
 
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                                    int64_t ignore_index, int64_t chunk_rows,
-                                    int64_t target_count) {
+                                    int64_t ignore_index, int64_t chunk_rows, int64_t target_count,
+                                    std::optional<double> logit_softcap) {
   RecordFunction record("linear_cross_entropy", x, weight, targets);
   if (auto cast = autocast_inputs("linear_cross_entropy", {x, weight})) {
     return linear_cross_entropy_chunked((*cast)[0], (*cast)[1], targets, ignore_index, chunk_rows,
-                                        target_count);
+                                        target_count, logit_softcap);
   }
   const char* op = "linear_cross_entropy";
   check_floating(op, "x", x);
@@ -273,12 +279,16 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
                              " ([vocab, features]) expects ", weight.size(1)));
   }
   if (chunk_rows < 0) throw ValueError(str_cat(op, ": chunk_rows ", chunk_rows, " must be >= 0"));
+  if (logit_softcap && !(*logit_softcap > 0.0)) {
+    throw ValueError(str_cat(op, ": logit_softcap ", *logit_softcap, " must be positive"));
+  }
   check_targets(op, "x", x, targets);
   const int64_t dim = weight.size(1);
   const int64_t rows = dim == 0 ? targets.numel() : x.numel() / dim;
   auto node = make_function_node("LinearCrossEntropyBackward0", {x, weight});
-  const LossAndGrads result = chunked_loss_and_grads(node.get(), x, weight, targets.contiguous(),
-                                                     ignore_index, chunk_rows, rows, target_count);
+  const LossAndGrads result =
+      chunked_loss_and_grads(node.get(), x, weight, targets.contiguous(), ignore_index, chunk_rows,
+                             rows, target_count, static_cast<float>(logit_softcap.value_or(0.0)));
   save_linear_cross_entropy_grads(node, result.dx, result.dweight, result.out);
   return result.out;
 }

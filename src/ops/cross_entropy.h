@@ -2,6 +2,8 @@
 // (tokens x vocab) buffer of probabilities exists (as llm.c's fused classifier).
 #pragma once
 
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace headroom {
@@ -26,8 +28,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // bf16 / f16 x and weight run the GEMMs in their dtype (the logits stay fp32; their gradient is
 // rounded to the operands' dtype for the two backward GEMMs).
 // `target_count`: as cross_entropy's (Note [Targets counted by the caller]).
+// logit_softcap c: the loss of the capped logits c * tanh(z / c) (Gemma 2's
+// final_logit_softcapping), each chunk capped in place and its gradient carried through the cap
+// (a kernel launch more a chunk); null: none.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index = -100, int64_t target_count = -1);
+                            int64_t ignore_index = -100, int64_t target_count = -1,
+                            std::optional<double> logit_softcap = {});
 
 // Note [Loss chunks]
 // The tokens per chunk linear_cross_entropy uses for `rows` tokens of vocabulary V, whose chunk
@@ -42,6 +48,7 @@ int64_t linear_cross_entropy_chunk_rows(int64_t vocab, int64_t rows, int64_t byt
 // linear_cross_entropy with an explicit number of tokens per chunk (> 0; 0: Note [Loss chunks]).
 Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
                                     int64_t ignore_index, int64_t chunk_rows,
-                                    int64_t target_count = -1);
+                                    int64_t target_count = -1,
+                                    std::optional<double> logit_softcap = {});
 
 }  // namespace headroom

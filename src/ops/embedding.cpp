@@ -35,7 +35,8 @@ void throw_bad_id(int64_t id, int64_t flat, const Shape& shape, int64_t num_embe
 
 }  // namespace
 
-Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check) {
+Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check,
+                 std::optional<int64_t> padding_idx) {
   RecordFunction record("embedding", weight, ids);
   check_floating("embedding", "weight", weight);
   check_same_device("embedding", {weight, ids});
@@ -48,6 +49,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check) {
         str_cat("embedding: weight ", weight.shape(), " must be 2-D [num_embeddings, dim]"));
   }
   const int64_t num_embeddings = weight.size(0), dim = weight.size(1);
+  if (padding_idx && (*padding_idx < 0 || *padding_idx >= num_embeddings)) {
+    throw ValueError(
+        str_cat("embedding: padding_idx ", *padding_idx, " is outside [0, ", num_embeddings, ")"));
+  }
   std::vector<int64_t> out_dims = ids.shape().to_vector();
   out_dims.push_back(dim);
   const Device device = weight.device();
@@ -66,14 +71,16 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check) {
   need_kernel("embedding", device, &EmbeddingKernels::forward)(weight.contiguous(), id_data, out);
   if (auto node = make_function_node("EmbeddingBackward0", {weight})) {
     node->save(ids);
-    node->set_backward([num_embeddings, dim](BackwardContext& ctx) -> std::vector<Tensor> {
-      // The gradient is summed in f32 whatever grad_out's dtype; the kernel zeroes it first.
-      const Tensor& g = ctx.grad_output();
-      Tensor gw = Tensor::empty(Shape{num_embeddings, dim}, DType::f32, g.device());
-      need_kernel("embedding backward", g.device(), &EmbeddingKernels::backward)(
-          g.contiguous(), ctx.saved(0).contiguous(), gw);
-      return {gw};
-    });
+    node->set_backward(
+        [num_embeddings, dim, padding_idx](BackwardContext& ctx) -> std::vector<Tensor> {
+          // The gradient is summed in f32 whatever grad_out's dtype; the kernel zeroes it first.
+          const Tensor& g = ctx.grad_output();
+          Tensor gw = Tensor::empty(Shape{num_embeddings, dim}, DType::f32, g.device());
+          need_kernel("embedding backward", g.device(), &EmbeddingKernels::backward)(
+              g.contiguous(), ctx.saved(0).contiguous(), gw);
+          if (padding_idx) gw.narrow(0, *padding_idx, 1).zero_();
+          return {gw};
+        });
     node->set_outputs({out});
   }
   return out;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/tensor.h"
 
@@ -13,7 +14,10 @@ namespace headroom {
 enum class IdCheck : uint8_t { read_back, by_caller };
 
 // weight [num_embeddings, dim], ids (i32 / i64) of any shape -> ids.shape + [dim]. An id out of
-// range is an IndexError naming it and its position (with IdCheck::read_back).
-Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check = IdCheck::read_back);
+// range is an IndexError naming it and its position (with IdCheck::read_back). padding_idx (in
+// [0, num_embeddings)): that row gets no gradient from the lookup, as torch.nn.Embedding's
+// padding_idx (HF's Llama-shaped models pass pad_token_id).
+Tensor embedding(const Tensor& weight, const Tensor& ids, IdCheck check = IdCheck::read_back,
+                 std::optional<int64_t> padding_idx = std::nullopt);
 
 }  // namespace headroom

@@ -42,7 +42,7 @@ NormDims norm_dims(const char* op, const Tensor& x, const Tensor& weight, const 
 // Gradients of layer_norm (centred) or rms_norm from the saved x, weight and statistics: dx in
 // x's dtype, dweight / dbias in f32 from per-block partial sums (norm_backward_blocks).
 std::vector<Tensor> norm_backward(BackwardContext& ctx, bool centred, const NormDims& dims,
-                                  bool has_bias) {
+                                  bool has_bias, float weight_offset) {
   const char* op = centred ? "layer_norm backward" : "rms_norm backward";
   const Tensor x = ctx.saved(0).contiguous();
   const Tensor g = contiguous_as(ctx.grad_output(), x.dtype());
@@ -63,14 +63,15 @@ std::vector<Tensor> norm_backward(BackwardContext& ctx, bool centred, const Norm
                                                                dbias, partial);
     return {dx, dweight, dbias};
   }
-  need_kernel(op, device, &NormKernels::rms_norm_backward)(g, x, w, rstd, dx, dweight, partial);
+  need_kernel(op, device, &NormKernels::rms_norm_backward)(g, x, w, weight_offset, rstd, dx,
+                                                           dweight, partial);
   return {dx, dweight};
 }
 
 // out in out_dtype, f32 statistics, x and weight read as they are (bias in the weight's dtype,
-// as the kernels take it).
+// as the kernels take it). weight_offset: rms_norm's (0 for layer_norm).
 Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor& weight,
-                    const Tensor& bias, double eps, DType out_dtype) {
+                    const Tensor& bias, double eps, DType out_dtype, float weight_offset = 0.0f) {
   if (!is_floating(out_dtype)) {
     throw ValueError(str_cat(op, ": out_dtype ", dtype_name(out_dtype), " is not a float dtype"));
   }
@@ -88,8 +89,8 @@ Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor&
     need_kernel(op, device, &NormKernels::layer_norm_forward)(xc, w, b, static_cast<float>(eps),
                                                               out, mean, rstd);
   } else {
-    need_kernel(op, device, &NormKernels::rms_norm_forward)(xc, w, static_cast<float>(eps), out,
-                                                            rstd);
+    need_kernel(op, device, &NormKernels::rms_norm_forward)(xc, w, static_cast<float>(eps),
+                                                            weight_offset, out, rstd);
   }
   const char* name = centred ? "LayerNormBackward0" : "RmsNormBackward0";
   if (auto node = make_function_node(
@@ -99,8 +100,8 @@ Tensor norm_forward(const char* op, bool centred, const Tensor& x, const Tensor&
     if (centred) node->save(mean);
     node->save(rstd);
     const bool has_bias = bias.defined();
-    node->set_backward([centred, dims, has_bias](BackwardContext& ctx) {
-      return norm_backward(ctx, centred, dims, has_bias);
+    node->set_backward([centred, dims, has_bias, weight_offset](BackwardContext& ctx) {
+      return norm_backward(ctx, centred, dims, has_bias, weight_offset);
     });
     // A narrowed result's consumers may hand its gradient back in x's dtype (as to a cast):
     // backward reads it in that dtype anyway.
@@ -123,11 +124,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return norm_forward("layer_norm", true, x, weight, bias, eps, out_dtype.value_or(x.dtype()));
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, std::optional<DType> out_dtype) {
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, std::optional<DType> out_dtype,
+                double weight_offset) {
   RecordFunction record("rms_norm", x, weight);
   if (auto cast = autocast_inputs("rms_norm", {x, weight}))
-    return rms_norm((*cast)[0], (*cast)[1], eps, out_dtype);
-  return norm_forward("rms_norm", false, x, weight, Tensor(), eps, out_dtype.value_or(x.dtype()));
+    return rms_norm((*cast)[0], (*cast)[1], eps, out_dtype, weight_offset);
+  return norm_forward("rms_norm", false, x, weight, Tensor(), eps, out_dtype.value_or(x.dtype()),
+                      static_cast<float>(weight_offset));
 }
 
 }  // namespace headroom

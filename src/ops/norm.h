@@ -18,8 +18,10 @@ namespace headroom {
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
                   std::optional<DType> out_dtype = std::nullopt);
 // Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) * weight, over the last dimension; out_dtype as
-// layer_norm's.
+// layer_norm's. weight_offset 1 is Gemma's RMSNorm, x * rsqrt(mean(x^2) + eps) * (1 + weight)
+// (transformers' norm(x.float()) * (1.0 + weight.float()), rounded once at the end), whose
+// weight is stored centred on 0; the gradient of weight is the same either way.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6,
-                std::optional<DType> out_dtype = std::nullopt);
+                std::optional<DType> out_dtype = std::nullopt, double weight_offset = 0.0);
 
 }  // namespace headroom

@@ -80,14 +80,18 @@ std::string hf_model_type(const HfConfig& config) {
       return "mistral";
     case LlamaConfig::Family::phi3:
       return "phi3";
+    case LlamaConfig::Family::gemma2:
+      return "gemma2";
+    case LlamaConfig::Family::gemma3_text:
+      return "gemma3_text";
   }
   return "llama";
 }
 
 std::vector<std::string> default_lora_target_modules(const HfConfig& config) {
-  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: llama, qwen2, qwen3 and mistral
-  // alike. It has no phi3 entry, so PEFT refuses a Phi-3 LoRA without target_modules; so does
-  // headroom, rather than guess.
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: llama, qwen2, qwen3, mistral,
+  // gemma2 and gemma3_text alike. It has no phi3 entry, so PEFT refuses a Phi-3 LoRA without
+  // target_modules; so does headroom, rather than guess.
   if (std::holds_alternative<GPT2Config>(config)) return {"c_attn"};
   if (std::get<LlamaConfig>(config).family == LlamaConfig::Family::phi3) {
     throw ValueError(

@@ -400,6 +400,118 @@ TEST(HfConfig, Qwen3HasPerHeadQkNorms) {
   EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
 }
 
+TEST(HfConfig, Gemma2HasSoftCapsAndAlternatingWindows) {
+  const std::string dir = std::string(HEADROOM_FIXTURES_DIR) + "/models/gemma2_tiny";
+  const LlamaConfig c = std::get<LlamaConfig>(read_hf_config(dir));
+  EXPECT_EQ(c.family, LlamaConfig::Family::gemma2);
+  EXPECT_EQ(c.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_EQ(c.attn_logit_softcapping, 2.0);
+  EXPECT_EQ(c.final_logit_softcapping, 3.0);
+  EXPECT_EQ(c.query_pre_attn_scalar, 24.0);
+  EXPECT_DOUBLE_EQ(c.attention_scale(), 1.0 / std::sqrt(24.0));
+  EXPECT_EQ(c.attention_window(0), 7);
+  EXPECT_EQ(c.attention_window(1), std::nullopt);
+  EXPECT_EQ(c.norm_weight_offset(), 1.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qk_norm());
+  const std::string text = to_json(HfConfig(c));
+  const nlohmann::json written = nlohmann::json::parse(text);
+  EXPECT_EQ(written["model_type"], "gemma2");
+  EXPECT_EQ(written["architectures"], nlohmann::json({"Gemma2ForCausalLM"}));
+  EXPECT_EQ(written["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_FALSE(written.contains("hidden_act"));
+  EXPECT_EQ(written["final_logit_softcapping"], 3.0);
+  EXPECT_TRUE(written["query_pre_attn_scalar"].is_number_integer());  // transformers 5 wants an int
+  EXPECT_EQ(written["layer_types"], nlohmann::json({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
+  // Gemma2Config's defaults: both caps, a 4096-key window on layers 0, 2, ... .
+  const LlamaConfig defaults =
+      std::get<LlamaConfig>(parse_hf_config(R"({"model_type": "gemma2"})", "x"));
+  EXPECT_EQ(defaults.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(defaults.final_logit_softcapping, 30.0);
+  EXPECT_EQ(defaults.attention_window(24), 4096);
+  EXPECT_EQ(defaults.attention_window(25), std::nullopt);
+  EXPECT_EQ(defaults.effective_head_dim(), 256);
+  // What headroom does not implement is refused, naming the file, field and value.
+  nlohmann::json config = written;
+  config["use_bidirectional_attention"] = true;
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "g.json"); },
+                                    {"g.json: field 'use_bidirectional_attention' is true"});
+  config["use_bidirectional_attention"] = nullptr;
+  config["hidden_activation"] = "gelu";
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "g.json"); },
+                                    {"g.json: field 'hidden_activation' is 'gelu'"});
+  config["hidden_activation"] = "gelu_pytorch_tanh";
+  config["attn_logit_softcapping"] = -1.0;
+  expect_error<ValueError>([&] { parse_hf_config(config.dump(), "g.json"); },
+                           {"g.json: field 'attn_logit_softcapping' is -1"});
+  config["attn_logit_softcapping"] = nullptr;
+  config["sliding_window"] = nullptr;
+  expect_error<ValueError>([&] { parse_hf_config(config.dump(), "g.json"); },
+                           {"g.json: layer 0 is a sliding_attention layer", "'sliding_window'"});
+}
+
+TEST(HfConfig, Gemma3TextHasTwoRopeBasesAndQkNorms) {
+  const std::string dir = std::string(HEADROOM_FIXTURES_DIR) + "/models/gemma3_tiny";
+  const LlamaConfig c = std::get<LlamaConfig>(read_hf_config(dir));
+  EXPECT_EQ(c.family, LlamaConfig::Family::gemma3_text);
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_EQ(c.attn_logit_softcapping, std::nullopt);
+  EXPECT_EQ(c.final_logit_softcapping, std::nullopt);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::linear);
+  EXPECT_EQ(c.rope_scaling.factor, 2.0);
+  EXPECT_EQ(c.rope_local_base_freq, 1e4);
+  EXPECT_EQ(c.layer_rope(0), (RopeParameters{1e4, {}}));
+  EXPECT_EQ(c.layer_rope(1), c.rope());
+  EXPECT_EQ(c.attention_window(0), 5);
+  EXPECT_EQ(c.attention_window(1), std::nullopt);
+  EXPECT_EQ(c.attention_window(2), 5);
+  const std::string text = to_json(HfConfig(c));
+  const nlohmann::json written = nlohmann::json::parse(text);
+  EXPECT_EQ(written["model_type"], "gemma3_text");
+  EXPECT_EQ(written["architectures"], nlohmann::json({"Gemma3ForCausalLM"}));
+  EXPECT_EQ(written["rope_parameters"]["sliding_attention"]["rope_theta"], 1e4);
+  EXPECT_EQ(written["rope_parameters"]["full_attention"]["rope_type"], "linear");
+  EXPECT_EQ(written["rope_local_base_freq"], 1e4);
+  EXPECT_EQ(std::get<LlamaConfig>(parse_hf_config(text, "x")), c);
+  // transformers 4's spelling: rope_theta, rope_scaling and rope_local_base_freq at the top, the
+  // pattern instead of layer_types.
+  nlohmann::json old = written;
+  old.erase("rope_parameters");
+  old.erase("layer_types");
+  old["rope_local_base_freq"] = 5e3;
+  old["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  old["sliding_window_pattern"] = 3;
+  const LlamaConfig t4 = std::get<LlamaConfig>(parse_hf_config(old.dump(), "x"));
+  EXPECT_EQ(t4.rope_local_base_freq, 5e3);
+  EXPECT_EQ(t4.rope_scaling.factor, 8.0);
+  EXPECT_EQ(t4.attention_window(1), 5);
+  EXPECT_EQ(t4.attention_window(2), std::nullopt);
+  // Gemma3TextConfig's defaults: five sliding layers to a global one, theta 1e6 and 1e4.
+  const LlamaConfig defaults =
+      std::get<LlamaConfig>(parse_hf_config(R"({"model_type": "gemma3_text"})", "x"));
+  EXPECT_EQ(defaults.attention_window(4), 4096);
+  EXPECT_EQ(defaults.attention_window(5), std::nullopt);
+  EXPECT_EQ(defaults.rope_theta, 1e6);
+  EXPECT_EQ(defaults.vocab_size, 262208);
+  // A scaled RoPE on the sliding layers, another layer type and the multimodal config are
+  // refused, naming the file and the field.
+  nlohmann::json config = written;
+  config["rope_parameters"]["sliding_attention"]["rope_type"] = "linear";
+  config["rope_parameters"]["sliding_attention"]["factor"] = 2.0;
+  expect_error<NotImplementedError>(
+      [&] { parse_hf_config(config.dump(), "g.json"); },
+      {"g.json: rope_parameters.sliding_attention", "rope_type default"});
+  config = written;
+  config["rope_parameters"]["chunked_attention"] = {{"rope_type", "default"}};
+  expect_error<NotImplementedError>([&] { parse_hf_config(config.dump(), "g.json"); },
+                                    {"g.json: rope_parameters: key 'chunked_attention'"});
+  expect_error<NotImplementedError>(
+      [] { parse_hf_config(R"({"model_type": "gemma3", "text_config": {}})", "g.json"); },
+      {"g.json: field 'model_type' is 'gemma3'", "'gemma3_text'"});
+}
+
 TEST(HfConfig, RoundTrips) {
   GPT2Config gpt2;
   gpt2.n_embd = 64;
@@ -440,9 +552,10 @@ TEST(HfConfig, RoundTrips) {
 }
 
 TEST(HfConfig, RejectsModelTypesAndBadJson) {
-  expect_error<ValueError>([] { parse_hf_config(R"({"model_type": "gemma2"})", "cfg.json"); },
-                           {"cfg.json", "field 'model_type' is 'gemma2'",
-                            "'gpt2', 'llama', 'qwen2', 'qwen3', 'mistral' and 'phi3'"});
+  expect_error<ValueError>([] { parse_hf_config(R"({"model_type": "gemma"})", "cfg.json"); },
+                           {"cfg.json", "field 'model_type' is 'gemma'",
+                            "'gpt2', 'llama', 'qwen2', 'qwen3', 'mistral', 'phi3', 'gemma2' and "
+                            "'gemma3_text'"});
   expect_error<ValueError>([] { parse_hf_config(R"({"n_embd": 768})", "cfg.json"); },
                            {"cfg.json", "field 'model_type' is missing"});
   expect_error<ValueError>([] { parse_hf_config(R"({"model_type": 2})", "cfg.json"); },

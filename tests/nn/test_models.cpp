@@ -225,12 +225,15 @@ TEST_P(ModelReference, ShardSetMissingATensorIsRefusedWithItsNames) {
 // llama31_tiny (RoPE scaled as Llama 3.1's), qwen2_tiny (q / k / v biases), qwen3_tiny
 // (q_norm / k_norm), qwen2_window_tiny (a sliding window on layer 1 only), mistral_tiny (a
 // sliding window of 7 keys), phi3_tiny (fused projections, a window of 11 keys), qwen2_yarn_tiny
-// (yarn RoPE) and phi3_longrope_tiny (longrope's long factors over 48 tokens): transformers' own
-// models and files (tools/gen_transformers_references.py).
+// (yarn RoPE), phi3_longrope_tiny (longrope's long factors over 48 tokens), gemma2_tiny (Gemma
+// 2's block with both soft caps biting, a sliding layer, the tied head) and gemma3_tiny (q_norm /
+// k_norm, two RoPE bases, sliding and global layers): transformers' own models and files
+// (tools/gen_transformers_references.py).
 INSTANTIATE_TEST_SUITE_P(Models, ModelReference,
                          ::testing::Values("gpt2_tiny", "llama_tiny", "llama31_tiny", "qwen2_tiny",
                                            "qwen3_tiny", "qwen2_window_tiny", "mistral_tiny",
-                                           "phi3_tiny", "qwen2_yarn_tiny", "phi3_longrope_tiny"));
+                                           "phi3_tiny", "qwen2_yarn_tiny", "phi3_longrope_tiny",
+                                           "gemma2_tiny", "gemma3_tiny"));
 
 // longrope takes its short factors in a forward that stays within the pretraining context (32
 // positions here): the first 32 tokens' logits as transformers gives them for that forward.
@@ -520,6 +523,25 @@ TEST(Models, BadWeightFilesAreRejectedWithTheirNames) {
 TEST(Models, MistralAndPhi3PresetsHaveTheirParameterCounts) {
   const std::pair<const char*, int64_t> presets[] = {{"mistral-7b", 7'248'023'552},
                                                      {"phi-3-mini", 3'821'079'552}};
+  for (const auto& [preset, count] : presets) {
+    const std::unique_ptr<CausalLM> model = make_causal_lm(*find_model_preset(preset), kMeta, 0);
+    int64_t n = 0;
+    for (const auto& [name, p] : model->named_parameters()) n += p.numel();
+    EXPECT_EQ(n, count) << preset;
+  }
+}
+
+// Gemma 2 2B / 9B / 27B and Gemma 3 1B / 4B / 12B (the text model), built on the meta device:
+// the parameter counts of google/gemma-2-{2b,9b,27b}, and of Gemma 3's text model as KerasHub
+// publishes them (999,885,952, 3,880,099,328 and 11,765,788,416 with its 262,144-token vocabulary)
+// plus the 64 extra embedding rows of HF's 262,208-token text_config for 4B and 12B.
+TEST(Models, GemmaPresetsHaveTheirParameterCounts) {
+  const std::pair<const char*, int64_t> presets[] = {{"gemma-2-2b", 2'614'341'888},
+                                                     {"gemma-2-9b", 9'241'705'984},
+                                                     {"gemma-2-27b", 27'227'128'320},
+                                                     {"gemma-3-1b", 999'885'952},
+                                                     {"gemma-3-4b", 3'880'099'328 + 64 * 2560},
+                                                     {"gemma-3-12b", 11'765'788'416 + 64 * 3840}};
   for (const auto& [preset, count] : presets) {
     const std::unique_ptr<CausalLM> model = make_causal_lm(*find_model_preset(preset), kMeta, 0);
     int64_t n = 0;

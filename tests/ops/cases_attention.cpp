@@ -22,11 +22,12 @@ void register_attention_case(OpCase c) {
 }
 
 void attention_case(const std::string& name, std::vector<OpInput> inputs, bool causal,
-                    std::optional<int64_t> window = {}) {
-  register_attention_case(
-      {"attention/" + name, std::move(inputs), [causal, window](const std::vector<Tensor>& in) {
-         return scaled_dot_product_attention(in[0], in[1], in[2], causal, {}, 0.0, nullptr, window);
-       }});
+                    std::optional<int64_t> window = {}, std::optional<double> softcap = {}) {
+  register_attention_case({"attention/" + name, std::move(inputs),
+                           [causal, window, softcap](const std::vector<Tensor>& in) {
+                             return scaled_dot_product_attention(in[0], in[1], in[2], causal, {},
+                                                                 0.0, nullptr, window, softcap);
+                           }});
 }
 
 // Packed sequences (Note [Packed sequences in attention]): `cu` over the flattened [B * T]
@@ -64,6 +65,11 @@ HEADROOM_OP_CASES(attention_cases) {
   attention_case("window3/2x4kv2x20x8", qkv(2, 4, 2, 20, 20, 8), true, 3);
   attention_case("window70_gqa/1x3kv1x300x8", qkv(1, 3, 1, 300, 300, 8), true, 70);
   attention_case("window1/1x2x9x8", qkv(1, 2, 2, 9, 9, 8), true, 1);
+  // Gemma 2's score soft-capping, at caps that bend most scores (the scaled scores here are of
+  // order 1): causal with GQA over several key tiles, full, and with a window.
+  attention_case("softcap_causal_gqa/1x4kv2x300x16", qkv(1, 4, 2, 300, 300, 16), true, {}, 1.5);
+  attention_case("softcap_full/2x2x37x8", qkv(2, 2, 2, 37, 37, 8), false, {}, 0.8);
+  attention_case("softcap_window5/2x4kv2x70x8", qkv(2, 4, 2, 70, 70, 8), true, 5, 2.0);
   // The layout models pass: [B, T, H, D] projections viewed as [B, H, T, D].
   register_attention_case({"attention/transposed_views_scale/2x19x4kv2x16",
                            {normal({2, 19, 4, 16}), normal({2, 19, 2, 16}), normal({2, 19, 2, 16})},

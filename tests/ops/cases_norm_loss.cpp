@@ -34,6 +34,10 @@ HEADROOM_OP_CASES(norm_loss_cases) {
   register_op_case({"rms_norm/many_rows_no_weight", {normal({130, 6})}, [](Inputs in) {
                       return rms_norm(in[0], Tensor());
                     }});
+  // Gemma's (1 + w): weights centred on 0, as Gemma stores them.
+  register_op_case({"rms_norm/unit_offset", {normal({37, 17}), normal({17}, 0.3)}, [](Inputs in) {
+                      return rms_norm(in[0], in[1], 1e-6, std::nullopt, 1.0);
+                    }});
   register_op_case({"cross_entropy/2d_ignored",
                     {normal({6, 11}, 2.0), ids({6}, 11, 0.3)},
                     [](Inputs in) { return cross_entropy(in[0], in[1]); }});
@@ -50,6 +54,16 @@ HEADROOM_OP_CASES(norm_loss_cases) {
       {"linear_cross_entropy/uneven_chunks",
        {normal({10, 6}), normal({9, 6}, 0.5), ids({10}, 9, 0.2)},
        [](Inputs in) { return linear_cross_entropy_chunked(in[0], in[1], in[2], -100, 3); }});
+  // Gemma 2's final logit soft-capping, at a cap the logits reach.
+  register_op_case(
+      {"linear_cross_entropy/softcap",
+       {normal({2, 5, 8}), normal({13, 8}, 0.8), ids({2, 5}, 13, 0.25)},
+       [](Inputs in) { return linear_cross_entropy(in[0], in[1], in[2], -100, -1, 1.5); }});
+  register_op_case({"linear_cross_entropy/softcap_uneven_chunks",
+                    {normal({10, 6}), normal({9, 6}, 0.8), ids({10}, 9, 0.2)},
+                    [](Inputs in) {
+                      return linear_cross_entropy_chunked(in[0], in[1], in[2], -100, 3, -1, 2.0);
+                    }});
   register_op_case(
       {"linear_cross_entropy/chunk_of_one",
        {normal({7, 5}), normal({4, 5}, 0.5), ids({7}, 4, 0.3)},

@@ -42,6 +42,15 @@ HEADROOM_OP_CASES(pointwise_cases) {
   register_op_case(
       {"swiglu/gate_grad_only", {normal({3, 5}), constant(normal({3, 5}))}, swiglu_fn});
   register_op_case({"swiglu/up_grad_only", {constant(normal({3, 5})), normal({3, 5})}, swiglu_fn});
+  auto geglu_fn = [](In in) { return geglu(in[0], in[1]); };
+  register_op_case({"geglu/2x9", {normal({2, 9}, 2.0), normal({2, 9})}, geglu_fn});
+  register_op_case({"geglu/parallel", {normal({4, 9001}), normal({4, 9001})}, geglu_fn});
+  register_op_case({"geglu/gate_grad_only", {normal({3, 5}), constant(normal({3, 5}))}, geglu_fn});
+  // Values of several caps, so that tanh saturates for some and is near linear for others.
+  register_op_case(
+      {"softcap/3x40", {normal({3, 40}, 4.0)}, [](In in) { return softcap(in[0], 2.0); }});
+  register_op_case(
+      {"softcap/parallel", {normal({8, 9001}, 30.0)}, [](In in) { return softcap(in[0], 30.0); }});
 
   register_op_case(
       {"softmax/last_dim", {normal({3, 11}, 2.0)}, [](In in) { return softmax(in[0]); }});

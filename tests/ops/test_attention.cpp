@@ -243,7 +243,7 @@ TEST(Attention, KernelLogSumExpMatchesReference) {
                             in.v.to_float_vector(), in.grad_out.to_float_vector(), causal, 0.25);
     const Tensor out_t = Tensor::empty(in.q.shape(), DType::f32, kCPU);
     const Tensor lse_t = Tensor::empty({s.b, s.hq, s.tq}, DType::f32, kCPU);
-    cpu::attention_forward(in.q, in.k, in.v, causal, 0, 0.25f, {}, out_t, lse_t);
+    cpu::attention_forward(in.q, in.k, in.v, causal, 0, 0.25f, 0.0f, {}, out_t, lse_t);
     const std::vector<float> out = out_t.to_float_vector(), lse = lse_t.to_float_vector();
     expect_close(lse, ref.lse, 1e-6, causal ? "causal lse" : "lse");
     expect_close(out, ref.out, 2e-5, "out");
@@ -409,7 +409,7 @@ KernelRun run_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const T
   KernelRun r;
   r.out = Tensor::empty(q.shape(), q.dtype(), kCPU);
   r.lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::f32, kCPU);
-  cpu::attention_forward(q, k, v, causal, 0, scale, dropout, r.out, r.lse);
+  cpu::attention_forward(q, k, v, causal, 0, scale, 0.0f, dropout, r.out, r.lse);
   const Tensor delta = Tensor::empty(r.lse.shape(), DType::f32, kCPU);
   const Tensor accum =
       q.dtype() == DType::f32 ? Tensor() : Tensor::empty(q.shape(), DType::f32, kCPU);
@@ -418,7 +418,7 @@ KernelRun run_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const T
   r.grad_v = Tensor::empty(k.shape(), q.dtype(), kCPU);
   cpu::attention_backward(q, k, v, out_for_backward.defined() ? out_for_backward : r.out, grad_out,
                           lse_for_backward.defined() ? lse_for_backward : r.lse, causal, 0, scale,
-                          dropout, delta, r.grad_q, r.grad_k, r.grad_v, accum);
+                          0.0f, dropout, delta, r.grad_q, r.grad_k, r.grad_v, accum);
   return r;
 }
 

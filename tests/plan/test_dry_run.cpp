@@ -24,7 +24,7 @@ using test_data::tiny_training_args;
 
 struct GridCase {
   std::string name;
-  std::string model;  // "gpt2" or "llama"
+  std::string model;  // "gpt2", "llama", "gemma2" or "gemma3"
   int64_t width = 64;
   int64_t layers = 2;
   int64_t batch = 2;
@@ -53,6 +53,38 @@ TrainingArguments case_arguments(const GridCase& c, const fs::path& root) {
     config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = c.dropout;
     config.bos_token_id = std::nullopt;
     config.eos_token_id = {};
+    write_hf_config((root / "model").string(), config);
+  } else if (c.model == "gemma2" || c.model == "gemma3") {
+    // Gemma's block: both soft caps (Gemma 2), q / k norms and two RoPE bases (Gemma 3), a
+    // window of 8 keys on the sliding layers, the tied head.
+    LlamaConfig config;
+    config.family =
+        c.model == "gemma2" ? LlamaConfig::Family::gemma2 : LlamaConfig::Family::gemma3_text;
+    config.vocab_size = 256;
+    config.hidden_size = c.width;
+    config.intermediate_size = c.width * 2;
+    config.num_hidden_layers = c.layers;
+    config.num_attention_heads = 4;
+    config.num_key_value_heads = 2;
+    config.head_dim = 32;
+    config.hidden_act = "gelu_pytorch_tanh";
+    config.max_position_embeddings = std::max<int64_t>(64, c.seq);
+    config.tie_word_embeddings = true;
+    config.pad_token_id = 0;
+    config.bos_token_id = std::nullopt;
+    config.eos_token_id = {};
+    config.query_pre_attn_scalar = 24.0;
+    config.sliding_window = 8;
+    config.sliding_window_pattern = 2;
+    if (c.model == "gemma2") {
+      config.attn_logit_softcapping = 50.0;
+      config.final_logit_softcapping = 30.0;
+    } else {
+      config.rope_theta = 1e6;
+    }
+    for (int64_t i = 0; i < c.layers; ++i) {
+      config.layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    }
     write_hf_config((root / "model").string(), config);
   } else {
     LlamaConfig config;
@@ -275,6 +307,20 @@ std::vector<GridCase> grid() {
   add("gpt2_fp8_delayed_original_input", "gpt2", [](GridCase& c) {
     c.fp8_recipe = "delayed";
     c.fp8_save_original_input = true;
+  });
+  // Gemma 2 / 3 (their (1 + w) norms, GeGLU, soft caps in the attention kernels and the fused loss,
+  // sliding and global layers): bf16 autocast with checkpoints, and QLoRA.
+  add("gemma2_bf16_adamw_selective", "gemma2", [](GridCase& c) {
+    c.layers = 3;
+    c.precision = "bf16";
+    c.checkpointing = "selective";
+  });
+  add("gemma3_qlora_bf16_all_linear_full", "gemma3", [](GridCase& c) {
+    c.width = 128;
+    c.precision = "bf16";
+    c.lora_targets = "all-linear";
+    c.four_bit = true;
+    c.checkpointing = "full";
   });
   add("llama_large_pool_fp32_accumulation_4", "llama", [](GridCase& c) {
     c.width = 256;

@@ -85,6 +85,47 @@ HEADROOM_SIMD_CLONES void swiglu_backward_range(const float* gate, const float* 
   }
 }
 
+// gelu(gate) * up, gelu as gelu_forward_range's.
+HEADROOM_SIMD_CLONES void geglu_forward_range(const float* gate, const float* up, float* out,
+                                              int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = gate[i];
+    const float t = tanh_approx(kGeluScale * (v + kGeluCubic * v * v * v));
+    out[i] = 0.5f * v * (1.0f + t) * up[i];
+  }
+}
+
+HEADROOM_SIMD_CLONES void geglu_backward_range(const float* gate, const float* up,
+                                               const float* d_out, float* d_gate, float* d_up,
+                                               int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = gate[i];
+    const float v2 = v * v;
+    const float t = tanh_approx(kGeluScale * (v + kGeluCubic * v2 * v));
+    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * v2);
+    if (d_gate)
+      d_gate[i] = d_out[i] * up[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du_dx);
+    if (d_up) d_up[i] = d_out[i] * (0.5f * v * (1.0f + t));
+  }
+}
+
+// cap * tanh(x / cap), in transformers' order (divide, tanh, multiply).
+HEADROOM_SIMD_CLONES void softcap_forward_range(const float* x, float cap, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = tanh_approx(x[i] / cap) * cap;
+}
+
+HEADROOM_SIMD_CLONES void softcap_backward_range(const float* y, float cap, const float* dy,
+                                                 float* dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = y[i] / cap;
+    dx[i] = dy[i] * (1.0f - t * t);
+  }
+}
+
 constexpr int64_t kWiden = 4096;  // elements widened at a time: the thread's scratch stays in L1/L2
 
 // range(inputs, outputs, n) over contiguous tensors of one size (in[0]'s), kWiden elements at a
@@ -145,6 +186,33 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad_ou
                     });
 }
 
+void geglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  map_widened<2, 1>({&gate, &up}, {&out}, [](auto ip, auto op, int64_t n) {
+    geglu_forward_range(ip[0], ip[1], op[0], n);
+  });
+}
+
+void geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad_out,
+                    const Tensor& grad_gate, const Tensor& grad_up) {
+  if (!grad_gate.defined() && !grad_up.defined()) return;
+  map_widened<3, 2>({&gate, &up, &grad_out}, {&grad_gate, &grad_up},
+                    [](auto ip, auto op, int64_t n) {
+                      geglu_backward_range(ip[0], ip[1], ip[2], op[0], op[1], n);
+                    });
+}
+
+void softcap_forward(const Tensor& x, float cap, const Tensor& out) {
+  map_widened<1, 1>({&x}, {&out}, [cap](auto ip, auto op, int64_t n) {
+    softcap_forward_range(ip[0], cap, op[0], n);
+  });
+}
+
+void softcap_backward(const Tensor& out, float cap, const Tensor& grad_out, const Tensor& grad_in) {
+  map_widened<2, 1>({&out, &grad_out}, {&grad_in}, [cap](auto ip, auto op, int64_t n) {
+    softcap_backward_range(ip[0], cap, ip[1], op[0], n);
+  });
+}
+
 }  // namespace
 
 void fill_activation_kernels(ActivationKernels& kernels) {
@@ -154,6 +222,10 @@ void fill_activation_kernels(ActivationKernels& kernels) {
   kernels.silu_backward = silu_backward;
   kernels.swiglu_forward = swiglu_forward;
   kernels.swiglu_backward = swiglu_backward;
+  kernels.geglu_forward = geglu_forward;
+  kernels.geglu_backward = geglu_backward;
+  kernels.softcap_forward = softcap_forward;
+  kernels.softcap_backward = softcap_backward;
 }
 
 }  // namespace headroom::cpu

@@ -156,6 +156,7 @@ struct Problem {
   bool causal;     // key j > query i masked (q_len == kv_len)
   int64_t window;  // 0, or (causal) key j <= i - window masked too
   float scale;
+  float softcap;  // 0, or scores capped as softcap * tanh(s / softcap)
   DropoutParams dropout;
   bool wide;  // q, k, v are bf16 / f16: tiles are widened (Note [Widened attention tiles])
   Tiles tiles;
@@ -176,8 +177,8 @@ struct Problem {
 };
 
 Problem make_problem(const char* entry, const Tensor& q, const Tensor& k, const Tensor& v,
-                     bool causal, int64_t window, float scale, const DropoutParams& dropout,
-                     const AttentionSequences& sequences) {
+                     bool causal, int64_t window, float scale, float softcap,
+                     const DropoutParams& dropout, const AttentionSequences& sequences) {
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
     throw ValueError(str_cat(entry, ": q, k and v must share a dtype, got ", dtype_name(q.dtype()),
                              ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype())));
@@ -194,6 +195,9 @@ Problem make_problem(const char* entry, const Tensor& q, const Tensor& k, const 
   if (window < 0 || (window > 0 && !causal)) {
     throw ValueError(str_cat(entry, ": window ", window, " needs causal and must be positive"));
   }
+  if (!(softcap >= 0.0f)) {
+    throw ValueError(str_cat(entry, ": softcap ", softcap, " must be positive, or 0 for none"));
+  }
   Problem pb{{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)},
              operand_of(q),
              operand_of(k),
@@ -201,6 +205,7 @@ Problem make_problem(const char* entry, const Tensor& q, const Tensor& k, const 
              causal,
              window,
              scale,
+             softcap,
              dropout,
              q.dtype() != DType::f32,
              {},
@@ -357,6 +362,16 @@ inline uint64_t linear_index(const Dims& d, int64_t b, int64_t h, int64_t i, int
 
 int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
+// Gemma 2's soft cap of n scores in place, as transformers computes it: (s / c), tanh, times c;
+// with `slope`, also the cap's derivative 1 - tanh^2 of each.
+void cap_scores(float* s, int64_t n, float cap, float* slope = nullptr) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float t = std::tanh(s[c] / cap);
+    s[c] = t * cap;
+    if (slope) slope[c] = 1.0f - t * t;
+  }
+}
+
 // A thread's widened tiles of forward (Note [Widened attention tiles]): q rows, the k or v rows
 // of the current key tile, and the output rows summed in fp32.
 struct WideForwardTiles {
@@ -398,6 +413,7 @@ void forward_tile(const Problem& pb, const Segment& seg, int64_t h, int64_t i0, 
       std::fill(sr + keys.end, sr + bc, 0.0f);
       if (n == 0) continue;
       sr += keys.begin;  // the visible columns
+      if (pb.softcap > 0.0f) cap_scores(sr, n, pb.softcap);
       const float mx = row_max(sr, n, m[r]);
       const float correction = exp_approx(m[r] - mx);
       float sum = 0.0f;
@@ -481,6 +497,7 @@ void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t
   gemm(false, true, br, bc, dim, 1.0f, rows.grad_out.data, rows.grad_out.ld, rows.v.data, rows.v.ld,
        0.0f, ds, kBackwardKeys);
   alignas(64) float keep[kBackwardKeys];
+  alignas(64) float slope[kBackwardKeys];
   for (int64_t r = 0; r < br; ++r) {
     const KeyRange keys = visible_keys(pb, i0 + r, j0, bc);
     const int64_t n = keys.size(), begin = keys.begin;
@@ -494,6 +511,9 @@ void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t
     dsr += begin;
     const float row_lse = args.lse[row0 + r];
     const float row_delta = args.delta[row0 + r];
+    // The capped scores; dS below is of the capped ones, and the cap's derivative carries it to
+    // the scaled score.
+    if (pb.softcap > 0.0f) cap_scores(pr, n, pb.softcap, slope);
     if (pb.dropout.p > 0.0f) {
       dropout_scales(pb.dropout, linear_index(d, b, h, i0 + r, j0 + begin), n, keep);
 #pragma omp simd
@@ -509,6 +529,10 @@ void block_grads(const Problem& pb, const BackwardArgs& args, int64_t b, int64_t
         dsr[c] = prob * (dsr[c] - row_delta);
         pr[c] = prob;
       }
+    }
+    if (pb.softcap > 0.0f) {
+#pragma omp simd
+      for (int64_t c = 0; c < n; ++c) dsr[c] *= slope[c];
     }
   }
 }
@@ -720,10 +744,11 @@ void backward_items(const Problem& pb, const BackwardArgs& args, bool parallel) 
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                       int64_t window, float scale, DropoutParams dropout, const Tensor& out,
-                       const Tensor& lse, const AttentionSequences& sequences) {
+                       int64_t window, float scale, float softcap, DropoutParams dropout,
+                       const Tensor& out, const Tensor& lse, const AttentionSequences& sequences) {
   const char* entry = "attention_forward";
-  const Problem pb = make_problem(entry, q, k, v, causal, window, scale, dropout, sequences);
+  const Problem pb =
+      make_problem(entry, q, k, v, causal, window, scale, softcap, dropout, sequences);
   check_attention_forward_buffers(entry, q, out, lse);
   if (pb.wide) {
     forward_items<true>(pb, Result(out), lse.data<float>());
@@ -734,11 +759,12 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window,
-                        float scale, DropoutParams dropout, const Tensor& delta,
+                        float scale, float softcap, DropoutParams dropout, const Tensor& delta,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                         const Tensor& grad_q_accum, const AttentionSequences& sequences) {
   const char* entry = "attention_backward";
-  const Problem pb = make_problem(entry, q, k, v, causal, window, scale, dropout, sequences);
+  const Problem pb =
+      make_problem(entry, q, k, v, causal, window, scale, softcap, dropout, sequences);
   const Dims& d = pb.dims;
   const int64_t rows = d.batch * d.q_heads * d.q_len;
   check_attention_backward_buffers(entry, q, k, out, grad_out, lse, delta, grad_q, grad_k, grad_v,

@@ -16,11 +16,12 @@ namespace headroom::cpu {
 // of the undropped, scaled scores of each row. Dropout on the probabilities: element
 // (b, h, i, j) is kept when the uniform number of linear index ((b * Hq + h) * Tq + i) * Tk + j
 // from (seed, offset) is >= p, then scaled by 1 / (1 - p); see Note [Philox stream layout].
-// window (0: none) masks key j <= i - window too, causal only (backend/attention_kernels.h).
-// sequences: Note [Packed sequences in attention] (the default: one sequence a row).
+// window (0: none) masks key j <= i - window too, causal only; softcap (0: none) caps the scaled
+// scores (backend/attention_kernels.h). sequences: Note [Packed sequences in attention] (the
+// default: one sequence a row).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                       int64_t window, float scale, DropoutParams dropout, const Tensor& out,
-                       const Tensor& lse, const AttentionSequences& sequences = {});
+                       int64_t window, float scale, float softcap, DropoutParams dropout,
+                       const Tensor& out, const Tensor& lse, const AttentionSequences& sequences = {});
 
 // AttentionKernels::backward: grad_q / grad_k / grad_v written (not accumulated) in q's dtype;
 // delta a [B, Hq, Tq] f32 workspace; dQ accumulates in grad_q when q is f32, else in the f32
@@ -28,7 +29,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 // gradient element is summed in a fixed order.
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window,
-                        float scale, DropoutParams dropout, const Tensor& delta,
+                        float scale, float softcap, DropoutParams dropout, const Tensor& delta,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                         const Tensor& grad_q_accum, const AttentionSequences& sequences = {});
 

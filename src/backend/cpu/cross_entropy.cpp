@@ -120,8 +120,8 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                            int64_t ignore_index, float scale, const Tensor& grad_scale,
-                            const Tensor& grad_logits) {
+                            int64_t ignore_index, float scale, float softcap,
+                            const Tensor& grad_scale, const Tensor& grad_logits) {
   const LogitRows shape = check_cross_entropy_backward("cross_entropy backward", logits, lse,
                                                        targets, grad_scale, grad_logits);
   const int64_t rows = shape.rows, vocab = shape.vocab;
@@ -140,6 +140,21 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tenso
       if (target == ignore_index) {
 #pragma omp simd
         for (int64_t j = 0; j < vocab; ++j) d[j] = 0.0f;
+      } else if (softcap > 0.0f) {
+        // Each gradient times the cap's slope at its logit, read before it is overwritten (in
+        // place, x is d): the target's own element is recomputed from its logit, kept apart.
+        const float shift = lp[r];
+        const bool hit = target >= 0 && target < vocab;
+        const float target_logit = hit ? x[target] : 0.0f;
+#pragma omp simd
+        for (int64_t j = 0; j < vocab; ++j) {
+          const float v = x[j], t = v / softcap;
+          d[j] = flush_subnormal(exp_approx(v - shift) * s) * (1.0f - t * t);
+        }
+        if (hit) {
+          const float t = target_logit / softcap;
+          d[target] = (flush_subnormal(exp_approx(target_logit - shift) * s) - s) * (1.0f - t * t);
+        }
       } else {
         const float shift = lp[r];
 #pragma omp simd

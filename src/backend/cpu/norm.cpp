@@ -125,14 +125,24 @@ int64_t row_count(const Tensor& x) { return x.numel() / x.size(-1); }
 
 float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
+// The weight in fp32 with `offset` added to each element (Gemma's 1 + w, as transformers computes
+// 1.0 + weight.float()); null when undefined.
+const float* widened_weight(const Tensor& weight, float offset, std::vector<float>& storage) {
+  const float* w = widened(weight, storage);
+  if (w == nullptr || offset == 0.0f) return w;
+  if (storage.empty()) storage.assign(w, w + weight.numel());
+  for (float& v : storage) v += offset;
+  return storage.data();
+}
+
 template <bool kCentred>
 void norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                   const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                   const Tensor& dbias, const Tensor& partial) {
+                   float weight_offset, const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                   const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
   ensure_flush_denormal();
   const int64_t dim = x.size(-1), rows = row_count(x);
   std::vector<float> weight_f32;
-  const float* w = widened(weight, weight_f32);
+  const float* w = widened_weight(weight, weight_offset, weight_f32);
   const WidenRows dys(grad_out, dim), xs(x, dim), dxs(dx, dim);
   const float* mp = kCentred ? mean.data<float>() : nullptr;
   const float* rp = rstd.data<float>();
@@ -194,15 +204,15 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                          const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
-  norm_backward<true>(grad_out, x, weight, mean, rstd, dx, dweight, dbias, partial);
+  norm_backward<true>(grad_out, x, weight, 0.0f, mean, rstd, dx, dweight, dbias, partial);
 }
 
-void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,
-                      const Tensor& rstd) {
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+                      const Tensor& out, const Tensor& rstd) {
   ensure_flush_denormal();
   const int64_t dim = x.size(-1), rows = row_count(x);
   std::vector<float> weight_f32;
-  const float* w = widened(weight, weight_f32);
+  const float* w = widened_weight(weight, weight_offset, weight_f32);
   const WidenRows xs(x, dim), ys(out, dim);
   float* rp = rstd.data<float>();
   const float inv_dim = 1.0f / static_cast<float>(dim);
@@ -225,9 +235,10 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Te
 }
 
 void rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                       const Tensor& partial) {
-  norm_backward<false>(grad_out, x, weight, Tensor(), rstd, dx, dweight, Tensor(), partial);
+                       float weight_offset, const Tensor& rstd, const Tensor& dx,
+                       const Tensor& dweight, const Tensor& partial) {
+  norm_backward<false>(grad_out, x, weight, weight_offset, Tensor(), rstd, dx, dweight, Tensor(),
+                       partial);
 }
 
 }  // namespace

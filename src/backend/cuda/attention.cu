@@ -1,9 +1,9 @@
 // Flash-attention-2 on the GPU: the forward / backward entries of backend/attention_kernels.h,
-// with the semantics of the CPU kernels (backend/cpu/attention.h): causal mask and sliding window,
-// GQA head mapping, dropout on the probabilities from the same Philox stream, lse per row, and
-// packed sequences (Note [Packed sequences in attention]): here a query's first visible key is
-// also its sequence's start, found in cu_seqlens, with tiles aligned to the row as unpacked (the
-// CPU aligns them to each sequence: results agree within rounding, not bit for bit).
+// with the semantics of the CPU kernels (backend/cpu/attention.h): causal mask, sliding window,
+// score soft-capping, GQA head mapping, dropout on the probabilities from the same Philox stream,
+// lse per row, and packed sequences (Note [Packed sequences in attention]): here a query's first
+// visible key is also its sequence's start, found in cu_seqlens, with tiles aligned to the row as
+// unpacked (the CPU aligns them to each sequence: results agree within rounding, not bit for bit).
 //
 // Two kernel families. bf16 / f16 with head size up to 128 run on tensor cores (nvcuda::wmma,
 // 16x16x16, fp32 accumulation), the head size padded to 64 or 128 in shared memory. f32, and
@@ -55,6 +55,7 @@ struct Params {
   bool causal;
   int64_t window;  // 0, or (causal) key j <= i - window masked too
   float scale;
+  float softcap;     // 0, or scores capped as softcap * tanh(s / softcap)
   float dropout_p;   // 0: no dropout
   float keep_scale;  // 1 / (1 - dropout_p), computed as the CPU does
   uint64_t seed, offset;
@@ -83,6 +84,20 @@ __device__ __forceinline__ int64_t row_offset(const X& x, int64_t row, int64_t h
 }
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The scaled score of a product q . k, capped when p.softcap > 0 as transformers computes it
+// (CPU: cap_scores).
+__device__ __forceinline__ float score_of(const Params& p, float dot) {
+  const float s = dot * p.scale;
+  return p.softcap > 0.0f ? tanhf(s / p.softcap) * p.softcap : s;
+}
+
+// The derivative of the cap at the product q . k: 1 - tanh^2, or 1 without a cap.
+__device__ __forceinline__ float cap_slope(const Params& p, float dot) {
+  if (p.softcap == 0.0f) return 1.0f;
+  const float t = tanhf(dot * p.scale / p.softcap);
+  return 1.0f - t * t;
+}
 
 __device__ __forceinline__ int clamp_to(int64_t n, int bc) {
   return n < 0 ? 0 : (n > bc ? bc : static_cast<int>(n));
@@ -320,8 +335,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       const bool in0 = lane >= keys.begin && lane < keys.end;
       const bool in1 = lane + 32 >= keys.begin && lane + 32 < keys.end;
       const float* srow = ss + r * L::ld_s;
-      const float s0 = in0 ? srow[lane] * p.scale : -INFINITY;
-      const float s1 = in1 ? srow[lane + 32] * p.scale : -INFINITY;
+      const float s0 = in0 ? score_of(p, srow[lane]) : -INFINITY;
+      const float s1 = in1 ? score_of(p, srow[lane + 32]) : -INFINITY;
       const float mx = fmaxf(warp_max(fmaxf(s0, s1)), m[rr]);
       const float correction = exp_approx(m[rr] - mx);
       float p0 = in0 ? exp_approx(s0 - mx) : 0.0f;
@@ -464,7 +479,8 @@ __global__ void __launch_bounds__(kMmaThreads) mma_backward_kernel(Params p, Bac
         const int64_t i = i0 + r, j = j0 + c;
         float pk = 0.0f, ds = 0.0f;
         if (r < rows && c < bc && visible(p, b, i, j)) {
-          const float prob = exp_approx(ss[r * L::ld_s + c] * p.scale - slse[r]);
+          const float dot = ss[r * L::ld_s + c];
+          const float prob = exp_approx(score_of(p, dot) - slse[r]);
           const float dpv = sdp[r * L::ld_s + c];
           if (p.dropout_p > 0.0f) {
             const float keep = dropout_factor(p, b, h, i, j);
@@ -474,6 +490,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_backward_kernel(Params p, Bac
             ds = prob * (dpv - sdelta[r]);
             pk = prob;
           }
+          ds *= cap_slope(p, dot);
         }
         sp[r * L::ld_p + c] = from_f32<T>(pk);
         sds[r * L::ld_p + c] = from_f32<T>(ds);
@@ -597,7 +614,7 @@ __global__ void __launch_bounds__(kCoreThreads)
       const int r = idx / kCoreKeys, c = idx % kCoreKeys;
       float dot = 0.0f;
       for (int e = 0; e < dim; ++e) dot += sq[r * ld + e] * sk[c * ld + e];
-      ss[r * ld_s + c] = dot * p.scale;
+      ss[r * ld_s + c] = score_of(p, dot);
     }
     __syncthreads();
     if (t < kCoreRows) {
@@ -716,7 +733,7 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
             s += sq[r * ld + e] * sk[c * ld + e];
             dpv += sdo[r * ld + e] * sv[c * ld + e];
           }
-          const float prob = exp_approx(s * p.scale - slse[r]);
+          const float prob = exp_approx(score_of(p, s) - slse[r]);
           if (p.dropout_p > 0.0f) {
             const float keep = dropout_factor(p, b, h, i, j);
             ds = prob * (dpv * keep - sdelta[r]);
@@ -725,6 +742,7 @@ __global__ void __launch_bounds__(kCoreThreads) core_backward_kernel(Params p, B
             ds = prob * (dpv - sdelta[r]);
             pk = prob;
           }
+          ds *= cap_slope(p, s);
         }
         sp[r * ld_s + c] = pk;
         sds[r * ld_s + c] = ds;
@@ -811,7 +829,8 @@ OutOperand out_operand(const Tensor& x) {
 }
 
 Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, int64_t window,
-                   float scale, const DropoutParams& dropout, const AttentionSequences& sequences) {
+                   float scale, float softcap, const DropoutParams& dropout,
+                   const AttentionSequences& sequences) {
   Params p;
   p.batch = q.size(0);
   p.q_heads = q.size(1);
@@ -826,6 +845,7 @@ Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
   p.causal = causal;
   p.window = window;
   p.scale = scale;
+  p.softcap = softcap;
   p.dropout_p = dropout.p;
   p.keep_scale = dropout.p > 0.0f ? 1.0f / (1.0f - dropout.p) : 1.0f;
   p.seed = dropout.seed;
@@ -837,10 +857,14 @@ Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
 }
 
 void check_problem(const char* entry, const Tensor& q, const Tensor& k, const Tensor& v,
-                   bool causal, int64_t window, const AttentionSequences& sequences) {
+                   bool causal, int64_t window, float softcap,
+                   const AttentionSequences& sequences) {
   check_attention_sequences(entry, q, k, causal, sequences);
   if (window < 0 || (window > 0 && !causal)) {
     throw ValueError(str_cat(entry, ": window ", window, " needs causal and must be positive"));
+  }
+  if (!(softcap >= 0.0f)) {
+    throw ValueError(str_cat(entry, ": softcap ", softcap, " must be positive, or 0 for none"));
   }
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
     throw ValueError(str_cat(entry, ": q, k and v must share a dtype"));
@@ -943,23 +967,23 @@ void launch_backward(const Params& p, const BackwardArgs& args, DType dtype) {
   })
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                       int64_t window, float scale, DropoutParams dropout, const Tensor& out,
-                       const Tensor& lse, const AttentionSequences& sequences) {
-  check_problem("attention_forward", q, k, v, causal, window, sequences);
+                       int64_t window, float scale, float softcap, DropoutParams dropout,
+                       const Tensor& out, const Tensor& lse, const AttentionSequences& sequences) {
+  check_problem("attention_forward", q, k, v, causal, window, softcap, sequences);
   const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
   check_attention_forward_buffers("attention_forward", q, out, lse);
   if (q_rows == 0) return;
   DeviceGuard guard(q.device().index);
-  const Params p = make_params(q, k, v, causal, window, scale, dropout, sequences);
+  const Params p = make_params(q, k, v, causal, window, scale, softcap, dropout, sequences);
   HEADROOM_ATTENTION_DISPATCH(q.dtype(), p.dim, (launch_forward<T, kD>(p, out, lse)));
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window,
-                        float scale, DropoutParams dropout, const Tensor& delta,
+                        float scale, float softcap, DropoutParams dropout, const Tensor& delta,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                         const Tensor& grad_q_accum, const AttentionSequences& sequences) {
-  check_problem("attention_backward", q, k, v, causal, window, sequences);
+  check_problem("attention_backward", q, k, v, causal, window, softcap, sequences);
   const bool f32 = q.dtype() == DType::f32;
   check_attention_backward_buffers("attention_backward", q, k, out, grad_out, lse, delta, grad_q,
                                    grad_k, grad_v, grad_q_accum);
@@ -978,7 +1002,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       check_launch();
     }
   }
-  const Params p = make_params(q, k, v, causal, window, scale, dropout, sequences);
+  const Params p = make_params(q, k, v, causal, window, scale, softcap, dropout, sequences);
   const int64_t rows = p.batch * p.q_heads * p.q_len;
   if (rows > 0) {
     HEADROOM_CUDA_DISPATCH_FLOAT(q.dtype(), T, {

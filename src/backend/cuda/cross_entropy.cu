@@ -132,13 +132,14 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // grad[r] = (softmax(logits[r]) - onehot(target[r])) * scale * g, zero for an ignored row, with
 // g read from grad_scale (a 0-d tensor) when it is given. grad may be logits itself: each thread
-// reads a pack and then writes the same pack.
+// reads a pack and then writes the same pack. softcap > 0: times the cap's slope 1 - (x / c)^2 at
+// each (capped) logit x.
 template <typename TL, typename TG, typename TI, int N>
 __global__ void __launch_bounds__(kRowThreads)
     cross_entropy_backward_kernel(const TL* logits, int64_t row_stride, int64_t vocab,
                                   const float* lse, const TI* targets, int64_t ignore_index,
-                                  float scale, const void* grad_scale, DType grad_scale_dtype,
-                                  TG* grad, int64_t grad_stride) {
+                                  float scale, float softcap, const void* grad_scale,
+                                  DType grad_scale_dtype, TG* grad, int64_t grad_stride) {
   const int64_t r = blockIdx.x;
   const int64_t t = targets[r];
   TG* d = grad + r * grad_stride;
@@ -158,8 +159,13 @@ __global__ void __launch_bounds__(kRowThreads)
     Pack<TG, N> out;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      float v = flush_subnormal(exp_approx(to_f32(p.v[i]) - shift) * s);
+      const float x = to_f32(p.v[i]);
+      float v = flush_subnormal(exp_approx(x - shift) * s);
       if (c * N + i == t) v -= s;
+      if (softcap > 0.0f) {
+        const float tc = x / softcap;
+        v *= 1.0f - tc * tc;
+      }
       out.v[i] = from_f32<TG>(v);
     }
     store_pack<TG, N>(d, c, out);
@@ -267,7 +273,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
 
 template <typename TL, typename TG, typename TI>
 void launch_backward(const Tensor& logits, const LogitRows& rows, const Tensor& lse,
-                     const Tensor& targets, int64_t ignore_index, float scale,
+                     const Tensor& targets, int64_t ignore_index, float scale, float softcap,
                      const Tensor& grad_scale, const Tensor& grad) {
   const TL* lp = static_cast<const TL*>(logits.data_ptr());
   TG* gp = static_cast<TG*>(grad.data_ptr());
@@ -283,26 +289,28 @@ void launch_backward(const Tensor& logits, const LogitRows& rows, const Tensor& 
   const TI* tp = static_cast<const TI*>(targets.data_ptr());
   if (packed) {
     cross_entropy_backward_kernel<TL, TG, TI, kPack><<<grid, kRowThreads, 0, current_stream()>>>(
-        lp, rows.stride, rows.vocab, lsep, tp, ignore_index, scale, sp, sdtype, gp, grad_stride);
+        lp, rows.stride, rows.vocab, lsep, tp, ignore_index, scale, softcap, sp, sdtype, gp,
+        grad_stride);
   } else {
     cross_entropy_backward_kernel<TL, TG, TI, 1><<<grid, kRowThreads, 0, current_stream()>>>(
-        lp, rows.stride, rows.vocab, lsep, tp, ignore_index, scale, sp, sdtype, gp, grad_stride);
+        lp, rows.stride, rows.vocab, lsep, tp, ignore_index, scale, softcap, sp, sdtype, gp,
+        grad_stride);
   }
   check_launch();
 }
 
 template <typename TL, typename TI>
 void dispatch_grad_dtype(const Tensor& logits, const LogitRows& rows, const Tensor& lse,
-                         const Tensor& targets, int64_t ignore_index, float scale,
+                         const Tensor& targets, int64_t ignore_index, float scale, float softcap,
                          const Tensor& grad_scale, const Tensor& grad) {
   HEADROOM_CUDA_DISPATCH_FLOAT(grad.dtype(), TG,
                                launch_backward<TL, TG, TI>(logits, rows, lse, targets, ignore_index,
-                                                           scale, grad_scale, grad));
+                                                           scale, softcap, grad_scale, grad));
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                            int64_t ignore_index, float scale, const Tensor& grad_scale,
-                            const Tensor& grad_logits) {
+                            int64_t ignore_index, float scale, float softcap,
+                            const Tensor& grad_scale, const Tensor& grad_logits) {
   const char* op = "cross_entropy backward";
   const LogitRows rows =
       check_cross_entropy_backward(op, logits, lse, targets, grad_scale, grad_logits);
@@ -312,8 +320,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tenso
     using TI = decltype(index);
     HEADROOM_CUDA_DISPATCH_FLOAT(
         logits.dtype(), TL,
-        dispatch_grad_dtype<TL, TI>(logits, rows, lse, targets, ignore_index, scale, grad_scale,
-                                    grad_logits));
+        dispatch_grad_dtype<TL, TI>(logits, rows, lse, targets, ignore_index, scale, softcap,
+                                    grad_scale, grad_logits));
   });
 }
 

@@ -23,12 +23,13 @@ constexpr int kBackwardWarps = kBackwardThreads / kWarpSize;
 // slice of the partial buffer in global memory (each column is owned by one thread either way).
 constexpr size_t kMaxSharedPartialBytes = 40 << 10;
 
-// y = (x - mean) * rstd * weight + bias, one warp per row, rounded once into y's dtype TY (x's,
-// or bf16 / f16 from f32 x); rms_norm is the case with no mean (centred false) and no bias.
+// y = (x - mean) * rstd * (weight + weight_offset) + bias, one warp per row, rounded once into
+// y's dtype TY (x's, or bf16 / f16 from f32 x); rms_norm is the case with no mean (centred false)
+// and no bias, and Gemma's the one with weight_offset 1.
 template <typename TX, typename TW, typename TY, int N>
-__global__ void norm_forward_kernel(const TX* x, const TW* weight, const TW* bias, int64_t rows,
-                                    int64_t dim, float eps, bool centred, TY* out, float* mean,
-                                    float* rstd) {
+__global__ void norm_forward_kernel(const TX* x, const TW* weight, float weight_offset,
+                                    const TW* bias, int64_t rows, int64_t dim, float eps,
+                                    bool centred, TY* out, float* mean, float* rstd) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = int64_t{blockIdx.x} * kForwardWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // the whole warp: no block-wide synchronisation follows
@@ -69,7 +70,7 @@ __global__ void norm_forward_kernel(const TX* x, const TW* weight, const TW* bia
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       float value = (to_f32(p.v[i]) - m) * rs;
-      if (weight) value *= to_f32(w.v[i]);
+      if (weight) value *= to_f32(w.v[i]) + weight_offset;
       if (bias) value += to_f32(b.v[i]);
       y.v[i] = from_f32<TY>(value);
     }
@@ -100,14 +101,15 @@ __device__ __forceinline__ void block_sum2(float& a, float& c, float (*shared)[2
 }
 
 // One block of rows [b * rows / blocks, (b + 1) * rows / blocks): dx = rstd * (g - mean_g -
-// x-hat * mean_gx) with g = dy * weight (mean_g is 0 without centring), and the block's partial
+// x-hat * mean_gx) with g = dy * (weight + weight_offset) (mean_g is 0 without centring), and
+// the block's partial
 // sums of dy * x-hat and dy into partial[b] ([2, dim]) when partial is set. A thread owns the
 // columns of the packs tid, tid + blockDim, ...: it alone touches their partial sums.
 template <typename TX, typename TW, int N>
 __global__ void __launch_bounds__(kBackwardThreads)
-    norm_backward_kernel(const TX* dy, const TX* x, const TW* weight, const float* mean,
-                         const float* rstd, int64_t rows, int64_t dim, int64_t blocks, TX* dx,
-                         float* partial, bool shared_partial) {
+    norm_backward_kernel(const TX* dy, const TX* x, const TW* weight, float weight_offset,
+                         const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                         int64_t blocks, TX* dx, float* partial, bool shared_partial) {
   extern __shared__ float shared_sums[];  // [2, dim] when shared_partial
   __shared__ float reduce[2][2][kBackwardWarps];
   const int64_t b = blockIdx.x;
@@ -139,7 +141,8 @@ __global__ void __launch_bounds__(kBackwardThreads)
         if (weight) w = load_pack<TW, N>(weight, c);
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float g = weight ? to_f32(pd.v[i]) * to_f32(w.v[i]) : to_f32(pd.v[i]);
+          const float g =
+              weight ? to_f32(pd.v[i]) * (to_f32(w.v[i]) + weight_offset) : to_f32(pd.v[i]);
           a += g;
           c2 += g * ((to_f32(px.v[i]) - shift) * rs);
         }
@@ -159,7 +162,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
         const float d = to_f32(pd.v[i]);
         const float xhat = (to_f32(px.v[i]) - shift) * rs;
         if (dx) {
-          const float g = weight ? d * to_f32(w.v[i]) : d;
+          const float g = weight ? d * (to_f32(w.v[i]) + weight_offset) : d;
           out.v[i] = from_f32<TX>(rs * (g - mean_g - xhat * mean_gx));
         }
         if (sums) {
@@ -222,8 +225,8 @@ DType affine_dtype(const char* op, const Tensor& x, const Tensor& weight, const 
 }
 
 template <typename TX, typename TW, typename TY>
-void launch_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
-                    const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+void launch_forward(const Tensor& x, const Tensor& weight, float weight_offset, const Tensor& bias,
+                    float eps, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   const auto [rows, dim] = row_shape(x);
   const TX* xp = data_or_null<const TX>(x);
   const TW* wp = data_or_null<const TW>(weight);
@@ -240,28 +243,28 @@ void launch_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, f
   float* rp = data_or_null<float>(rstd);
   if (packed) {
     norm_forward_kernel<TX, TW, TY, kPack>
-        <<<static_cast<int>(grid), threads, 0, current_stream()>>>(xp, wp, bp, rows, dim, eps,
-                                                                   mean.defined(), yp, mp, rp);
+        <<<static_cast<int>(grid), threads, 0, current_stream()>>>(
+            xp, wp, weight_offset, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
   } else {
     norm_forward_kernel<TX, TW, TY, 1><<<static_cast<int>(grid), threads, 0, current_stream()>>>(
-        xp, wp, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
+        xp, wp, weight_offset, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
   }
   check_launch();
 }
 
 template <typename TX, typename TY>
 void forward_for_weight(const char* op, DType wdtype, const Tensor& x, const Tensor& weight,
-                        const Tensor& bias, float eps, const Tensor& out, const Tensor& mean,
-                        const Tensor& rstd) {
+                        float weight_offset, const Tensor& bias, float eps, const Tensor& out,
+                        const Tensor& mean, const Tensor& rstd) {
   switch (wdtype) {
     case DType::f32:
-      launch_forward<TX, float, TY>(x, weight, bias, eps, out, mean, rstd);
+      launch_forward<TX, float, TY>(x, weight, weight_offset, bias, eps, out, mean, rstd);
       break;
     case DType::bf16:
-      launch_forward<TX, __nv_bfloat16, TY>(x, weight, bias, eps, out, mean, rstd);
+      launch_forward<TX, __nv_bfloat16, TY>(x, weight, weight_offset, bias, eps, out, mean, rstd);
       break;
     case DType::f16:
-      launch_forward<TX, __half, TY>(x, weight, bias, eps, out, mean, rstd);
+      launch_forward<TX, __half, TY>(x, weight, weight_offset, bias, eps, out, mean, rstd);
       break;
     default:
       check_kernel_dtype(op, "weight", wdtype);
@@ -270,8 +273,9 @@ void forward_for_weight(const char* op, DType wdtype, const Tensor& x, const Ten
 
 // Shared by both norms: mean is undefined for rms_norm, as is bias. out is in x's dtype, or in
 // bf16 / f16 for f32 x (a norm whose result a projection converts: ops/norm.h).
-void norm_forward(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                  float eps, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+void norm_forward(const char* op, const Tensor& x, const Tensor& weight, float weight_offset,
+                  const Tensor& bias, float eps, const Tensor& out, const Tensor& mean,
+                  const Tensor& rstd) {
   const DType wdtype = affine_dtype(op, x, weight, bias);
   const bool narrowed =
       x.dtype() == DType::f32 && (out.dtype() == DType::bf16 || out.dtype() == DType::f16);
@@ -279,19 +283,21 @@ void norm_forward(const char* op, const Tensor& x, const Tensor& weight, const T
   if (row_shape(x).rows == 0) return;
   DeviceGuard guard(x.device().index);
   if (out.dtype() == DType::bf16 && narrowed) {
-    forward_for_weight<float, __nv_bfloat16>(op, wdtype, x, weight, bias, eps, out, mean, rstd);
+    forward_for_weight<float, __nv_bfloat16>(op, wdtype, x, weight, weight_offset, bias, eps, out,
+                                             mean, rstd);
   } else if (narrowed) {
-    forward_for_weight<float, __half>(op, wdtype, x, weight, bias, eps, out, mean, rstd);
+    forward_for_weight<float, __half>(op, wdtype, x, weight, weight_offset, bias, eps, out, mean,
+                                      rstd);
   } else {
-    HEADROOM_CUDA_DISPATCH_FLOAT(
-        x.dtype(), TX,
-        forward_for_weight<TX, TX>(op, wdtype, x, weight, bias, eps, out, mean, rstd));
+    HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), TX,
+                                 forward_for_weight<TX, TX>(op, wdtype, x, weight, weight_offset,
+                                                            bias, eps, out, mean, rstd));
   }
 }
 
 template <typename TX, typename TW>
 void launch_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                     const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                     float weight_offset, const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                      const Tensor& partial) {
   const auto [rows, dim] = row_shape(x);
   const int64_t blocks = partial.defined() ? partial.size(0) : norm_backward_blocks(rows);
@@ -311,19 +317,19 @@ void launch_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weig
   if (packed) {
     norm_backward_kernel<TX, TW, kPack>
         <<<static_cast<int>(blocks), kBackwardThreads, shared_bytes, current_stream()>>>(
-            gp, xp, wp, mp, rp, rows, dim, blocks, dxp, pp, shared_partial);
+            gp, xp, wp, weight_offset, mp, rp, rows, dim, blocks, dxp, pp, shared_partial);
   } else {
     norm_backward_kernel<TX, TW, 1>
         <<<static_cast<int>(blocks), kBackwardThreads, shared_bytes, current_stream()>>>(
-            gp, xp, wp, mp, rp, rows, dim, blocks, dxp, pp, shared_partial);
+            gp, xp, wp, weight_offset, mp, rp, rows, dim, blocks, dxp, pp, shared_partial);
   }
   check_launch();
 }
 
 // Shared by both norms (mean and dbias undefined for rms_norm).
 void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                   const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                   const Tensor& dbias, const Tensor& partial) {
+                   float weight_offset, const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                   const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
   const bool wants_partial = dweight.defined() || dbias.defined();
   if (!dx.defined() && !wants_partial) return;
   const auto [rows, dim] = row_shape(x);
@@ -343,13 +349,16 @@ void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, cons
   HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), TX, {
     switch (wdtype) {
       case DType::f32:
-        launch_backward<TX, float>(grad_out, x, weight, mean, rstd, dx, used_partial);
+        launch_backward<TX, float>(grad_out, x, weight, weight_offset, mean, rstd, dx,
+                                   used_partial);
         break;
       case DType::bf16:
-        launch_backward<TX, __nv_bfloat16>(grad_out, x, weight, mean, rstd, dx, used_partial);
+        launch_backward<TX, __nv_bfloat16>(grad_out, x, weight, weight_offset, mean, rstd, dx,
+                                           used_partial);
         break;
       case DType::f16:
-        launch_backward<TX, __half>(grad_out, x, weight, mean, rstd, dx, used_partial);
+        launch_backward<TX, __half>(grad_out, x, weight, weight_offset, mean, rstd, dx,
+                                    used_partial);
         break;
       default:
         check_kernel_dtype(op, "weight", wdtype);
@@ -365,26 +374,26 @@ void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, cons
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                         const Tensor& out, const Tensor& mean, const Tensor& rstd) {
-  norm_forward("layer_norm", x, weight, bias, eps, out, mean, rstd);
+  norm_forward("layer_norm", x, weight, 0.0f, bias, eps, out, mean, rstd);
 }
 
 void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                          const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
-  norm_backward("layer_norm backward", grad_out, x, weight, mean, rstd, dx, dweight, dbias,
+  norm_backward("layer_norm backward", grad_out, x, weight, 0.0f, mean, rstd, dx, dweight, dbias,
                 partial);
 }
 
-void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,
-                      const Tensor& rstd) {
-  norm_forward("rms_norm", x, weight, Tensor(), eps, out, Tensor(), rstd);
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+                      const Tensor& out, const Tensor& rstd) {
+  norm_forward("rms_norm", x, weight, weight_offset, Tensor(), eps, out, Tensor(), rstd);
 }
 
 void rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                       const Tensor& partial) {
-  norm_backward("rms_norm backward", grad_out, x, weight, Tensor(), rstd, dx, dweight, Tensor(),
-                partial);
+                       float weight_offset, const Tensor& rstd, const Tensor& dx,
+                       const Tensor& dweight, const Tensor& partial) {
+  norm_backward("rms_norm backward", grad_out, x, weight, weight_offset, Tensor(), rstd, dx,
+                dweight, Tensor(), partial);
 }
 
 }  // namespace
