@@ -150,10 +150,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor out = empty_in_layout_of(q, q.dtype());
   Tensor lse = Tensor::empty(Shape{dims.batch, dims.q_heads, dims.q_len}, DType::f32, device);
   const DType dtype = q.dtype();
-  need_kernel(kOp, device, &AttentionKernels::forward)(unit_rows(q, dtype), unit_rows(k, dtype),
-                                                       unit_rows(v, dtype), is_causal, window,
-                                                       softmax_scale, cap, dropout, out, lse,
-                                                       sequences);
+  need_kernel(kOp, device, &AttentionKernels::forward)(
+      unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(v, dtype), is_causal, window,
+      softmax_scale, cap, dropout, out, lse, sequences);
   if (auto node = make_function_node("ScaledDotProductAttentionBackward0", {q, k, v})) {
     save_for_backward(*node, q, k, v, out, lse);
     node->set_backward([is_causal, window, softmax_scale, cap, dropout,

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <string>
 
+#include "core/error.h"
 #include "core/json_file.h"
 #include "io/chat_template.h"
 #include "io_test_helpers.h"
@@ -19,7 +20,7 @@ using io_test::write_bytes;
 using Json = nlohmann::ordered_json;
 
 std::string fixture(const std::string& name) {
-  return std::string(HEADROOM_FIXTURES_DIR) + "/chat_template/" + name;
+  return str_cat(HEADROOM_FIXTURES_DIR, "/chat_template/", name);
 }
 
 Json load_fixture(const std::string& name) {

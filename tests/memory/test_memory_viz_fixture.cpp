@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/error.h"
 #include "memory/memory_viz_decoder.h"
 
 namespace headroom {
@@ -19,8 +20,7 @@ namespace {
 using memory_test::MemoryVizDecoder;
 
 PickleValue load_fixture() {
-  const std::string path =
-      std::string(HEADROOM_FIXTURES_DIR) + "/memory/expandable_snapshot.pickle";
+  const std::string path = str_cat(HEADROOM_FIXTURES_DIR, "/memory/expandable_snapshot.pickle");
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in) << "cannot open " << path;
   std::stringstream bytes;

@@ -39,7 +39,7 @@ void packed_attention_case(const std::string& name, std::vector<OpInput> inputs,
          const SequenceBoundaries s =
              make_sequence_boundaries(cu, in[0].size(0), in[0].size(2), in[0].device());
          return scaled_dot_product_attention(in[0], in[1], in[2], true, {}, 0.0, nullptr, window,
-                                             s.attention);
+                                             std::nullopt, s.attention);
        }});
 }
 

@@ -66,7 +66,7 @@ TEST(PackedAttention, EachSequenceEqualsItRunAloneBitForBit) {
     const Tensor grad_out = draw(c.q_heads);
     const SequenceBoundaries s = make_sequence_boundaries(c.cu, c.batch, c.len, kCPU);
     const Tensor out =
-        scaled_dot_product_attention(q, k, v, true, {}, 0.0, nullptr, c.window, s.attention);
+        scaled_dot_product_attention(q, k, v, true, {}, 0.0, nullptr, c.window, {}, s.attention);
     backward(out, grad_out);
     for (size_t n = 0; n + 1 < c.cu.size(); ++n) {
       const int64_t b = c.cu[n] / c.len, begin = c.cu[n] % c.len;
@@ -101,11 +101,11 @@ TEST(PackedAttention, BadBoundariesAreRefusedByName) {
   const Tensor q = Tensor::randn({1, 1, 8, 4});
   const SequenceBoundaries s = make_sequence_boundaries({0, 3, 8}, 1, 8, kCPU);
   EXPECT_THROW(
-      (void)scaled_dot_product_attention(q, q, q, false, {}, 0.0, nullptr, {}, s.attention),
+      (void)scaled_dot_product_attention(q, q, q, false, {}, 0.0, nullptr, {}, {}, s.attention),
       ValueError);
   const SequenceBoundaries other = make_sequence_boundaries({0, 3, 9}, 1, 9, kCPU);
   EXPECT_THROW(
-      (void)scaled_dot_product_attention(q, q, q, true, {}, 0.0, nullptr, {}, other.attention),
+      (void)scaled_dot_product_attention(q, q, q, true, {}, 0.0, nullptr, {}, {}, other.attention),
       ValueError);
 }
 
@@ -117,7 +117,7 @@ TEST(PackedAttention, CensusCountsTheSequencesPairs) {
   KernelCensus census;
   {
     KernelCensusScope open(census);
-    (void)scaled_dot_product_attention(q, q, q, true, {}, 0.0, nullptr, {}, s.attention);
+    (void)scaled_dot_product_attention(q, q, q, true, {}, 0.0, nullptr, {}, {}, s.attention);
     (void)scaled_dot_product_attention(q, q, q, true);
   }
   std::vector<double> flops;

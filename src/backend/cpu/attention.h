@@ -21,7 +21,8 @@ namespace headroom::cpu {
 // default: one sequence a row).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        int64_t window, float scale, float softcap, DropoutParams dropout,
-                       const Tensor& out, const Tensor& lse, const AttentionSequences& sequences = {});
+                       const Tensor& out, const Tensor& lse,
+                       const AttentionSequences& sequences = {});
 
 // AttentionKernels::backward: grad_q / grad_k / grad_v written (not accumulated) in q's dtype;
 // delta a [B, Hq, Tq] f32 workspace; dQ accumulates in grad_q when q is f32, else in the f32
