@@ -2396,9 +2396,13 @@ struct Renderer {
       if (!s.empty() && uint64_t(n) > limits.max_output_bytes / s.size())
         fault(str_cat("a string of ", s.size(), " bytes repeated ", n,
                       " times is over the limit of ", limits.max_output_bytes, " bytes"));
+      // By doubling: a one-byte string repeated to the limit is 26 copies, not 64 million
+      // appends (which take seconds under the fuzzer's instrumentation).
+      const size_t total = s.size() * size_t(n);
       std::string out;
-      out.reserve(s.size() * size_t(n));
-      for (int64_t i = 0; i < n; ++i) out += s;
+      out.reserve(total);
+      if (total > 0) out = s;
+      while (out.size() < total) out.append(out, 0, std::min(out.size(), total - out.size()));
       return make_str(std::move(out));
     }
     const auto& items = seq.list().items;
