@@ -91,6 +91,18 @@ bool py_is_cased_lower(char32_t c) { return py_upper(c) != c; }
 bool py_isalpha(char32_t c) { return char_class(c) == CharClass::letter; }
 bool py_isdigit(char32_t c) { return c >= '0' && c <= '9'; }
 
+// Python's str.islower / str.isupper: at least one cased character, and none of the other case.
+bool only_cased(std::string_view text, bool upper) {
+  bool cased = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const char32_t c = next_code_point(text, pos);
+    if (upper ? py_is_cased_lower(c) : py_is_cased_upper(c)) return false;
+    cased = cased || (upper ? py_is_cased_upper(c) : py_is_cased_lower(c));
+  }
+  return cased;
+}
+
 std::vector<char32_t> code_points(std::string_view text) {
   std::vector<char32_t> out;
   out.reserve(text.size());
@@ -3125,24 +3137,10 @@ Value Renderer::method(const Value& self, const std::string& name) {
        }},
       {"isspace", [](Renderer&, const Value& s,
                      CallArgs&) { return Value(str_predicate(s.str(), py_isspace)); }},
-      {"islower",
-       [](Renderer&, const Value& s, CallArgs&) {
-         bool cased = false;
-         for (char32_t c : code_points(s.str())) {
-           if (py_is_cased_upper(c)) return Value(false);
-           cased = cased || py_is_cased_lower(c);
-         }
-         return Value(cased);
-       }},
-      {"isupper",
-       [](Renderer&, const Value& s, CallArgs&) {
-         bool cased = false;
-         for (char32_t c : code_points(s.str())) {
-           if (py_is_cased_lower(c)) return Value(false);
-           cased = cased || py_is_cased_upper(c);
-         }
-         return Value(cased);
-       }},
+      {"islower", [](Renderer&, const Value& s,
+                     CallArgs&) { return Value(only_cased(s.str(), /*upper=*/false)); }},
+      {"isupper", [](Renderer&, const Value& s,
+                     CallArgs&) { return Value(only_cased(s.str(), /*upper=*/true)); }},
       {"removeprefix",
        [](Renderer&, const Value& s, CallArgs& a) {
          auto p = bind_args("removeprefix", a, {"prefix"});

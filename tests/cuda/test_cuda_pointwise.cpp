@@ -418,7 +418,9 @@ TEST(CudaPointwise, RotaryMatchesTheCpu) {
     check_op(name_of("rotary llama3", dtype, Shape{1, 4, 300, 128}), scaled,
              {random(Shape{1, 4, 300, 128}, dtype, 94)}, tolerance_for(dtype));
     // yarn (Qwen2.5's 4x over 32768) and longrope (Phi-3-mini-128k's shape, its long factors
-    // past 4096 positions and its short ones within), computed the same on both.
+    // past 4096 positions and its short ones within), computed the same on both. The dtype's few
+    // ulps, as for the standard tables: the GPU rounds pow, cos and sin once from double where
+    // glibc's powf / cosf / sinf may land an ulp away, and the rotated values carry that ulp.
     RopeParameters yarn;
     yarn.theta = 1e6;
     yarn.scaling.type = RopeScaling::Type::yarn;
