@@ -49,7 +49,8 @@ void add_training_options(CLI::App& train, TrainingOptionsHelp help) {
                              ->group(listed ? option.group : "")
                              ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     const std::string shown = help_default(option);
-    if (std::holds_alternative<bool TrainingArguments::*>(option.field)) {
+    if (std::holds_alternative<bool TrainingArguments::*>(option.field) ||
+        std::holds_alternative<std::optional<bool> TrainingArguments::*>(option.field)) {
       // HF's booleans: `--bf16` alone, or `--bf16 true|false|1|0|yes|no`.
       added->expected(0, 1)->option_text(str_cat("[BOOL]=", shown));
     } else {

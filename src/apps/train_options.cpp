@@ -56,13 +56,41 @@ std::vector<TrainOption> make_train_options() {
        "auto (cuda when present and its ops have CUDA kernels, else cpu), cpu, cuda, cuda:N or "
        "meta",
        &A::device},
-      {"max_seq_length", data, "tokens per sequence (default: the model's context length)",
-       &A::max_seq_length},
+      {"max_seq_length", data,
+       "tokens per sequence (default: the model's context length); rows are truncated to it, "
+       "packed rows filled to it",
+       &A::max_seq_length, "max_length"},
       {"validation_split_percentage", data, "percent of the data held out for evaluation",
        &A::validation_split_percentage},
       {"max_eval_samples", data,
        "evaluate on the first N sequences of the held-out split (default: all)",
        &A::max_eval_samples},
+      {"eval_data", data,
+       "held-out rows to evaluate on (JSONL / JSON in the training data's format); default: "
+       "the split",
+       &A::eval_data},
+      {"dataset_text_field", data, "the field of language modeling rows", &A::dataset_text_field},
+      {"chat_template_path", data,
+       "a Jinja file (or a model directory) whose chat template renders the conversations, "
+       "instead of the model's",
+       &A::chat_template_path, "chat_template"},
+      {"completion_only_loss", data,
+       "score only the completion of prompt / completion rows (default: true for them)",
+       &A::completion_only_loss},
+      {"assistant_only_loss", data,
+       "score only the assistant's tokens ({% generation %} in the chat template)",
+       &A::assistant_only_loss},
+      {"eos_token", data,
+       "the text appended to rows that are not conversations (default: the "
+       "tokenizer's eos_token)",
+       &A::eos_token},
+      {"packing", data, "pack rows into sequences of max_length that never attend to each other",
+       &A::packing},
+      {"packing_strategy", data,
+       "bfd (best-fit decreasing, each row whole) or wrapped (rows joined and cut)",
+       &A::packing_strategy},
+      {"padding_free", data, "each batch as one row without padding (always with bfd packing)",
+       &A::padding_free},
       {"per_device_train_batch_size", batches, "sequences per micro-batch",
        &A::per_device_train_batch_size},
       {"per_device_eval_batch_size", batches, "sequences per evaluation batch",
@@ -264,6 +292,7 @@ bool read_by_plan(const TrainOption& option) {
                                                       "overwrite_output_dir",
                                                       "validation_split_percentage",
                                                       "max_eval_samples",
+                                                      "eval_data",
                                                       "max_steps",
                                                       "num_train_epochs",
                                                       "learning_rate",
@@ -313,6 +342,9 @@ nlohmann::ordered_json training_arguments_json(const TrainingArguments& args) {
             [&](std::optional<int64_t> A::*f) {
               return (args.*f) ? nlohmann::ordered_json(*(args.*f)) : nlohmann::ordered_json();
             },
+            [&](std::optional<bool> A::*f) {
+              return (args.*f) ? nlohmann::ordered_json(*(args.*f)) : nlohmann::ordered_json();
+            },
             [&](double A::*f) { return nlohmann::ordered_json(args.*f); },
             [&](bool A::*f) { return nlohmann::ordered_json(args.*f); },
         },
@@ -341,6 +373,7 @@ const char* option_type_name(const TrainOption& option) {
                         [](std::string A::*) { return "TEXT"; },
                         [](int64_t A::*) { return "INT"; },
                         [](std::optional<int64_t> A::*) { return "INT"; },
+                        [](std::optional<bool> A::*) { return "BOOL"; },
                         [](double A::*) { return "FLOAT"; },
                         [](bool A::*) { return "BOOL"; },
                     },
@@ -354,6 +387,10 @@ std::string option_value_text(const TrainingArguments& args, const TrainOption& 
                         [&](std::optional<int64_t> A::*f) {
                           return (args.*f) ? std::to_string(*(args.*f)) : std::string();
                         },
+                        [&](std::optional<bool> A::*f) {
+                          return (args.*f) ? std::string(*(args.*f) ? "true" : "false")
+                                           : std::string();
+                        },
                         [&](double A::*f) { return format_real(args.*f); },
                         [&](bool A::*f) { return std::string((args.*f) ? "true" : "false"); },
                     },
@@ -366,6 +403,9 @@ void set_option_from_text(TrainingArguments& args, const TrainOption& option, st
                  [&](std::string A::*f) { args.*f = std::string(text); },
                  [&](int64_t A::*f) { args.*f = parse_integer_value(text, origin); },
                  [&](std::optional<int64_t> A::*f) { args.*f = parse_integer_value(text, origin); },
+                 [&](std::optional<bool> A::*f) {
+                   args.*f = text.empty() || parse_bool_value(text, origin);
+                 },
                  [&](double A::*f) { args.*f = parse_real_value(text, origin); },
                  [&](bool A::*f) { args.*f = text.empty() || parse_bool_value(text, origin); },
              },
@@ -394,6 +434,15 @@ void set_option_from_config(TrainingArguments& args, const TrainOption& option,
                      args.*f = value.integer;
                    } else {
                      throw wrong("an integer or null");
+                   }
+                 },
+                 [&](std::optional<bool> A::*f) {
+                   if (value.kind == Kind::null) {
+                     args.*f = std::nullopt;
+                   } else if (value.kind == Kind::boolean) {
+                     args.*f = value.boolean;
+                   } else {
+                     throw wrong("true, false or null");
                    }
                  },
                  [&](double A::*f) {
@@ -458,10 +507,14 @@ void validate_training_arguments(const TrainingArguments& a, const OptionOrigins
   if (data == DataCheck::required) {
     if (a.data.empty()) {
       throw ValueError(
-          "--data is required: a text file, a directory of text files or a JSONL file");
+          "--data is required: a text file, a directory of text files, or JSONL / JSON rows");
     }
     check(std::filesystem::exists(a.data, ec), "data", "'", a.data, "' does not exist");
+    check(a.eval_data.empty() || std::filesystem::exists(a.eval_data, ec), "eval_data", "'",
+          a.eval_data, "' does not exist");
   }
+  check(a.chat_template_path.empty() || std::filesystem::exists(a.chat_template_path, ec),
+        "chat_template_path", "'", a.chat_template_path, "' does not exist");
   check(!a.output_dir.empty(), "output_dir", "must not be empty");
   if (a.device != "auto") rethrow_named("device", [&] { Device::parse(a.device); });
   if (!a.memory_limit.empty()) {

@@ -19,7 +19,8 @@ namespace headroom {
 
 using TrainingField = std::variant<std::string TrainingArguments::*, int64_t TrainingArguments::*,
                                    double TrainingArguments::*, bool TrainingArguments::*,
-                                   std::optional<int64_t> TrainingArguments::*>;
+                                   std::optional<int64_t> TrainingArguments::*,
+                                   std::optional<bool> TrainingArguments::*>;
 
 struct TrainOption {
   const char* name;   // HF's snake_case name; the kebab-case spelling is accepted too

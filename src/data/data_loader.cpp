@@ -156,7 +156,28 @@ DataLoaderState DataLoaderState::from_json(const nlohmann::json& json, const std
   return state;
 }
 
+TokenBatch WindowExamples::collate(std::span<const int64_t> indices) const {
+  const auto rows = static_cast<int64_t>(indices.size());
+  const int64_t t = windows_.seq_length();
+  TokenBatch batch{Tensor::empty({rows, t}, DType::i64), Tensor::empty({rows, t}, DType::i64)};
+  int64_t* inputs = batch.input_ids.data<int64_t>();
+  int64_t* targets = batch.targets.data<int64_t>();
+  std::vector<int64_t> sequence(static_cast<size_t>(t + 1));
+  for (int64_t r = 0; r < rows; ++r) {
+    windows_.copy_sequence(indices[static_cast<size_t>(r)], sequence.data());
+    std::copy(sequence.begin(), sequence.end() - 1, inputs + r * t);
+    std::copy(sequence.begin() + 1, sequence.end(), targets + r * t);
+  }
+  batch.target_count = static_cast<int64_t>(
+      std::count_if(targets, targets + rows * t, [](int64_t id) { return id != -100; }));
+  return batch;
+}
+
 DataLoader::DataLoader(PackedSequences data, DataLoaderOptions options,
+                       std::optional<DataLoaderState> resume)
+    : DataLoader(std::make_shared<const WindowExamples>(std::move(data)), options, resume) {}
+
+DataLoader::DataLoader(std::shared_ptr<const ExampleSet> data, DataLoaderOptions options,
                        std::optional<DataLoaderState> resume)
     : data_(std::move(data)), options_(options) {
   if (options_.batch_size < 1) {
@@ -181,7 +202,7 @@ DataLoader::DataLoader(PackedSequences data, DataLoaderOptions options,
   if (options_.persistent_workers && options_.num_workers == 0) {
     throw ValueError("DataLoader: dataloader_persistent_workers needs dataloader_num_workers > 0");
   }
-  const int64_t n = data_.size();
+  const int64_t n = data_->size();
   num_batches_ = options_.drop_last ? n / options_.batch_size
                                     : (n + options_.batch_size - 1) / options_.batch_size;
   if (resume) {
@@ -220,7 +241,7 @@ const std::vector<int64_t>* DataLoader::order_for_epoch() {
   if (!options_.shuffle) return nullptr;
   if (order_epoch_ != epoch_) {
     order_ = std::make_shared<const std::vector<int64_t>>(
-        epoch_permutation(data_.size(), options_.seed, epoch_));
+        epoch_permutation(data_->size(), options_.seed, epoch_));
     order_epoch_ = epoch_;
   }
   return order_.get();
@@ -257,7 +278,7 @@ std::optional<TokenBatch> DataLoader::next() {
 TokenBatch DataLoader::batch_at(int64_t epoch, int64_t index) const {
   if (epoch < 0) throw ValueError(str_cat("DataLoader: epoch is ", epoch, ", it must be >= 0"));
   if (!options_.shuffle) return assemble(nullptr, index);
-  const std::vector<int64_t> order = epoch_permutation(data_.size(), options_.seed, epoch);
+  const std::vector<int64_t> order = epoch_permutation(data_->size(), options_.seed, epoch);
   return assemble(&order, index);
 }
 
@@ -266,21 +287,13 @@ TokenBatch DataLoader::assemble(const std::vector<int64_t>* order, int64_t index
     throw IndexError(str_cat("DataLoader: batch ", index, " is outside 0..", num_batches_ - 1));
   }
   const int64_t first = index * options_.batch_size;
-  const int64_t rows = std::min(options_.batch_size, data_.size() - first);
-  const int64_t t = data_.seq_length();
-  TokenBatch batch{Tensor::empty({rows, t}, DType::i64), Tensor::empty({rows, t}, DType::i64)};
-  int64_t* inputs = batch.input_ids.data<int64_t>();
-  int64_t* targets = batch.targets.data<int64_t>();
-  std::vector<int64_t> sequence(static_cast<size_t>(t + 1));
+  const int64_t rows = std::min(options_.batch_size, data_->size() - first);
+  std::vector<int64_t> indices(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t position = first + r;
-    data_.copy_sequence(order ? (*order)[static_cast<size_t>(position)] : position,
-                        sequence.data());
-    std::copy(sequence.begin(), sequence.end() - 1, inputs + r * t);
-    std::copy(sequence.begin() + 1, sequence.end(), targets + r * t);
+    indices[static_cast<size_t>(r)] = order ? (*order)[static_cast<size_t>(position)] : position;
   }
-  batch.target_count = static_cast<int64_t>(
-      std::count_if(targets, targets + rows * t, [](int64_t id) { return id != -100; }));
+  TokenBatch batch = data_->collate(indices);
   if (options_.pin_memory && options_.pin_memory_device.is_cuda()) {
     batch.input_ids = batch.input_ids.pin_memory();
     batch.targets = batch.targets.pin_memory();

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,32 @@ struct TokenBatch {
   // [B * T] positions, flash-attention's cu_seqlens (Note [Packed sequences in attention]); empty
   // when each row is one sequence.
   std::vector<int32_t> cu_seqlens = {};
+  // The batches of this data score different numbers of targets (masked labels, padding,
+  // packing): the Trainer weighs a step's micro-batches by their scored targets (Note [Scored
+  // tokens across accumulation]).
+  bool varying_targets = false;
+};
+
+// What a DataLoader batches: examples by index, and their collation into one batch (PyTorch's
+// Dataset and collate_fn).
+class ExampleSet {
+ public:
+  virtual ~ExampleSet() = default;
+  virtual int64_t size() const = 0;
+  // The batch of the examples `indices`, rows in that order, target_count counted. Called from
+  // the loader's worker threads at once: it must not change the set.
+  virtual TokenBatch collate(std::span<const int64_t> indices) const = 0;
+};
+
+// The windows of a token stream as examples: a [B, T] batch of input_ids and their next tokens.
+class WindowExamples final : public ExampleSet {
+ public:
+  explicit WindowExamples(PackedSequences windows) : windows_(std::move(windows)) {}
+  int64_t size() const override { return windows_.size(); }
+  TokenBatch collate(std::span<const int64_t> indices) const override;
+
+ private:
+  PackedSequences windows_;
 };
 
 // Where a loader is: the next batch it yields is batch `batch_index` of epoch `epoch`, in the
@@ -77,6 +104,9 @@ class DataLoader {
   // A loader over `data`; with `resume`, positioned at that state (its seed, not options.seed,
   // then orders the batches, so a resumed run continues the order it started with). ValueError for
   // options or a state out of range, naming the field, its value and the limit.
+  DataLoader(std::shared_ptr<const ExampleSet> data, DataLoaderOptions options,
+             std::optional<DataLoaderState> resume = std::nullopt);
+  // Over the windows of a token stream (WindowExamples).
   DataLoader(PackedSequences data, DataLoaderOptions options,
              std::optional<DataLoaderState> resume = std::nullopt);
   ~DataLoader();
@@ -85,7 +115,7 @@ class DataLoader {
 
   // len(loader): batches per epoch (0 when drop_last leaves none).
   int64_t size() const { return num_batches_; }
-  int64_t num_sequences() const { return data_.size(); }
+  int64_t num_sequences() const { return data_->size(); }
   const DataLoaderOptions& options() const { return options_; }
 
   // The next batch of the current epoch, or nullopt once the epoch is exhausted; the call that
@@ -107,7 +137,7 @@ class DataLoader {
   const std::vector<int64_t>* order_for_epoch();
   TokenBatch assemble(const std::vector<int64_t>* order, int64_t index) const;
 
-  PackedSequences data_;
+  std::shared_ptr<const ExampleSet> data_;
   DataLoaderOptions options_;
   int64_t num_batches_ = 0;
   int64_t epoch_ = 0;

@@ -85,15 +85,7 @@ TextSourceFile describe_file(const fs::path& p) {
 
 void read_jsonl(const TextSourceFile& file, const std::string& contents,
                 const std::function<void(std::string&&)>& on_document) {
-  size_t start = 0;
-  int64_t line_number = 0;
-  while (start < contents.size()) {
-    size_t end = contents.find('\n', start);
-    if (end == std::string::npos) end = contents.size();
-    ++line_number;
-    const std::string_view line(contents.data() + start, end - start);
-    start = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank line
+  for_each_jsonl_line(contents, [&](std::string_view line, int64_t line_number) {
     const std::string where = str_cat(file.path, ":", line_number);
     nlohmann::json record = parse_json(line, where);
     if (!record.is_object()) {
@@ -108,7 +100,7 @@ void read_jsonl(const TextSourceFile& file, const std::string& contents,
       throw ValueError(str_cat(where, ": \"text\" is ", describe_json(*text), ", not a string"));
     }
     on_document(std::move(text->get_ref<std::string&>()));
-  }
+  });
 }
 
 }  // namespace
@@ -166,6 +158,21 @@ std::string skipped_note(const std::string& data_path, const std::vector<Skipped
   }
   if (skipped.size() > kShown) note += str_cat(" and ", skipped.size() - kShown, " more");
   return note;
+}
+
+void for_each_jsonl_line(
+    std::string_view contents,
+    const std::function<void(std::string_view line, int64_t number)>& on_line) {
+  size_t start = 0;
+  int64_t number = 0;
+  while (start < contents.size()) {
+    size_t end = contents.find('\n', start);
+    if (end == std::string_view::npos) end = contents.size();
+    ++number;
+    const std::string_view line = contents.substr(start, end - start);
+    start = end + 1;
+    if (line.find_first_not_of(" \t\r") != std::string_view::npos) on_line(line, number);
+  }
 }
 
 void read_documents(const TextSourceFile& file,

@@ -54,6 +54,11 @@ std::string skipped_note(const std::string& data_path, const std::vector<Skipped
 void read_documents(const TextSourceFile& file,
                     const std::function<void(std::string&& text)>& on_document);
 
+// Calls `on_line(line, number)` for each line of JSONL `contents` that is not blank, numbered
+// from 1 as editors number them.
+void for_each_jsonl_line(std::string_view contents,
+                         const std::function<void(std::string_view line, int64_t number)>& on_line);
+
 // The documents of every file of `path`, in order (small corpora and tests; the token cache
 // streams instead).
 std::vector<std::string> read_text_documents(const std::string& path);

@@ -1306,6 +1306,38 @@ std::string Gpt2BpeTokenizer::decode(std::span<const int32_t> ids) const {
   return byte_level_ ? utf8_lossy(bytes) : decode_pieces(std::move(tokens));
 }
 
+std::vector<TokenOffsets> Gpt2BpeTokenizer::offsets(std::string_view text,
+                                                    std::span<const int32_t> ids) const {
+  std::vector<TokenPiece> pieces;
+  pieces.reserve(ids.size());
+  std::string space_marker = metaspace_ ? metaspace_->replacement : std::string();
+  for (const NormalizerStep& step : normalizers_) {
+    if (step.kind == NormalizerStep::Kind::replace && step.text == " ") {
+      space_marker = step.replacement;
+    }
+  }
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= vocab_size() || !has_token_[id]) {
+      throw ValueError(str_cat("gpt2_bpe tokenizer: token id ", id,
+                               " is not in the vocabulary (size ", vocab_size(), ")"));
+    }
+    const auto added = std::find_if(added_tokens_.begin(), added_tokens_.end(),
+                                    [&](const AddedToken& t) { return t.id == id; });
+    if (added != added_tokens_.end()) {
+      pieces.push_back({added->content, added->lstrip, added->rstrip});
+    } else if (byte_level_) {
+      pieces.push_back({token_bytes_[id]});
+    } else if (const auto* byte = std::find(fallback_ids_.begin(), fallback_ids_.end(), id);
+               byte != fallback_ids_.end()) {
+      pieces.push_back({std::string(1, static_cast<char>(byte - fallback_ids_.begin()))});
+    } else {
+      pieces.push_back({space_marker.empty() ? token_bytes_[id]
+                                             : replace_all(token_bytes_[id], space_marker, " ")});
+    }
+  }
+  return align_token_pieces(text, pieces, ids);
+}
+
 std::string Gpt2BpeTokenizer::decode_pieces(std::vector<std::string> tokens) const {
   const auto join = [](const std::vector<std::string>& parts, std::string_view separator) {
     std::string out;

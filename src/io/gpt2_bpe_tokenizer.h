@@ -41,6 +41,12 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // UTF-8 in the joined bytes (a token sequence cut inside a character) becomes U+FFFD as in HF's
   // ByteLevel decoder. An id outside the vocabulary is a ValueError.
   std::string decode(std::span<const int32_t> ids) const override;
+  // Each token's piece of the text: its bytes (byte-level), or its string with the space
+  // marker turned back into a space and <0xNN> into its byte (SentencePiece-style), aligned by
+  // align_token_pieces. A text the normaliser changes (Qwen's NFC on text that is not NFC) is
+  // a ValueError.
+  std::vector<TokenOffsets> offsets(std::string_view text,
+                                    std::span<const int32_t> ids) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(token_bytes_.size()); }
   // tokenizer_config.json's eos_token beside a tokenizer.json, else <|endoftext|> when a token.
   std::optional<int32_t> eos_token_id() const override { return eos_token_id_; }

@@ -29,6 +29,73 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
   return text;
 }
 
+std::vector<TokenOffsets> Tokenizer::offsets(std::string_view, std::span<const int32_t>) const {
+  throw NotImplementedError(str_cat(
+      "the ", kind(), " tokenizer gives no token offsets (an assistant-only loss needs them)"));
+}
+
+std::vector<TokenOffsets> ByteTokenizer::offsets(std::string_view text,
+                                                 std::span<const int32_t> ids) const {
+  if (ids.size() != text.size()) {
+    throw ValueError(
+        str_cat("ByteTokenizer: ", ids.size(), " ids for a text of ", text.size(), " bytes"));
+  }
+  std::vector<TokenOffsets> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = {i, i + 1};
+  return out;
+}
+
+std::vector<TokenOffsets> align_token_pieces(std::string_view text,
+                                             std::span<const TokenPiece> pieces,
+                                             std::span<const int32_t> ids) {
+  const auto is_space = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+  };
+  const auto skip_space = [&](size_t at) {
+    while (at < text.size() && is_space(text[at])) ++at;
+    return at;
+  };
+  std::vector<TokenOffsets> out;
+  out.reserve(pieces.size());
+  size_t at = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::string_view piece = pieces[i].text;
+    const size_t start = at;
+    if (pieces[i].lstrip) at = skip_space(at);
+    if (text.substr(at, piece.size()) != piece) {
+      if (!piece.empty() && piece[0] == ' ' &&
+          text.substr(at, piece.size() - 1) == piece.substr(1)) {
+        piece.remove_prefix(1);
+        if (piece.empty()) {
+          // A marker token alone: HF aligns it with the character it was prepended to.
+          size_t end = at + 1;
+          while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+            ++end;
+          }
+          out.push_back({at, std::min(end, text.size())});
+          continue;
+        }
+      } else if (const size_t past = skip_space(at);
+                 past > at && text.substr(past, piece.size()) == piece) {
+        at = past;  // whitespace a neighbour's strip took without saying so
+      } else {
+        throw ValueError(str_cat("token offsets: token ", i, " (id ", ids[i], ", \"",
+                                 std::string(piece), "\") is not the text at byte ", at));
+      }
+    }
+    size_t end = at + piece.size();
+    if (pieces[i].rstrip) end = skip_space(end);
+    out.push_back({pieces[i].lstrip ? start : at, end});
+    at = end;
+  }
+  at = skip_space(at);  // whitespace an rstrip swallowed may end the text
+  if (at != text.size()) {
+    throw ValueError(str_cat("token offsets: the tokens end at byte ", at, " of a text of ",
+                             text.size(), " bytes"));
+  }
+  return out;
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   namespace fs = std::filesystem;
   if (model_dir.empty()) return std::make_unique<ByteTokenizer>();

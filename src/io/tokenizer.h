@@ -14,6 +14,12 @@
 
 namespace headroom {
 
+// The bytes of a text one token stands for: [start, end).
+struct TokenOffsets {
+  size_t start = 0;
+  size_t end = 0;
+};
+
 // A file a tokenizer was read from.
 struct TokenizerFile {
   std::string name;  // its name in an HF model directory: tokenizer.json, vocab.json, ...
@@ -43,6 +49,12 @@ class Tokenizer {
   // The files it was read from, in the order its fingerprint hashes them; none for a tokenizer
   // not read from files (the byte-level one).
   virtual std::vector<TokenizerFile> files() const { return {}; }
+  // HF's offset mapping of ids = encode(text), in bytes of `text` rather than characters: what
+  // each token stands for (a token of part of a character gets the bytes it holds, where HF gives
+  // the whole character; a span on character boundaries overlaps the same tokens either way).
+  // NotImplementedError where a tokenizer cannot say; ValueError when `ids` are not `text`'s.
+  virtual std::vector<TokenOffsets> offsets(std::string_view text,
+                                            std::span<const int32_t> ids) const;
 };
 
 // Every byte is one token: vocab 256, no end-of-text id.
@@ -54,7 +66,27 @@ class ByteTokenizer final : public Tokenizer {
   std::optional<int32_t> eos_token_id() const override { return std::nullopt; }
   std::string kind() const override { return "byte"; }
   std::string fingerprint() const override { return "byte"; }
+  std::vector<TokenOffsets> offsets(std::string_view text,
+                                    std::span<const int32_t> ids) const override;
 };
+
+// What one token stands for in a text, for align_token_pieces: its bytes, and whether it takes
+// the whitespace before (lstrip) or after (rstrip) it, as an added token with those flags does.
+struct TokenPiece {
+  std::string text;
+  bool lstrip = false;
+  bool rstrip = false;
+};
+
+// Offsets of tokens whose pieces (in order) make up `text`, as HF's offset mapping: each piece is
+// found at the running position; an lstrip / rstrip piece's offsets also cover the whitespace
+// before / after it; a piece starting with a space the text lacks there (the "▁" a Metaspace
+// pre-tokenizer or Prepend normalizer adds) stands for the rest of it, and alone for the
+// character that follows. ValueError naming the token when a piece is not found, or when
+// `text` goes on after the last.
+std::vector<TokenOffsets> align_token_pieces(std::string_view text,
+                                             std::span<const TokenPiece> pieces,
+                                             std::span<const int32_t> ids);
 
 // The tokenizer of a model directory, the first found of: tokenizer.json, vocab.json +
 // merges.txt (GPT-2 byte-level BPE), tokenizer.model (SentencePiece); with none of them the

@@ -6,33 +6,56 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/sft_dataset.h"
+#include "data/sft_examples.h"
 #include "data/token_corpus.h"
+#include "io/chat_template.h"
 #include "memory/device_memory.h"
 #include "train/training_arguments.h"
+#include "train/training_config.h"
 
 namespace headroom {
 
-DataLoaderBatchSource::DataLoaderBatchSource(TrainEvalSplit split, const DataLoaderOptions& options,
-                                             std::optional<int64_t> max_eval_samples, Device device)
-    : train_(std::move(split.train)),
-      eval_(std::move(split.eval)),
-      options_(options),
-      device_(device) {
-  options_.pin_memory_device = device_;
+namespace {
+
+// The first max_eval_samples windows of `eval` (all of them when unset): their T + 1 tokens
+// each, advancing by T.
+PackedSequences first_windows(PackedSequences eval, std::optional<int64_t> max_eval_samples) {
   if (max_eval_samples && *max_eval_samples < 1) {
     throw ValueError(str_cat("max_eval_samples: ", *max_eval_samples, " is below 1"));
   }
-  if (max_eval_samples && eval_.size() > *max_eval_samples) {
-    // The first max_eval_samples sequences: their T + 1 tokens each, advancing by T.
-    const int64_t t = eval_.seq_length();
-    eval_ = PackedSequences(eval_.tokens(), eval_.begin(),
-                            eval_.begin() + *max_eval_samples * t + 1, t);
-  }
+  if (!max_eval_samples || eval.size() <= *max_eval_samples) return eval;
+  const int64_t t = eval.seq_length();
+  return PackedSequences(eval.tokens(), eval.begin(), eval.begin() + *max_eval_samples * t + 1, t);
+}
+
+}  // namespace
+
+DataLoaderBatchSource::DataLoaderBatchSource(TrainEvalSplit split, const DataLoaderOptions& options,
+                                             std::optional<int64_t> max_eval_samples, Device device)
+    : DataLoaderBatchSource(
+          std::make_shared<const WindowExamples>(split.train),
+          split.eval.empty()
+              ? nullptr
+              : std::make_shared<const WindowExamples>(first_windows(split.eval, max_eval_samples)),
+          split.train.seq_length(), split.train.tokens() ? split.train.tokens()->source() : "",
+          options, device) {}
+
+DataLoaderBatchSource::DataLoaderBatchSource(std::shared_ptr<const ExampleSet> train,
+                                             std::shared_ptr<const ExampleSet> eval,
+                                             int64_t seq_length, std::string source,
+                                             const DataLoaderOptions& options, Device device)
+    : train_(std::move(train)),
+      eval_(std::move(eval)),
+      seq_length_(seq_length),
+      source_(std::move(source)),
+      options_(options),
+      device_(device) {
+  options_.pin_memory_device = device_;
   loader_ = std::make_unique<DataLoader>(train_, options_);
   if (loader_->size() == 0) {
-    throw ValueError(str_cat("data '", train_.tokens()->source(), "': ", train_.size(),
-                             " training sequences of ", train_.seq_length(),
-                             " tokens, fewer than one batch of ", options_.batch_size,
+    throw ValueError(str_cat("data '", source_, "': ", train_->size(), " training sequences of ",
+                             seq_length_, " tokens, fewer than one batch of ", options_.batch_size,
                              " with dataloader_drop_last"));
   }
 }
@@ -41,7 +64,7 @@ TokenBatch DataLoaderBatchSource::to_device(TokenBatch batch) const {
   if (device_.is_cpu()) return batch;
   if (!batch.input_ids.is_pinned() || !batch.targets.is_pinned()) {
     return {batch.input_ids.to(device_), batch.targets.to(device_), batch.target_count,
-            std::move(batch.cu_seqlens)};
+            std::move(batch.cu_seqlens), batch.varying_targets};
   }
   // Note [Batches on the copy stream]
   // A pinned batch is allocated and copied on the device's copy stream, so the copy runs while
@@ -54,6 +77,7 @@ TokenBatch DataLoaderBatchSource::to_device(TokenBatch batch) const {
   TokenBatch out;
   out.target_count = batch.target_count;
   out.cu_seqlens = std::move(batch.cu_seqlens);
+  out.varying_targets = batch.varying_targets;
   {
     StreamGuard on_copy_stream(device_, copy_stream(device_));
     out.input_ids = batch.input_ids.to(device_, /*non_blocking=*/true);
@@ -82,7 +106,7 @@ int64_t DataLoaderBatchSource::batches_consumed() const {
 }
 
 int64_t DataLoaderBatchSource::eval_batch_count(int64_t batch_size) const {
-  return (eval_.size() + batch_size - 1) / batch_size;
+  return (eval_sequences() + batch_size - 1) / batch_size;
 }
 
 TokenBatch DataLoaderBatchSource::eval_batch(int64_t index, int64_t batch_size) const {
@@ -97,8 +121,8 @@ TokenBatch DataLoaderBatchSource::eval_batch(int64_t index, int64_t batch_size) 
 
 nlohmann::json DataLoaderBatchSource::state_dict() const {
   nlohmann::json state = loader_->state().to_json();
-  state["seq_length"] = train_.seq_length();
-  state["train_sequences"] = train_.size();
+  state["seq_length"] = seq_length_;
+  state["train_sequences"] = train_->size();
   return state;
 }
 
@@ -107,7 +131,7 @@ void DataLoaderBatchSource::load_state_dict(const nlohmann::json& state) {
   // The position only means the same batches over the same sequences.
   using Expected = std::pair<const char*, int64_t>;
   for (const auto& [key, expected] :
-       {Expected{"seq_length", train_.seq_length()}, Expected{"train_sequences", train_.size()}}) {
+       {Expected{"seq_length", seq_length_}, Expected{"train_sequences", train_->size()}}) {
     if (!state.contains(key) || !state[key].is_number_integer()) {
       throw ValueError(str_cat("data state: '", key, "' is missing or not an integer"));
     }
@@ -120,16 +144,9 @@ void DataLoaderBatchSource::load_state_dict(const nlohmann::json& state) {
   loader_ = std::make_unique<DataLoader>(train_, options_, position);
 }
 
-std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArguments& args,
-                                                           const Tokenizer& tokenizer,
-                                                           int64_t window, Device device) {
-  if (args.data.empty()) throw ValueError("data: no training data given");
-  const std::string cache_dir = (std::filesystem::path(args.output_dir) / "cache").string();
-  std::shared_ptr<const TokenCorpus> corpus = load_token_corpus(
-      args.data, tokenizer, {.cache_dir = cache_dir, .output_dir = args.output_dir});
-  if (const std::string note = skipped_note(args.data, corpus->skipped()); !note.empty()) {
-    std::fprintf(stderr, "headroom: %s\n", note.c_str());
-  }
+namespace {
+
+DataLoaderOptions loader_options(const TrainingArguments& args) {
   DataLoaderOptions options;
   options.batch_size = args.per_device_train_batch_size;
   options.shuffle = true;
@@ -139,9 +156,115 @@ std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArgumen
   options.prefetch_factor = args.dataloader_prefetch_factor;
   options.persistent_workers = args.dataloader_persistent_workers;
   options.pin_memory = args.dataloader_pin_memory;
+  return options;
+}
+
+// The rows of `path` prepared (Note [TRL's SFT preparation]), with a warning for rows dropped.
+SftDataset prepared_rows(const std::vector<SftRow>& rows, const std::string& path,
+                         const Tokenizer& tokenizer, const SftChat& chat,
+                         const SftOptions& options) {
+  SftDataset dataset = prepare_sft_dataset(rows, path, tokenizer, chat, options);
+  if (dataset.dropped > 0) {
+    std::fprintf(stderr,
+                 "headroom: warning: data '%s': %lld of %zu rows had no scored token left after "
+                 "truncation to max_length %lld and were dropped, as TRL drops them\n",
+                 path.c_str(), static_cast<long long>(dataset.dropped), rows.size(),
+                 static_cast<long long>(options.max_length.value_or(0)));
+  }
+  return dataset;
+}
+
+std::unique_ptr<BatchSource> make_row_batch_source(const TrainingArguments& args,
+                                                   const Tokenizer& tokenizer, int64_t window,
+                                                   Device device) {
+  namespace fs = std::filesystem;
+  const std::string model_dir = fs::is_directory(args.model) ? args.model : "";
+  SftChat chat;
+  std::optional<ChatTemplate> chat_template;
+  if (!model_dir.empty()) chat.special_tokens = read_special_tokens(model_dir);
+  const bool has_override = !args.chat_template_path.empty();
+  if (has_override || !model_dir.empty()) {
+    try {
+      ChatTemplateSource source =
+          has_override && fs::is_directory(args.chat_template_path)
+              ? load_chat_template(args.chat_template_path)
+              : load_chat_template(
+                    model_dir, std::nullopt, false,
+                    has_override ? std::optional(args.chat_template_path) : std::nullopt);
+      chat_template.emplace(std::move(source.text), std::move(source.origin));
+      chat.chat_template = &*chat_template;
+    } catch (const ValueError&) {
+      if (has_override) throw;  // the model may have none: only conversations need one
+    }
+  }
+  SftOptions options;
+  options.dataset_text_field = args.dataset_text_field;
+  options.completion_only_loss = args.completion_only_loss;
+  options.assistant_only_loss = args.assistant_only_loss;
+  options.max_length = window - 1;
+  options.packing = args.packing;
+  if (!args.eos_token.empty()) {
+    if (tokenizer.encode(args.eos_token).size() != 1) {
+      throw ValueError(
+          str_cat("eos_token: '", args.eos_token, "' is not one token of the model's tokenizer"));
+    }
+    options.eos_token = args.eos_token;
+  }
+  std::vector<SftRow> rows = read_sft_rows(args.data, args.output_dir);
+  std::vector<SftRow> eval_rows;
+  if (!args.eval_data.empty()) {
+    eval_rows = read_sft_rows(args.eval_data);
+  } else {
+    // The last validation_split_percentage of the rows, as the text split takes the tail.
+    const auto held = static_cast<size_t>(static_cast<double>(rows.size()) *
+                                          args.validation_split_percentage / 100.0);
+    if (held > 0 && held < rows.size()) {
+      eval_rows.assign(std::make_move_iterator(rows.end() - static_cast<std::ptrdiff_t>(held)),
+                       std::make_move_iterator(rows.end()));
+      rows.resize(rows.size() - held);
+    }
+  }
+  const SftDataset train = prepared_rows(rows, args.data, tokenizer, chat, options);
+  SftBatching batching;
+  batching.packing = args.packing;
+  batching.packing_strategy = training_packing_strategy(args);
+  batching.padding_free = args.padding_free;
+  batching.max_length = window - 1;
+  batching.pad_id = tokenizer.eos_token_id().value_or(0);
+  std::shared_ptr<const SftExamples> eval_set;
+  if (!eval_rows.empty()) {
+    SftDataset eval = prepared_rows(eval_rows, args.eval_data.empty() ? args.data : args.eval_data,
+                                    tokenizer, chat, options);
+    if (args.max_eval_samples &&
+        static_cast<int64_t>(eval.examples.size()) > *args.max_eval_samples) {
+      eval.examples.resize(static_cast<size_t>(*args.max_eval_samples));
+    }
+    if (!eval.examples.empty())
+      eval_set = std::make_shared<const SftExamples>(eval.examples, batching);
+  }
   return std::make_unique<DataLoaderBatchSource>(
-      split_train_eval(std::move(corpus), window - 1, args.validation_split_percentage), options,
-      args.max_eval_samples, device);
+      std::make_shared<const SftExamples>(train.examples, batching), std::move(eval_set),
+      window - 1, args.data, loader_options(args), device);
+}
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArguments& args,
+                                                           const Tokenizer& tokenizer,
+                                                           int64_t window, Device device) {
+  if (args.data.empty()) throw ValueError("data: no training data given");
+  if (is_row_data(args.data, args.output_dir)) {
+    return make_row_batch_source(args, tokenizer, window, device);
+  }
+  const std::string cache_dir = (std::filesystem::path(args.output_dir) / "cache").string();
+  std::shared_ptr<const TokenCorpus> corpus = load_token_corpus(
+      args.data, tokenizer, {.cache_dir = cache_dir, .output_dir = args.output_dir});
+  if (const std::string note = skipped_note(args.data, corpus->skipped()); !note.empty()) {
+    std::fprintf(stderr, "headroom: %s\n", note.c_str());
+  }
+  return std::make_unique<DataLoaderBatchSource>(
+      split_train_eval(std::move(corpus), window - 1, args.validation_split_percentage),
+      loader_options(args), args.max_eval_samples, device);
 }
 
 }  // namespace headroom

@@ -1,10 +1,12 @@
-// The trainer's data over data/: the corpus tokenised once (and cached), packed into sequences,
-// the eval tail split off, and a DataLoader serving the training part epoch after epoch.
+// The trainer's data over data/: a text corpus tokenised once (and cached) and cut into windows,
+// or rows of TRL's SFT formats prepared as TRL does and padded or packed; the eval part held out,
+// and a DataLoader serving the training part epoch after epoch.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "core/device.h"
 #include "data/data_loader.h"
@@ -24,9 +26,14 @@ class DataLoaderBatchSource final : public BatchSource {
   DataLoaderBatchSource(TrainEvalSplit split, const DataLoaderOptions& options,
                         std::optional<int64_t> max_eval_samples = std::nullopt,
                         Device device = kCPU);
+  // Trains on `train`, evaluates on `eval` (null: none). `seq_length` (the windows' or the
+  // rows' max_length) and `source` (the data path) name the data in resume checks and errors.
+  DataLoaderBatchSource(std::shared_ptr<const ExampleSet> train,
+                        std::shared_ptr<const ExampleSet> eval, int64_t seq_length,
+                        std::string source, const DataLoaderOptions& options, Device device = kCPU);
 
   TokenBatch next_batch() override;
-  // A TokenCorpus's ids lie in its tokenizer's vocabulary; DataLoader counts the targets.
+  // A tokenizer's ids lie in its vocabulary; the examples count the targets.
   bool ids_checked() const override { return true; }
   void skip_batch() override;  // not copied to the device
   int64_t batches_per_epoch() const override { return loader_->size(); }
@@ -40,23 +47,28 @@ class DataLoaderBatchSource final : public BatchSource {
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;
 
-  int64_t train_sequences() const { return train_.size(); }
-  int64_t eval_sequences() const { return eval_.size(); }
+  int64_t train_sequences() const { return train_->size(); }
+  int64_t eval_sequences() const { return eval_ ? eval_->size() : 0; }
 
  private:
   TokenBatch to_device(TokenBatch batch) const;
 
-  PackedSequences train_;
-  PackedSequences eval_;
+  std::shared_ptr<const ExampleSet> train_;
+  std::shared_ptr<const ExampleSet> eval_;
+  int64_t seq_length_ = 0;
+  std::string source_;
   DataLoaderOptions options_;
   Device device_;
   std::unique_ptr<DataLoader> loader_;
 };
 
-// The trainer's default source for `args`: args.data tokenised with the token cache in
-// <output_dir>/cache, split with max_seq_length = window - 1 and validation_split_percentage,
-// batches of per_device_train_batch_size shuffled by data_seed (else seed), the dataloader_*
-// options, and max_eval_samples.
+// The trainer's default source for `args`: a text corpus tokenised with the token cache in
+// <output_dir>/cache and split with max_seq_length = window - 1 and validation_split_percentage;
+// or rows (is_row_data) prepared as TRL does (Note [TRL's SFT preparation]) with max_length =
+// window - 1, the chat template of args.model's directory or chat_template_path, held out by
+// eval_data or else the last validation_split_percentage of the rows, and batched as Note [SFT
+// batches] says. Batches of per_device_train_batch_size shuffled by data_seed (else seed), the
+// dataloader_* options, and max_eval_samples.
 std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArguments& args,
                                                            const Tokenizer& tokenizer,
                                                            int64_t window, Device device);

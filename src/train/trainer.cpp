@@ -301,10 +301,10 @@ Tensor Trainer::train_step(int64_t& tokens) {
   // scored over all the step's micro-batches, which its Trainer counts by fetching them all
   // first. A window of plain text scores every target, so its micro-batches weigh alike and the
   // step stays as HF's Trainer without num_items_in_batch runs it: each micro-batch's mean loss
-  // divided by the accumulation steps, one batch fetched at a time. Packed batches score
-  // different numbers of targets (none across a boundary), so when the first micro-batch is
-  // packed and counts its targets the step's other micro-batches are fetched with it and each
-  // mean loss is weighted by its share of the step's scored targets.
+  // divided by the accumulation steps, one batch fetched at a time. Packed, padded and masked
+  // batches score different numbers of targets, so when the first micro-batch is one of them
+  // (varying_targets or packed) and counts its targets the step's other micro-batches are fetched
+  // with it and each mean loss is weighted by its share of the step's scored targets.
   std::vector<TokenBatch> ahead;  // the step's micro-batches, fetched with a packed first one
   std::vector<double> weights(static_cast<size_t>(accumulation),
                               1.0 / static_cast<double>(accumulation));
@@ -312,7 +312,8 @@ Tensor Trainer::train_step(int64_t& tokens) {
     census_micro_batch_begins();
     const auto m = static_cast<size_t>(micro);
     TokenBatch batch = m < ahead.size() ? std::move(ahead[m]) : data_->next_batch();
-    if (micro == 0 && accumulation > 1 && !batch.cu_seqlens.empty() && batch.target_count >= 0) {
+    if (micro == 0 && accumulation > 1 && (batch.varying_targets || !batch.cu_seqlens.empty()) &&
+        batch.target_count >= 0) {
       ahead.resize(static_cast<size_t>(accumulation));
       int64_t scored = batch.target_count;
       bool counted = true;

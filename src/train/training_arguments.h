@@ -13,7 +13,7 @@ struct TrainingArguments {
   // What to train and on what.
   std::string model = "gpt2-tiny";  // headroom: a preset (gpt2-tiny, gpt2, llama-tiny, ...) or a
                                     // directory with config.json (+ safetensors, tokenizer files)
-  std::string data;                 // a text file, a directory of them, or JSONL with "text"
+  std::string data;  // a text file, a directory of them, or JSONL / JSON rows (TRL's formats)
   std::string output_dir = "trainer_output";
   bool overwrite_output_dir = false;      // a fresh run into an output_dir holding checkpoints:
                                           // delete them (else refused, as HF's examples do)
@@ -22,6 +22,17 @@ struct TrainingArguments {
   double validation_split_percentage = 5.0;  // run_clm's held-out share of the data
   std::optional<int64_t> max_eval_samples;   // run_clm's: eval on the first N sequences of the
                                              // split (unset: all of it)
+  // Rows of JSONL / JSON files are TRL's SFT data (data/sft_dataset.h), with TRL's SFTConfig
+  // names: max_seq_length is also spelled max_length, TRL's name for the truncation length.
+  std::string eval_data;                     // TRL's eval_dataset as a file (unset: the split)
+  std::string dataset_text_field = "text";   // the language modeling rows' field
+  std::string chat_template_path;            // a .jinja file overriding the model's template
+  std::optional<bool> completion_only_loss;  // unset: on for prompt / completion data
+  bool assistant_only_loss = false;          // score only {% generation %} tokens
+  std::string eos_token;                     // appended to text rows; empty: the tokenizer's
+  bool packing = false;                      // pack rows into max_length
+  std::string packing_strategy = "bfd";      // bfd | wrapped
+  bool padding_free = false;                 // one row per batch, no padding (forced by bfd)
 
   // Batches and length of training.
   int64_t per_device_train_batch_size = 8;

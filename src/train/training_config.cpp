@@ -42,6 +42,22 @@ void check_numbers(const TrainingArguments& args) {
   }
 }
 
+}  // namespace
+
+PackingStrategy training_packing_strategy(const TrainingArguments& args) {
+  if (args.packing_strategy == "bfd") return PackingStrategy::bfd;
+  if (args.packing_strategy == "wrapped") return PackingStrategy::wrapped;
+  if (args.packing_strategy == "bfd_split" || args.packing_strategy == "bfd-requeue") {
+    throw NotImplementedError(str_cat("packing_strategy: '", args.packing_strategy,
+                                      "' (TRL's bfd_split) is not in headroom; bfd truncates "
+                                      "what does not fit, wrapped cuts rows anywhere"));
+  }
+  throw ValueError(str_cat("packing_strategy: unknown value '", args.packing_strategy,
+                           "' (expected one of bfd, wrapped)"));
+}
+
+namespace {
+
 IntervalStrategy parse_interval_strategy(const std::string& value, const char* field) {
   if (value == "no") return IntervalStrategy::no;
   if (value == "steps") return IntervalStrategy::steps;
@@ -207,6 +223,10 @@ TrainingConfig resolve_training_config(const TrainingArguments& args) {
   if (args.eval_loss_target > 0.0 && config.eval_strategy != IntervalStrategy::steps) {
     throw ValueError(str_cat("eval_loss_target: needs eval_strategy steps (it is ",
                              args.eval_strategy, "): the target is checked at evaluations"));
+  }
+  config.packing_strategy = training_packing_strategy(args);
+  if (args.dataset_text_field.empty()) {
+    throw ValueError("dataset_text_field: is empty (the rows' text field; TRL's default is text)");
   }
   config.save_strategy = parse_interval_strategy(args.save_strategy, "save_strategy");
   if (config.save_strategy == IntervalStrategy::steps && args.save_steps < 1) {

@@ -7,6 +7,7 @@
 
 #include "amp/precision.h"
 #include "core/device.h"
+#include "data/sft_examples.h"
 #include "memsave/checkpoint_policy.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer_factory.h"
@@ -51,7 +52,8 @@ struct TrainingConfig {
   OffloadSettings offload;
   IntervalStrategy eval_strategy = IntervalStrategy::no;
   IntervalStrategy save_strategy = IntervalStrategy::steps;
-  std::optional<int64_t> memory_limit;  // bytes; unset: no cap
+  std::optional<int64_t> memory_limit;                      // bytes; unset: no cap
+  PackingStrategy packing_strategy = PackingStrategy::bfd;  // with packing
 
   // Whether the optimizer updates inside backward (LOMO) and keeps no gradients.
   bool updates_in_backward() const { return headroom::updates_in_backward(optimizer); }
@@ -64,6 +66,9 @@ struct TrainingConfig {
 TrainingConfig resolve_training_config(const TrainingArguments& args);
 
 // The pieces resolve_training_config puts together, each on its own.
+
+// packing_strategy: bfd or wrapped (TRL's bfd_split is a NotImplementedError).
+PackingStrategy training_packing_strategy(const TrainingArguments& args);
 
 // The ZeRO stage: zero_stage, or the `deepspeed` file's zero_optimization.stage (ValueError
 // naming the file when they differ or it is malformed); 0 when neither.

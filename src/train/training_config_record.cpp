@@ -80,7 +80,9 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
   // Every option, named: a field added to TrainingArguments fails to compile here until it is
   // classified below.
   const auto& [model, data, output_dir, overwrite_output_dir, device, max_seq_length,
-               validation_split_percentage, max_eval_samples, per_device_train_batch_size,
+               validation_split_percentage, max_eval_samples, eval_data, dataset_text_field,
+               chat_template_path, completion_only_loss, assistant_only_loss, eos_token, packing,
+               packing_strategy, padding_free, per_device_train_batch_size,
                per_device_eval_batch_size, gradient_accumulation_steps, max_steps, num_train_epochs,
                optim, optim_args, learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon,
                max_grad_norm, neftune_noise_alpha, lr_scheduler_type, warmup_ratio, warmup_steps,
@@ -109,6 +111,16 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
   f.must_match("max_seq_length", or_null(max_seq_length));
   f.must_match("validation_split_percentage", validation_split_percentage);  // what trains
   f.may_change("max_eval_samples", or_null(max_eval_samples));
+  f.may_change("eval_data", eval_data);
+  // What the rows become: other tokens, labels or batches would train on other data.
+  f.must_match("dataset_text_field", dataset_text_field);
+  f.must_match("chat_template_path", chat_template_path);
+  f.must_match("completion_only_loss", or_null(completion_only_loss));
+  f.must_match("assistant_only_loss", assistant_only_loss);
+  f.must_match("eos_token", eos_token);
+  f.must_match("packing", packing);
+  f.must_match("packing_strategy", packing_strategy_name(config.packing_strategy));
+  f.must_match("padding_free", padding_free);
 
   f.must_match("per_device_train_batch_size", per_device_train_batch_size);
   f.may_change("per_device_eval_batch_size", per_device_eval_batch_size);
@@ -260,7 +272,8 @@ ConfigRecord training_config_record(const TrainingConfig& config, const HfConfig
   // until it is classified there.
   [[maybe_unused]] const auto& [args, device, recipe, checkpointing, optimizer, optimizer_arguments,
                                 lr_scheduler, lora, quant_4bit, fp8, zero_stage, offload,
-                                eval_strategy, save_strategy, memory_limit] = config;
+                                eval_strategy, save_strategy, memory_limit, packing_strategy] =
+      config;
   // OptimizerArguments, likewise: optim as its kind, kahan_summation in the recipe, seed as seed.
   [[maybe_unused]] const auto& [optim, learning_rate, weight_decay, adam_beta1, adam_beta2,
                                 adam_epsilon, optim_args, kahan_summation, optimizer_seed] =

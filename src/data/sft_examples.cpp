@@ -1,0 +1,101 @@
+// SFT examples in batches: padded, padding-free or packed (Note [SFT batches]).
+#include "data/sft_examples.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "data/sequence_packing.h"
+
+namespace headroom {
+
+const char* packing_strategy_name(PackingStrategy strategy) {
+  return strategy == PackingStrategy::bfd ? "bfd" : "wrapped";
+}
+
+SftExamples::SftExamples(const std::vector<SftExample>& examples, const SftBatching& batching)
+    : pad_id_(batching.pad_id) {
+  padding_free_ = batching.padding_free ||
+                  (batching.packing && batching.packing_strategy == PackingStrategy::bfd);
+  if (batching.packing) {
+    if (batching.max_length < 1) {
+      throw ValueError(str_cat("max_length: ", batching.max_length, " is below 1 (packing)"));
+    }
+    std::vector<TokenSequence> ids, labels;
+    ids.reserve(examples.size());
+    labels.reserve(examples.size());
+    for (const SftExample& example : examples) {
+      ids.push_back(example.input_ids);
+      labels.push_back(example.labels);
+    }
+    // Both strategies place examples by their lengths alone, so packing the labels the same way
+    // puts each label beside its token.
+    const bool bfd = batching.packing_strategy == PackingStrategy::bfd;
+    PackedRows rows = bfd ? pack_bfd(ids, batching.max_length)
+                          : pack_wrapped(ids, batching.max_length);
+    PackedRows label_rows = bfd ? pack_bfd(labels, batching.max_length)
+                                : pack_wrapped(labels, batching.max_length);
+    for (size_t r = 0; r < rows.rows.size(); ++r) {
+      SftSample sample;
+      sample.input_ids = std::move(rows.rows[r]);
+      sample.labels = std::move(label_rows.rows[r]);
+      sample.seq_lengths = bfd ? rows.seq_lengths[r]
+                               : std::vector<int64_t>{static_cast<int64_t>(sample.input_ids.size())};
+      samples_.push_back(std::move(sample));
+    }
+  } else {
+    for (const SftExample& example : examples) {
+      if (example.input_ids.empty()) continue;
+      samples_.push_back({example.input_ids, example.labels,
+                          {static_cast<int64_t>(example.input_ids.size())}});
+    }
+  }
+  for (const SftSample& sample : samples_) {
+    longest_ = std::max(longest_, static_cast<int64_t>(sample.input_ids.size()));
+  }
+}
+
+TokenBatch SftExamples::collate(std::span<const int64_t> indices) const {
+  if (indices.empty()) throw ValueError("SftExamples: a batch of no examples");
+  int64_t rows = static_cast<int64_t>(indices.size());
+  int64_t t = 0;
+  int64_t total = 0;
+  for (const int64_t index : indices) {
+    const auto n = static_cast<int64_t>(sample(index).input_ids.size());
+    t = std::max(t, n);
+    total += n;
+  }
+  if (padding_free_) {
+    rows = 1;
+    t = total;
+  }
+  std::vector<int64_t> ids(static_cast<size_t>(rows * t), pad_id_);
+  std::vector<int64_t> targets(ids.size(), -100);
+  std::vector<int32_t> cu{0};
+  int64_t count = 0;
+  int64_t at = 0;  // where the next sample starts in ids
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const SftSample& s = sample(indices[i]);
+    if (!padding_free_) at = static_cast<int64_t>(i) * t;
+    std::copy(s.input_ids.begin(), s.input_ids.end(), ids.begin() + at);
+    int64_t start = 0;
+    for (const int64_t length : s.seq_lengths) {
+      for (int64_t p = start; p + 1 < start + length; ++p) {
+        const int64_t label = s.labels[static_cast<size_t>(p + 1)];
+        targets[static_cast<size_t>(at + p)] = label;
+        count += label != -100;
+      }
+      start += length;
+      cu.push_back(static_cast<int32_t>(at + start));
+    }
+    at += static_cast<int64_t>(s.input_ids.size());
+  }
+  TokenBatch batch;
+  batch.input_ids = Tensor::from_ints(ids, Shape{rows, t});
+  batch.targets = Tensor::from_ints(targets, Shape{rows, t});
+  batch.target_count = count;
+  if (padding_free_) batch.cu_seqlens = std::move(cu);
+  batch.varying_targets = true;
+  return batch;
+}
+
+}  // namespace headroom
