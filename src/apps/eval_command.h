@@ -1,6 +1,6 @@
 // `headroom eval`: the loss and perplexity of a model on a text file, in consecutive windows of
-// max_seq_length + 1 tokens (train/trainer.h evaluate_file), printed as one line or one JSON
-// object.
+// max_seq_length + 1 tokens, or on rows of SFT data over their scored tokens (train/evaluation.h
+// evaluate_file), printed as one line or one JSON object.
 #pragma once
 
 #include "apps/adapter_base_options.h"
@@ -26,6 +26,12 @@ struct EvalOptions {
   std::string adapter;      // a PEFT LoRA adapter directory applied to the model; empty: none
   AdapterBaseOptions base;  // the base under the adapter (Note [The base of an adapter])
   bool json = false;
+  // Rows (JSONL / JSON) as `headroom train` prepares them, with TRL's option names.
+  std::string dataset_text_field = "text";
+  std::string chat_template_path;
+  std::string completion_only_loss;  // "": on for prompt / completion rows; else a boolean
+  bool assistant_only_loss = false;
+  std::string eos_token;
 };
 
 CLI::App* add_eval_command(CLI::App& app, EvalOptions& options);

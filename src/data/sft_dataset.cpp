@@ -48,8 +48,7 @@ nlohmann::ordered_json chatml_messages(const nlohmann::ordered_json& conversatio
   return messages;
 }
 
-const nlohmann::ordered_json& field(const SftRow& row, const std::string& name,
-                                    SftFormat format) {
+const nlohmann::ordered_json& field(const SftRow& row, const std::string& name, SftFormat format) {
   const auto it = row.value.find(name);
   if (it == row.value.end() || it->is_null()) {
     throw ValueError(str_cat(where(row), ": the row has no \"", name, "\" field, which the ",
@@ -132,7 +131,8 @@ class Preparer {
       }
       case SftFormat::conversational: {
         const nlohmann::ordered_json& messages = messages_field(row, "messages", format_);
-        ids = render(row, messages, false, options_.assistant_only_loss ? &assistant_mask : nullptr);
+        ids =
+            render(row, messages, false, options_.assistant_only_loss ? &assistant_mask : nullptr);
         break;
       }
       case SftFormat::conversational_prompt_completion: {
@@ -156,8 +156,8 @@ class Preparer {
     example.input_ids.assign(ids.begin(), ids.end());
     example.labels = example.input_ids;
     for (size_t i = 0; i < ids.size(); ++i) {
-      const bool outside_completion = completion_only_loss && !completion_mask.empty() &&
-                                      completion_mask[i] == 0;
+      const bool outside_completion =
+          completion_only_loss && !completion_mask.empty() && completion_mask[i] == 0;
       const bool outside_assistant = !assistant_mask.empty() && assistant_mask[i] == 0;
       if (outside_completion || outside_assistant) example.labels[i] = -100;
     }
@@ -191,12 +191,10 @@ class Preparer {
     inputs.messages = messages;
     inputs.add_generation_prompt = add_generation_prompt;
     inputs.special_tokens = chat_.special_tokens;
-    if (const auto tools = row.value.find("tools");
-        tools != row.value.end() && !tools->is_null()) {
-      inputs.tools = tools->is_string()
-                         ? parse_ordered_json(tools->get_ref<const std::string&>(),
-                                              str_cat(where(row), ": \"tools\""))
-                         : *tools;
+    if (const auto tools = row.value.find("tools"); tools != row.value.end() && !tools->is_null()) {
+      inputs.tools = tools->is_string() ? parse_ordered_json(tools->get_ref<const std::string&>(),
+                                                             str_cat(where(row), ": \"tools\""))
+                                        : *tools;
     }
     if (const auto kwargs = row.value.find("chat_template_kwargs");
         kwargs != row.value.end() && kwargs->is_object()) {
@@ -271,16 +269,16 @@ std::vector<SftRow> read_sft_rows(const std::string& path, const std::string& ou
     const auto add = [&](nlohmann::ordered_json value, int64_t line) {
       SftRow row{std::move(value), file.path, line};
       if (!row.value.is_object()) {
-        throw ValueError(str_cat(where(row), ": the row is ", describe_json(row.value),
-                                 ", not an object"));
+        throw ValueError(
+            str_cat(where(row), ": the row is ", describe_json(row.value), ", not an object"));
       }
       rows.push_back(std::move(row));
     };
     if (fs::path(file.path).extension() == ".json") {
       nlohmann::ordered_json list = parse_ordered_json(contents, file.path);
       if (!list.is_array()) {
-        throw ValueError(str_cat(file.path, ": the file holds ", describe_json(list),
-                                 ", not a list of rows"));
+        throw ValueError(
+            str_cat(file.path, ": the file holds ", describe_json(list), ", not a list of rows"));
       }
       for (size_t i = 0; i < list.size(); ++i) add(std::move(list[i]), static_cast<int64_t>(i) + 1);
       continue;
@@ -335,8 +333,8 @@ SftDataset prepare_sft_dataset(const std::vector<SftRow>& rows, const std::strin
     const SftFormat format = detect_sft_format(rows[r], options.dataset_text_field);
     if (format != dataset.format) {
       throw ValueError(str_cat(where(rows[r]), ": the row is ", sft_format_name(format),
-                               " data, but the first row (", where(rows.front()),
-                               ") announced ", sft_format_name(dataset.format)));
+                               " data, but the first row (", where(rows.front()), ") announced ",
+                               sft_format_name(dataset.format)));
     }
     SftExample example = preparer.prepare(rows[r], dataset.completion_only_loss);
     if (options.max_length && !options.packing) {

@@ -63,8 +63,8 @@ struct SftOptions {
   std::string dataset_text_field = "text";
   std::optional<bool> completion_only_loss = std::nullopt;  // unset: on for prompt / completion
   bool assistant_only_loss = false;
-  std::optional<int64_t> max_length = 1024;  // unset: no truncation
-  bool packing = false;                      // no truncation here: the packer cuts
+  std::optional<int64_t> max_length = 1024;             // unset: no truncation
+  bool packing = false;                                 // no truncation here: the packer cuts
   std::optional<std::string> eos_token = std::nullopt;  // unset: the tokenizer's eos_token
 };
 

@@ -30,23 +30,24 @@ SftExamples::SftExamples(const std::vector<SftExample>& examples, const SftBatch
     // Both strategies place examples by their lengths alone, so packing the labels the same way
     // puts each label beside its token.
     const bool bfd = batching.packing_strategy == PackingStrategy::bfd;
-    PackedRows rows = bfd ? pack_bfd(ids, batching.max_length)
-                          : pack_wrapped(ids, batching.max_length);
-    PackedRows label_rows = bfd ? pack_bfd(labels, batching.max_length)
-                                : pack_wrapped(labels, batching.max_length);
+    PackedRows rows =
+        bfd ? pack_bfd(ids, batching.max_length) : pack_wrapped(ids, batching.max_length);
+    PackedRows label_rows =
+        bfd ? pack_bfd(labels, batching.max_length) : pack_wrapped(labels, batching.max_length);
     for (size_t r = 0; r < rows.rows.size(); ++r) {
       SftSample sample;
       sample.input_ids = std::move(rows.rows[r]);
       sample.labels = std::move(label_rows.rows[r]);
-      sample.seq_lengths = bfd ? rows.seq_lengths[r]
-                               : std::vector<int64_t>{static_cast<int64_t>(sample.input_ids.size())};
+      sample.seq_lengths =
+          bfd ? rows.seq_lengths[r]
+              : std::vector<int64_t>{static_cast<int64_t>(sample.input_ids.size())};
       samples_.push_back(std::move(sample));
     }
   } else {
     for (const SftExample& example : examples) {
       if (example.input_ids.empty()) continue;
-      samples_.push_back({example.input_ids, example.labels,
-                          {static_cast<int64_t>(example.input_ids.size())}});
+      samples_.push_back(
+          {example.input_ids, example.labels, {static_cast<int64_t>(example.input_ids.size())}});
     }
   }
   for (const SftSample& sample : samples_) {

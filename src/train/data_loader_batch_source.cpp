@@ -9,8 +9,8 @@
 #include "data/sft_dataset.h"
 #include "data/sft_examples.h"
 #include "data/token_corpus.h"
-#include "io/chat_template.h"
 #include "memory/device_memory.h"
+#include "train/sft_preparation.h"
 #include "train/training_arguments.h"
 #include "train/training_config.h"
 
@@ -52,6 +52,11 @@ DataLoaderBatchSource::DataLoaderBatchSource(std::shared_ptr<const ExampleSet> t
       options_(options),
       device_(device) {
   options_.pin_memory_device = device_;
+  if (train_->size() == 0) {
+    throw ValueError(str_cat("data '", source_,
+                             "': no training example is left (rows dropped after truncation to ",
+                             seq_length_, " tokens, or all held out for evaluation)"));
+  }
   loader_ = std::make_unique<DataLoader>(train_, options_);
   if (loader_->size() == 0) {
     throw ValueError(str_cat("data '", source_, "': ", train_->size(), " training sequences of ",
@@ -159,57 +164,12 @@ DataLoaderOptions loader_options(const TrainingArguments& args) {
   return options;
 }
 
-// The rows of `path` prepared (Note [TRL's SFT preparation]), with a warning for rows dropped.
-SftDataset prepared_rows(const std::vector<SftRow>& rows, const std::string& path,
-                         const Tokenizer& tokenizer, const SftChat& chat,
-                         const SftOptions& options) {
-  SftDataset dataset = prepare_sft_dataset(rows, path, tokenizer, chat, options);
-  if (dataset.dropped > 0) {
-    std::fprintf(stderr,
-                 "headroom: warning: data '%s': %lld of %zu rows had no scored token left after "
-                 "truncation to max_length %lld and were dropped, as TRL drops them\n",
-                 path.c_str(), static_cast<long long>(dataset.dropped), rows.size(),
-                 static_cast<long long>(options.max_length.value_or(0)));
-  }
-  return dataset;
-}
-
 std::unique_ptr<BatchSource> make_row_batch_source(const TrainingArguments& args,
                                                    const Tokenizer& tokenizer, int64_t window,
                                                    Device device) {
-  namespace fs = std::filesystem;
-  const std::string model_dir = fs::is_directory(args.model) ? args.model : "";
-  SftChat chat;
-  std::optional<ChatTemplate> chat_template;
-  if (!model_dir.empty()) chat.special_tokens = read_special_tokens(model_dir);
-  const bool has_override = !args.chat_template_path.empty();
-  if (has_override || !model_dir.empty()) {
-    try {
-      ChatTemplateSource source =
-          has_override && fs::is_directory(args.chat_template_path)
-              ? load_chat_template(args.chat_template_path)
-              : load_chat_template(
-                    model_dir, std::nullopt, false,
-                    has_override ? std::optional(args.chat_template_path) : std::nullopt);
-      chat_template.emplace(std::move(source.text), std::move(source.origin));
-      chat.chat_template = &*chat_template;
-    } catch (const ValueError&) {
-      if (has_override) throw;  // the model may have none: only conversations need one
-    }
-  }
-  SftOptions options;
-  options.dataset_text_field = args.dataset_text_field;
-  options.completion_only_loss = args.completion_only_loss;
-  options.assistant_only_loss = args.assistant_only_loss;
-  options.max_length = window - 1;
-  options.packing = args.packing;
-  if (!args.eos_token.empty()) {
-    if (tokenizer.encode(args.eos_token).size() != 1) {
-      throw ValueError(
-          str_cat("eos_token: '", args.eos_token, "' is not one token of the model's tokenizer"));
-    }
-    options.eos_token = args.eos_token;
-  }
+  const std::string model_dir = std::filesystem::is_directory(args.model) ? args.model : "";
+  const SftPreparation preparation(sft_row_options(args), model_dir, tokenizer, window - 1,
+                                   args.packing);
   std::vector<SftRow> rows = read_sft_rows(args.data, args.output_dir);
   std::vector<SftRow> eval_rows;
   if (!args.eval_data.empty()) {
@@ -224,7 +184,7 @@ std::unique_ptr<BatchSource> make_row_batch_source(const TrainingArguments& args
       rows.resize(rows.size() - held);
     }
   }
-  const SftDataset train = prepared_rows(rows, args.data, tokenizer, chat, options);
+  const SftDataset train = preparation.prepare(rows, args.data);
   SftBatching batching;
   batching.packing = args.packing;
   batching.packing_strategy = training_packing_strategy(args);
@@ -233,8 +193,8 @@ std::unique_ptr<BatchSource> make_row_batch_source(const TrainingArguments& args
   batching.pad_id = tokenizer.eos_token_id().value_or(0);
   std::shared_ptr<const SftExamples> eval_set;
   if (!eval_rows.empty()) {
-    SftDataset eval = prepared_rows(eval_rows, args.eval_data.empty() ? args.data : args.eval_data,
-                                    tokenizer, chat, options);
+    SftDataset eval =
+        preparation.prepare(eval_rows, args.eval_data.empty() ? args.data : args.eval_data);
     if (args.max_eval_samples &&
         static_cast<int64_t>(eval.examples.size()) > *args.max_eval_samples) {
       eval.examples.resize(static_cast<size_t>(*args.max_eval_samples));

@@ -13,11 +13,13 @@
 #include "core/kernel_census.h"
 #include "data/data_loader.h"
 #include "data/packed_sequences.h"
+#include "data/sft_examples.h"
 #include "data/token_corpus.h"
 #include "io/pretrained.h"
 #include "peft/lora_model.h"
 #include "train/checksums.h"
 #include "train/model_source.h"
+#include "train/sft_preparation.h"
 
 namespace headroom {
 
@@ -49,10 +51,10 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
                                  batch.input_ids.device());
     const double loss =
         host_value(model.loss(batch.input_ids, batch.targets, batch.target_count, sequences));
-    // A packed batch's mean is over its scored targets, which weigh it; a window of plain text
-    // scores every one.
-    const int64_t tokens =
-        sequences.packed() && batch.target_count >= 0 ? batch.target_count : batch.targets.numel();
+    // A batch's mean is over its scored targets, which weigh it (a window of plain text scores
+    // every one); a batch with none adds nothing.
+    const int64_t tokens = batch.target_count >= 0 ? batch.target_count : batch.targets.numel();
+    if (tokens == 0) continue;
     total += loss * static_cast<double>(tokens);
     result.tokens += tokens;
   }
@@ -64,7 +66,7 @@ EvalResult evaluate_batches(CausalLM& model, int64_t count,
 
 EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& data,
                          int64_t max_seq_length, int64_t batch_size, const std::string& device,
-                         const std::string& adapter) {
+                         const std::string& adapter, const SftRowOptions& rows) {
   if (batch_size < 1) throw ValueError(str_cat("batch_size: ", batch_size, " is below 1"));
   const Device target = resolve_device(device);
   const AdapterBase base = resolve_adapter_base(request, adapter);
@@ -94,22 +96,37 @@ EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& d
     throw ValueError(
         str_cat("max_seq_length: ", t, " exceeds the model's context length ", context));
   }
-  // No token cache: eval writes nothing, and has no output_dir to put one in.
-  const std::shared_ptr<const TokenCorpus> tokens = load_token_corpus(data, *loaded.tokenizer);
-  // Consecutive, disjoint windows of T + 1 tokens, unlike training's sequences, which advance
-  // by T (Note [Packing and the eval split]): this is what `headroom eval` specifies.
-  const int64_t window = t + 1;
-  const PackedSequences windows(tokens, 0, tokens->size(), t, /*stride=*/window);
-  if (windows.empty()) {
-    throw ValueError(str_cat("data '", data, "': ", tokens->size(),
-                             " tokens, fewer than one window of ", window,
-                             " (max_seq_length + 1)"));
+  std::shared_ptr<const ExampleSet> examples;
+  if (is_row_data(data)) {
+    // Each row an example, as training takes it (Note [TRL's SFT preparation]), padded.
+    const std::string model_dir = fs::is_directory(base.model) ? base.model : "";
+    const SftPreparation preparation(rows, model_dir, *loaded.tokenizer, t, /*packing=*/false);
+    const SftDataset dataset = preparation.prepare(read_sft_rows(data), data);
+    if (dataset.examples.empty()) {
+      throw ValueError(str_cat("data '", data, "': no row is left to score"));
+    }
+    examples = std::make_shared<const SftExamples>(
+        dataset.examples, SftBatching{.pad_id = loaded.tokenizer->eos_token_id().value_or(0)});
+  } else {
+    // No token cache: eval writes nothing, and has no output_dir to put one in.
+    const std::shared_ptr<const TokenCorpus> tokens = load_token_corpus(data, *loaded.tokenizer);
+    // Consecutive, disjoint windows of T + 1 tokens, unlike training's sequences, which advance
+    // by T (Note [Packing and the eval split]): this is what `headroom eval` specifies.
+    const int64_t window = t + 1;
+    PackedSequences windows(tokens, 0, tokens->size(), t, /*stride=*/window);
+    if (windows.empty()) {
+      throw ValueError(str_cat("data '", data, "': ", tokens->size(),
+                               " tokens, fewer than one window of ", window,
+                               " (max_seq_length + 1)"));
+    }
+    examples = std::make_shared<const WindowExamples>(std::move(windows));
   }
-  const DataLoader loader(windows, {.batch_size = batch_size, .shuffle = false});
+  const DataLoader loader(examples, {.batch_size = batch_size, .shuffle = false});
   auto batch_at = [&](int64_t index) {
     TokenBatch batch = loader.batch_at(0, index);
     if (!target.is_cpu()) {
-      batch = {batch.input_ids.to(target), batch.targets.to(target), batch.target_count};
+      batch = {batch.input_ids.to(target), batch.targets.to(target), batch.target_count,
+               std::move(batch.cu_seqlens), batch.varying_targets};
     }
     return batch;
   };
