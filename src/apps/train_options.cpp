@@ -287,12 +287,11 @@ const std::vector<TrainOption>& train_options() {
 }
 
 bool read_by_plan(const TrainOption& option) {
-  static const std::set<std::string_view> not_read = {"data",
-                                                      "output_dir",
+  // data is read for rows (Note [Planning rows]): their batches' shapes come from the file.
+  static const std::set<std::string_view> not_read = {"output_dir",
                                                       "overwrite_output_dir",
                                                       "validation_split_percentage",
                                                       "max_eval_samples",
-                                                      "eval_data",
                                                       "max_steps",
                                                       "num_train_epochs",
                                                       "learning_rate",

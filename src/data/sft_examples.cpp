@@ -55,6 +55,16 @@ SftExamples::SftExamples(const std::vector<SftExample>& examples, const SftBatch
   }
 }
 
+std::vector<int64_t> SftExamples::longest_samples(int64_t count) const {
+  std::vector<int64_t> order(samples_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return sample(a).input_ids.size() > sample(b).input_ids.size();
+  });
+  order.resize(std::min(order.size(), static_cast<size_t>(std::max<int64_t>(count, 0))));
+  return order;
+}
+
 TokenBatch SftExamples::collate(std::span<const int64_t> indices) const {
   if (indices.empty()) throw ValueError("SftExamples: a batch of no examples");
   int64_t rows = static_cast<int64_t>(indices.size());

@@ -54,6 +54,9 @@ class SftExamples final : public ExampleSet {
   bool padding_free() const { return padding_free_; }
   // The longest sample's tokens.
   int64_t longest() const { return longest_; }
+  // The `count` longest samples (fewer when the set has fewer), longest first: the batch of
+  // them is the largest a batch of `count` can be, padded or padding-free.
+  std::vector<int64_t> longest_samples(int64_t count) const;
 
  private:
   std::vector<SftSample> samples_;

@@ -7,11 +7,13 @@
 
 #include "core/error.h"
 #include "core/kernel_census.h"
+#include "data/sft_dataset.h"
 #include "dist/meta_communicator.h"
 #include "memory/device_memory.h"
 #include "memory/host_pool.h"
 #include "nn/linear_4bit.h"
 #include "plan/synthetic_batches.h"
+#include "train/data_loader_batch_source.h"
 #include "train/memory_report.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
@@ -58,6 +60,8 @@ nlohmann::ordered_json DryRunResult::to_json() const {
       {"num_parameters", num_parameters},
       {"parameter_bytes", parameter_bytes},
       {"tokens_per_step", tokens_per_step},
+      {"data_batch",
+       data_batch.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(data_batch)},
       {"world_size", world_size},
       {"rank", rank},
       {"zero_stage", zero_stage},
@@ -98,16 +102,47 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     prefetched = args.dataloader_num_workers * args.dataloader_prefetch_factor.value_or(2);
   }
   int64_t seq_length = 0;
-  auto batches = [&](const TrainingArguments& a, const Tokenizer&, int64_t window, Device) {
+  int64_t rows = args.per_device_train_batch_size;
+  auto batches = [&](const TrainingArguments& a, const Tokenizer& tokenizer, int64_t window,
+                     Device) {
     seq_length = window - 1;
-    return std::make_unique<SyntheticBatchSource>(
-        SyntheticBatchOptions{.batch_size = a.per_device_train_batch_size,
-                              .seq_length = window - 1,
-                              .prefetched = prefetched,
-                              // One per rank: each rank evaluates its share (Trainer::evaluate).
-                              .eval_batches = eval ? options.world_size : 0,
-                              .host_is_device = result.target.is_cpu(),
-                              .pinned = a.dataloader_pin_memory});
+    SyntheticBatchOptions synthetic{.batch_size = a.per_device_train_batch_size,
+                                    .seq_length = window - 1,
+                                    .prefetched = prefetched,
+                                    // One per rank: each rank evaluates its share
+                                    // (Trainer::evaluate).
+                                    .eval_batches = eval ? options.world_size : 0,
+                                    .host_is_device = result.target.is_cpu(),
+                                    .pinned = a.dataloader_pin_memory};
+    if (!a.data.empty() && is_row_data(a.data, a.output_dir)) {
+      // Note [Planning rows]
+      // Rows make batches of many shapes; the plan takes the largest a batch can be: the
+      // per_device_train_batch_size longest examples (or packed rows), padded to the longest or
+      // flattened, with their sequence starts. A run's peak is at its largest batch, so this
+      // bounds every order the shuffle can draw, and equals the run's when its batches are alike.
+      const SftExampleSets sets = make_sft_example_sets(a, tokenizer, window);
+      const TokenBatch largest =
+          sets.train->collate(sets.train->longest_samples(a.per_device_train_batch_size));
+      synthetic.rows = rows = largest.input_ids.size(0);
+      synthetic.seq_length = seq_length = largest.input_ids.size(1);
+      synthetic.cu_seqlens = largest.cu_seqlens;
+      synthetic.varying_targets = true;
+      result.data_batch =
+          str_cat("[", synthetic.rows, ", ", synthetic.seq_length, "]: the ",
+                  largest.cu_seqlens.empty() ? synthetic.rows : largest.cu_seqlens.size() - 1,
+                  sets.train->padding_free() ? " longest sequences of " : " longest rows of ",
+                  a.data, sets.train->padding_free() ? ", flattened" : ", padded");
+      if (sets.eval) {
+        const TokenBatch eval_largest =
+            sets.eval->collate(sets.eval->longest_samples(a.per_device_eval_batch_size));
+        synthetic.eval_rows = eval_largest.input_ids.size(0);
+        synthetic.eval_seq_length = eval_largest.input_ids.size(1);
+        synthetic.eval_cu_seqlens = eval_largest.cu_seqlens;
+      } else {
+        synthetic.eval_batches = 0;
+      }
+    }
+    return std::make_unique<SyntheticBatchSource>(synthetic);
   };
   // Rank `rank`'s collectives (Note [A dry run's collectives]); none for one process.
   std::shared_ptr<Communicator> communicator;
@@ -252,8 +287,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   result.world_size = options.world_size;
   result.rank = options.rank;
   result.expandable_segments = expandable;
-  result.tokens_per_step =
-      args.per_device_train_batch_size * args.gradient_accumulation_steps * seq_length;
+  result.tokens_per_step = rows * args.gradient_accumulation_steps * seq_length;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -76,10 +76,13 @@ struct DryRunResult {
   // Bytes allocated in the host pool per step after the first (each a copy out of the device:
   // gradients, saved activations), which the step-time estimate charges twice (out and back).
   int64_t host_bytes_per_step = 0;
-  int64_t num_parameters = 0;        // a 4-bit base's weights included (Module's count has none)
-  int64_t parameter_bytes = 0;       // bytes of the parameters in the recipe's dtype and of the
-                                     // 4-bit weights with their quantization state
-  int64_t tokens_per_step = 0;       // batch x accumulation x max_seq_length
+  int64_t num_parameters = 0;   // a 4-bit base's weights included (Module's count has none)
+  int64_t parameter_bytes = 0;  // bytes of the parameters in the recipe's dtype and of the
+                                // 4-bit weights with their quantization state
+  int64_t tokens_per_step = 0;  // batch x accumulation x max_seq_length
+  // With rows as the data (Note [Planning rows]): the batch planned and where it comes from,
+  // e.g. "[4, 183]: the 4 longest rows of sft.jsonl, padded"; empty otherwise.
+  std::string data_batch;
   std::string recipe;                // the precision recipe's name
   bool expandable_segments = false;  // the allocator policy dry-run (Note [Expandable segments])
   HfConfig config;                   // the model's

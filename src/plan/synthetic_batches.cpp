@@ -15,31 +15,35 @@ SyntheticBatchSource::SyntheticBatchSource(const SyntheticBatchOptions& options)
   }
 }
 
-TokenBatch SyntheticBatchSource::make(int64_t rows) const {
+TokenBatch SyntheticBatchSource::make(int64_t rows, int64_t seq_length,
+                                      const std::vector<int32_t>& cu_seqlens) const {
   // As DataLoader::assemble: inputs, then targets.
-  return {Tensor::empty({rows, options_.seq_length}, DType::i64, kMeta),
-          Tensor::empty({rows, options_.seq_length}, DType::i64, kMeta),
-          rows * options_.seq_length};
+  return {Tensor::empty({rows, seq_length}, DType::i64, kMeta),
+          Tensor::empty({rows, seq_length}, DType::i64, kMeta), rows * seq_length, cu_seqlens,
+          options_.varying_targets};
 }
 
 TokenBatch SyntheticBatchSource::next_batch() {
   ++consumed_;
   if (!options_.host_is_device) {
     // DataLoaderBatchSource::to_device's two copies, as the census of a GPU step has them.
-    const int64_t bytes = options_.batch_size * options_.seq_length * 8;
+    const int64_t rows = options_.rows > 0 ? options_.rows : options_.batch_size;
+    const int64_t bytes = rows * options_.seq_length * 8;
     for (int i = 0; i < 2; ++i) {
       count_tensor_kernel("transfer", options_.pinned ? "host_to_device_async" : "host_to_device",
                           kMeta, bytes, /*host_sync=*/!options_.pinned);
     }
   }
-  if (options_.prefetched == 0) return make(options_.batch_size);
+  const int64_t rows = options_.rows > 0 ? options_.rows : options_.batch_size;
+  auto train_batch = [&] { return make(rows, options_.seq_length, options_.cu_seqlens); };
+  if (options_.prefetched == 0) return train_batch();
   // The workers hold `prefetched` batches ready and start the next as soon as one is taken.
   while (static_cast<int64_t>(ready_.size()) < options_.prefetched) {
-    ready_.push_back(make(options_.batch_size));
+    ready_.push_back(train_batch());
   }
   TokenBatch batch = std::move(ready_.front());
   ready_.pop_front();
-  ready_.push_back(make(options_.batch_size));
+  ready_.push_back(train_batch());
   return batch;
 }
 
@@ -58,7 +62,10 @@ TokenBatch SyntheticBatchSource::eval_batch(int64_t index, int64_t batch_size) c
     throw IndexError(
         str_cat("eval_batch: batch ", index, " is outside 0..", options_.eval_batches - 1));
   }
-  return make(batch_size);
+  if (options_.eval_rows > 0) {
+    return make(options_.eval_rows, options_.eval_seq_length, options_.eval_cu_seqlens);
+  }
+  return make(batch_size, options_.seq_length, {});
 }
 
 void SyntheticBatchSource::load_state_dict(const nlohmann::json& state) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 #include "core/device.h"
 #include "train/batch_source.h"
@@ -23,6 +24,16 @@ struct SyntheticBatchOptions {
   // On a GPU, whether the loader pins its batches (dataloader_pin_memory): then their copies to
   // the device are queued without a host sync, else each waits (the kernel census counts them).
   bool pinned = true;
+  // Planned from the data (`plan --data` with rows): the largest batch its examples make, as
+  // rows x seq_length with its sequence starts (packed or padding-free) and targets that vary
+  // from batch to batch (the Trainer then fetches a step's micro-batches together). rows 0:
+  // batch_size. The eval batches likewise (eval_rows 0: [batch, seq_length]).
+  int64_t rows = 0;
+  std::vector<int32_t> cu_seqlens = {};
+  bool varying_targets = false;
+  int64_t eval_rows = 0;
+  int64_t eval_seq_length = 0;
+  std::vector<int32_t> eval_cu_seqlens = {};
 };
 
 // Batches are meta tensors. For a CPU plan they are what the loader assembles on the CPU (two
@@ -43,7 +54,7 @@ class SyntheticBatchSource final : public BatchSource {
   void load_state_dict(const nlohmann::json& state) override;
 
  private:
-  TokenBatch make(int64_t rows) const;
+  TokenBatch make(int64_t rows, int64_t seq_length, const std::vector<int32_t>& cu_seqlens) const;
 
   SyntheticBatchOptions options_;
   std::deque<TokenBatch> ready_;  // the workers' prefetched batches

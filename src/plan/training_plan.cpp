@@ -210,6 +210,9 @@ std::string TrainingPlan::format() const {
       "device in %.2f s\n",
       static_cast<double>(dry.num_parameters) / 1e6, format_bytes(dry.parameter_bytes).c_str(),
       dry.recipe.c_str(), dry.steps, dry.seconds);
+  if (!dry.data_batch.empty()) {
+    text += str_cat("  batch planned from the data, the largest it makes: ", dry.data_batch, "\n");
+  }
   if (dry.world_size > 1) {
     line(
         "  data parallel over %d ranks, ZeRO stage %lld: rank %d's dry run below (Note [Planning "

@@ -164,9 +164,10 @@ DataLoaderOptions loader_options(const TrainingArguments& args) {
   return options;
 }
 
-std::unique_ptr<BatchSource> make_row_batch_source(const TrainingArguments& args,
-                                                   const Tokenizer& tokenizer, int64_t window,
-                                                   Device device) {
+}  // namespace
+
+SftExampleSets make_sft_example_sets(const TrainingArguments& args, const Tokenizer& tokenizer,
+                                     int64_t window) {
   const std::string model_dir = std::filesystem::is_directory(args.model) ? args.model : "";
   const SftPreparation preparation(sft_row_options(args), model_dir, tokenizer, window - 1,
                                    args.packing);
@@ -202,19 +203,18 @@ std::unique_ptr<BatchSource> make_row_batch_source(const TrainingArguments& args
     if (!eval.examples.empty())
       eval_set = std::make_shared<const SftExamples>(eval.examples, batching);
   }
-  return std::make_unique<DataLoaderBatchSource>(
-      std::make_shared<const SftExamples>(train.examples, batching), std::move(eval_set),
-      window - 1, args.data, loader_options(args), device);
+  return {std::make_shared<const SftExamples>(train.examples, batching), std::move(eval_set)};
 }
-
-}  // namespace
 
 std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArguments& args,
                                                            const Tokenizer& tokenizer,
                                                            int64_t window, Device device) {
   if (args.data.empty()) throw ValueError("data: no training data given");
   if (is_row_data(args.data, args.output_dir)) {
-    return make_row_batch_source(args, tokenizer, window, device);
+    SftExampleSets sets = make_sft_example_sets(args, tokenizer, window);
+    return std::make_unique<DataLoaderBatchSource>(std::move(sets.train), std::move(sets.eval),
+                                                   window - 1, args.data, loader_options(args),
+                                                   device);
   }
   const std::string cache_dir = (std::filesystem::path(args.output_dir) / "cache").string();
   std::shared_ptr<const TokenCorpus> corpus = load_token_corpus(

@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "data/data_loader.h"
 #include "data/packed_sequences.h"
+#include "data/sft_examples.h"
 #include "io/tokenizer.h"
 #include "train/batch_source.h"
 
@@ -61,6 +62,16 @@ class DataLoaderBatchSource final : public BatchSource {
   Device device_;
   std::unique_ptr<DataLoader> loader_;
 };
+
+// The examples of SFT rows (is_row_data(args.data)) as `headroom train` batches them: the
+// training rows, and the held-out ones (eval_data, else the last validation_split_percentage of
+// the rows; null when none), prepared with max_length = window - 1.
+struct SftExampleSets {
+  std::shared_ptr<const SftExamples> train;
+  std::shared_ptr<const SftExamples> eval;
+};
+SftExampleSets make_sft_example_sets(const TrainingArguments& args, const Tokenizer& tokenizer,
+                                     int64_t window);
 
 // The trainer's default source for `args`: a text corpus tokenised with the token cache in
 // <output_dir>/cache and split with max_seq_length = window - 1 and validation_split_percentage;

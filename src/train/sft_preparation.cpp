@@ -25,9 +25,9 @@ SftPreparation::SftPreparation(const SftRowOptions& options, const std::string& 
       ChatTemplateSource source =
           fs::is_directory(override_path)
               ? load_chat_template(override_path)
-              : load_chat_template(model_dir, std::nullopt, false,
-                                   override_path.empty() ? std::nullopt
-                                                         : std::optional(override_path));
+              : load_chat_template(
+                    model_dir, std::nullopt, false,
+                    override_path.empty() ? std::nullopt : std::optional(override_path));
       chat_template_ =
           std::make_unique<ChatTemplate>(std::move(source.text), std::move(source.origin));
       chat_.chat_template = chat_template_.get();
@@ -51,8 +51,7 @@ SftPreparation::SftPreparation(const SftRowOptions& options, const std::string& 
   }
 }
 
-SftDataset SftPreparation::prepare(const std::vector<SftRow>& rows,
-                                   const std::string& path) const {
+SftDataset SftPreparation::prepare(const std::vector<SftRow>& rows, const std::string& path) const {
   SftDataset dataset = prepare_sft_dataset(rows, path, tokenizer_, chat_, options_);
   if (dataset.dropped > 0) {
     std::fprintf(stderr,

@@ -120,12 +120,11 @@ TEST(SftTraining, AccumulatedStepEqualsTheBigBatchOverScoredTokens) {
     args.gradient_accumulation_steps = accumulation;
     args.learning_rate = 1e-2;
     args.warmup_steps = 0;
-    const BatchSourceFactory in_order = [&](const TrainingArguments& a, const Tokenizer&,
-                                            int64_t, Device device) {
+    const BatchSourceFactory in_order = [&](const TrainingArguments& a, const Tokenizer&, int64_t,
+                                            Device device) {
       return std::make_unique<DataLoaderBatchSource>(
           set, nullptr, 16, "rows",
-          DataLoaderOptions{.batch_size = a.per_device_train_batch_size, .shuffle = false},
-          device);
+          DataLoaderOptions{.batch_size = a.per_device_train_batch_size, .shuffle = false}, device);
     };
     Trainer trainer(args, in_order);
     trainer.step();
