@@ -46,7 +46,8 @@ std::vector<TrainOption> make_train_options() {
       {"model", data, "a preset (gpt2-tiny, gpt2, llama-tiny, ...) or a directory with config.json",
        &A::model},
       {"data", data,
-       "training text: a text file, a directory of them, or JSONL with \"text\" (required)",
+       "the data: a text file (cut into windows), JSONL / JSON rows in TRL's formats, or a "
+       "directory of them (train needs it; plan reads rows for their batches' shapes)",
        &A::data},
       {"output_dir", data, "where checkpoints, logs and the loss plot go", &A::output_dir},
       {"overwrite_output_dir", data,

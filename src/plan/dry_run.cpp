@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <optional>
 
 #include "core/error.h"
@@ -114,7 +115,12 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
                                     .eval_batches = eval ? options.world_size : 0,
                                     .host_is_device = result.target.is_cpu(),
                                     .pinned = a.dataloader_pin_memory};
-    if (!a.data.empty() && is_row_data(a.data, a.output_dir)) {
+    // Text makes [batch, max_seq_length] windows whatever it holds, so a text path is not read
+    // (it need not exist); rows are.
+    const std::string extension = std::filesystem::path(a.data).extension().string();
+    const bool maybe_rows =
+        std::filesystem::exists(a.data) || extension == ".jsonl" || extension == ".json";
+    if (!a.data.empty() && maybe_rows && is_row_data(a.data, a.output_dir)) {
       // Note [Planning rows]
       // Rows make batches of many shapes; the plan takes the largest a batch can be: the
       // per_device_train_batch_size longest examples (or packed rows), padded to the longest or

@@ -41,6 +41,9 @@ class BatchSource {
   // the tokens were made) and every batch carries its target_count: the model then checks no id
   // and the loss counts no target on the device (Note [Targets counted by the caller]).
   virtual bool ids_checked() const { return false; }
+  // Whether the examples are rows of SFT data, each up to max_length tokens, rather than windows
+  // of exactly max_seq_length (the run's banner says which).
+  virtual bool serves_rows() const { return false; }
 };
 
 }  // namespace headroom

@@ -36,6 +36,9 @@ class DataLoaderBatchSource final : public BatchSource {
   TokenBatch next_batch() override;
   // A tokenizer's ids lie in its vocabulary; the examples count the targets.
   bool ids_checked() const override { return true; }
+  bool serves_rows() const override {
+    return dynamic_cast<const SftExamples*>(train_.get()) != nullptr;
+  }
   void skip_batch() override;  // not copied to the device
   int64_t batches_per_epoch() const override { return loader_->size(); }
   int64_t batches_consumed() const override;

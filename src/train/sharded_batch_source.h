@@ -38,6 +38,7 @@ class ShardedBatchSource final : public BatchSource {
   }
   nlohmann::json state_dict() const override { return inner_->state_dict(); }
   bool ids_checked() const override { return inner_->ids_checked(); }
+  bool serves_rows() const override { return inner_->serves_rows(); }
   void load_state_dict(const nlohmann::json& state) override { inner_->load_state_dict(state); }
 
  private:

@@ -297,14 +297,12 @@ Tensor Trainer::train_step(int64_t& tokens) {
     return step_loss;
   }
   // Note [Scored tokens across accumulation]
-  // transformers divides the summed loss of each micro-batch by num_items_in_batch, the targets
-  // scored over all the step's micro-batches, which its Trainer counts by fetching them all
-  // first. A window of plain text scores every target, so its micro-batches weigh alike and the
-  // step stays as HF's Trainer without num_items_in_batch runs it: each micro-batch's mean loss
-  // divided by the accumulation steps, one batch fetched at a time. Packed, padded and masked
-  // batches score different numbers of targets, so when the first micro-batch is one of them
-  // (varying_targets or packed) and counts its targets the step's other micro-batches are fetched
-  // with it and each mean loss is weighted by its share of the step's scored targets.
+  // transformers divides each micro-batch's summed loss by num_items_in_batch, the targets scored
+  // over the step's micro-batches, counted by fetching them all first. Windows of plain text score
+  // every target, so their micro-batches weigh alike: each mean loss / accumulation steps, one
+  // batch fetched at a time, as HF without num_items_in_batch. Rows (varying_targets) and packed
+  // batches score different numbers, so when the first micro-batch is one and counts its targets,
+  // the step's others are fetched with it and each mean is weighted by its share of the targets.
   std::vector<TokenBatch> ahead;  // the step's micro-batches, fetched with a packed first one
   std::vector<double> weights(static_cast<size_t>(accumulation),
                               1.0 / static_cast<double>(accumulation));
@@ -502,14 +500,15 @@ int Trainer::train() {
   }
   if (is_main_process())
     std::printf(
-        "Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld windows of %lld "
+        "Training %s (%.2fM parameters, %s) on %s: %lld steps of %lld x %lld %s %lld "
         "tokens, %lld micro-batches per epoch\n",
         args_.model.c_str(), static_cast<double>(num_parameters) / 1e6,
         config_.recipe.name().c_str(), config_.device.str().c_str(),
         static_cast<long long>(max_steps_),
         static_cast<long long>(args_.gradient_accumulation_steps),
         static_cast<long long>(args_.per_device_train_batch_size),
-        static_cast<long long>(window_ - 1), static_cast<long long>(data_->batches_per_epoch()));
+        data_->serves_rows() ? "rows of up to" : "windows of", static_cast<long long>(window_ - 1),
+        static_cast<long long>(data_->batches_per_epoch()));
   if (lora_ && is_main_process()) {
     // PEFT's print_trainable_parameters.
     int64_t trainable = 0;

@@ -201,6 +201,44 @@ TEST(HeadroomCli, TrainsAFewStepsAndEvaluatesTheResult) {
   }
 }
 
+// SFT rows from the command line: a packed conversation run with its own template, eval --json
+// over the scored tokens of prompt / completion rows, and TRL's names refused on one line.
+TEST(HeadroomCli, TrainsAndEvaluatesSftRows) {
+  TempDir dir;
+  const std::string data = dir.file("chat.jsonl"), out = dir.file("sft"),
+                    chat_template = dir.file("chat.jinja");
+  std::string rows;
+  for (int i = 0; i < 16; ++i) {
+    rows += nlohmann::json{{"messages",
+                            {{{"role", "user"}, {"content", str_cat("hi ", i)}},
+                             {{"role", "assistant"}, {"content", str_cat("ok ", i % 4)}}}}}
+                .dump() +
+            "\n";
+  }
+  write_bytes(data, rows);
+  write_bytes(chat_template,
+              "{% for m in messages %}{{ m.role[0] }}:{% generation %}{{ m.content }}"
+              "{% endgeneration %}\n{% endfor %}");
+  const CliRun train =
+      run_cli("train --model gpt2-tiny --data " + data + " --output_dir " + out +
+              " --chat_template " + chat_template +
+              " --assistant_only_loss --packing --max_length 32 --max_steps 2 --logging_steps 1"
+              " --per_device_train_batch_size 2 --sample_max_new_tokens 0 --disable_tqdm");
+  ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
+
+  const std::string fixtures = HEADROOM_FIXTURES_DIR;
+  const CliRun eval = run_cli("eval --model " + fixtures + "/models/qwen2_sft_tiny --data " +
+                              fixtures + "/data/sft_eval/prompt_completion.jsonl --json");
+  ASSERT_EQ(eval.exit_code, 0) << eval.out << eval.err;
+  // reference.json's prompt_completion: the completions' 46 tokens.
+  EXPECT_EQ(nlohmann::json::parse(eval.out)["tokens"], 46) << eval.out;
+
+  const CliRun split =
+      run_cli("train --model gpt2-tiny --data " + data + " --packing --packing_strategy bfd_split");
+  EXPECT_EQ(split.exit_code, 2);
+  EXPECT_NE(split.err.find("packing_strategy: 'bfd_split'"), std::string::npos) << split.err;
+}
+
 // Issue 19: eval of a directory with config.json alone scored a random model and exited 0; a
 // fresh run into another run's output_dir would take its checkpoints for its own.
 TEST(HeadroomCli, EvalNeedsWeightsAndTrainRefusesAnotherRunsCheckpoints) {
