@@ -88,7 +88,8 @@ std::vector<TrainOption> make_train_options() {
       {"packing", data, "pack rows into sequences of max_length that never attend to each other",
        &A::packing},
       {"packing_strategy", data,
-       "bfd (best-fit decreasing, each row whole) or wrapped (rows joined and cut)",
+       "bfd (best-fit decreasing, rows cut to max_length), bfd_split (best-fit decreasing, long "
+       "rows split into pieces) or wrapped (rows joined and cut)",
        &A::packing_strategy},
       {"padding_free", data, "each batch as one row without padding (always with bfd packing)",
        &A::padding_free},

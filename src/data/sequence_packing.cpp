@@ -56,6 +56,22 @@ void pack_bfd_batch(const std::vector<TokenSequence>& examples, size_t begin, si
   }
 }
 
+// bfd_split of examples [begin, end): each cut into pieces of seq_length (the last shorter), in
+// order, and the pieces packed by bfd as sequences of their own.
+void pack_bfd_split_batch(const std::vector<TokenSequence>& examples, size_t begin, size_t end,
+                          int64_t seq_length, PackedRows& out) {
+  std::vector<TokenSequence> pieces;
+  const auto cut = static_cast<size_t>(seq_length);
+  for (size_t i = begin; i < end; ++i) {
+    for (size_t at = 0; at < examples[i].size(); at += cut) {
+      const size_t stop = std::min(examples[i].size(), at + cut);
+      pieces.emplace_back(examples[i].begin() + static_cast<std::ptrdiff_t>(at),
+                          examples[i].begin() + static_cast<std::ptrdiff_t>(stop));
+    }
+  }
+  pack_bfd_batch(pieces, 0, pieces.size(), seq_length, out);
+}
+
 // wrapped of examples [begin, end) appended to `out`: one sequence a row.
 void pack_wrapped_batch(const std::vector<TokenSequence>& examples, size_t begin, size_t end,
                         int64_t seq_length, PackedRows& out) {
@@ -71,7 +87,7 @@ void pack_wrapped_batch(const std::vector<TokenSequence>& examples, size_t begin
   }
 }
 
-// `pack_batch` (one of the two above) on each map batch of `examples` in turn.
+// `pack_batch` (one of the three above) on each map batch of `examples` in turn.
 using PackBatch = void (*)(const std::vector<TokenSequence>&, size_t, size_t, int64_t, PackedRows&);
 PackedRows pack_map_batches(const char* entry, const std::vector<TokenSequence>& examples,
                             int64_t seq_length, int64_t map_batch_size, PackBatch pack_batch) {
@@ -89,6 +105,12 @@ PackedRows pack_map_batches(const char* entry, const std::vector<TokenSequence>&
 PackedRows pack_bfd(const std::vector<TokenSequence>& examples, int64_t seq_length,
                     int64_t map_batch_size) {
   return pack_map_batches("pack_bfd", examples, seq_length, map_batch_size, pack_bfd_batch);
+}
+
+PackedRows pack_bfd_split(const std::vector<TokenSequence>& examples, int64_t seq_length,
+                          int64_t map_batch_size) {
+  return pack_map_batches("pack_bfd_split", examples, seq_length, map_batch_size,
+                          pack_bfd_split_batch);
 }
 
 PackedRows pack_wrapped(const std::vector<TokenSequence>& examples, int64_t seq_length,

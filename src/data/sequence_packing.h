@@ -1,4 +1,5 @@
-// TRL's packing of tokenized examples into rows (pack_dataset's "bfd" and "wrapped" strategies)
+// TRL's packing of tokenized examples into rows (pack_dataset's "bfd", "bfd_split" and "wrapped"
+// strategies)
 // and its padding-free collation of packed rows into one batch row whose sequences never see one
 // another (DataCollatorForLanguageModeling with padding_free).
 //
@@ -10,6 +11,9 @@
 //   then put each into the open row with the smallest free space that holds it, the oldest such
 //   row first (a FIFO per free space), or else a new row. Rows keep their order of opening and
 //   their sequences the order they went in; seq_lengths lists each row's sequence lengths.
+// - bfd_split (_pack_bfd with on_seq_length_overflow="split"): as bfd, but each example is first
+//   cut into pieces of seq_length (the last shorter), which are packed as sequences of their own,
+//   so no token is lost.
 // - wrapped (_pack_wrapped): the batch's tokens concatenated and cut every seq_length tokens; the
 //   last row may be shorter. Rows carry no seq_lengths: the collator treats each as one sequence.
 // The collator then concatenates a batch's rows into one row, position_ids restarting at 0 at
@@ -36,6 +40,8 @@ struct PackedRows {
 // TRL's strategies (Note [TRL's packing]). ValueError when seq_length or map_batch_size < 1.
 PackedRows pack_bfd(const std::vector<TokenSequence>& examples, int64_t seq_length,
                     int64_t map_batch_size = 1000);
+PackedRows pack_bfd_split(const std::vector<TokenSequence>& examples, int64_t seq_length,
+                          int64_t map_batch_size = 1000);
 PackedRows pack_wrapped(const std::vector<TokenSequence>& examples, int64_t seq_length,
                         int64_t map_batch_size = 1000);
 

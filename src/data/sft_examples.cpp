@@ -9,13 +9,21 @@
 namespace headroom {
 
 const char* packing_strategy_name(PackingStrategy strategy) {
-  return strategy == PackingStrategy::bfd ? "bfd" : "wrapped";
+  switch (strategy) {
+    case PackingStrategy::bfd:
+      return "bfd";
+    case PackingStrategy::bfd_split:
+      return "bfd_split";
+    case PackingStrategy::wrapped:
+      return "wrapped";
+  }
+  return "?";
 }
 
 SftExamples::SftExamples(const std::vector<SftExample>& examples, const SftBatching& batching)
     : pad_id_(batching.pad_id) {
-  padding_free_ = batching.padding_free ||
-                  (batching.packing && batching.packing_strategy == PackingStrategy::bfd);
+  const bool wrapped = batching.packing_strategy == PackingStrategy::wrapped;
+  padding_free_ = batching.padding_free || (batching.packing && !wrapped);
   if (batching.packing) {
     if (batching.max_length < 1) {
       throw ValueError(str_cat("max_length: ", batching.max_length, " is below 1 (packing)"));
@@ -27,20 +35,28 @@ SftExamples::SftExamples(const std::vector<SftExample>& examples, const SftBatch
       ids.push_back(example.input_ids);
       labels.push_back(example.labels);
     }
-    // Both strategies place examples by their lengths alone, so packing the labels the same way
+    // The strategies place examples by their lengths alone, so packing the labels the same way
     // puts each label beside its token.
-    const bool bfd = batching.packing_strategy == PackingStrategy::bfd;
-    PackedRows rows =
-        bfd ? pack_bfd(ids, batching.max_length) : pack_wrapped(ids, batching.max_length);
-    PackedRows label_rows =
-        bfd ? pack_bfd(labels, batching.max_length) : pack_wrapped(labels, batching.max_length);
+    const auto pack = [&](const std::vector<TokenSequence>& sequences) {
+      switch (batching.packing_strategy) {
+        case PackingStrategy::bfd:
+          return pack_bfd(sequences, batching.max_length);
+        case PackingStrategy::bfd_split:
+          return pack_bfd_split(sequences, batching.max_length);
+        case PackingStrategy::wrapped:
+          break;
+      }
+      return pack_wrapped(sequences, batching.max_length);
+    };
+    PackedRows rows = pack(ids);
+    PackedRows label_rows = pack(labels);
     for (size_t r = 0; r < rows.rows.size(); ++r) {
       SftSample sample;
       sample.input_ids = std::move(rows.rows[r]);
       sample.labels = std::move(label_rows.rows[r]);
       sample.seq_lengths =
-          bfd ? rows.seq_lengths[r]
-              : std::vector<int64_t>{static_cast<int64_t>(sample.input_ids.size())};
+          !wrapped ? rows.seq_lengths[r]
+                   : std::vector<int64_t>{static_cast<int64_t>(sample.input_ids.size())};
       samples_.push_back(std::move(sample));
     }
   } else {

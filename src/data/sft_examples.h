@@ -1,7 +1,7 @@
 // Prepared SFT examples as a DataLoader batches them, as TRL's SFTTrainer does: one example a
 // row, right-padded to the batch's longest (DataCollatorForLanguageModeling), or flattened into
 // one row without padding (padding_free); or first packed into rows of max_length (packing, the
-// "bfd" or "wrapped" strategy of Note [TRL's packing]).
+// "bfd", "bfd_split" or "wrapped" strategy of Note [TRL's packing]).
 //
 // Note [SFT batches]
 // Targets are the labels shifted by one within each sequence: target t is label t + 1, and a
@@ -10,7 +10,8 @@
 // Padded: [B, T] with T the longest row, pad_id after each shorter row and -100 targets there;
 // right padding under causal attention changes nothing the real tokens see, so no attention
 // mask is needed. Padding-free: [1, total] with every sequence's start in cu_seqlens. A bfd
-// packed row is several sequences, so packing with bfd is always padding-free (as TRL forces);
+// packed row is several sequences, so packing with bfd or bfd_split is always padding-free (as
+// TRL forces);
 // a wrapped row is one sequence cut anywhere, padded unless padding_free.
 #pragma once
 
@@ -22,8 +23,8 @@
 
 namespace headroom {
 
-enum class PackingStrategy { bfd, wrapped };
-const char* packing_strategy_name(PackingStrategy strategy);  // TRL's: "bfd", "wrapped"
+enum class PackingStrategy { bfd, bfd_split, wrapped };
+const char* packing_strategy_name(PackingStrategy strategy);  // TRL's: "bfd", "bfd_split", ...
 
 struct SftBatching {
   bool packing = false;

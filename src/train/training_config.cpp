@@ -47,13 +47,12 @@ void check_numbers(const TrainingArguments& args) {
 PackingStrategy training_packing_strategy(const TrainingArguments& args) {
   if (args.packing_strategy == "bfd") return PackingStrategy::bfd;
   if (args.packing_strategy == "wrapped") return PackingStrategy::wrapped;
+  // TRL 1.x still takes bfd_split's old name, with a deprecation warning.
   if (args.packing_strategy == "bfd_split" || args.packing_strategy == "bfd-requeue") {
-    throw NotImplementedError(str_cat("packing_strategy: '", args.packing_strategy,
-                                      "' (TRL's bfd_split) is not in headroom; bfd truncates "
-                                      "what does not fit, wrapped cuts rows anywhere"));
+    return PackingStrategy::bfd_split;
   }
   throw ValueError(str_cat("packing_strategy: unknown value '", args.packing_strategy,
-                           "' (expected one of bfd, wrapped)"));
+                           "' (expected one of bfd, bfd_split, wrapped)"));
 }
 
 namespace {

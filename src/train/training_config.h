@@ -67,7 +67,7 @@ TrainingConfig resolve_training_config(const TrainingArguments& args);
 
 // The pieces resolve_training_config puts together, each on its own.
 
-// packing_strategy: bfd or wrapped (TRL's bfd_split is a NotImplementedError).
+// packing_strategy: bfd, bfd_split (or its old name bfd-requeue) or wrapped.
 PackingStrategy training_packing_strategy(const TrainingArguments& args);
 
 // The ZeRO stage: zero_stage, or the `deepspeed` file's zero_optimization.stage (ValueError

@@ -202,7 +202,7 @@ TEST(HeadroomCli, TrainsAFewStepsAndEvaluatesTheResult) {
 }
 
 // SFT rows from the command line: a packed conversation run with its own template, eval --json
-// over the scored tokens of prompt / completion rows, and TRL's names refused on one line.
+// over the scored tokens of prompt / completion rows, and a strategy TRL lacks refused on one line.
 TEST(HeadroomCli, TrainsAndEvaluatesSftRows) {
   TempDir dir;
   const std::string data = dir.file("chat.jsonl"), out = dir.file("sft"),
@@ -234,9 +234,10 @@ TEST(HeadroomCli, TrainsAndEvaluatesSftRows) {
   EXPECT_EQ(nlohmann::json::parse(eval.out)["tokens"], 46) << eval.out;
 
   const CliRun split =
-      run_cli("train --model gpt2-tiny --data " + data + " --packing --packing_strategy bfd_split");
+      run_cli("train --model gpt2-tiny --data " + data + " --packing --packing_strategy bfd_last");
   EXPECT_EQ(split.exit_code, 2);
-  EXPECT_NE(split.err.find("packing_strategy: 'bfd_split'"), std::string::npos) << split.err;
+  EXPECT_NE(split.err.find("packing_strategy: unknown value 'bfd_last'"), std::string::npos)
+      << split.err;
 }
 
 // Issue 19: eval of a directory with config.json alone scored a random model and exited 0; a

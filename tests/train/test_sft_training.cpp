@@ -164,10 +164,12 @@ TEST(SftTraining, ConversationsWithoutATemplateAreRefusedNamingTheRow) {
   }
 }
 
-TEST(SftTraining, BfdSplitIsRefusedByTheResolver) {
+TEST(SftTraining, PackingStrategiesAreTrlsNames) {
   TrainingArguments args;
   args.packing_strategy = "bfd_split";
-  EXPECT_THROW(resolve_training_config(args), NotImplementedError);
+  EXPECT_EQ(resolve_training_config(args).packing_strategy, PackingStrategy::bfd_split);
+  args.packing_strategy = "bfd-requeue";  // TRL's old name, still taken
+  EXPECT_EQ(resolve_training_config(args).packing_strategy, PackingStrategy::bfd_split);
   args.packing_strategy = "first_fit";
   EXPECT_THROW(resolve_training_config(args), ValueError);
 }
