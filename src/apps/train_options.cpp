@@ -170,6 +170,10 @@ std::vector<TrainOption> make_train_options() {
       {"ddp_bucket_cap_mb", precision,
        "under mpirun: the gradient buckets' size in MiB (the first 1 MiB, or this when smaller)",
        &A::ddp_bucket_cap_mb},
+      {"average_tokens_across_devices", precision,
+       "under mpirun, with rows or packing: weigh every rank's micro-batches by their share of "
+       "the targets scored on all ranks, as one process would",
+       &A::average_tokens_across_devices},
       {"fp8", precision,
        "the projection layers (not lm_head) compute in FP8 with Transformer Engine's recipes: "
        "E4M3 forward, E5M2 gradients (hybrid)",
@@ -318,6 +322,7 @@ bool read_by_plan(const TrainOption& option) {
                                                       "report_to",
                                                       "logging_dir",
                                                       "dataloader_persistent_workers",
+                                                      "average_tokens_across_devices",
                                                       "dataloader_pin_memory",
                                                       "dataloader_drop_last",
                                                       "seed",

@@ -302,7 +302,8 @@ Tensor Trainer::train_step(int64_t& tokens) {
   // every target, so their micro-batches weigh alike: each mean loss / accumulation steps, one
   // batch fetched at a time, as HF without num_items_in_batch. Rows (varying_targets) and packed
   // batches score different numbers, so when the first micro-batch is one and counts its targets,
-  // the step's others are fetched with it and each mean is weighted by its share of the targets.
+  // the step's others are fetched with it and each mean is weighted by its share of the targets
+  // (of all ranks', average_tokens_across_devices: DDP's mean then sums them).
   std::vector<TokenBatch> ahead;  // the step's micro-batches, fetched with a packed first one
   std::vector<double> weights(static_cast<size_t>(accumulation),
                               1.0 / static_cast<double>(accumulation));
@@ -310,26 +311,16 @@ Tensor Trainer::train_step(int64_t& tokens) {
     census_micro_batch_begins();
     const auto m = static_cast<size_t>(micro);
     TokenBatch batch = m < ahead.size() ? std::move(ahead[m]) : data_->next_batch();
-    if (micro == 0 && accumulation > 1 && (batch.varying_targets || !batch.cu_seqlens.empty()) &&
-        batch.target_count >= 0) {
-      ahead.resize(static_cast<size_t>(accumulation));
-      int64_t scored = batch.target_count;
-      bool counted = true;
-      for (size_t n = 1; n < ahead.size(); ++n) {
-        ahead[n] = data_->next_batch();
-        scored += ahead[n].target_count;
-        counted = counted && ahead[n].target_count >= 0;
-      }
-      for (size_t n = 0; counted && scored > 0 && n < ahead.size(); ++n) {
-        const int64_t count = n == 0 ? batch.target_count : ahead[n].target_count;
-        weights[n] = static_cast<double>(count) / static_cast<double>(scored);
-      }
+    const bool across_ranks = communicator_ && args_.average_tokens_across_devices;
+    if (micro == 0 && (accumulation > 1 || across_ranks) &&
+        (batch.varying_targets || !batch.cu_seqlens.empty()) && batch.target_count >= 0) {
+      weigh_micro_batches(batch, ahead, weights);
     }
     tokens += batch.targets.numel();
     Tensor loss = forward(batch);
     // HF divides each micro-batch's loss by the accumulation steps (or weights it by its scored
     // targets) and logs their sum.
-    if (accumulation > 1) loss = scale(loss, weights[static_cast<size_t>(micro)]);
+    if (weights[m] != 1.0) loss = scale(loss, weights[m]);
     add_loss(loss);
     StepPhase phase("backward");
     // DDP's no_sync() for all but the last micro-batch: one all-reduce per optimizer step.

@@ -167,6 +167,11 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   Tensor train_step(int64_t& tokens);
   void log_step(double loss, double grad_norm, double tokens_per_s);
+  // Note [Scored tokens across accumulation]: fetches the step's micro-batches after `first`
+  // into `ahead` and weighs each by its share of the step's scored targets (with
+  // average_tokens_across_devices, of every rank's, times the ranks for DDP's mean).
+  void weigh_micro_batches(const TokenBatch& first, std::vector<TokenBatch>& ahead,
+                           std::vector<double>& weights);
   EvalResult log_eval();  // the result logged (tokens 0: no eval split)
   void append_metrics(const nlohmann::ordered_json& entry);
   // A log line, around the progress bar while there is one.

@@ -1,4 +1,5 @@
-// The Trainer's data-parallel start: DDP's broadcast and gradient reducer, ZeRO-3's sharding.
+// The Trainer across ranks: DDP's broadcast and gradient reducer, ZeRO-3's sharding, and the
+// micro-batches' weights over every rank's scored targets.
 #include "train/trainer.h"
 
 #include <algorithm>
@@ -59,6 +60,32 @@ void Trainer::shard_parameters(const std::vector<std::pair<std::string, Tensor>>
   std::vector<bool> sharded;
   for (const auto& [name, p] : trainable) sharded.push_back(is_block_parameter(*model_, name));
   dynamic_cast<ZeroRedundancyOptimizer&>(*optimizer_).set_sharded(std::move(sharded));
+}
+
+void Trainer::weigh_micro_batches(const TokenBatch& first, std::vector<TokenBatch>& ahead,
+                                  std::vector<double>& weights) {
+  ahead.resize(weights.size());
+  int64_t scored = first.target_count;
+  bool counted = true;
+  for (size_t n = 1; n < ahead.size(); ++n) {
+    ahead[n] = data_->next_batch();
+    scored += ahead[n].target_count;
+    counted = counted && ahead[n].target_count >= 0;
+  }
+  // Every rank reduces, counted or not, so that none waits on another for ever.
+  double total = counted ? static_cast<double>(scored) : 0.0;
+  double ranks = 1.0;
+  if (communicator_ && args_.average_tokens_across_devices) {
+    const double uncounted = communicator_->all_reduce_scalar(counted ? 0.0 : 1.0, ReduceOp::max);
+    total = communicator_->all_reduce_scalar(total, ReduceOp::sum);
+    if (uncounted > 0.0) return;
+    ranks = static_cast<double>(communicator_->world_size());
+  }
+  if (!counted || total <= 0.0) return;
+  for (size_t n = 0; n < ahead.size(); ++n) {
+    const int64_t count = n == 0 ? first.target_count : ahead[n].target_count;
+    weights[n] = static_cast<double>(count) / total * ranks;
+  }
 }
 
 }  // namespace headroom

@@ -150,6 +150,9 @@ struct TrainingArguments {
   // DDP's bucket_cap_mb (HF ddp_bucket_cap_mb): the gradient buckets' size in MiB (the first
   // bucket is 1 MiB, or this when smaller).
   double ddp_bucket_cap_mb = 25.0;
+  // HF's: a step's loss is over the scored targets of every rank's micro-batches (summed over
+  // the ranks), not each rank's own, when batches score different numbers (rows, packing).
+  bool average_tokens_across_devices = true;
 
   // Offload to host memory (memsave; DeepSpeed's zero_optimization.offload_optimizer /
   // offload_param, transformers' checkpoint offload): the optimizer's states and step (a ratio of

@@ -98,8 +98,9 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
                dataloader_pin_memory, dataloader_drop_last, sample_prompt, sample_max_new_tokens,
                profile, profile_skip_first, profile_wait, profile_warmup, profile_active,
                profile_repeat, memory_snapshot, memory_limit, expandable_segments, zero_stage,
-               deepspeed, ddp_bucket_cap_mb, offload_optimizer, offload_optimizer_ratio,
-               offload_activations, offload_params, offload_pin_memory] = config.args;
+               deepspeed, ddp_bucket_cap_mb, average_tokens_across_devices, offload_optimizer,
+               offload_optimizer_ratio, offload_activations, offload_params, offload_pin_memory] =
+      config.args;
 
   // The model by what it builds (model_config, last), not by its path; the data by the loader's
   // state; the device runs the same computation with its own kernels.
@@ -203,6 +204,7 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
   f.may_change("zero_stage", config.zero_stage);
   f.may_change("deepspeed", deepspeed);
   f.may_change("ddp_bucket_cap_mb", ddp_bucket_cap_mb);
+  f.must_match("average_tokens_across_devices", average_tokens_across_devices);  // the gradients
   // offload_* (with the deepspeed file's): where states live, not what they hold.
   const auto& [off_optimizer, off_ratio, off_activations, off_params, off_pin] = config.offload;
   f.may_change("offload_optimizer", off_optimizer);

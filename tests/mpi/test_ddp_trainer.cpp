@@ -132,6 +132,27 @@ void expect_ddp_matches_one_process(const std::string& precision, int64_t accumu
   EXPECT_TRUE(fs::exists(dir.path() / "out" / "metrics.jsonl"));
 }
 
+// Rows score different numbers of targets per batch: with average_tokens_across_devices (HF's
+// default) each rank's micro-batches weigh by their share of the targets scored on all ranks,
+// so the step is one process's with the ranks' batches as its micro-batches.
+TEST(DataParallelTrainer, RowsWeighByTheTargetsOfEveryRank) {
+  if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
+  for (const int64_t accumulation : {1, 2}) {
+    expect_ddp_matches_one_process(
+        "fp32", accumulation, 1e-6, "sgd", 0, 1.0, 0.0, [&](TrainingArguments& args) {
+          const fs::path rows = fs::path(args.output_dir).parent_path() /
+                                str_cat("rows_", world()->rank(), "_", accumulation, ".jsonl");
+          std::ofstream out(rows);
+          for (int i = 0; i < 24; ++i) {
+            out << str_cat("{\"prompt\": \"q", i % 7, "? \", \"completion\": \"",
+                           std::string(static_cast<size_t>(1 + (i * 5) % 9), 'a' + i % 3), "\"}\n");
+          }
+          args.data = rows.string();
+          args.validation_split_percentage = 0.0;
+        });
+  }
+}
+
 // fp32: the ranks' averaged gradients are the single process's sum of halves to rounding.
 TEST(DataParallelTrainer, Fp32MatchesOneProcessWithTheSameGlobalBatch) {
   expect_ddp_matches_one_process("fp32", 1, 1e-6);
