@@ -5,6 +5,9 @@
 // batches the examples collate into.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -179,6 +182,29 @@ TEST(SftExamples, PaddingFreeBatchIsOneRowWithEverySequencesStart) {
   EXPECT_EQ(values_of(batch.targets), (std::vector<int64_t>{6, 7, -100, 10, -100}));
   EXPECT_EQ(batch.cu_seqlens, (std::vector<int32_t>{0, 3, 5}));
   EXPECT_EQ(batch.target_count, 3);
+}
+
+TEST(SftRows, JsonListsJsonlAndDirectoriesOfThemAreRowsTextIsNot) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / str_cat("headroom_sft_rows_", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir / "rows");
+  std::ofstream(dir / "rows" / "a.json") << R"([{"text": "one"}, {"text": "two"}])";
+  std::ofstream(dir / "rows" / "b.jsonl") << "{\"text\": \"three\"}\n\n{\"text\": \"four\"}\n";
+  EXPECT_TRUE(is_row_data((dir / "rows").string()));
+  const std::vector<SftRow> rows = read_sft_rows((dir / "rows").string());
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[1].value["text"], "two");
+  EXPECT_EQ(rows[1].line, 2);  // the index in the list, from 1
+  EXPECT_EQ(rows[3].value["text"], "four");
+  EXPECT_EQ(rows[3].line, 3);  // the blank line counts, as editors count it
+  std::ofstream(dir / "notes.txt") << "plain text";
+  EXPECT_FALSE(is_row_data((dir / "notes.txt").string()));
+  std::ofstream(dir / "rows" / "c.txt") << "plain text";
+  EXPECT_THROW(is_row_data((dir / "rows").string()), ValueError);  // rows mixed with text
+  std::ofstream(dir / "bad.json") << R"({"text": "not a list"})";
+  EXPECT_THROW(read_sft_rows((dir / "bad.json").string()), ValueError);
+  fs::remove_all(dir);
 }
 
 }  // namespace
