@@ -61,6 +61,7 @@ nlohmann::ordered_json DryRunResult::to_json() const {
       {"num_parameters", num_parameters},
       {"parameter_bytes", parameter_bytes},
       {"tokens_per_step", tokens_per_step},
+      {"alloc_retries", alloc_retries},
       {"data_batch",
        data_batch.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(data_batch)},
       {"world_size", world_size},
@@ -171,6 +172,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
     ~RestoreExpandable() {
       allocator.empty_cache();
       allocator.set_expandable_segments(enabled);
+      allocator.set_memory_limit(0);
     }
   } restore{meta, expandable_before};
   // Offload's host pool of a dry run (Note [The host pool]): meta too, but its own.
@@ -183,7 +185,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
   auto run = [&](int skipped) {
     meta.empty_cache();
     meta.set_expandable_segments(expandable);
-    meta.set_memory_limit(0);
+    meta.set_memory_limit(static_cast<size_t>(options.memory_limit));
     meta.reset_peak_stats();
     host.empty_cache();
     // HEADROOM_ALLOC_CONF configures the host pool as every allocator; --expandable_segments is
@@ -197,6 +199,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
         std::max(result.host_load_peak_reserved_bytes, host_peaks().second);
     // From here on as Trainer::train(): its peaks (metrics.jsonl) count from this reset.
     meta.reset_peak_stats();
+    const int64_t retries_before = meta.stats().num_alloc_retries;
     host.reset_peak_stats();
     auto host_allocated_so_far = [&host] {
       return host.stats().allocated_bytes[static_cast<size_t>(StatType::all)].allocated;
@@ -220,6 +223,7 @@ DryRunResult dry_run_training(const TrainingArguments& args, const DryRunOptions
           (host_allocated_so_far() - host_after_first) / (options.steps - 1);
     }
     if (eval) trainer.evaluate();
+    if (skipped == 0) result.alloc_retries = meta.stats().num_alloc_retries - retries_before;
     const auto [host_allocated, host_reserved] = host_peaks();
     result.host_peak_allocated_bytes = std::max(result.host_peak_allocated_bytes, host_allocated);
     result.host_peak_reserved_bytes = std::max(result.host_peak_reserved_bytes, host_reserved);

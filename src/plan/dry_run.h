@@ -36,6 +36,10 @@ struct DryRunOptions {
   // run's collectives]). 1: one process.
   int world_size = 1;
   int rank = 0;
+  // The device's capacity for the allocator (a card's memory less its overhead), as a real run
+  // on that card has it: a request that does not fit frees the cached blocks and is retried
+  // (PyTorch's policy), and one that still does not fit is an OutOfMemoryError. 0: unbounded.
+  int64_t memory_limit = 0;
 };
 
 // Note [Planning loss-scaled runs]
@@ -80,6 +84,9 @@ struct DryRunResult {
   int64_t parameter_bytes = 0;  // bytes of the parameters in the recipe's dtype and of the
                                 // 4-bit weights with their quantization state
   int64_t tokens_per_step = 0;  // batch x accumulation x max_seq_length
+  // Requests retried after freeing the cache (num_alloc_retries) during training, each a device
+  // synchronisation; only a memory_limit makes any.
+  int64_t alloc_retries = 0;
   // With rows as the data (Note [Planning rows]): the batch planned and where it comes from,
   // e.g. "[4, 183]: the 4 longest rows of sft.jsonl, padded"; empty otherwise.
   std::string data_batch;

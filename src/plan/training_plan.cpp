@@ -125,6 +125,27 @@ TrainingPlan plan_training(const TrainingArguments& args, const PlanTarget& targ
     }
     if (!plan.fits()) break;
   }
+  // Note [Planning under the card's capacity]
+  // An unbounded dry run keeps every segment it cached; a card of `capacity` bytes would free
+  // its cache when a request does not fit and retry (PyTorch's policy), so a run whose allocated
+  // peak fits may still run, at the cost of those retries (each synchronises the device). When
+  // the unbounded plan does not fit but its allocated peak does, it is dry-run again under the
+  // capacity less the overhead, as the card's allocator runs it: it fits when that completes.
+  const int64_t allocator_capacity = target.capacity_bytes - target.overhead_bytes;
+  if (target.capacity_bytes > 0 && !plan.fits() && ranks == 1 &&
+      plan.dry.peak_allocated_bytes <= allocator_capacity &&
+      plan.dry.load_peak_allocated_bytes <= allocator_capacity) {
+    DryRunOptions capped = rank_options;
+    capped.memory_limit = allocator_capacity;
+    const int64_t unbounded = plan.dry.peak_reserved_bytes;
+    try {
+      plan.dry = dry_run_training(plan.args, capped);
+      plan.required_bytes = plan.dry.required_bytes() + target.overhead_bytes;
+    } catch (const OutOfMemoryError&) {
+      plan.out_of_memory_under_capacity = true;
+    }
+    plan.unbounded_peak_reserved = unbounded;
+  }
   if (target.device.is_cuda()) {
     plan.cost =
         estimate_step_cost(plan.dry.config, config, plan.dry.num_parameters, plan.kernels(),
@@ -175,6 +196,10 @@ nlohmann::ordered_json TrainingPlan::to_json() const {
                                                     : nlohmann::ordered_json();
   out["fits"] =
       target.capacity_bytes > 0 ? nlohmann::ordered_json(fits()) : nlohmann::ordered_json();
+  out["unbounded_peak_reserved_bytes"] = unbounded_peak_reserved
+                                             ? nlohmann::ordered_json(*unbounded_peak_reserved)
+                                             : nlohmann::ordered_json();
+  out["out_of_memory_under_capacity"] = out_of_memory_under_capacity;
   out["step_time_estimate"] = cost ? cost->to_json() : nlohmann::ordered_json();
   out["with_expandable_segments"] =
       with_expandable_segments ? with_expandable_segments->to_json() : nlohmann::ordered_json();
@@ -304,6 +329,17 @@ std::string TrainingPlan::format() const {
     line("  %s in %s: %s %s\n", fits() ? "fits" : "does NOT fit",
          format_bytes(target.capacity_bytes).c_str(),
          format_bytes(spare < 0 ? -spare : spare).c_str(), spare < 0 ? "short" : "to spare");
+    if (unbounded_peak_reserved && !out_of_memory_under_capacity) {
+      line(
+          "  under the card's capacity the allocator frees its cache and retries %lld requests "
+          "(each a device synchronisation); unbounded it would reserve %s\n",
+          static_cast<long long>(dry.alloc_retries),
+          format_bytes(*unbounded_peak_reserved).c_str());
+    } else if (unbounded_peak_reserved) {
+      line(
+          "  its allocated peak fits, but under the card's capacity it runs out of memory even "
+          "after freeing the cache\n");
+    }
   }
   if (cost) {
     line(

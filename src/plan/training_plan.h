@@ -69,6 +69,12 @@ struct TrainingPlan {
   // recipe is fp32), to show what FP8 saves or costs (see plan_against_without_fp8).
   std::optional<DryRunResult> without_fp8;
   TrainingArguments without_fp8_args;
+  // Note [Planning under the card's capacity]: when the unbounded dry run reserves more than the
+  // card holds but allocates less, the run under the card's capacity: the reserved peak the
+  // unbounded one had, and whether the capped run ran out of memory all the same. `dry` then
+  // holds the capped run (its alloc_retries, each a device synchronisation).
+  std::optional<int64_t> unbounded_peak_reserved;
+  bool out_of_memory_under_capacity = false;
 
   bool fits() const {
     return target.capacity_bytes == 0 || required_bytes <= target.capacity_bytes;
