@@ -27,7 +27,9 @@ NAMES = {"gpt2-xl": "GPT-2 XL 1.56B", "llama-7b": "Llama-2 7B", "llama-3-8b": "L
          "llama-3.1-8b": "Llama-3.1 8B", "llama-3.3-70b": "Llama-3.3 70B",
          "qwen2.5-0.5b": "Qwen2.5 0.5B", "qwen2.5-1.5b": "Qwen2.5 1.5B", "qwen2.5-7b": "Qwen2.5 7B",
          "qwen2.5-14b": "Qwen2.5 14B", "qwen2.5-32b": "Qwen2.5 32B", "qwen2.5-72b": "Qwen2.5 72B",
-         "qwen3-8b": "Qwen3 8B"}
+         "qwen3-8b": "Qwen3 8B", "mistral-7b": "Mistral 7B", "phi-3-mini": "Phi-3 mini 3.8B",
+         "gemma-2-2b": "Gemma-2 2B", "gemma-2-9b": "Gemma-2 9B", "gemma-2-27b": "Gemma-2 27B",
+         "gemma-3-1b": "Gemma-3 1B", "gemma-3-4b": "Gemma-3 4B", "gemma-3-12b": "Gemma-3 12B"}
 
 
 def cell(configurations, category, capacity):

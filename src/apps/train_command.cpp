@@ -98,7 +98,7 @@ TrainingArguments train_arguments_from(const CLI::App& train, DataCheck data) {
 }
 
 int run_train_command(const CLI::App& train) {
-  const TrainingArguments args = train_arguments_from(train);
+  TrainingArguments args = train_arguments_from(train);
   if (args.eval_steps && args.eval_strategy == "no") {
     std::fprintf(stderr, "headroom: warning: eval_steps is ignored with eval_strategy no\n");
   }
@@ -110,7 +110,18 @@ int run_train_command(const CLI::App& train) {
     caching_allocator(resolve_device(args.device)).set_expandable_segments(true);
   // Note [A run that cannot fit is refused before it allocates]; one process (a rank's share
   // needs the world's dry run).
-  if (!launch_environment().distributed()) check_run_fits_the_machine(args);
+  if (!launch_environment().distributed()) {
+    if (args.auto_find_batch_size) {
+      std::string why;
+      args = find_batch_size(args, &why);
+      std::printf("%s\n", why.c_str());
+    }
+    check_run_fits_the_machine(args);
+  } else if (args.auto_find_batch_size) {
+    std::fprintf(stderr,
+                 "headroom: warning: auto_find_batch_size is not applied under mpirun (a rank's "
+                 "batch needs the world's dry run); the given batch trains\n");
+  }
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
   callbacks.push_back(std::make_shared<LossPlotCallback>());
   if (args.profile) callbacks.push_back(std::make_shared<ProfilerCallback>(args));

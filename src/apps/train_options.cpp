@@ -99,6 +99,10 @@ std::vector<TrainOption> make_train_options() {
        &A::per_device_eval_batch_size},
       {"gradient_accumulation_steps", batches, "micro-batches per optimizer step",
        &A::gradient_accumulation_steps},
+      {"auto_find_batch_size", batches,
+       "before training, the largest micro-batch that fits (from dry runs under the memory the "
+       "run has), with the accumulation raised to keep the effective batch",
+       &A::auto_find_batch_size},
       {"max_steps", batches, "optimizer steps; -1: num_train_epochs decides", &A::max_steps},
       {"num_train_epochs", batches, "passes over the data (when max_steps is -1)",
        &A::num_train_epochs},
@@ -323,6 +327,7 @@ bool read_by_plan(const TrainOption& option) {
                                                       "logging_dir",
                                                       "dataloader_persistent_workers",
                                                       "average_tokens_across_devices",
+                                                      "auto_find_batch_size",
                                                       "dataloader_pin_memory",
                                                       "dataloader_drop_last",
                                                       "seed",

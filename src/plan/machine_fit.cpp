@@ -40,4 +40,44 @@ void check_run_fits_the_machine(const TrainingArguments& args) {
   }
 }
 
+TrainingArguments find_batch_size(const TrainingArguments& args, std::string* why) {
+  const Device device = resolve_device(args.device);
+  int64_t capacity = 0;
+  if (!args.memory_limit.empty()) {
+    capacity = static_cast<int64_t>(parse_byte_size(args.memory_limit, "memory_limit"));
+  } else {
+    capacity = static_cast<int64_t>(caching_allocator(device).device_memory_info().free);
+  }
+  const int64_t effective = args.per_device_train_batch_size * args.gradient_accumulation_steps;
+  std::string too_big;  // the micro-batches tried that do not fit
+  for (int64_t batch = args.per_device_train_batch_size; batch >= 1; --batch) {
+    if (effective % batch != 0) continue;
+    TrainingArguments candidate = args;
+    candidate.per_device_train_batch_size = batch;
+    candidate.gradient_accumulation_steps = effective / batch;
+    DryRunOptions options;
+    options.memory_limit = capacity;
+    try {
+      const DryRunResult plan = dry_run_training(candidate, options);
+      if (why != nullptr) {
+        *why = str_cat("auto_find_batch_size: per_device_train_batch_size ",
+                       args.per_device_train_batch_size, " -> ", batch,
+                       ", gradient_accumulation_steps ", args.gradient_accumulation_steps, " -> ",
+                       candidate.gradient_accumulation_steps, " (the effective batch ", effective,
+                       " kept); its dry run reserves ",
+                       format_bytes(static_cast<size_t>(plan.required_bytes())), " of the ",
+                       format_bytes(static_cast<size_t>(capacity)), " the run has",
+                       too_big.empty() ? "" : str_cat(" (", too_big, " did not fit)"));
+      }
+      return candidate;
+    } catch (const OutOfMemoryError&) {
+      too_big += str_cat(too_big.empty() ? "" : ", ", batch);
+    }
+  }
+  throw ValueError(str_cat("auto_find_batch_size: even a micro-batch of 1 does not fit the ",
+                           format_bytes(static_cast<size_t>(capacity)),
+                           " the run has (its dry run runs out of memory); `headroom plan` with "
+                           "--gpu_memory searches for a configuration that fits"));
+}
+
 }  // namespace headroom

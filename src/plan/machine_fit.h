@@ -2,6 +2,8 @@
 // run allocates anything.
 #pragma once
 
+#include <string>
+
 #include "train/training_arguments.h"
 
 namespace headroom {
@@ -17,5 +19,17 @@ namespace headroom {
 // the machine: a run under a cap fails at the cap as before (it is what the cap is for).
 // ValueError naming the bytes needed and available.
 void check_run_fits_the_machine(const TrainingArguments& args);
+
+// Note [Finding the batch size from the plan]
+// HF's auto_find_batch_size halves the batch after each out-of-memory error and keeps the
+// accumulation, so the effective batch shrinks with it. Here the batch is found before training
+// from dry runs, and the effective batch (per_device_train_batch_size x
+// gradient_accumulation_steps) is kept: of the micro-batches that divide it, from the largest
+// down, the first whose dry run completes under the memory the run will have (memory_limit when
+// set, else the device's free memory; on the CPU the host's available memory), freeing the cache
+// and retrying as the real allocator does (Note [Planning under the card's capacity]); the
+// accumulation takes the rest. `args` returned with the two set, and `why` told the choice.
+// ValueError when even a micro-batch of 1 does not fit.
+TrainingArguments find_batch_size(const TrainingArguments& args, std::string* why = nullptr);
 
 }  // namespace headroom

@@ -37,6 +37,9 @@ struct TrainingArguments {
   // Batches and length of training.
   int64_t per_device_train_batch_size = 8;
   int64_t per_device_eval_batch_size = 8;
+  // HF's: the largest micro-batch that fits, found before training from the plan, with the
+  // accumulation raised to keep the effective batch (Note [Finding the batch size from the plan]).
+  bool auto_find_batch_size = false;
   int64_t gradient_accumulation_steps = 1;
   int64_t max_steps = -1;  // > 0 overrides num_train_epochs
   double num_train_epochs = 3.0;

@@ -83,22 +83,23 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
                validation_split_percentage, max_eval_samples, eval_data, dataset_text_field,
                chat_template_path, completion_only_loss, assistant_only_loss, eos_token, packing,
                packing_strategy, padding_free, per_device_train_batch_size,
-               per_device_eval_batch_size, gradient_accumulation_steps, max_steps, num_train_epochs,
-               optim, optim_args, learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon,
-               max_grad_norm, neftune_noise_alpha, lr_scheduler_type, warmup_ratio, warmup_steps,
-               bf16, fp16, precision, gradient_checkpointing, gradient_checkpointing_policy, fp8,
-               fp8_recipe, fp8_format, fp8_amax_history_len, fp8_amax_compute_algo, fp8_margin,
-               fp8_save_original_input, use_peft, lora_r, lora_alpha, lora_dropout,
-               lora_target_modules, lora_modules_to_save, use_rslora, load_in_4bit,
-               bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype,
-               bnb_4bit_quant_storage, seed, data_seed, logging_steps, logging_first_step,
-               eval_strategy, eval_steps, eval_loss_target, save_strategy, save_steps,
-               save_total_limit, resume_from_checkpoint, disable_tqdm, report_to, logging_dir,
-               dataloader_num_workers, dataloader_prefetch_factor, dataloader_persistent_workers,
-               dataloader_pin_memory, dataloader_drop_last, sample_prompt, sample_max_new_tokens,
-               profile, profile_skip_first, profile_wait, profile_warmup, profile_active,
-               profile_repeat, memory_snapshot, memory_limit, expandable_segments, zero_stage,
-               deepspeed, ddp_bucket_cap_mb, average_tokens_across_devices, offload_optimizer,
+               per_device_eval_batch_size, auto_find_batch_size, gradient_accumulation_steps,
+               max_steps, num_train_epochs, optim, optim_args, learning_rate, weight_decay,
+               adam_beta1, adam_beta2, adam_epsilon, max_grad_norm, neftune_noise_alpha,
+               lr_scheduler_type, warmup_ratio, warmup_steps, bf16, fp16, precision,
+               gradient_checkpointing, gradient_checkpointing_policy, fp8, fp8_recipe, fp8_format,
+               fp8_amax_history_len, fp8_amax_compute_algo, fp8_margin, fp8_save_original_input,
+               use_peft, lora_r, lora_alpha, lora_dropout, lora_target_modules,
+               lora_modules_to_save, use_rslora, load_in_4bit, bnb_4bit_quant_type,
+               bnb_4bit_use_double_quant, bnb_4bit_compute_dtype, bnb_4bit_quant_storage, seed,
+               data_seed, logging_steps, logging_first_step, eval_strategy, eval_steps,
+               eval_loss_target, save_strategy, save_steps, save_total_limit,
+               resume_from_checkpoint, disable_tqdm, report_to, logging_dir, dataloader_num_workers,
+               dataloader_prefetch_factor, dataloader_persistent_workers, dataloader_pin_memory,
+               dataloader_drop_last, sample_prompt, sample_max_new_tokens, profile,
+               profile_skip_first, profile_wait, profile_warmup, profile_active, profile_repeat,
+               memory_snapshot, memory_limit, expandable_segments, zero_stage, deepspeed,
+               ddp_bucket_cap_mb, average_tokens_across_devices, offload_optimizer,
                offload_optimizer_ratio, offload_activations, offload_params, offload_pin_memory] =
       config.args;
 
@@ -125,6 +126,7 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
 
   f.must_match("per_device_train_batch_size", per_device_train_batch_size);
   f.may_change("per_device_eval_batch_size", per_device_eval_batch_size);
+  f.may_change("auto_find_batch_size", auto_find_batch_size);  // what it chose must match
   f.must_match("gradient_accumulation_steps", gradient_accumulation_steps);
   f.may_change("max_steps", max_steps);  // the length: the schedule follows it
   f.may_change("num_train_epochs", num_train_epochs);

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "memory/device_memory.h"
 #include "plan/dry_run.h"
+#include "plan/machine_fit.h"
 #include "plan/training_plan.h"
 #include "train/trainer.h"
 #include "train/trainer_fixture.h"
@@ -104,6 +105,41 @@ TEST(PlanCapacity, APlanThatDoesNotFitUnboundedIsTriedUnderTheCapacity) {
             std::string::npos);
   target.capacity_bytes = unbounded.peak_reserved_bytes;  // fits unbounded: no second run
   EXPECT_FALSE(plan_training(args, target).unbounded_peak_reserved);
+}
+
+// Note [Finding the batch size from the plan]: under a cap at what a micro-batch of 64 reserves,
+// 256 and 128 run out of memory in their dry runs, 64 fits, and the accumulation keeps 256.
+TEST(FindBatchSize, TheLargestMicroBatchThatFitsKeepsTheEffectiveBatch) {
+  TempDir tmp("find_batch_size");
+  TrainingArguments args = slack_args(tmp.path());
+  TrainingArguments at_64 = args;
+  at_64.per_device_train_batch_size = 64;
+  const DryRunResult plan_64 = dry_run_training(at_64);
+  args.memory_limit = std::to_string(plan_64.peak_reserved_bytes);
+  std::string why;
+  const TrainingArguments found = find_batch_size(args, &why);
+  EXPECT_EQ(found.per_device_train_batch_size, 64) << why;
+  EXPECT_EQ(found.gradient_accumulation_steps, 4) << why;
+  EXPECT_NE(why.find("per_device_train_batch_size 256 -> 64, gradient_accumulation_steps 1 -> 4"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("(256, 128 did not fit)"), std::string::npos) << why;
+  // The run trains under the cap as its dry run did.
+  empty_cache(kCPU);
+  set_memory_limit(kCPU, static_cast<size_t>(plan_64.peak_reserved_bytes));
+  int status = -1;
+  try {
+    Trainer trainer(found);
+    status = trainer.train();
+  } catch (const OutOfMemoryError& e) {
+    ADD_FAILURE() << e.what();
+  }
+  set_memory_limit(kCPU, 0);
+  empty_cache(kCPU);
+  EXPECT_EQ(status, 0);
+
+  args.memory_limit = "1MiB";  // not even the weights and a micro-batch of 1
+  EXPECT_THROW(find_batch_size(args), ValueError);
 }
 
 }  // namespace
