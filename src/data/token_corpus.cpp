@@ -31,7 +31,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 constexpr char kMagic[8] = {'H', 'R', 'T', 'O', 'K', 'E', 'N', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: documents with their special tokens (Llama 3's BOS)
 constexpr size_t kHeaderBytes = 48;
 // Documents are read and encoded this many bytes of text at a time, so the text of a large corpus
 // is never all in memory at once.
@@ -123,6 +123,12 @@ std::string check_image(const unsigned char* image, size_t size, const Expected&
 
 // Encodes every document of a batch, on several threads when it is large; result i belongs to
 // document i whatever the thread count.
+// A document's ids as HF's tokenizer(text) gives them: with the special tokens its
+// post-processor adds (Llama 3's and Llama 2's BOS first); an empty document has none.
+std::vector<int32_t> encode_document(const Tokenizer& tokenizer, const std::string& text) {
+  return text.empty() ? std::vector<int32_t>{} : tokenizer.encode_with_special_tokens(text);
+}
+
 std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& documents,
                                                size_t text_bytes, const Tokenizer& tokenizer,
                                                int64_t num_threads) {
@@ -131,7 +137,8 @@ std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& d
                                    : std::max(1u, std::thread::hardware_concurrency());
   threads = std::min(threads, documents.size());
   if (threads <= 1 || text_bytes < kParallelMinBytes) {
-    for (size_t i = 0; i < documents.size(); ++i) encoded[i] = tokenizer.encode(documents[i]);
+    for (size_t i = 0; i < documents.size(); ++i)
+      encoded[i] = encode_document(tokenizer, documents[i]);
     return encoded;
   }
   std::atomic<size_t> next{0};
@@ -142,7 +149,7 @@ std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& d
     pool.emplace_back([&] {
       for (size_t i = next++; i < documents.size(); i = next++) {
         try {
-          encoded[i] = tokenizer.encode(documents[i]);
+          encoded[i] = encode_document(tokenizer, documents[i]);
         } catch (...) {
           errors[i] = std::current_exception();
         }

@@ -4,7 +4,7 @@
 // Note [Token cache file]
 // <cache_dir>/tokens-<key>.bin, little-endian:
 //   bytes  0..7   magic "HRTOKEN\0"
-//   bytes  8..11  u32 format version (1)
+//   bytes  8..11  u32 format version (2; 1 had no special tokens in documents)
 //   bytes 12..15  u32 bytes per token: 2 when vocab_size <= 65536, else 4
 //   bytes 16..23  u64 token count
 //   bytes 24..31  u64 key (also in the file name, as 16 hex digits)
@@ -40,8 +40,11 @@ struct TokenizeOptions {
   std::string output_dir = "";
 };
 
-// The token stream of a corpus: documents in order, the tokenizer's eos id between consecutive
-// non-empty documents when it has one (none after the last; empty documents add nothing).
+// The token stream of a corpus: documents in order, each encoded as HF's tokenizer(text) encodes
+// it (the post-processor's special tokens included: Llama 3's and Llama 2's BOS begin each
+// document, as run_clm's tokenize_function gives them), the tokenizer's eos id between
+// consecutive non-empty documents when it has one (none after the last; empty documents add
+// nothing).
 class TokenCorpus {
  public:
   ~TokenCorpus();

@@ -6,6 +6,7 @@
 
 #include "data/data_test_helpers.h"
 #include "data/token_corpus.h"
+#include "io/tokenizer.h"
 
 namespace headroom {
 namespace {
@@ -32,6 +33,27 @@ TEST(TokenCorpus, JoinsDocumentsWithEosBetweenThem) {
   EXPECT_EQ(corpus->token_bytes(), 2);
   EXPECT_EQ(corpus->cache_path(), "");
   EXPECT_FALSE(corpus->loaded_from_cache());
+}
+
+// run_clm's tokenize_function calls tokenizer(text): Llama 3's post-processor puts its BOS in
+// front of every document, and so does the corpus, before the eos that joins them.
+TEST(TokenCorpus, DocumentsCarryTheSpecialTokensTheTokenizerAdds) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("docs"));
+  write_bytes(dir.file("docs/1.txt"), "Hello world");
+  write_bytes(dir.file("docs/2.txt"), "");
+  write_bytes(dir.file("docs/3.txt"), "Bye");
+  const auto tokenizer = load_tokenizer(std::string(HEADROOM_FIXTURES_DIR) + "/tokenizer/llama3");
+  const auto corpus = load_token_corpus(dir.file("docs"), *tokenizer);
+  std::vector<int64_t> expected;
+  for (const char* text : {"Hello world", "Bye"}) {
+    if (!expected.empty()) expected.push_back(*tokenizer->eos_token_id());
+    for (const int32_t id : tokenizer->encode_with_special_tokens(text)) expected.push_back(id);
+  }
+  ASSERT_GT(expected.size(), 3u);
+  // The fixture's post-processor adds a BOS that encode (no special tokens) does not.
+  EXPECT_NE(expected.front(), tokenizer->encode("Hello world").front());
+  EXPECT_EQ(all_tokens(*corpus), expected);
 }
 
 TEST(TokenCorpus, WithoutEosDocumentsAreConcatenated) {
