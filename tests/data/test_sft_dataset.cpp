@@ -184,6 +184,32 @@ TEST(SftExamples, PaddingFreeBatchIsOneRowWithEverySequencesStart) {
   EXPECT_EQ(batch.target_count, 3);
 }
 
+// ShareGPT's {"from", "value"} turns become messages as TRL's maybe_convert_to_chatml makes
+// them: human -> user, gpt -> assistant, system stays.
+TEST(SftDataset, ShareGptConversationsAreMessages) {
+  const auto tokenizer = load_tokenizer(kFixtures + "/tokenizer/qwen2");
+  const ChatTemplate chat_template(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+      "chatml");
+  const SftChat chat{&chat_template, read_special_tokens(kFixtures + "/tokenizer/qwen2")};
+  const nlohmann::ordered_json share_gpt = {{"conversations",
+                                             {{{"from", "system"}, {"value", "Be brief."}},
+                                              {{"from", "human"}, {"value", "Hi?"}},
+                                              {{"from", "gpt"}, {"value", "Hello."}}}}};
+  const nlohmann::ordered_json messages = {{"messages",
+                                            {{{"role", "system"}, {"content", "Be brief."}},
+                                             {{"role", "user"}, {"content", "Hi?"}},
+                                             {{"role", "assistant"}, {"content", "Hello."}}}}};
+  const SftDataset a =
+      prepare_sft_dataset({{share_gpt, "a.jsonl", 1}}, "a.jsonl", *tokenizer, chat, {});
+  const SftDataset b =
+      prepare_sft_dataset({{messages, "b.jsonl", 1}}, "b.jsonl", *tokenizer, chat, {});
+  EXPECT_EQ(a.format, SftFormat::conversational);
+  ASSERT_EQ(a.examples.size(), 1u);
+  EXPECT_EQ(a.examples[0].input_ids, b.examples[0].input_ids);
+  EXPECT_EQ(a.examples[0].labels, b.examples[0].labels);
+}
+
 TEST(SftRows, JsonListsJsonlAndDirectoriesOfThemAreRowsTextIsNot) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / str_cat("headroom_sft_rows_", ::getpid());
