@@ -68,11 +68,14 @@ std::string load_error(const std::string& dir) {
   return "no error";
 }
 
-// The element-wise check's floor for elements near zero: 1e-6 of the tensor's largest magnitude,
-// about 8 fp32 ulps of it. Elements of at least 10% of that magnitude meet the relative bounds
-// alone with 3x (logits) and 20x (gradients) to spare; smaller ones carry the absolute rounding
-// error of their larger summands (up to 2.5e-7 of the scale here), which no relative bound holds.
-constexpr double kAtolOfScale = 1e-6;
+// The element-wise check's floor for elements near zero: 3e-6 of the tensor's largest magnitude.
+// Elements of at least 10% of that magnitude meet the relative bounds alone with 3x (logits) and
+// 20x (gradients) to spare; smaller ones carry the absolute rounding error of their larger
+// summands, which no relative bound holds: a bias's gradient sums the batch's 48 tokens in fp32,
+// up to 48 x 6e-8 = 2.9e-6 of the scale, and how much of that shows depends on the summation
+// order the compiler picks (1.8e-6 for qwen2_yarn_tiny's k_proj bias in the ASan build's -O2,
+// under 1e-6 in the -O3 build).
+constexpr double kAtolOfScale = 3e-6;
 
 class ModelReference : public ::testing::TestWithParam<std::string> {};
 
