@@ -134,8 +134,8 @@ TokenBatch padding_free_batch(const std::vector<TokenSequence>& rows,
     throw ValueError(str_cat("padding_free_batch: ", rows.size(), " rows and ", seq_lengths.size(),
                              " seq_lengths lists; they must match and not be empty"));
   }
-  std::vector<int64_t> ids;
-  std::vector<int32_t> cu{0};
+  std::vector<LabeledRow> labeled;
+  labeled.reserve(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     const int64_t sum = std::accumulate(seq_lengths[r].begin(), seq_lengths[r].end(), int64_t{0});
     if (sum != static_cast<int64_t>(rows[r].size()) ||
@@ -144,26 +144,46 @@ TokenBatch padding_free_batch(const std::vector<TokenSequence>& rows,
       throw ValueError(str_cat("padding_free_batch: row ", r, " has ", rows[r].size(),
                                " tokens but its seq_lengths (each >= 1) sum to ", sum));
     }
-    ids.insert(ids.end(), rows[r].begin(), rows[r].end());
-    for (int64_t n : seq_lengths[r]) cu.push_back(static_cast<int32_t>(cu.back() + n));
+    labeled.push_back({rows[r], rows[r], seq_lengths[r]});  // every token its own label
   }
-  const auto total = static_cast<int64_t>(ids.size());
-  // labels = input_ids, -100 where position_ids == 0; the model's shift makes target t label t + 1
-  // (the row's last token has none).
+  return collate_rows(labeled, /*padding_free=*/true);
+}
+
+TokenBatch collate_rows(std::span<const LabeledRow> rows, bool padding_free, int64_t pad_id) {
+  int64_t longest = 0;
+  int64_t total = 0;
+  for (const LabeledRow& row : rows) {
+    longest = std::max(longest, static_cast<int64_t>(row.input_ids.size()));
+    total += static_cast<int64_t>(row.input_ids.size());
+  }
+  const int64_t b = padding_free ? 1 : static_cast<int64_t>(rows.size());
+  const int64_t t = padding_free ? total : longest;
+  std::vector<int64_t> ids(static_cast<size_t>(b * t), pad_id);
   std::vector<int64_t> targets(ids.size(), -100);
+  std::vector<int32_t> cu{0};
   int64_t count = 0;
-  size_t next_start = 1;  // cu[next_start]: the next sequence start after t
-  for (int64_t t = 0; t + 1 < total; ++t) {
-    while (next_start < cu.size() && cu[next_start] <= t) ++next_start;
-    if (cu[next_start] == t + 1) continue;  // t + 1 starts a sequence: its label is -100
-    targets[static_cast<size_t>(t)] = ids[static_cast<size_t>(t + 1)];
-    ++count;
+  int64_t at = 0;  // where the next row starts in ids
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const LabeledRow& row = rows[i];
+    if (!padding_free) at = static_cast<int64_t>(i) * t;
+    std::copy(row.input_ids.begin(), row.input_ids.end(), ids.begin() + at);
+    int64_t start = 0;
+    for (const int64_t length : row.seq_lengths) {
+      for (int64_t p = start; p + 1 < start + length; ++p) {
+        const int64_t label = row.labels[static_cast<size_t>(p + 1)];
+        targets[static_cast<size_t>(at + p)] = label;
+        count += label != -100;
+      }
+      start += length;
+      cu.push_back(static_cast<int32_t>(at + start));
+    }
+    at += static_cast<int64_t>(row.input_ids.size());
   }
   TokenBatch batch;
-  batch.input_ids = Tensor::from_ints(ids, Shape{1, total});
-  batch.targets = Tensor::from_ints(targets, Shape{1, total});
+  batch.input_ids = Tensor::from_ints(ids, Shape{b, t});
+  batch.targets = Tensor::from_ints(targets, Shape{b, t});
   batch.target_count = count;
-  batch.cu_seqlens = std::move(cu);
+  if (padding_free) batch.cu_seqlens = std::move(cu);
   return batch;
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "data/data_loader.h"
@@ -44,6 +45,21 @@ PackedRows pack_bfd_split(const std::vector<TokenSequence>& examples, int64_t se
                           int64_t map_batch_size = 1000);
 PackedRows pack_wrapped(const std::vector<TokenSequence>& examples, int64_t seq_length,
                         int64_t map_batch_size = 1000);
+
+// A row of a batch: its tokens, their labels (-100: not scored; for plain text the tokens
+// themselves) and the lengths of the sequences in it (they sum to its length).
+struct LabeledRow {
+  std::span<const int64_t> input_ids;
+  std::span<const int64_t> labels;
+  std::span<const int64_t> seq_lengths;
+};
+
+// The batch of `rows`: target t is label t + 1 of the same sequence, -100 at each sequence's
+// last token, so that no sequence is scored against the next one's first (TRL's labels -100
+// where position_ids restart, then the model's shift); target_count those that are not -100.
+// padding_free: one [1, total] row with the sequences' starts in cu_seqlens; else [B, longest],
+// each shorter row followed by pad_id (its targets -100). The caller checks the lengths.
+TokenBatch collate_rows(std::span<const LabeledRow> rows, bool padding_free, int64_t pad_id = 0);
 
 // position_ids of rows with these sequence lengths, concatenated: 0 .. n - 1 for each length n.
 std::vector<int64_t> position_ids_of(const std::vector<std::vector<int64_t>>& seq_lengths);

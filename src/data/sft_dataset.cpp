@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "core/json_file.h"
@@ -102,12 +103,15 @@ class Preparer {
 
   // TRL's tokenize_fn and build_labels for one row: input_ids and labels.
   SftExample prepare(const SftRow& source, bool completion_only_loss) const {
-    SftRow row = source;
-    if (const auto it = row.value.find("conversations");
-        it != row.value.end() && !row.value.contains("messages")) {
-      row.value["messages"] = chatml_messages(*it, row);
-      row.value.erase("conversations");
+    // ShareGPT rows are converted into a copy; the others are read in place.
+    std::optional<SftRow> converted;
+    if (const auto it = source.value.find("conversations");
+        it != source.value.end() && !source.value.contains("messages")) {
+      converted = source;
+      converted->value["messages"] = chatml_messages(*it, source);
+      converted->value.erase("conversations");
     }
+    const SftRow& row = converted ? *converted : source;
     std::vector<int32_t> ids;
     std::vector<uint8_t> completion_mask, assistant_mask;
     switch (format_) {

@@ -20,7 +20,7 @@ const char* packing_strategy_name(PackingStrategy strategy) {
   return "?";
 }
 
-SftExamples::SftExamples(const std::vector<SftExample>& examples, const SftBatching& batching)
+SftExamples::SftExamples(std::vector<SftExample> examples, const SftBatching& batching)
     : pad_id_(batching.pad_id) {
   const bool wrapped = batching.packing_strategy == PackingStrategy::wrapped;
   padding_free_ = batching.padding_free || (batching.packing && !wrapped);
@@ -31,9 +31,9 @@ SftExamples::SftExamples(const std::vector<SftExample>& examples, const SftBatch
     std::vector<TokenSequence> ids, labels;
     ids.reserve(examples.size());
     labels.reserve(examples.size());
-    for (const SftExample& example : examples) {
-      ids.push_back(example.input_ids);
-      labels.push_back(example.labels);
+    for (SftExample& example : examples) {
+      ids.push_back(std::move(example.input_ids));
+      labels.push_back(std::move(example.labels));
     }
     // The strategies place examples by their lengths alone, so packing the labels the same way
     // puts each label beside its token.
@@ -60,10 +60,10 @@ SftExamples::SftExamples(const std::vector<SftExample>& examples, const SftBatch
       samples_.push_back(std::move(sample));
     }
   } else {
-    for (const SftExample& example : examples) {
+    for (SftExample& example : examples) {
       if (example.input_ids.empty()) continue;
-      samples_.push_back(
-          {example.input_ids, example.labels, {static_cast<int64_t>(example.input_ids.size())}});
+      const auto length = static_cast<int64_t>(example.input_ids.size());
+      samples_.push_back({std::move(example.input_ids), std::move(example.labels), {length}});
     }
   }
   for (const SftSample& sample : samples_) {
@@ -83,44 +83,13 @@ std::vector<int64_t> SftExamples::longest_samples(int64_t count) const {
 
 TokenBatch SftExamples::collate(std::span<const int64_t> indices) const {
   if (indices.empty()) throw ValueError("SftExamples: a batch of no examples");
-  int64_t rows = static_cast<int64_t>(indices.size());
-  int64_t t = 0;
-  int64_t total = 0;
+  std::vector<LabeledRow> rows;
+  rows.reserve(indices.size());
   for (const int64_t index : indices) {
-    const auto n = static_cast<int64_t>(sample(index).input_ids.size());
-    t = std::max(t, n);
-    total += n;
+    const SftSample& s = sample(index);
+    rows.push_back({s.input_ids, s.labels, s.seq_lengths});
   }
-  if (padding_free_) {
-    rows = 1;
-    t = total;
-  }
-  std::vector<int64_t> ids(static_cast<size_t>(rows * t), pad_id_);
-  std::vector<int64_t> targets(ids.size(), -100);
-  std::vector<int32_t> cu{0};
-  int64_t count = 0;
-  int64_t at = 0;  // where the next sample starts in ids
-  for (size_t i = 0; i < indices.size(); ++i) {
-    const SftSample& s = sample(indices[i]);
-    if (!padding_free_) at = static_cast<int64_t>(i) * t;
-    std::copy(s.input_ids.begin(), s.input_ids.end(), ids.begin() + at);
-    int64_t start = 0;
-    for (const int64_t length : s.seq_lengths) {
-      for (int64_t p = start; p + 1 < start + length; ++p) {
-        const int64_t label = s.labels[static_cast<size_t>(p + 1)];
-        targets[static_cast<size_t>(at + p)] = label;
-        count += label != -100;
-      }
-      start += length;
-      cu.push_back(static_cast<int32_t>(at + start));
-    }
-    at += static_cast<int64_t>(s.input_ids.size());
-  }
-  TokenBatch batch;
-  batch.input_ids = Tensor::from_ints(ids, Shape{rows, t});
-  batch.targets = Tensor::from_ints(targets, Shape{rows, t});
-  batch.target_count = count;
-  if (padding_free_) batch.cu_seqlens = std::move(cu);
+  TokenBatch batch = collate_rows(rows, padding_free_, pad_id_);
   batch.varying_targets = true;
   return batch;
 }

@@ -44,8 +44,9 @@ struct SftSample {
 
 class SftExamples final : public ExampleSet {
  public:
-  // `examples` as they are, or packed per `batching`; ValueError when max_length < 1 with packing.
-  SftExamples(const std::vector<SftExample>& examples, const SftBatching& batching);
+  // `examples` as they are, or packed per `batching` (taken, not copied); ValueError when
+  // max_length < 1 with packing.
+  SftExamples(std::vector<SftExample> examples, const SftBatching& batching);
 
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   // Note [SFT batches]; varying_targets is set, target_count counted.

@@ -787,6 +787,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
     token_bytes_[id] = byte_level_ ? token_to_bytes(token) : token;
     has_token_[id] = true;
   }
+  for (size_t i = 0; i < added_tokens_.size(); ++i) added_by_id_[added_tokens_[i].id] = i;
   for (const AddedToken& t : added_tokens_) {
     // HF matches a normalized token by its content normalised (Prepend makes "x" "▁x"), and
     // decodes it from that form too, so that the decoder inverts the normalisation.
@@ -824,6 +825,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     const auto fallback = vocab_.find(name);
     fallback_ids_[b] = fallback == vocab_.end() ? -1 : fallback->second;
+    if (fallback != vocab_.end()) fallback_bytes_[fallback->second] = static_cast<char>(b);
   }
   if (spec.unk_token) {
     const auto it = vocab_.find(*spec.unk_token);
@@ -1321,15 +1323,13 @@ std::vector<TokenOffsets> Gpt2BpeTokenizer::offsets(std::string_view text,
       throw ValueError(str_cat("gpt2_bpe tokenizer: token id ", id,
                                " is not in the vocabulary (size ", vocab_size(), ")"));
     }
-    const auto added = std::find_if(added_tokens_.begin(), added_tokens_.end(),
-                                    [&](const AddedToken& t) { return t.id == id; });
-    if (added != added_tokens_.end()) {
-      pieces.push_back({added->content, added->lstrip, added->rstrip});
+    if (const auto added = added_by_id_.find(id); added != added_by_id_.end()) {
+      const AddedToken& token = added_tokens_[added->second];
+      pieces.push_back({token.content, token.lstrip, token.rstrip});
     } else if (byte_level_) {
       pieces.push_back({token_bytes_[id]});
-    } else if (const auto* byte = std::find(fallback_ids_.begin(), fallback_ids_.end(), id);
-               byte != fallback_ids_.end()) {
-      pieces.push_back({std::string(1, static_cast<char>(byte - fallback_ids_.begin()))});
+    } else if (const auto byte = fallback_bytes_.find(id); byte != fallback_bytes_.end()) {
+      pieces.push_back({std::string(1, byte->second)});
     } else {
       pieces.push_back({space_marker.empty() ? token_bytes_[id]
                                              : replace_all(token_bytes_[id], space_marker, " ")});

@@ -168,6 +168,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::optional<std::string> split_after_;
   bool byte_fallback_ = false, fuse_unk_ = false;
   std::array<int32_t, 256> fallback_ids_{};  // <0xNN>'s id, or -1
+  // For offsets: an added token's index in added_tokens_, a <0xNN> token's byte, by id.
+  std::unordered_map<int32_t, size_t> added_by_id_;
+  std::unordered_map<int32_t, char> fallback_bytes_;
   std::optional<std::vector<DecoderStep>> decoders_;
   std::vector<int32_t> prefix_ids_, suffix_ids_;
   std::string fingerprint_;

@@ -185,7 +185,7 @@ SftExampleSets make_sft_example_sets(const TrainingArguments& args, const Tokeni
       rows.resize(rows.size() - held);
     }
   }
-  const SftDataset train = preparation.prepare(rows, args.data);
+  SftDataset train = preparation.prepare(rows, args.data);
   SftBatching batching;
   batching.packing = args.packing;
   batching.packing_strategy = training_packing_strategy(args);
@@ -201,9 +201,10 @@ SftExampleSets make_sft_example_sets(const TrainingArguments& args, const Tokeni
       eval.examples.resize(static_cast<size_t>(*args.max_eval_samples));
     }
     if (!eval.examples.empty())
-      eval_set = std::make_shared<const SftExamples>(eval.examples, batching);
+      eval_set = std::make_shared<const SftExamples>(std::move(eval.examples), batching);
   }
-  return {std::make_shared<const SftExamples>(train.examples, batching), std::move(eval_set)};
+  return {std::make_shared<const SftExamples>(std::move(train.examples), batching),
+          std::move(eval_set)};
 }
 
 std::unique_ptr<BatchSource> make_data_loader_batch_source(const TrainingArguments& args,

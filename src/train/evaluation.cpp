@@ -101,12 +101,13 @@ EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& d
     // Each row an example, as training takes it (Note [TRL's SFT preparation]), padded.
     const std::string model_dir = fs::is_directory(base.model) ? base.model : "";
     const SftPreparation preparation(rows, model_dir, *loaded.tokenizer, t, /*packing=*/false);
-    const SftDataset dataset = preparation.prepare(read_sft_rows(data), data);
+    SftDataset dataset = preparation.prepare(read_sft_rows(data), data);
     if (dataset.examples.empty()) {
       throw ValueError(str_cat("data '", data, "': no row is left to score"));
     }
     examples = std::make_shared<const SftExamples>(
-        dataset.examples, SftBatching{.pad_id = loaded.tokenizer->eos_token_id().value_or(0)});
+        std::move(dataset.examples),
+        SftBatching{.pad_id = loaded.tokenizer->eos_token_id().value_or(0)});
   } else {
     // No token cache: eval writes nothing, and has no output_dir to put one in.
     const std::shared_ptr<const TokenCorpus> tokens = load_token_corpus(data, *loaded.tokenizer);

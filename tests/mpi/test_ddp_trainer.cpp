@@ -136,6 +136,7 @@ void expect_ddp_matches_one_process(const std::string& precision, int64_t accumu
 // default) each rank's micro-batches weigh by their share of the targets scored on all ranks,
 // so the step is one process's with the ranks' batches as its micro-batches.
 TEST(DataParallelTrainer, RowsWeighByTheTargetsOfEveryRank) {
+  // Run alone (not under mpirun) there is no second rank to weigh against.
   if (!world()) GTEST_SKIP() << kNeedsTwoRanks;
   for (const int64_t accumulation : {1, 2}) {
     expect_ddp_matches_one_process(
