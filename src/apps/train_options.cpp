@@ -200,6 +200,12 @@ std::vector<TrainOption> make_train_options() {
        "recompute activations in backward instead of keeping them", &A::gradient_checkpointing},
       {"gradient_checkpointing_policy", precision, "full, every_N (every N-th block) or selective",
        &A::gradient_checkpointing_policy},
+      {"tiled_mlp", precision,
+       "run each MLP over tiles of the tokens in forward and backward, so its tokens x "
+       "intermediate tensors exist one tile at a time (Arctic's TiledMLP)",
+       &A::tiled_mlp},
+      {"tiled_mlp_tokens", precision,
+       "tokens per tile of tiled_mlp; 0: ceil(tokens / hidden_size) tiles", &A::tiled_mlp_tokens},
       {"use_peft", peft,
        "train LoRA adapters on a frozen base; output_dir and checkpoints hold PEFT's "
        "adapter_model.safetensors and adapter_config.json",

@@ -5,6 +5,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "autograd/accumulate_grad.h"
 #include "autograd/node.h"
 #include "core/autocast_mode.h"
 #include "core/autograd_meta.h"
@@ -64,15 +65,21 @@ struct ByReverseSequence {
 
 uint64_t current_graph_task_id() { return current_task_id; }
 
-void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
-  backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad_output}, retain_graph);
-}
+namespace {
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
-              bool retain_graph) {
+// What grad() collects: the gradient arriving at each input's AccumulateGrad node, which is not
+// run (nor is any other AccumulateGrad).
+struct Captures {
+  std::unordered_map<const Node*, size_t> index;
+  std::vector<Tensor> grads;
+};
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
+                  bool retain_graph, Captures* captures) {
+  const char* caller = captures ? "grad" : "backward";
   if (roots.size() != grad_outputs.size()) {
     throw ValueError(
-        str_cat("backward: ", roots.size(), " roots but ", grad_outputs.size(), " gradients"));
+        str_cat(caller, ": ", roots.size(), " roots but ", grad_outputs.size(), " gradients"));
   }
   NoGradGuard no_grad;
   AutocastOffGuard autocast_off;
@@ -83,19 +90,19 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   for (size_t r = 0; r < roots.size(); ++r) {
     const Tensor& root = roots[r];
     if (!root.defined() || !root.requires_grad()) {
-      throw Error(str_cat("backward: root ", r, " does not require grad and has no grad_fn"));
+      throw Error(str_cat(caller, ": root ", r, " does not require grad and has no grad_fn"));
     }
     Tensor grad = grad_outputs[r];
     if (!grad.defined()) {
       if (root.numel() != 1) {
-        throw Error(
-            str_cat("backward: grad can be implicitly created only for one-element "
-                    "outputs; root ",
-                    r, " has shape ", root.shape()));
+        throw Error(str_cat(caller,
+                            ": grad can be implicitly created only for one-element "
+                            "outputs; root ",
+                            r, " has shape ", root.shape()));
       }
       grad = Tensor::ones(root.shape(), root.dtype(), root.device());
     } else if (grad.shape() != root.shape()) {
-      throw ValueError(str_cat("backward: gradient shape ", grad.shape(), " for root ", r,
+      throw ValueError(str_cat(caller, ": gradient shape ", grad.shape(), " for root ", r,
                                " of shape ", root.shape()));
     }
     Edge edge = gradient_edge(root);
@@ -150,6 +157,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     } else {
       inputs.resize(node->num_outputs());
     }
+    if (captures && dynamic_cast<AccumulateGrad*>(node)) {
+      if (auto it = captures->index.find(node); it != captures->index.end()) {
+        captures->grads[it->second] = std::move(inputs.at(0));
+      }
+      continue;  // an AccumulateGrad has no edges to hand gradients on along
+    }
     bool any_defined = false;
     for (const Tensor& t : inputs) any_defined = any_defined || t.defined();
     std::vector<Tensor> grads;
@@ -173,6 +186,34 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
       if (--dependencies[next.node.get()] == 0) ready.push(next.node.get());
     }
   }
+}
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
+  backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad_output}, retain_graph);
+}
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
+              bool retain_graph) {
+  run_backward(roots, grad_outputs, retain_graph, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
+                         const std::vector<Tensor>& inputs, bool retain_graph) {
+  Captures captures;
+  captures.grads.resize(inputs.size());
+  std::vector<std::shared_ptr<Node>> accumulators;  // alive for the call
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& input = inputs[i];
+    if (!input.defined() || !input.requires_grad() || !input.is_leaf()) {
+      throw ValueError(str_cat("grad: input ", i, " is not a leaf that requires grad"));
+    }
+    accumulators.push_back(gradient_edge(input).node);
+    captures.index.emplace(accumulators.back().get(), i);
+  }
+  run_backward(roots, grad_outputs, retain_graph, &captures);
+  return std::move(captures.grads);
 }
 
 }  // namespace headroom

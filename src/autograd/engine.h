@@ -22,6 +22,14 @@ void backward(const Tensor& root, const Tensor& grad_output = Tensor(), bool ret
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
               bool retain_graph = false);
 
+// d(roots)/d(inputs) for leaves that require grad, returned instead of accumulated, as
+// torch.autograd.grad(roots, inputs, grad_outputs): no leaf's .grad changes and no
+// post-accumulate-grad hook runs, those of the inputs included. An input the roots do not depend
+// on gets an undefined tensor. Used by a backward that runs a graph of its own (the tiled MLP's
+// recompute, Note [Tiled MLP]), whose parameter gradients its caller hands on once.
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs,
+                         const std::vector<Tensor>& inputs, bool retain_graph = false);
+
 // The id of the backward call running on this thread (torch's _current_graph_task_id): each
 // call gets a fresh one, so a saved-tensor hook can tell two backward passes through one
 // retained graph apart (activation checkpointing recomputes once per pass). 0 outside backward.

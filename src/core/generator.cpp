@@ -37,4 +37,15 @@ Generator& default_generator() {
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
+DefaultGeneratorStateGuard::DefaultGeneratorStateGuard(uint64_t seed, uint64_t offset)
+    : seed_(default_generator().seed()), offset_(default_generator().offset()) {
+  default_generator().manual_seed(seed);
+  default_generator().set_offset(offset);
+}
+
+DefaultGeneratorStateGuard::~DefaultGeneratorStateGuard() {
+  default_generator().manual_seed(seed_);
+  default_generator().set_offset(offset_);
+}
+
 }  // namespace headroom

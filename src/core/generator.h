@@ -36,4 +36,17 @@ Generator& default_generator();
 // Seeds the default generator.
 void manual_seed(uint64_t seed);
 
+// Puts the default generator at (seed, offset) for its scope and back after: a recompute draws
+// what the forward drew (dropout's masks).
+class DefaultGeneratorStateGuard {
+ public:
+  DefaultGeneratorStateGuard(uint64_t seed, uint64_t offset);
+  ~DefaultGeneratorStateGuard();
+  DefaultGeneratorStateGuard(const DefaultGeneratorStateGuard&) = delete;
+  DefaultGeneratorStateGuard& operator=(const DefaultGeneratorStateGuard&) = delete;
+
+ private:
+  uint64_t seed_, offset_;
+};
+
 }  // namespace headroom

@@ -65,25 +65,6 @@ class ActiveRegionScope {
   ActiveRegionScope& operator=(const ActiveRegionScope&) = delete;
 };
 
-// Puts the default generator at a recorded state for the scope, and back after.
-class GeneratorStateScope {
- public:
-  GeneratorStateScope(uint64_t seed, uint64_t offset)
-      : seed_(default_generator().seed()), offset_(default_generator().offset()) {
-    default_generator().manual_seed(seed);
-    default_generator().set_offset(offset);
-  }
-  ~GeneratorStateScope() {
-    default_generator().manual_seed(seed_);
-    default_generator().set_offset(offset_);
-  }
-  GeneratorStateScope(const GeneratorStateScope&) = delete;
-  GeneratorStateScope& operator=(const GeneratorStateScope&) = delete;
-
- private:
-  uint64_t seed_, offset_;
-};
-
 // Everything a region needs to be recomputed. Handles (Holder) own it; it owns no handle, so it
 // is freed with the last node that saved through the region.
 class Frame {
@@ -224,7 +205,7 @@ class Frame {
     rec.unpacked.assign(metadata_.size(), false);
     next_kept_ = 0;
     {
-      std::optional<GeneratorStateScope> generator;
+      std::optional<DefaultGeneratorStateGuard> generator;
       if (options_.preserve_rng_state) generator.emplace(seed_, offset_);
       std::optional<Autocast> autocast[kNumDeviceTypes];
       for (int i = 0; i < kNumDeviceTypes; ++i) {
@@ -368,6 +349,16 @@ Tensor checkpoint_sequential(const std::vector<TensorFunction>& functions, int64
     x = checkpoint(run(s * size, (s + 1) * size), x, options);
   return run((segments - 1) * size, n)(x);
 }
+
+struct CheckpointRegionsHidden::Regions {
+  std::vector<ActiveRegion> regions;
+};
+
+CheckpointRegionsHidden::CheckpointRegionsHidden() : hidden_(std::make_unique<Regions>()) {
+  hidden_->regions.swap(active_regions);
+}
+
+CheckpointRegionsHidden::~CheckpointRegionsHidden() { active_regions.swap(hidden_->regions); }
 
 Tensor must_save(const TensorFunction& op, const Tensor& x) {
   if (active_regions.empty()) return op(x);

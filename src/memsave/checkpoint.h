@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
@@ -64,6 +65,21 @@ Tensor checkpoint(const TensorFunction& fn, const Tensor& input,
 // run (with the remainder) runs normally. ValueError unless 1 <= segments <= functions.size().
 Tensor checkpoint_sequential(const std::vector<TensorFunction>& functions, int64_t segments,
                              const Tensor& input, const CheckpointOptions& options = {});
+
+// Hides the checkpointed regions active on this thread for its scope, so that code running a
+// graph of its own inside one (the tiled MLP's tiles, Note [Tiled MLP]) records, saves and runs
+// must_save as outside any region.
+class CheckpointRegionsHidden {
+ public:
+  CheckpointRegionsHidden();
+  ~CheckpointRegionsHidden();
+  CheckpointRegionsHidden(const CheckpointRegionsHidden&) = delete;
+  CheckpointRegionsHidden& operator=(const CheckpointRegionsHidden&) = delete;
+
+ private:
+  struct Regions;
+  std::unique_ptr<Regions> hidden_;
+};
 
 // Inside a checkpointed region: runs op(x) and keeps its output instead of recomputing it (see
 // Note [Selective checkpointing]). Outside one, returns op(x).

@@ -18,4 +18,10 @@ Tensor run_matmul(const BlockRunners* runners, const Linear& linear, const Tenso
   return linear.forward(x);
 }
 
+Tensor run_mlp(const BlockRunners* runners, const Module& module, const LayerForward& forward,
+               const Tensor& x) {
+  if (runners && runners->mlp) return runners->mlp(module, forward, x);
+  return forward(x);
+}
+
 }  // namespace headroom

@@ -48,6 +48,11 @@ GPT2MLP::GPT2MLP(const GPT2Config& config, Device device, const BlockRunners* ru
                                              WeightLayout::in_out, device))) {}
 
 Tensor GPT2MLP::forward(const Tensor& x) const {
+  return run_mlp(
+      runners_, *this, [this](const Tensor& in) { return project(in); }, x);
+}
+
+Tensor GPT2MLP::project(const Tensor& x) const {
   const Tensor hidden = gelu(run_matmul(runners_, c_fc_, x));
   return run_matmul(runners_, c_proj_, hidden);
 }

@@ -31,7 +31,9 @@ class GPT2Attention : public Module {
 class GPT2MLP : public Module {
  public:
   GPT2MLP(const GPT2Config& config, Device device, const BlockRunners* runners = nullptr);
-  Tensor forward(const Tensor& x) const;  // before resid_dropout, as GPT2Attention's
+  // Before resid_dropout, as GPT2Attention's; through the model's mlp runner.
+  Tensor forward(const Tensor& x) const;
+  Tensor project(const Tensor& x) const;  // c_fc, GELU, c_proj
   std::optional<DType> input_dtype() const { return c_fc_.input_dtype(); }
 
  private:

@@ -102,6 +102,11 @@ LlamaMLP::LlamaMLP(const LlamaConfig& c, Device device, const BlockRunners* runn
 }
 
 Tensor LlamaMLP::forward(const Tensor& x) const {
+  return run_mlp(
+      runners_, *this, [this](const Tensor& in) { return project(in); }, x);
+}
+
+Tensor LlamaMLP::project(const Tensor& x) const {
   Tensor hidden;
   if (gate_up_proj_) {
     // Phi-3: chunk(2) of the fused output, gate first.

@@ -45,7 +45,10 @@ class LlamaAttention : public Module {
 class LlamaMLP : public Module {
  public:
   LlamaMLP(const LlamaConfig& config, Device device, const BlockRunners* runners = nullptr);
+  // Through the model's mlp runner (a tiled one runs project over tiles of the tokens).
   Tensor forward(const Tensor& x) const;
+  // The gate, up and down projections of x.
+  Tensor project(const Tensor& x) const;
   std::optional<DType> input_dtype() const {
     return gate_up_proj_ ? gate_up_proj_->input_dtype()
                          : common_input_dtype({gate_proj_, up_proj_});

@@ -14,6 +14,7 @@
 #include "io/pretrained.h"
 #include "memsave/activation_offload.h"
 #include "memsave/checkpoint_policy.h"
+#include "memsave/tiled_mlp.h"
 #include "memsave/param_offload.h"
 #include "nn/linear_fp8.h"
 #include "peft/lora_model.h"
@@ -112,6 +113,8 @@ AssembledModel assemble_model(const TrainingConfig& config, RankPosition positio
   }
   // HF's gradient_checkpointing_enable(), with the policy (memsave) the option names.
   if (config.checkpointing) enable_gradient_checkpointing(model, *config.checkpointing);
+  // After checkpointing, which sets the runners afresh.
+  if (config.mlp_tile_tokens) enable_tiled_mlp(model, *config.mlp_tile_tokens);
   out.offload = config.offload;
   if (data_parallel && out.offload.params) {
     throw NotImplementedError(str_cat("offload_params with ", position.world_size,

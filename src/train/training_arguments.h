@@ -65,6 +65,10 @@ struct TrainingArguments {
   std::string precision;  // headroom: fp32 | bf16 | fp16 | pure_bf16; overrides bf16/fp16
   bool gradient_checkpointing = false;
   std::string gradient_checkpointing_policy = "full";  // headroom: full | every_N | selective
+  // Arctic's TiledMLP (memsave/tiled_mlp.h): the MLPs run over tiles of tiled_mlp_tokens tokens
+  // (0: ceil(tokens / hidden) tiles).
+  bool tiled_mlp = false;
+  int64_t tiled_mlp_tokens = 0;
   // FP8 (Transformer Engine's recipes, with accelerate's names): the models' projection layers
   // (not lm_head) compute in FP8 (quant/fp8_linear.h), with or without bf16 autocast.
   bool fp8 = false;

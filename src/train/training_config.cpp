@@ -189,6 +189,11 @@ TrainingConfig resolve_training_config(const TrainingArguments& args) {
   // that would have turned it on later.
   const CheckpointPolicy policy = parse_checkpoint_policy(args.gradient_checkpointing_policy);
   if (args.gradient_checkpointing) config.checkpointing = policy;
+  if (args.tiled_mlp_tokens < 0) {
+    throw ValueError(str_cat("tiled_mlp_tokens: ", args.tiled_mlp_tokens,
+                             " is negative (0: ceil(tokens / hidden) tiles)"));
+  }
+  if (args.tiled_mlp) config.mlp_tile_tokens = args.tiled_mlp_tokens;
 
   // The pure bf16 recipe keeps AdamW's moments in bf16 (Note [Precision recipes]).
   config.optimizer = parse_optimizer_kind(args.optim);

@@ -40,6 +40,7 @@ struct TrainingConfig {
   Device device;  // `device` resolved ("auto": train/model_source.h)
   PrecisionRecipe recipe;
   std::optional<CheckpointPolicy> checkpointing;  // with gradient_checkpointing: its policy
+  std::optional<int64_t> mlp_tile_tokens;         // with tiled_mlp: tiled_mlp_tokens (0: auto)
   // The optimizer as the recipe runs it (adamw_torch under pure bf16 keeps bf16 moments:
   // adamw_bf16) and what make_optimizer builds it from (its `optim` spelled so too).
   OptimizerKind optimizer = OptimizerKind::adamw;

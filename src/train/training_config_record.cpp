@@ -87,19 +87,19 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
                max_steps, num_train_epochs, optim, optim_args, learning_rate, weight_decay,
                adam_beta1, adam_beta2, adam_epsilon, max_grad_norm, neftune_noise_alpha,
                lr_scheduler_type, warmup_ratio, warmup_steps, bf16, fp16, precision,
-               gradient_checkpointing, gradient_checkpointing_policy, fp8, fp8_recipe, fp8_format,
-               fp8_amax_history_len, fp8_amax_compute_algo, fp8_margin, fp8_save_original_input,
-               use_peft, lora_r, lora_alpha, lora_dropout, lora_target_modules,
-               lora_modules_to_save, use_rslora, load_in_4bit, bnb_4bit_quant_type,
-               bnb_4bit_use_double_quant, bnb_4bit_compute_dtype, bnb_4bit_quant_storage, seed,
-               data_seed, logging_steps, logging_first_step, eval_strategy, eval_steps,
-               eval_loss_target, save_strategy, save_steps, save_total_limit,
-               resume_from_checkpoint, disable_tqdm, report_to, logging_dir, dataloader_num_workers,
-               dataloader_prefetch_factor, dataloader_persistent_workers, dataloader_pin_memory,
-               dataloader_drop_last, sample_prompt, sample_max_new_tokens, profile,
-               profile_skip_first, profile_wait, profile_warmup, profile_active, profile_repeat,
-               memory_snapshot, memory_limit, expandable_segments, zero_stage, deepspeed,
-               ddp_bucket_cap_mb, average_tokens_across_devices, offload_optimizer,
+               gradient_checkpointing, gradient_checkpointing_policy, tiled_mlp, tiled_mlp_tokens,
+               fp8, fp8_recipe, fp8_format, fp8_amax_history_len, fp8_amax_compute_algo, fp8_margin,
+               fp8_save_original_input, use_peft, lora_r, lora_alpha, lora_dropout,
+               lora_target_modules, lora_modules_to_save, use_rslora, load_in_4bit,
+               bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype,
+               bnb_4bit_quant_storage, seed, data_seed, logging_steps, logging_first_step,
+               eval_strategy, eval_steps, eval_loss_target, save_strategy, save_steps,
+               save_total_limit, resume_from_checkpoint, disable_tqdm, report_to, logging_dir,
+               dataloader_num_workers, dataloader_prefetch_factor, dataloader_persistent_workers,
+               dataloader_pin_memory, dataloader_drop_last, sample_prompt, sample_max_new_tokens,
+               profile, profile_skip_first, profile_wait, profile_warmup, profile_active,
+               profile_repeat, memory_snapshot, memory_limit, expandable_segments, zero_stage,
+               deepspeed, ddp_bucket_cap_mb, average_tokens_across_devices, offload_optimizer,
                offload_optimizer_ratio, offload_activations, offload_params, offload_pin_memory] =
       config.args;
 
@@ -153,6 +153,8 @@ void add_option_fields(const TrainingConfig& config, const HfConfig& model_confi
   // gradient_checkpointing and its policy: bit-identical gradients, less memory.
   f.may_change("gradient_checkpointing",
                config.checkpointing ? Json(config.checkpointing->name()) : Json(nullptr));
+  // tiled_mlp and its tile: the same MLP, its parameters' gradients summed in another order.
+  f.may_change("tiled_mlp", config.mlp_tile_tokens ? Json(*config.mlp_tile_tokens) : Json(nullptr));
   // fp8 and fp8_recipe / fp8_format / fp8_amax_* / fp8_margin: one recipe. Backward's second
   // quantization of the original input is not shown bit-identical to the saved FP8 copy.
   f.must_match("fp8", config.fp8.has_value());
@@ -274,10 +276,10 @@ ConfigRecord training_config_record(const TrainingConfig& config, const HfConfig
   // TrainingConfig's fields: the options (args) and what they resolve to, each entered under its
   // option's name by add_option_fields. A field added to TrainingConfig fails to compile here
   // until it is classified there.
-  [[maybe_unused]] const auto& [args, device, recipe, checkpointing, optimizer, optimizer_arguments,
-                                lr_scheduler, lora, quant_4bit, fp8, zero_stage, offload,
-                                eval_strategy, save_strategy, memory_limit, packing_strategy] =
-      config;
+  [[maybe_unused]] const auto& [args, device, recipe, checkpointing, mlp_tile_tokens, optimizer,
+                                optimizer_arguments, lr_scheduler, lora, quant_4bit, fp8,
+                                zero_stage, offload, eval_strategy, save_strategy, memory_limit,
+                                packing_strategy] = config;
   // OptimizerArguments, likewise: optim as its kind, kahan_summation in the recipe, seed as seed.
   [[maybe_unused]] const auto& [optim, learning_rate, weight_decay, adam_beta1, adam_beta2,
                                 adam_epsilon, optim_args, kahan_summation, optimizer_seed] =

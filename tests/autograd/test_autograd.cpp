@@ -7,6 +7,7 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/engine.h"
 #include "autograd/saved_tensor.h"
+#include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
 #include "ops/ops.h"
@@ -29,6 +30,28 @@ TEST(Autograd, GradientsAccumulateAcrossBackwards) {
   EXPECT_EQ(x.grad().to_float_vector(), (std::vector<float>{4, -8, 12}));
   x.set_grad(Tensor());
   EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, GradReturnsGradientsWithoutAccumulatingOrHooks) {
+  Tensor x = param({1.0f, -2.0f, 3.0f});
+  Tensor w = param({0.5f, 0.25f, 2.0f});
+  Tensor unused = param({7.0f});
+  int hooks = 0;
+  register_post_accumulate_grad_hook(w, [&](const Tensor&) { ++hooks; });
+  const Tensor y = sum(mul(mul(x, x), w));
+  const std::vector<Tensor> g = grad({y}, {Tensor()}, {w, x, unused});
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].to_float_vector(), (std::vector<float>{1, 4, 9}));    // x^2
+  EXPECT_EQ(g[1].to_float_vector(), (std::vector<float>{1, -1, 12}));  // 2 x w
+  EXPECT_FALSE(g[2].defined());
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_EQ(hooks, 0);
+  // Only the asked-for leaves: w's gradient alone, x's AccumulateGrad never runs.
+  const Tensor z = sum(mul(x, w));
+  EXPECT_EQ(grad({z}, {Tensor()}, {w})[0].to_float_vector(), (std::vector<float>{1, -2, 3}));
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_THROW(grad({z}, {Tensor()}, {mul(x, w)}), ValueError);  // not a leaf
 }
 
 TEST(Autograd, CopiesOfAHandleShareGradientsButViewsDoNot) {
