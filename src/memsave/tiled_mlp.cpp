@@ -41,8 +41,9 @@ struct TiledForward {
 // Saved-tensor hooks that keep tensors as they are: the tiles' graphs are the backward's own,
 // whatever hooks are in force around it.
 SavedTensorsHooksGuard plain_saves() {
-  return SavedTensorsHooksGuard([](const Tensor& t) -> std::any { return t; },
-                                [](const std::any& packed) { return std::any_cast<Tensor>(packed); });
+  return SavedTensorsHooksGuard(
+      [](const Tensor& t) -> std::any { return t; },
+      [](const std::any& packed) { return std::any_cast<Tensor>(packed); });
 }
 
 std::vector<Tensor> tiled_backward(const TiledForward& f, BackwardContext& ctx) {

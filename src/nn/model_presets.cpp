@@ -299,6 +299,20 @@ int64_t context_length(const HfConfig& config) {
   return std::get<LlamaConfig>(config).max_position_embeddings;
 }
 
+std::optional<int64_t> position_limit(const HfConfig& config) {
+  if (const auto* gpt2 = std::get_if<GPT2Config>(&config)) return gpt2->n_positions;
+  return std::nullopt;
+}
+
+void check_max_seq_length(const HfConfig& config, int64_t t) {
+  const std::optional<int64_t> limit = position_limit(config);
+  if (t < 1 || (limit && t > *limit)) {
+    throw ValueError(str_cat("max_seq_length: ", t, " is outside [1, ",
+                             limit ? std::to_string(*limit) : std::string("..."),
+                             "] (the model's learned positions)"));
+  }
+}
+
 int64_t vocab_size(const HfConfig& config) {
   return std::visit([](const auto& c) { return c.vocab_size; }, config);
 }

@@ -23,6 +23,13 @@ HfConfig model_preset(std::string_view name);
 
 // The model's context length: GPT-2's n_positions, Llama's max_position_embeddings.
 int64_t context_length(const HfConfig& config);
+// The longest sequence the model can compute at all: GPT-2's n_positions (a table of learned
+// positions); none for the rotary families, whose positions are computed for any length
+// (transformers runs them past max_position_embeddings, untrained as those positions are).
+std::optional<int64_t> position_limit(const HfConfig& config);
+// max_seq_length `t` checked against position_limit: ValueError naming the field, value and
+// limit when it is below 1 or above it.
+void check_max_seq_length(const HfConfig& config, int64_t t);
 int64_t vocab_size(const HfConfig& config);
 
 // The sizes the memory and FLOP formulas use (plan/), named alike for GPT-2 and Llama.

@@ -58,10 +58,7 @@ InferencePlan plan_inference(const TrainingArguments& args, const PlanTarget& ta
     CausalLM& model = *loaded.model;
     const int64_t context = context_length(model.config());
     plan.context = args.max_seq_length.value_or(context);
-    if (plan.context < 1 || plan.context > context) {
-      throw ValueError(str_cat("max_seq_length: ", plan.context, " is outside [1, ", context,
-                               "] (the model's context length)"));
-    }
+    check_max_seq_length(model.config(), plan.context);
     model.to(dtype);
     model.eval();
     // headroom builds the model in fp32 and converts it; a server loads straight in the dtype

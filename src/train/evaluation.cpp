@@ -92,10 +92,7 @@ EvalResult evaluate_file(const AdapterBaseRequest& request, const std::string& d
   if (!adapter.empty()) load_lora_adapter(*loaded.model, adapter, DType::f32);
   const int64_t context = context_length(loaded.model->config());
   const int64_t t = max_seq_length > 0 ? max_seq_length : context;
-  if (t > context) {
-    throw ValueError(
-        str_cat("max_seq_length: ", t, " exceeds the model's context length ", context));
-  }
+  check_max_seq_length(loaded.model->config(), t);
   std::shared_ptr<const ExampleSet> examples;
   if (is_row_data(data)) {
     // Each row an example, as training takes it (Note [TRL's SFT preparation]), padded.

@@ -1,6 +1,7 @@
 // assemble_model: the model half of a run's setup, in the order the pieces need.
 #include "train/model_assembly.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <unordered_set>
@@ -86,9 +87,12 @@ AssembledModel assemble_model(const TrainingConfig& config, RankPosition positio
   CausalLM& model = *out.model;
   const int64_t context = context_length(model.config());
   const int64_t t = args.max_seq_length.value_or(context);
-  if (t < 1 || t > context) {
-    throw ValueError(str_cat("max_seq_length: ", t, " is outside [1, ", context,
-                             "] (the model's context length)"));
+  check_max_seq_length(model.config(), t);
+  if (t > context && config.device.type != DeviceType::meta && position.rank == 0) {
+    std::fprintf(stderr,
+                 "headroom: warning: max_seq_length %lld is past the model's context length %lld "
+                 "(max_position_embeddings): positions it was not trained on\n",
+                 static_cast<long long>(t), static_cast<long long>(context));
   }
   out.window = t + 1;
   // The adapters in the recipe's parameter dtype (fp32 under autocast, as PEFT's); the rest is

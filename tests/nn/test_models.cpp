@@ -14,6 +14,7 @@
 
 #include "autograd/engine.h"
 #include "core/atomic_file.h"
+#include "core/error.h"
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "io/hf_config.h"
@@ -589,6 +590,21 @@ TEST(Models, InitInTheTargetDtypeEqualsTheFp32InitCast) {
       EXPECT_GT(largest, 0);
     }
   }
+}
+
+TEST(ModelPresets, SequencesPastTheContextOnlyForRotaryPositions) {
+  // GPT-2's positions are a learned table of n_positions rows; a rotary model computes any
+  // position (transformers runs Llama 3.1 past max_position_embeddings), so long-context plans
+  // beyond it are shapes the model can run.
+  const HfConfig gpt2 = *find_model_preset("gpt2");
+  EXPECT_NO_THROW(check_max_seq_length(gpt2, 1024));
+  EXPECT_THROW(check_max_seq_length(gpt2, 1025), ValueError);
+  EXPECT_THROW(check_max_seq_length(gpt2, 0), ValueError);
+  const HfConfig llama = *find_model_preset("llama-3.1-8b");
+  EXPECT_EQ(context_length(llama), 131072);
+  EXPECT_FALSE(position_limit(llama).has_value());
+  EXPECT_NO_THROW(check_max_seq_length(llama, 700000));
+  EXPECT_THROW(check_max_seq_length(llama, 0), ValueError);
 }
 
 }  // namespace
