@@ -119,6 +119,27 @@ void save_for_backward(FunctionNode& node, const Tensor& q, const Tensor& k, con
 
 }  // namespace
 
+namespace {
+thread_local int64_t accumulator_budget = kAttentionAccumulatorBytes;
+}  // namespace
+
+AttentionAccumulatorBudget::AttentionAccumulatorBudget(int64_t bytes)
+    : previous_(accumulator_budget) {
+  accumulator_budget = bytes;
+}
+
+AttentionAccumulatorBudget::~AttentionAccumulatorBudget() { accumulator_budget = previous_; }
+
+int64_t attention_backward_kv_heads(const Tensor& q, int64_t kv_heads, bool dropout) {
+  if (dropout || q.dtype() == DType::f32 || kv_heads <= 1 || q.numel() == 0) return kv_heads;
+  const int64_t per_kv_head = q.numel() / kv_heads * 4;  // fp32 dQ of one group
+  const int64_t fit = std::max<int64_t>(1, accumulator_budget / per_kv_head);
+  if (fit >= kv_heads) return kv_heads;
+  // Equal calls: the fewest that keep each group's accumulator within the budget.
+  const int64_t calls = (kv_heads + fit - 1) / fit;
+  return (kv_heads + calls - 1) / calls;
+}
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, std::optional<double> scale, double dropout_p,
                                     Generator* generator, std::optional<int64_t> sliding_window,
@@ -163,11 +184,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       const DType dtype = q.dtype();
       const Device device = q.device();
       const Tensor g = unit_rows(ctx.grad_output(), dtype);
-      // delta [B, Hq, Tq], the fp32 dQ accumulator when q is not f32 (dQ sums over key tiles),
-      // and the three gradients in q's dtype, laid out as q, k and v are.
-      Tensor delta = Tensor::empty(lse.shape(), DType::f32, device);
-      Tensor gq_accum;
-      if (dtype != DType::f32) gq_accum = Tensor::empty(q.shape(), DType::f32, device);
+      // The three gradients in q's dtype, laid out as q, k and v are; the kernel's workspaces
+      // per group of heads (Note [Attention backward by head groups]).
       Tensor gq, gk, gv;
       if (packed_qkv(q, k, ctx.saved(2))) {
         const Tensor packed =
@@ -180,10 +198,33 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         gk = empty_in_layout_of(k, dtype);
         gv = empty_in_layout_of(ctx.saved(2), dtype);
       }
-      need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward)(
-          unit_rows(q, dtype), unit_rows(k, dtype), unit_rows(ctx.saved(2), dtype), ctx.saved(3), g,
-          lse, is_causal, window, softmax_scale, cap, dropout, delta, gq, gk, gv, gq_accum,
-          sequences);
+      const Tensor qr = unit_rows(q, dtype), kr = unit_rows(k, dtype);
+      const Tensor vr = unit_rows(ctx.saved(2), dtype);
+      const Tensor& out = ctx.saved(3);
+      const int64_t kv_heads = k.size(1), group = q.size(1) / kv_heads;
+      const int64_t per_call = attention_backward_kv_heads(q, kv_heads, dropout.p > 0.0f);
+      Tensor delta, gq_accum;  // made for the first call, reused by those of its size
+      const auto backward =
+          need_kernel("scaled_dot_product_attention backward", device, &AttentionKernels::backward);
+      for (int64_t h = 0; h < kv_heads; h += per_call) {
+        const int64_t n = std::min(per_call, kv_heads - h);
+        auto heads = [&](const Tensor& t, int64_t width) {
+          return n == kv_heads ? t : t.narrow(1, h * width, n * width);
+        };
+        // lse and delta are dense rows for the kernels: a head group of a batch of more than one
+        // is not, so it is copied (B x heads x T floats).
+        Tensor group_lse = heads(lse, group);
+        if (!group_lse.is_contiguous()) group_lse = group_lse.contiguous();
+        if (!delta.defined() || delta.shape() != group_lse.shape()) {
+          delta = Tensor::empty(group_lse.shape(), DType::f32, device);
+          if (dtype != DType::f32) {
+            gq_accum = Tensor::empty(heads(q, group).shape(), DType::f32, device);
+          }
+        }
+        backward(heads(qr, group), heads(kr, 1), heads(vr, 1), heads(out, group), heads(g, group),
+                 group_lse, is_causal, window, softmax_scale, cap, dropout, delta, heads(gq, group),
+                 heads(gk, 1), heads(gv, 1), gq_accum, sequences);
+      }
       return {gq, gk, gv};
     });
     node->set_outputs({out});

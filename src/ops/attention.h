@@ -29,4 +29,28 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     std::optional<double> softcap = {},
                                     const AttentionSequences& sequences = {});
 
+// Note [Attention backward by head groups]
+// Backward's workspaces are the fp32 dQ accumulator (FlashAttention-2's dq_accum: dQ sums over
+// key tiles, so it is kept in fp32 until the end) and delta, each as large as q (in fp32) and
+// lse: at long context the largest tensor of a block's backward (Llama 3.1 8B at 688k tokens:
+// 10.5 GiB, twice q itself). Heads are independent, so backward runs over groups of key / value
+// heads (with their query heads), each call a view of every tensor, one accumulator the size of
+// one group made once: results equal one call's bit for bit (tests/ops). The groups are the
+// fewest equal ones whose accumulator stays within kAttentionAccumulatorBytes; with dropout
+// (whose masks are drawn by head index) or fp32 q (no accumulator) backward is one call.
+inline constexpr int64_t kAttentionAccumulatorBytes = int64_t{256} << 20;
+// The key / value heads per backward call for q [B, Hq, T, D] and kv_heads key / value heads.
+int64_t attention_backward_kv_heads(const Tensor& q, int64_t kv_heads, bool dropout);
+// Sets the accumulator budget on this thread for its scope (tests reach the split at small T).
+class AttentionAccumulatorBudget {
+ public:
+  explicit AttentionAccumulatorBudget(int64_t bytes);
+  ~AttentionAccumulatorBudget();
+  AttentionAccumulatorBudget(const AttentionAccumulatorBudget&) = delete;
+  AttentionAccumulatorBudget& operator=(const AttentionAccumulatorBudget&) = delete;
+
+ private:
+  int64_t previous_;
+};
+
 }  // namespace headroom

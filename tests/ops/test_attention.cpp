@@ -486,6 +486,36 @@ TEST(Attention, LowPrecisionIsFp32RoundedOnce) {
   }
 }
 
+TEST(Attention, BackwardByHeadGroupsEqualsOneCallBitForBit) {
+  // Note [Attention backward by head groups]: a budget of one key / value head's accumulator
+  // splits 4 kv heads into 4 calls (3 into 3, a batch of 2 copying its lse rows), and 2.5 heads'
+  // into calls of 2 (for 3 heads, 2 and 1); the gradients are one call's bit for bit.
+  const Dims shapes[] = {{1, 8, 4, 96, 96, 32}, {2, 6, 3, 80, 80, 16}};
+  for (const Dims& s : shapes) {
+    const Inputs in = random_inputs(s, 21);
+    const int64_t one_head = s.b * (s.hq / s.hkv) * s.tq * s.d * 4;
+    for (const int64_t budget : {one_head, one_head * 5 / 2}) {
+      std::vector<std::vector<float>> grads[2];
+      for (int split = 0; split < 2; ++split) {
+        const Tensor q = in.q.detach().to(DType::bf16), k = in.k.detach().to(DType::bf16),
+                     v = in.v.detach().to(DType::bf16);
+        for (const Tensor* t : {&q, &k, &v}) const_cast<Tensor*>(t)->set_requires_grad(true);
+        AttentionAccumulatorBudget limit(split ? budget : int64_t{1} << 40);
+        EXPECT_EQ(attention_backward_kv_heads(q, s.hkv, false),
+                  split ? (budget == one_head ? 1 : 2) : s.hkv);
+        backward(scaled_dot_product_attention(q, k, v, true), in.grad_out.to(DType::bf16));
+        for (const Tensor* t : {&q, &k, &v}) grads[split].push_back(t->grad().to_float_vector());
+      }
+      EXPECT_EQ(grads[0], grads[1]) << "B " << s.b << ", Hkv " << s.hkv << ", budget " << budget;
+    }
+  }
+  // Dropout draws its masks by head index: one call.
+  const Tensor q = Tensor::zeros({1, 8, 4, 8}, DType::bf16);
+  AttentionAccumulatorBudget limit(1);
+  EXPECT_EQ(attention_backward_kv_heads(q, 4, true), 4);
+  EXPECT_EQ(attention_backward_kv_heads(q.to(DType::f32), 4, false), 4);
+}
+
 template <typename Fn>
 std::string error_of(Fn fn) {
   try {
