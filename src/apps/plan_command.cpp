@@ -8,12 +8,14 @@
 #include <sstream>
 
 #include "apps/train_command.h"
+#include "apps/train_options.h"
 #include "core/error.h"
 #include "memory/memory_history.h"
 #include "memory/memory_snapshot.h"
 #include "plan/config_search.h"
 #include "plan/gpu_specs.h"
 #include "plan/inference_plan.h"
+#include "plan/max_context.h"
 #include "plan/training_plan.h"
 
 namespace headroom {
@@ -46,6 +48,106 @@ std::string gpu_names() {
   return names;
 }
 
+// One card's longest contexts: as given, and with the memory savers unless --no-search.
+struct CardContexts {
+  PlanTarget target;
+  MaxContext given;
+  std::optional<MaxContext> saved;
+  const MaxContext& longest() const {
+    return saved && saved->max_seq_length() > given.max_seq_length() ? *saved : given;
+  }
+};
+
+// Adds m's fields to out.
+void add_max_context_json(const MaxContext& m, nlohmann::ordered_json& out) {
+  out["techniques"] = m.techniques;
+  out["max_seq_length"] = m.max_seq_length();
+  out["required_bytes"] = m.plan ? m.plan->required_bytes : 0;
+  out["host_bytes"] = m.plan ? m.plan->dry.host_required_bytes() : 0;
+  out["step_time_estimate_s"] = m.plan && m.plan->cost ? m.plan->cost->seconds() : 0.0;
+  out["command"] = m.plan ? train_command_line(m.args) : "";
+  out["dry_runs"] = m.dry_runs;
+}
+
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+int run_max_context(const TrainingArguments& args, const PlanOptions& o) {
+  std::vector<std::string> cards = comma_list(o.gpu);
+  if (cards.empty()) cards.push_back("");  // --gpu-memory alone
+  if (o.world_size > 1) {
+    throw ValueError(str_cat("max_context: plans one process, not --world_size ", o.world_size));
+  }
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  std::vector<CardContexts> rows;
+  std::string added;
+  const TrainingArguments savers = with_memory_savers(args, &added);
+  for (const std::string& card : cards) {
+    CardContexts row;
+    row.target = plan_target(args.device, card, o.gpu_memory);
+    auto progress = [&](int64_t runs) {
+      if (tty) {
+        std::fprintf(stderr, "\r%s: %lld dry runs", row.target.description().c_str(),
+                     static_cast<long long>(runs));
+      }
+    };
+    row.given = find_max_context(args, row.target, progress);
+    row.given.techniques = "as given";
+    if (!o.no_search && !added.empty()) {
+      row.saved = find_max_context(savers, row.target, progress);
+      row.saved->techniques = str_cat("+ ", added);
+    }
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    rows.push_back(std::move(row));
+  }
+  if (o.json) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const CardContexts& row : rows) {
+      nlohmann::ordered_json entry;
+      entry["target"] = row.target.description();
+      add_max_context_json(row.longest(), entry);
+      add_max_context_json(row.given, entry["as_given"]);
+      if (row.saved) add_max_context_json(*row.saved, entry["with_memory_savers"]);
+      out.push_back(entry);
+    }
+    std::printf("%s\n", nlohmann::ordered_json{{"max_context", out}}.dump(2).c_str());
+    return 0;
+  }
+  std::printf("longest max_seq_length that fits: %s\n", describe_configuration(args).c_str());
+  std::printf("  %-26s %14s %14s %12s %14s\n", "card", "as given",
+              o.no_search || added.empty() ? "" : "memory savers", "host RAM", "step estimate");
+  for (const CardContexts& row : rows) {
+    const MaxContext& best = row.longest();
+    std::printf(
+        "  %-26s %14s %14s %12s %14s\n", row.target.description().c_str(),
+        grouped(row.given.max_seq_length()).c_str(),
+        row.saved ? grouped(row.saved->max_seq_length()).c_str() : "",
+        best.plan ? format_bytes(static_cast<size_t>(best.plan->dry.host_required_bytes())).c_str()
+                  : "-",
+        best.plan && best.plan->cost ? str_cat(best.plan->cost->seconds(), " s").c_str() : "-");
+  }
+  if (!added.empty() && !o.no_search) std::printf("  memory savers: %s\n", added.c_str());
+  for (const CardContexts& row : rows) {
+    const MaxContext& best = row.longest();
+    if (!best.plan) {
+      std::printf("%s: not even 16 tokens fit\n", row.target.description().c_str());
+      continue;
+    }
+    std::printf("%s (%s, %s required):\n  %s\n", row.target.description().c_str(),
+                grouped(best.max_seq_length()).c_str(),
+                format_bytes(static_cast<size_t>(best.plan->required_bytes)).c_str(),
+                train_command_line(best.args).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
@@ -70,6 +172,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
       ->multi_option_policy(last);
   plan->add_flag("--inference", o.inference,
                  "weights + KV cache + prefill for per_device_eval_batch_size x max_seq_length")
+      ->group(group);
+  plan->add_flag("--max_context,--max-context", o.max_context,
+                 "the longest max_seq_length that fits --gpu's card (a comma-separated list of "
+                 "cards gives a table), as given and with the memory savers that keep the "
+                 "results (checkpointing, tiled MLP, offloaded activations, expandable "
+                 "segments; --no-search: as given only), with the command that trains it")
       ->group(group);
   plan->add_flag("--no-search,--no_search", o.no_search,
                  "with --gpu / --gpu-memory: check the given configuration only")
@@ -124,6 +232,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
 
 int run_plan_command(const CLI::App& command, const PlanOptions& o) {
   const TrainingArguments args = train_arguments_from(command, DataCheck::not_read);
+  if (o.max_context) return run_max_context(args, o);
   PlanTarget target = plan_target(args.device, o.gpu, o.gpu_memory);
   target.world_size = o.world_size;
   if (o.inference) {

@@ -19,6 +19,7 @@ struct PlanOptions {
   std::string gpu_memory;  // "24GiB"
   bool inference = false;
   bool no_search = false;
+  bool max_context = false;       // the longest max_seq_length that fits each --gpu card
   std::string search_precisions;  // comma lists; empty: all
   std::string search_optims;
   std::string search_policies;

@@ -414,6 +414,28 @@ std::string option_value_text(const TrainingArguments& args, const TrainOption& 
                     option.field);
 }
 
+std::string train_command_line(const TrainingArguments& args) {
+  const TrainingArguments defaults;
+  std::string line = "headroom train";
+  for (const TrainOption& option : train_options()) {
+    const std::string value = option_value_text(args, option);
+    if (std::string_view(option.name) == "device" || value == option_value_text(defaults, option)) {
+      continue;
+    }
+    line += str_cat(" --", option.name);
+    if (std::holds_alternative<bool A::*>(option.field) && value == "true") continue;
+    const bool quote = value.empty() || value.find_first_of(" '\"\\$") != std::string::npos;
+    if (!quote) {
+      line += str_cat(" ", value);
+      continue;
+    }
+    std::string quoted = "'";
+    for (char c : value) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += str_cat(" ", quoted, "'");
+  }
+  return line;
+}
+
 void set_option_from_text(TrainingArguments& args, const TrainOption& option, std::string_view text,
                           const std::string& origin) {
   std::visit(Overloaded{

@@ -49,6 +49,11 @@ const char* option_type_name(const TrainOption& option);
 // The option's value in `args` as text ("8", "5e-05", "false"); "" for an unset optional.
 std::string option_value_text(const TrainingArguments& args, const TrainOption& option);
 
+// `headroom train` with every option whose value in `args` differs from its default, in the
+// table's order (a true flag bare, text quoted when it has a space or quote); `device` is left
+// out (plans set it to the card planned for).
+std::string train_command_line(const TrainingArguments& args);
+
 // Where each option's value came from ("--max_steps", "run.toml: max_steps"), so that a check
 // on the merged arguments names what the user wrote; options left at their default are absent.
 using OptionOrigins = std::map<std::string, std::string>;

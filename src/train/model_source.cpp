@@ -6,6 +6,7 @@
 
 #include "core/device_kernels.h"
 #include "core/error.h"
+#include "io/hf_config.h"
 #include "io/pretrained.h"
 #include "nn/model_presets.h"
 
@@ -40,6 +41,15 @@ ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device devi
                              " tokens, more than the model's vocab_size ", model_vocab));
   }
   return result;
+}
+
+HfConfig model_config_of(const std::string& model) {
+  if (std::optional<HfConfig> preset = find_model_preset(model)) return *preset;
+  if (std::filesystem::is_regular_file(std::filesystem::path(model) / "config.json")) {
+    return read_hf_config((std::filesystem::path(model) / "config.json").string());
+  }
+  // Refused as loading it would be.
+  return load_model_and_tokenizer(model, kMeta, 0).model->config();
 }
 
 Device resolve_device(const std::string& device) {

@@ -26,6 +26,10 @@ struct ModelAndTokenizer {
 ModelAndTokenizer load_model_and_tokenizer(const std::string& model, Device device, uint64_t seed,
                                            const LoadOptions& options = {});
 
+// The config `model` builds: the preset's, or the directory's config.json (ValueError as
+// load_model_and_tokenizer's for neither).
+HfConfig model_config_of(const std::string& model);
+
 // TrainingArguments.device: "auto" is auto_device(), anything else is Device::parse's (an
 // explicit "cuda" is taken as asked, and its ops then say that they have no kernel there).
 Device resolve_device(const std::string& device);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_run.h"
+#include "core/error.h"
 #include "apps/train_options.h"
 #include "io/io_test_helpers.h"
 #include "memory/memory_viz_decoder.h"
@@ -180,6 +181,47 @@ TEST(HeadroomPlanCli, SearchesAGpuAndPlansInference) {
   // Llama-2-7B: 32 layers x 32 heads x 128 dims, K and V, bf16.
   EXPECT_EQ(serving["kv_cache_bytes"], int64_t{2} * 32 * 32 * 128 * 4096 * 2 * 2);
   EXPECT_EQ(serving["fits"], true);
+}
+
+// --max_context: the longest max_seq_length that fits, as given and with the memory savers, and
+// a command that re-plans to a fit, where 128 tokens more do not.
+TEST(HeadroomPlanCli, FindsTheLongestContextThatFits) {
+  const std::string card = " --gpu-memory 700MiB";
+  const CliRun search = run_cli("plan --model llama-tiny --per_device_train_batch_size 1" + card +
+                                " --max_context --json");
+  ASSERT_EQ(search.exit_code, 0) << search.err;
+  const nlohmann::json found = nlohmann::json::parse(search.out)["max_context"].at(0);
+  const int64_t given = found["as_given"]["max_seq_length"], longest = found["max_seq_length"];
+  EXPECT_GT(given, 1024);
+  EXPECT_GT(longest, 2 * given);  // checkpointing, tiling and offload make room
+  EXPECT_EQ(found["with_memory_savers"]["max_seq_length"], longest);
+  EXPECT_GT(found["host_bytes"].get<int64_t>(), 0);  // the offloaded checkpoint inputs
+  EXPECT_LE(found["required_bytes"].get<int64_t>(), int64_t{700} << 20);
+  std::string command = found["command"];
+  ASSERT_EQ(command.rfind("headroom train ", 0), 0u) << command;
+  for (const char* option : {"--gradient_checkpointing", "--tiled_mlp", "--offload_activations",
+                             "--expandable_segments"}) {
+    EXPECT_NE(command.find(option), std::string::npos) << option << ": " << command;
+  }
+  command = command.substr(std::string("headroom train ").size());
+  auto plan_fits = [&](const std::string& options) {
+    const CliRun plan = run_cli("plan " + options + card + " --no-search --json");
+    EXPECT_EQ(plan.exit_code, 0) << plan.err;
+    return plan.exit_code == 0 && nlohmann::json::parse(plan.out)["fits"] == true;
+  };
+  EXPECT_TRUE(plan_fits(command));
+  const std::string length = str_cat("--max_seq_length ", longest);
+  ASSERT_NE(command.find(length), std::string::npos) << command;
+  EXPECT_FALSE(plan_fits(command.replace(command.find(length), length.size(),
+                                         str_cat("--max_seq_length ", longest + 128))));
+
+  const CliRun table = run_cli(
+      "plan --model llama-tiny --per_device_train_batch_size 1"
+      " --gpu RTX4090,H100-80GB --max_context --no-search --max_steps 1");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  for (const char* piece : {"RTX4090 (cuda:0)", "H100-80GB (cuda:0)", "headroom train"}) {
+    EXPECT_NE(table.out.find(piece), std::string::npos) << piece << "\n" << table.out;
+  }
 }
 
 // The dry run's history is the predicted timeline: memory_viz opens it as a run's snapshot.
