@@ -11,6 +11,7 @@
 #include "memory/host_pool.h"
 #include "memory/memory_category.h"
 #include "memsave/saved_parameter_hooks.h"
+#include "nn/linear_4bit.h"
 
 namespace headroom {
 namespace {
@@ -37,6 +38,7 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
     HostPoolScope scope(compute_, *pool_);
     MemoryCategoryScope category(MemoryCategory::parameters);
     NoGradGuard no_grad;
+    const auto modules = model.named_modules();
     for (int64_t layer = 0; layer < blocks; ++layer) {
       const std::string prefix = model.block_prefix(layer);
       Block& block = blocks_[static_cast<size_t>(layer)];
@@ -48,6 +50,20 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
         *slot = host;  // the device tensor goes with its last reference
         block.slots.push_back(slot);
         block.host.push_back(host);
+      }
+      // The frozen 4-bit weights: their tensors join the block's, without gradients.
+      for (const auto& [name, module] : modules) {
+        auto* linear = dynamic_cast<Linear*>(module);
+        if (name.rfind(prefix, 0) != 0 || linear == nullptr || !is_linear_4bit(*linear)) continue;
+        Quantized q{linear, *linear->weight_4bit(), linear->compute_dtype(), block.host.size()};
+        for (Tensor* t : quantized_tensors(q.host)) {
+          Tensor host = Tensor::empty(t->shape(), t->dtype(), host_pool_device(compute_));
+          host.copy_(*t);
+          *t = host;
+          block.host.push_back(host);
+        }
+        linear->set_weight_4bit(q.host, q.compute_dtype);
+        block.quantized.push_back(std::move(q));
       }
     }
   }
@@ -62,9 +78,16 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
       Block& block;
       ~Restore() {
         for (size_t i = 0; i < block.slots.size(); ++i) *block.slots[i] = block.host[i];
+        for (Quantized& q : block.quantized) q.layer->set_weight_4bit(q.host, q.compute_dtype);
       }
     } restore{block};
-    for (size_t i = 0; i < copies.size(); ++i) *block.slots[i] = copies[i];
+    for (size_t i = 0; i < block.slots.size(); ++i) *block.slots[i] = copies[i];
+    for (Quantized& q : block.quantized) {
+      Quant4bitWeight on_device = q.host;
+      size_t i = q.first;
+      for (Tensor* t : quantized_tensors(on_device)) *t = copies[i++];
+      q.layer->set_weight_4bit(std::move(on_device), q.compute_dtype);
+    }
     std::shared_ptr<ParameterOffloader> self = shared_from_this();
     SavedParameterHooks hooks(copies, [self, layer](size_t index) {
       self->blocks_[static_cast<size_t>(layer)].handles += 1;
@@ -93,15 +116,34 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
   }
 
  private:
+  // A block's frozen 4-bit weight: the layer, the weight with its tensors in the host pool, and
+  // where those tensors begin in Block::host.
+  struct Quantized {
+    Linear* layer;
+    Quant4bitWeight host;
+    DType compute_dtype;
+    size_t first;
+  };
+
   struct Block {
-    std::vector<Tensor*> slots;
-    std::vector<Tensor> host;      // the parameters themselves
+    std::vector<Tensor*> slots;  // the parameters' slots: host[0, slots.size())
+    std::vector<Quantized> quantized;
+    std::vector<Tensor> host;      // the parameters themselves, then the 4-bit tensors
     std::vector<Tensor> resident;  // device copies for backward, while handles are alive
     int64_t handles = 0;           // live WeightHandles of the block
   };
 
+  // The defined tensors of a 4-bit weight, in a fixed order.
+  static std::vector<Tensor*> quantized_tensors(Quant4bitWeight& w) {
+    std::vector<Tensor*> out;
+    for (Tensor* t : {&w.packed, &w.absmax, &w.nested_absmax, &w.nested_code}) {
+      if (t->defined()) out.push_back(t);
+    }
+    return out;
+  }
+
   // A copy of `host` on the compute device whose gradient goes back into the host leaf's .grad,
-  // made in the host pool.
+  // made in the host pool (no graph for a frozen one).
   Tensor copy_in(const Tensor& host) const {
     Tensor out;
     {

@@ -22,7 +22,10 @@ namespace headroom {
 // optimizer steps the host leaves in the host pool (the trainer offloads the optimizer with the
 // parameters). Under autocast a projection still saves the 16-bit cast of its weight until
 // backward: parameter offload removes the fp32 weights from the device, not those casts.
-// A 4-bit base's packed weights are buffers and stay on the device.
+// A 4-bit base's weights (QLoRA's frozen NF4 / FP4 blocks, their absmax and nested
+// quantization) are offloaded with their block the same way: their tensors live in the host
+// pool, the layer holds device copies while the block runs, and linear_4bit saves them for
+// backward through the same handles, so a 70B QLoRA base needs one block of it on the device.
 
 struct ParameterOffloadOptions {
   bool pin_memory = true;  // page-locked host pool when the compute device is a GPU

@@ -25,8 +25,8 @@ namespace headroom {
 // batch are the user's choices and stay as given. A model with learned positions (GPT-2) stops
 // at them; rotary models are planned past their context length (Note in nn/model_presets.h).
 struct MaxContext {
-  std::string techniques;     // "as given", or the savers added
-  TrainingArguments args;     // with max_seq_length the longest that fits
+  std::string techniques;            // "as given", or the savers added
+  TrainingArguments args;            // with max_seq_length the longest that fits
   std::optional<TrainingPlan> plan;  // its plan; unset when not even 16 tokens fit
   int64_t dry_runs = 0;
 

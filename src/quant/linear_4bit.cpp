@@ -76,8 +76,20 @@ Tensor linear_4bit(const Tensor& x, const Quant4bitWeight& weight, const Tensor&
   if (auto node = make_function_node("Linear4bitBackward0", {xc, bc})) {
     const Shape x_shape = xc.shape();
     const bool has_bias = bc.defined();
+    // The weight's tensors are saved, not captured: saved-tensor hooks may keep them elsewhere
+    // until backward (parameter offload keeps a block's 4-bit weights in the host pool).
+    Quant4bitOperand layout = w;
+    for (const Tensor* t : {&w.packed, &w.absmax, &w.nested_absmax, &w.nested_code}) {
+      node->save(*t);
+    }
+    layout.packed = layout.absmax = layout.nested_absmax = layout.nested_code = Tensor();
     node->set_backward(
-        [w, x_shape, rows, has_bias, device](BackwardContext& ctx) -> std::vector<Tensor> {
+        [layout, x_shape, rows, has_bias, device](BackwardContext& ctx) -> std::vector<Tensor> {
+          Quant4bitOperand w = layout;
+          w.packed = ctx.saved(0);
+          w.absmax = ctx.saved(1);
+          w.nested_absmax = ctx.saved(2);
+          w.nested_code = ctx.saved(3);
           const Tensor g = ctx.grad_output().contiguous();
           Tensor gx, gb;
           if (ctx.needs_input_grad(0)) {

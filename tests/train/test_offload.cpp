@@ -209,6 +209,22 @@ TEST_P(ParameterOffload, TrainsBitIdenticallyAndTheDevicePoolDropsAsPlanned) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, ParameterOffload, kRecipeCases, recipe_case_name);
 
+// QLoRA: the frozen 4-bit base's blocks go to the host with the adapters, and backward's
+// linear_4bit reads them back through the same handles (70B QLoRA on one 24 GB card).
+TEST(ParameterOffload, QloraBaseTrainsBitIdenticallyAsPlanned) {
+  for (const bool checkpointing : {false, true}) {
+    SCOPED_TRACE(checkpointing);
+    TempDir tmp(str_cat("offload_params_qlora_", checkpointing));
+    TrainingArguments args = deeper_args(tmp.path(), "bf16", 4, checkpointing);
+    args.use_peft = args.load_in_4bit = true;
+    args.bnb_4bit_quant_type = "nf4";
+    args.bnb_4bit_use_double_quant = true;  // the nested absmax and code travel too
+    args.lora_target_modules = "all-linear";
+    args.lora_dropout = 0.0;
+    expect_offload_as_planned(args, [](TrainingArguments& a) { a.offload_params = true; });
+  }
+}
+
 TEST(Offload, AllThreeKindsTogether) {
   for (const std::string precision : {"bf16", "pure_bf16"}) {
     SCOPED_TRACE(precision);
