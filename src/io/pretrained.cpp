@@ -1,4 +1,5 @@
 // Loading and saving HF model directories.
+#include "memory/host_pool.h"
 #include "io/pretrained.h"
 
 #include <filesystem>
@@ -69,7 +70,7 @@ void check_load_dtype(const std::string& source, DType dtype) {
 std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
                                                 const SafetensorsCheckpoint* checkpoint,
                                                 const std::optional<Quant4bitConfig>& quant,
-                                                bool prequantized, Device device, uint64_t seed,
+                                                bool prequantized, Device compute, uint64_t seed,
                                                 const LoadOptions& options) {
   // Built on the scratch meta device, whose allocations no plan on meta:0 sees, so a dry run of
   // this load counts only what the materialization below allocates, as the real run does.
@@ -127,9 +128,14 @@ std::unique_ptr<CausalLM> materialize_causal_lm(const HfConfig& config,
     }
     used.insert(file_name);
   };
+  std::function<bool(const std::string&)> pooled;
+  if (options.in_host_pool) pooled = options.in_host_pool(*model);
   Generator generator(seed);
   model->materialize_parameters([&](const std::string& name, const Tensor& meta) -> Tensor {
     const auto target = targets.find(name);
+    std::optional<HostPoolScope> pool;
+    if (pooled && pooled(name)) pool.emplace(compute, host_pool(compute, options.pin_memory));
+    const Device device = pool ? host_pool_device(compute) : compute;
     const std::string file_name = stored(name);
     if (keep && !keep(name)) {
       // Another rank's share: the generator passes it by a draw on the scratch meta device.

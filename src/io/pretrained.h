@@ -35,6 +35,12 @@ struct LoadOptions {
   // neither read from the files nor drawn, though the init's generator advances past it as
   // before, so the kept ones are those of a whole load. Not with load_in_4bit.
   std::function<std::function<bool(const std::string& name)>(const CausalLM& meta)> keep_parameter;
+  // Parameter offload's load: given the model on the meta device, which parameters are made in
+  // `device`'s host pool (memory/host_pool.h, pinned with pin_memory) instead of on `device`:
+  // the blocks', whose home is the pool, so that they are never all on the device at once (a
+  // 4-bit layer's weight is quantized there).
+  std::function<std::function<bool(const std::string& name)>(const CausalLM& meta)> in_host_pool;
+  bool pin_memory = true;
 };
 
 // Builds the model config.json describes; loads its weights when the directory has any, else

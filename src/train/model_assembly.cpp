@@ -53,6 +53,13 @@ AssembledModel assemble_model(const TrainingConfig& config, RankPosition positio
     load.keep_modules = split_module_names(args.lora_modules_to_save);
   }
   const bool data_parallel = position.world_size > 1;
+  if (config.offload.params && !data_parallel) {
+    // The blocks are made in the host pool, their home under offload, never all on the device.
+    load.in_host_pool = [](const CausalLM& meta) {
+      return [&meta](const std::string& name) { return is_block_parameter(meta, name); };
+    };
+    load.pin_memory = config.offload.pin_memory;
+  }
   const int64_t zero_stage = data_parallel ? config.zero_stage : 0;
   if (zero_stage >= 3 && !args.use_peft && !load.load_in_4bit) {
     // ZeRO-3's sharded load: each rank makes the block parameters it will own and the rest of

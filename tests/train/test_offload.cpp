@@ -225,6 +225,23 @@ TEST(ParameterOffload, QloraBaseTrainsBitIdenticallyAsPlanned) {
   }
 }
 
+// The blocks are made in the host pool as the model loads: a 7B model's load holds only the
+// embeddings and the LM head on the device (2 x 32000 x 4096 fp32), never its 6.2B block
+// parameters (planned on the meta device, as the CPU tests above check the run equals).
+TEST(ParameterOffload, LoadsTheBlocksIntoTheHostPool) {
+  TrainingArguments args;
+  args.model = "llama-7b";
+  args.max_seq_length = 16;
+  args.per_device_train_batch_size = 1;
+  args.bf16 = args.gradient_checkpointing = args.offload_params = true;
+  args.device = "cpu";
+  const DryRunResult plan = dry_run_training(args, {.steps = 1});
+  const int64_t head_and_embeddings = int64_t{2} * 32000 * 4096 * 4;
+  EXPECT_GE(plan.load_peak_allocated_bytes, head_and_embeddings);
+  EXPECT_LT(plan.load_peak_allocated_bytes, head_and_embeddings + (int64_t{256} << 20));
+  EXPECT_GT(plan.host_peak_allocated_bytes, int64_t{6} * 1000 * 1000 * 1000 * 4);
+}
+
 TEST(Offload, AllThreeKindsTogether) {
   for (const std::string precision : {"bf16", "pure_bf16"}) {
     SCOPED_TRACE(precision);
