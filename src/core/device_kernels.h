@@ -30,6 +30,11 @@ struct DeviceKernels {
   // dtype and size. Without them, moving tensors between this device and the CPU throws.
   void (*copy_from_cpu)(const Tensor& dst, const Tensor& cpu_src) = nullptr;
   void (*copy_to_cpu)(const Tensor& cpu_dst, const Tensor& src) = nullptr;
+  // (optional) The same queued on the device's current stream, returning before they have run:
+  // the CPU side is page-locked memory that the caller keeps alive, and does not read or
+  // reuse, until the stream has run the copy (Tensor::copy_async_).
+  void (*copy_from_cpu_async)(const Tensor& dst, const Tensor& cpu_src) = nullptr;
+  void (*copy_to_cpu_async)(const Tensor& cpu_dst, const Tensor& src) = nullptr;
   // (optional) Waits until the device's queued work is done; null means kernels are synchronous.
   void (*synchronize)(int device_index) = nullptr;
   // (optional) How many devices of this type are present; null means exactly one.

@@ -434,6 +434,31 @@ const Tensor& Tensor::add_(const Tensor& src) const {
   return *this;
 }
 
+const Tensor& Tensor::copy_async_(const Tensor& src) const {
+  check_defined("copy_async_");
+  src.check_defined("copy_async_ source");
+  const Device dst_device = device(), src_device = src.device();
+  const bool to_host = dst_device.is_cpu() && !src_device.is_cpu();
+  const bool to_device = src_device.is_cpu() && !dst_device.is_cpu();
+  const Device other = to_host ? src_device : dst_device;
+  const DeviceKernels* kernels = (to_host || to_device) ? find_device_kernels(other.type) : nullptr;
+  const bool queued =
+      kernels && (to_host ? kernels->copy_to_cpu_async : kernels->copy_from_cpu_async);
+  if (!queued || src.shape() != shape_ || src.dtype() != dtype_ || !is_contiguous() ||
+      !src.is_contiguous() || numel() == 0) {
+    return copy_(src);
+  }
+  storage_->bump_version();
+  count_tensor_kernel("transfer", to_host ? "device_to_host_async" : "host_to_device_async", other,
+                      static_cast<int64_t>(nbytes()));
+  if (to_host) {
+    kernels->copy_to_cpu_async(*this, src);
+  } else {
+    kernels->copy_from_cpu_async(*this, src);
+  }
+  return *this;
+}
+
 const Tensor& Tensor::copy_(const Tensor& src, Overflow overflow) const {
   check_defined("copy_");
   storage_->bump_version();

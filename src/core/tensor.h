@@ -109,6 +109,12 @@ class Tensor {
   const Tensor& zero_() const { return fill_(0.0); }
   // Broadcasts src to this shape; any dtypes and devices.
   const Tensor& copy_(const Tensor& src, Overflow overflow = Overflow::ieee) const;
+  // copy_ queued on the current stream of the device side, returning before it has run, when
+  // one side is the CPU and the other a device with asynchronous transfers
+  // (DeviceKernels::copy_*_async), both contiguous, of one dtype and shape: the CPU side must be
+  // page-locked (pin_memory, or the pinned host pool), and the caller keeps both from reuse
+  // until the stream has run it (record_stream). Otherwise copy_ itself (synchronous).
+  const Tensor& copy_async_(const Tensor& src) const;
   // this += src (broadcast to this shape), computed in fp32; this must be contiguous and floating.
   const Tensor& add_(const Tensor& src) const;
   const Tensor& uniform_(double low = 0.0, double high = 1.0, Generator* generator = nullptr) const;

@@ -10,6 +10,7 @@
 #include "autograd/saved_tensor.h"
 #include "core/grad_mode.h"
 #include "core/storage.h"
+#include "memory/device_memory.h"
 #include "memory/host_pool.h"
 #include "memory/memory_category.h"
 #include "nn/linear_4bit.h"
@@ -61,7 +62,21 @@ class ActivationOffloader {
       MemoryCategoryScope category(MemoryCategory::activations);
       NoGradGuard no_grad;
       entry->host = Tensor::empty(t.shape(), t.dtype(), host_pool_device(compute_));
-      entry->host.copy_(t);
+    }
+    // Note [Offload on the copy stream]: the copy runs beside the next ops; t's memory and the
+    // host block wait for it before they are reused.
+    const StreamId compute = current_stream(compute_), copy = copy_stream(compute_);
+    NoGradGuard no_grad;
+    // A queued transfer reads contiguous memory; on one stream copy_ takes t as it is.
+    const Tensor source = copy != compute && !t.is_contiguous() ? t.contiguous() : t;
+    wait_stream(compute_, copy, compute);
+    {
+      StreamGuard on_copy(compute_, copy);
+      entry->host.copy_async_(source);
+    }
+    if (copy != compute) {
+      source.record_stream(copy);
+      entry->host.record_stream(copy);
     }
     by_layer_[static_cast<size_t>(layer)].push_back(entry);
     return std::shared_ptr<OffloadedActivation>(entry);
@@ -74,14 +89,27 @@ class ActivationOffloader {
     entry->device = Tensor();
     entry->handed_out = true;
     prefetch(entry->layer - 1);
+    // The compute stream reads `out` only after its copy (and the prefetches queued before it).
+    wait_stream(compute_, current_stream(compute_), copy_stream(compute_));
     return out;
   }
 
+  // The tensor back on the compute device, queued on the copy stream (Note [Offload on the copy
+  // stream]); allocated from the compute stream's pool, as the plan allocates it.
   Tensor fetch(const OffloadedActivation& entry) const {
     MemoryCategoryScope category(MemoryCategory::activations);
     NoGradGuard no_grad;
     Tensor out = Tensor::empty(entry.host.shape(), entry.host.dtype(), compute_);
-    out.copy_(entry.host);
+    const StreamId compute = current_stream(compute_), copy = copy_stream(compute_);
+    wait_stream(compute_, copy, compute);  // out's memory may still be read by earlier kernels
+    {
+      StreamGuard on_copy(compute_, copy);
+      out.copy_async_(entry.host);
+    }
+    if (copy != compute) {
+      out.record_stream(copy);
+      entry.host.record_stream(copy);
+    }
     return out;
   }
 

@@ -22,6 +22,18 @@ namespace headroom {
 // back every tensor block L-1 offloaded, so the copies of the next block overlap this one's
 // backward on a GPU; each prefetched tensor is handed out once and freed by its node. Copies
 // are exact: the losses and gradients are those of a run without offload.
+//
+// Note [Offload on the copy stream]
+// On a GPU with the pinned pool the copies are queued on the device's copy stream, beside the
+// compute stream (Tensor::copy_async_, no host synchronisation): a saved tensor leaves while
+// the next ops of its block run, the copy stream first waiting for the compute stream so that it
+// reads the finished tensor; the device tensor and the host block are recorded as used by the
+// copy stream, so the allocator reuses neither before the copy has run (Note [Streams and
+// reuse]). In backward the copies back (the prefetch of block L-1 included) are allocated from
+// the compute stream's pool, as the plan allocates them, and queued on the copy stream after the
+// compute stream's work so far; the compute stream waits for the copy stream before it reads one.
+// On the CPU and the meta device every stream is one: the same code copies synchronously, and
+// the bytes and the results are those the plan and the tests see.
 
 struct ActivationOffloadOptions {
   int64_t min_bytes = 64 << 10;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -17,6 +18,11 @@
 #include "io/tokenizer.h"
 #include "memory/device_memory.h"
 #include "memory/host_caching_allocator.h"
+#include "memory/host_pool.h"
+#include "memsave/activation_offload.h"
+#include "memsave/checkpoint_policy.h"
+#include "nn/llama.h"
+#include "autograd/engine.h"
 #include "cuda/cuda_test_support.h"
 #include "cuda/stream_blocker.h"
 #include "train/data_loader_batch_source.h"
@@ -206,6 +212,46 @@ TEST(CudaStreams, DataLoaderBatchesCrossOnTheCopyStream) {
     }
     EXPECT_EQ(on_gpu.batches_consumed(), on_cpu.batches_consumed());
   }
+}
+
+// Note [Offload on the copy stream]: with the copy stream held, a checkpointed forward with
+// offloaded activations queues its copies to the pinned pool and returns (no host
+// synchronisation waits for them); released, backward brings them back on the copy stream and
+// the gradients equal those of the same run without offload bit for bit.
+TEST(CudaStreams, OffloadedActivationsCrossOnTheCopyStream) {
+  REQUIRE_GPU();
+  LlamaConfig config;
+  config.vocab_size = 128, config.hidden_size = 256, config.intermediate_size = 512;
+  config.num_hidden_layers = 3, config.num_attention_heads = 4, config.num_key_value_heads = 2;
+  config.max_position_embeddings = 256;
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 2 * 256; ++i) ids.push_back((i * 37 + 11) % 128);
+  const Tensor input = Tensor::from_ints(ids, {2, 256}).to(kGpu);
+  std::vector<std::vector<float>> grads[2];
+  for (int offload = 0; offload < 2; ++offload) {
+    auto model = make_causal_lm(config, kGpu, /*seed=*/5);
+    enable_gradient_checkpointing(*model);
+    // Checkpoint inputs of 256 KiB: above the offload's 64 KiB floor.
+    if (offload) enable_activation_offload(*model, kGpu, {.min_bytes = 1, .pin_memory = true});
+    Tensor loss;
+    {
+      std::optional<StreamBlocker> held;
+      if (offload) held.emplace(copy_stream(kGpu));
+      loss = model->loss(input, input);  // returns while the copies wait on the held stream
+      if (offload) {
+        EXPECT_GT(host_pool(kGpu, true)
+                      .stats()
+                      .allocated_bytes[static_cast<size_t>(StatType::all)]
+                      .current,
+                  0);
+      }
+    }
+    backward(loss);
+    for (const Tensor& p : model->parameters()) {
+      grads[offload].push_back(p.grad().to(kCPU).to_float_vector());
+    }
+  }
+  EXPECT_EQ(grads[0], grads[1]);
 }
 
 }  // namespace

@@ -205,6 +205,18 @@ void copy_to_cpu(const Tensor& cpu_dst, const Tensor& src) {
   HEADROOM_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
 }
 
+void copy_from_cpu_async(const Tensor& dst, const Tensor& cpu_src) {
+  DeviceGuard guard(dst.device().index);
+  HEADROOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), cpu_src.data_ptr(), dst.nbytes(),
+                                      cudaMemcpyHostToDevice, current_stream()));
+}
+
+void copy_to_cpu_async(const Tensor& cpu_dst, const Tensor& src) {
+  DeviceGuard guard(src.device().index);
+  HEADROOM_CUDA_CHECK(cudaMemcpyAsync(cpu_dst.data_ptr(), src.data_ptr(), src.nbytes(),
+                                      cudaMemcpyDeviceToHost, current_stream()));
+}
+
 void synchronize(int index) {
   DeviceGuard guard(index);
   HEADROOM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -223,6 +235,8 @@ const DeviceKernels& tensor_kernels() {
     k.normal = normal;
     k.copy_from_cpu = copy_from_cpu;
     k.copy_to_cpu = copy_to_cpu;
+    k.copy_from_cpu_async = copy_from_cpu_async;
+    k.copy_to_cpu_async = copy_to_cpu_async;
     k.synchronize = synchronize;
     k.device_count = device_count;
     // Every entry of the CUDA kernel tables is filled by the kernel files of backend/cuda/
