@@ -26,7 +26,14 @@ TrainingArguments with_memory_savers(const TrainingArguments& args, std::string*
     names += str_cat(names.empty() ? "" : ", ", name);
   };
   add(out.gradient_checkpointing, "gradient_checkpointing");
-  add(out.tiled_mlp, "tiled_mlp");
+  TrainingArguments tiled = out;
+  tiled.tiled_mlp = true;
+  try {
+    resolve_training_config(tiled);
+    add(out.tiled_mlp, "tiled_mlp");
+  } catch (const NotImplementedError&) {
+    // Not with offload_params, ZeRO-3 or FP8 yet (resolve_training_config says why).
+  }
   add(out.offload_activations, "offload_activations");
   add(out.expandable_segments, "expandable_segments");
   if (added != nullptr) *added = names;

@@ -222,6 +222,20 @@ TrainingConfig resolve_training_config(const TrainingArguments& args) {
   config.fp8 = training_fp8_recipe(args);
   config.zero_stage = training_zero_stage(args);
   config.offload = training_offload(args);
+  if (config.mlp_tile_tokens) {
+    // The tiles' backward recomputes the MLP with the parameters its layers hold at that time:
+    // the blocks' own, not the copies that offload and ZeRO-3 put in for a block's forward; and
+    // each tile is a forward to FP8's delayed scaling, whose history would count tiles as steps.
+    const char* other = config.offload.params    ? "offload_params"
+                        : config.zero_stage == 3 ? "zero_stage 3"
+                        : config.fp8             ? "fp8"
+                                                 : nullptr;
+    if (other != nullptr) {
+      throw NotImplementedError(str_cat("tiled_mlp: not with ", other,
+                                        " yet; it works with checkpointing, offload_activations, "
+                                        "offload_optimizer, LoRA / QLoRA and ZeRO stages 0-2"));
+    }
+  }
 
   config.eval_strategy = parse_interval_strategy(args.eval_strategy, "eval_strategy");
   if (args.eval_loss_target > 0.0 && config.eval_strategy != IntervalStrategy::steps) {

@@ -37,6 +37,30 @@ TEST(TrainingConfig, DefaultsAreTyped) {
   EXPECT_FALSE(c.updates_in_backward());
 }
 
+TEST(TrainingConfig, TiledMlpTypedAndRefusedWhereItsRecomputeWouldBeWrong) {
+  TrainingArguments args;
+  args.device = "cpu";
+  args.tiled_mlp = true;
+  EXPECT_EQ(resolve_training_config(args).mlp_tile_tokens, 0);  // automatic tiles
+  args.tiled_mlp_tokens = 512;
+  EXPECT_EQ(resolve_training_config(args).mlp_tile_tokens, 512);
+  args.tiled_mlp = false;
+  EXPECT_FALSE(resolve_training_config(args).mlp_tile_tokens);
+  args.tiled_mlp_tokens = -1;
+  EXPECT_NE(error_of(args).find("tiled_mlp_tokens: -1 is negative"), std::string::npos);
+  args.tiled_mlp_tokens = 0;
+  args.tiled_mlp = true;
+  // The tiles' backward would recompute with the host-resident (or sharded) parameters, and
+  // delayed FP8 scaling would count each tile as a step.
+  TrainingArguments offloaded = args, sharded = args, fp8 = args;
+  offloaded.offload_params = true;
+  sharded.zero_stage = 3;
+  fp8.fp8 = true;
+  EXPECT_NE(error_of(offloaded).find("tiled_mlp: not with offload_params"), std::string::npos);
+  EXPECT_NE(error_of(sharded).find("tiled_mlp: not with zero_stage 3"), std::string::npos);
+  EXPECT_NE(error_of(fp8).find("tiled_mlp: not with fp8"), std::string::npos);
+}
+
 TEST(TrainingConfig, EvalLossTargetNeedsEvaluationsAndAFiniteLoss) {
   TrainingArguments args;
   args.device = "cpu";
