@@ -39,7 +39,7 @@ def main():
           (torch.__version__, transformers.__version__, torch.get_num_threads()))
     for mode in args.modes.split(","):
         torch.manual_seed(1234)
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         model.train()
         decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
         no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
