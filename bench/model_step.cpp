@@ -66,10 +66,10 @@ Result run_headroom(const Options& o, const HfConfig& config,
   std::unique_ptr<CausalLM> model = make_causal_lm(config, kCPU, kSeed);
   model->to(recipe.param_dtype);
   model->train();
-  AdamW optimizer(weight_decay_param_groups(model->named_parameters(), kWeightDecay),
-                  AdamWOptions{.lr = kLr,
-                               .weight_decay = kWeightDecay,
-                               .state_dtype = recipe.optimizer_state_dtype});
+  AdamW optimizer(
+      weight_decay_param_groups(model->named_parameters(), kWeightDecay),
+      AdamWOptions{
+          .lr = kLr, .weight_decay = kWeightDecay, .state_dtype = recipe.optimizer_state_dtype});
   std::printf("headroom: %s, %.1fM parameters, %s, batch %lld x %lld, %d threads\n",
               o.model.c_str(), static_cast<double>(model->num_parameters()) / 1e6,
               recipe.name().c_str(), static_cast<long long>(o.batch),
@@ -116,11 +116,10 @@ std::optional<Result> run_peer(const Options& o, const std::string& mode,
       std::filesystem::path(HEADROOM_SOURCE_DIR) / "bench" / "model_step_peer.py";
   const std::string threads = std::to_string(omp_get_max_threads());
   setenv("OMP_NUM_THREADS", threads.c_str(), 1);
-  const std::string command =
-      str_cat(o.python, " ", script.string(), " --model-dir ", (dir / "model").string(),
-              " --batches ", (dir / "batches.json").string(), " --warmup ", kWarmupSteps,
-              " --threads ", threads, " --lr ", kLr, " --weight-decay ", kWeightDecay,
-              " --precision ", o.precision, " --modes ", mode);
+  const std::string command = str_cat(
+      o.python, " ", script.string(), " --model-dir ", (dir / "model").string(), " --batches ",
+      (dir / "batches.json").string(), " --warmup ", kWarmupSteps, " --threads ", threads, " --lr ",
+      kLr, " --weight-decay ", kWeightDecay, " --precision ", o.precision, " --modes ", mode);
   int status = 0;
   const auto results = bench::run_peer_command(command, status);
   if (status != 0 || results.empty() || !results.back().count("step_ms")) {
@@ -154,8 +153,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const HfConfig config = model_preset(o.model);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("headroom_model_step_" + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("headroom_model_step_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir / "model");
   write_hf_config((dir / "model").string(), config);
   std::vector<std::vector<int64_t>> batches;
@@ -163,8 +162,7 @@ int main(int argc, char** argv) {
     std::ofstream json((dir / "batches.json").string());
     json << "[";
     for (int64_t step = 0; step < kWarmupSteps + o.steps; ++step) {
-      batches.push_back(
-          bench::batch_tokens(kSeed, o.batch, o.context, vocab_size(config), step));
+      batches.push_back(bench::batch_tokens(kSeed, o.batch, o.context, vocab_size(config), step));
       json << (step ? "," : "") << "[";
       for (int64_t row = 0; row < o.batch; ++row) {
         json << (row ? "," : "") << "[";
@@ -187,11 +185,12 @@ int main(int argc, char** argv) {
   }
   std::filesystem::remove_all(dir);
 
-  std::printf("\n%s, batch %lld x %lld, %s, AdamW, %d threads; median of %lld steps after %d "
-              "warm-up (%s)\n",
-              o.model.c_str(), static_cast<long long>(o.batch), static_cast<long long>(o.context),
-              o.precision.c_str(), omp_get_max_threads(), static_cast<long long>(o.steps),
-              kWarmupSteps, versions.c_str());
+  std::printf(
+      "\n%s, batch %lld x %lld, %s, AdamW, %d threads; median of %lld steps after %d "
+      "warm-up (%s)\n",
+      o.model.c_str(), static_cast<long long>(o.batch), static_cast<long long>(o.context),
+      o.precision.c_str(), omp_get_max_threads(), static_cast<long long>(o.steps), kWarmupSteps,
+      versions.c_str());
   std::printf("%-22s %12s %12s %16s %12s %12s\n", "", "tokens/s", "step ms", "memory MiB",
               "first loss", "last loss");
   auto row = [](const char* name, const Result& r, const char* memory) {

@@ -1,5 +1,4 @@
 // Loading and saving HF model directories.
-#include "memory/host_pool.h"
 #include "io/pretrained.h"
 
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include "io/hf_config.h"
 #include "core/json_file.h"
 #include "io/safetensors.h"
+#include "memory/host_pool.h"
 #include "nn/linear_4bit.h"
 
 namespace headroom {
