@@ -23,14 +23,12 @@ namespace headroom {
 // the tile's input gradient over the rows of the output gradient it has just consumed (no
 // second [B, T, H] buffer) and sums the parameters' gradients over the tiles, handing them on
 // once: a parameter's hooks (data parallel's buckets, LOMO, offload) see one gradient, as with
-// the untiled MLP. Outputs and input gradients are the untiled MLP's row for row; a parameter's
-// gradient is a sum over the tokens, which the tiles add in another order (the GEMMs' own
-// blocking of that sum changes with the rows), so it equals the untiled one to fp32's rounding
-// of that sum, not bit for bit. With one tile the MLP runs untouched.
-//
-// Outputs and input gradients are the untiled MLP's bit for bit on the CPU when each tile's
-// first token is a multiple of the rows oneDNN's sgemm computes together (16 or 24), which the
-// automatic tile keeps.
+// the untiled MLP. Outputs and input gradients are computed row by row as the untiled MLP's:
+// bit for bit on the CPU when each tile's first token is a multiple of the rows oneDNN's sgemm
+// computes together (16 or 24), which the automatic tile keeps. A parameter's gradient is a sum
+// over the tokens, which the tiles add in another order (the GEMMs' own blocking of that sum
+// changes with the rows), so it equals the untiled one to fp32's rounding of that sum, not bit
+// for bit. With one tile the MLP runs untouched.
 //
 // The tile, by default (tile_tokens 0), is Arctic's: ceil(tokens / hidden) tiles, so a tile's
 // tokens x intermediate tensor is no larger than one of the MLP's hidden x intermediate weights,
@@ -46,8 +44,9 @@ int64_t mlp_tile_tokens(int64_t tokens, int64_t hidden, int64_t tile_tokens = 0)
 Tensor tiled_mlp(const Module& module, const LayerForward& forward, const Tensor& x, int64_t tile);
 
 // Runs every MLP of the model tiled (through its block runners' mlp, Note [Block runners]), with
-// tiles of mlp_tile_tokens(tokens, hidden, tile_tokens). Composes with checkpointing and offload
-// in either order.
+// tiles of mlp_tile_tokens(tokens, hidden, tile_tokens). Composes with checkpointing and
+// activation offload in either order; not with parameter offload, ZeRO-3 or FP8, which the
+// run's resolver refuses (train/training_config.cpp).
 void enable_tiled_mlp(CausalLM& model, int64_t tile_tokens = 0);
 
 }  // namespace headroom
