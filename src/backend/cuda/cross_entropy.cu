@@ -163,8 +163,9 @@ __global__ void __launch_bounds__(kRowThreads)
       float v = flush_subnormal(exp_approx(x - shift) * s);
       if (c * N + i == t) v -= s;
       if (softcap > 0.0f) {
+        // Rounded as the CPU rounds it (no contraction into an FMA).
         const float tc = x / softcap;
-        v *= 1.0f - tc * tc;
+        v = __fmul_rn(v, __fsub_rn(1.0f, __fmul_rn(tc, tc)));
       }
       out.v[i] = from_f32<TG>(v);
     }

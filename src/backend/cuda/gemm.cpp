@@ -244,9 +244,16 @@ cublasLtMatmulHeuristicResult_t chosen_algorithm(cublasLtHandle_t handle, const 
         static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    HEADROOM_CUBLAS_CHECK(cublaslt().matmul_algo_get_heuristic(
+    // cuBLASLt says it has no kernel either way: a success with none found, or (more often)
+    // CUBLAS_STATUS_NOT_SUPPORTED from the heuristic itself.
+    const cublasStatus_t status = cublaslt().matmul_algo_get_heuristic(
         handle, desc.raw, layout_a.raw, layout_b.raw, layout_c.raw, layout_c.raw, preference.raw, 1,
-        &result, &found));
+        &result, &found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+      found = 0;
+    } else {
+      HEADROOM_CUBLAS_CHECK(status);
+    }
     if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
       if (!allow_missing) throw NotImplementedError(describe());
       result.state = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -257,15 +264,24 @@ cublasLtMatmulHeuristicResult_t chosen_algorithm(cublasLtHandle_t handle, const 
 
 // Runs the product: c is both cuBLASLt's C (read with beta) and D (written), in place. Row-major
 // to column-major, cuBLASLt's A is b (layout_a describes b) and its B is a (layout_b).
+// Returns cuBLASLt's status (try_matmul) or throws on any but success (run_matmul).
+cublasStatus_t try_matmul(cublasLtHandle_t handle, const MatmulDesc& desc, float alpha, float beta,
+                          const Tensor& a, const Tensor& b, const Tensor& c,
+                          const LayoutDesc& layout_a, const LayoutDesc& layout_b,
+                          const LayoutDesc& layout_c, const cublasLtMatmulHeuristicResult_t& chosen,
+                          int device, cudaStream_t stream) {
+  void* workspace = workspace_for(device, stream);
+  return cublaslt().matmul(handle, desc.raw, &alpha, b.data_ptr(), layout_a.raw, a.data_ptr(),
+                           layout_b.raw, &beta, c.data_ptr(), layout_c.raw, c.data_ptr(),
+                           layout_c.raw, &chosen.algo, workspace, kGemmWorkspaceBytes, stream);
+}
+
 void run_matmul(cublasLtHandle_t handle, const MatmulDesc& desc, float alpha, float beta,
                 const Tensor& a, const Tensor& b, const Tensor& c, const LayoutDesc& layout_a,
                 const LayoutDesc& layout_b, const LayoutDesc& layout_c,
                 const cublasLtMatmulHeuristicResult_t& chosen, int device, cudaStream_t stream) {
-  void* workspace = workspace_for(device, stream);
-  HEADROOM_CUBLAS_CHECK(cublaslt().matmul(handle, desc.raw, &alpha, b.data_ptr(), layout_a.raw,
-                                          a.data_ptr(), layout_b.raw, &beta, c.data_ptr(),
-                                          layout_c.raw, c.data_ptr(), layout_c.raw, &chosen.algo,
-                                          workspace, kGemmWorkspaceBytes, stream));
+  HEADROOM_CUBLAS_CHECK(try_matmul(handle, desc, alpha, beta, a, b, c, layout_a, layout_b, layout_c,
+                                   chosen, device, stream));
 }
 
 void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float alpha, float beta,
@@ -361,17 +377,20 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
                        " n ", n, " k ", k, " batch ", batch);
       },
       bias_grad);
-  if (chosen.state != CUBLAS_STATUS_SUCCESS) {
-    // No fused kernel for this bias gradient: the product, then the reduction table's column
-    // sums of the reduced operand ([k, len], packed: gemm_problem checked it).
-    gemm(trans_a, trans_b, a, b, alpha, beta, c, GemmEpilogue::none, Tensor());
-    const bool of_a = epilogue == GemmEpilogue::bias_grad_a;
-    std::get<ReductionKernels>(*find_kernel_tables(DeviceType::cuda))
-        .sum_middle(of_a ? a : b, 1, k, of_a ? m : n, 1.0, bias);
-    return;
+  if (chosen.state == CUBLAS_STATUS_SUCCESS) {
+    const cublasStatus_t status = try_matmul(handle, desc, alpha, beta, a, b, c, layout_a, layout_b,
+                                             layout_c, chosen, device, stream);
+    // cuBLASLt may refuse at run time an algorithm its heuristic offered (as the FP8 amax case
+    // below): a bias gradient then takes the unfused path.
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    if (!bias_grad || status != CUBLAS_STATUS_NOT_SUPPORTED) HEADROOM_CUBLAS_CHECK(status);
   }
-  run_matmul(handle, desc, alpha, beta, a, b, c, layout_a, layout_b, layout_c, chosen, device,
-             stream);
+  // No fused kernel for this bias gradient: the product, then the reduction table's column sums
+  // of the reduced operand ([k, len], packed: gemm_problem checked it).
+  gemm(trans_a, trans_b, a, b, alpha, beta, c, GemmEpilogue::none, Tensor());
+  const bool of_a = epilogue == GemmEpilogue::bias_grad_a;
+  std::get<ReductionKernels>(*find_kernel_tables(DeviceType::cuda))
+      .sum_middle(of_a ? a : b, 1, k, of_a ? m : n, 1.0, bias);
 }
 
 // The FP8 GEMM (backend/gemm_kernels.h): c [m, n] = sa * sb * a [m, k] @ b [n, k]^T. Column-major,

@@ -94,6 +94,9 @@ class KernelTimer final : public DeviceActivitySource, public KernelLaunchTimer 
                   .correlation_id = ++correlation_ids_,
                   .thread_id = info.thread_id,
                   .launch_ns = info.launch_ns};
+    // Events belong to the device current when they are made and recorded; a rank's thread
+    // keeps device 0 current (kernels take their device in a scoped guard).
+    DeviceGuard guard(device_);
     launch.start = acquire();
     launch.end = acquire();
     launches_.push_back(launch);
@@ -108,6 +111,7 @@ class KernelTimer final : public DeviceActivitySource, public KernelLaunchTimer 
     if ((handle >> 32) != generation_ || index >= launches_.size()) return;
     Launch& launch = launches_[index];
     if (launch.ended) return;
+    DeviceGuard guard(device_);
     HEADROOM_CUDA_CHECK(cudaEventRecord(launch.end, launch.stream));
     launch.ended = true;
   }

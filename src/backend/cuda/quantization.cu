@@ -148,7 +148,7 @@ void quantize_4bit(const Tensor& weight, Quant4bitType type, int64_t blocksize,
       weight.dtype(), T,
       quantize_4bit_kernel<T><<<blocks_for(blocks), kThreads, 0, current_stream()>>>(
           static_cast<const T*>(weight.data_ptr()), n, blocksize, blocks, sorted,
-          static_cast<uint8_t*>(packed.data_ptr()), absmax.data<float>()));
+          static_cast<uint8_t*>(packed.data_ptr()), device_data<float>(absmax)));
   check_launch();
 }
 
@@ -211,13 +211,13 @@ void quantize_absmax_nested(const Tensor& absmax, const Tensor& offset, const Te
   for (int i = 0; i < 255; ++i) midpoints.v[i] = 0.5f * (map[i] + map[i + 1]);
   HEADROOM_CUDA_CHECK(cudaMemcpyAsync(nested_code.data_ptr(), map.data(), sizeof(float) * 256,
                                       cudaMemcpyHostToDevice, current_stream()));
-  absmax_mean_kernel<<<1, 1, 0, current_stream()>>>(absmax.data<float>(), blocks,
-                                                    offset.data<float>());
+  absmax_mean_kernel<<<1, 1, 0, current_stream()>>>(device_data<float>(absmax), blocks,
+                                                    device_data<float>(offset));
   check_launch();
   const int64_t nested = (blocks + kQuant4bitNestedBlocksize - 1) / kQuant4bitNestedBlocksize;
   quantize_absmax_nested_kernel<<<blocks_for(nested), kThreads, 0, current_stream()>>>(
-      absmax.data<float>(), offset.data<float>(), blocks, midpoints,
-      static_cast<uint8_t*>(codes.data_ptr()), nested_absmax.data<float>());
+      device_data<float>(absmax), device_data<float>(offset), blocks, midpoints,
+      static_cast<uint8_t*>(codes.data_ptr()), device_data<float>(nested_absmax));
   check_launch();
 }
 
