@@ -75,7 +75,7 @@ double floor_of(DType dtype) {
 }
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, DType dtype,
-                  const std::string& what) {
+                  const std::string& what, double noise = 1e-6) {
   ASSERT_EQ(got.size(), want.size()) << what;
   const double tol = tolerance_of(dtype);
   double mean_abs = 0.0, largest = 0.0, worst = 0.0;
@@ -84,9 +84,9 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     largest = std::max(largest, static_cast<double>(std::fabs(w)));
   }
   mean_abs /= std::max<size_t>(want.size(), 1);
-  // At least 1e-6: where the reference is zero throughout (dQ, dK with one key) the GPU holds
-  // rounding noise of ~2e-7 in every dtype (measured).
-  const double floor = std::max(1e-6, floor_of(dtype) * largest);
+  // At least `noise`: where the reference is zero throughout (dQ, dK with one key) the GPU holds
+  // rounding noise of ~2e-7 in every dtype (measured, one row of D 64).
+  const double floor = std::max(noise, floor_of(dtype) * largest);
   size_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
@@ -164,8 +164,14 @@ void check_against_cpu(const Config& c, DType dtype, uint64_t seed = 7) {
   const Result want = run(c, in, DType::f32, kCPU);
   const Result got = run(c, in, dtype, kGpu);
   expect_close(got.out, want.out, dtype, name + ": out");
-  expect_close(got.grad_q, want.grad_q, dtype, name + ": grad_q");
-  expect_close(got.grad_k, want.grad_k, dtype, name + ": grad_k");
+  // A window of one key makes every query attend to itself alone: dS = P (dP - D) is 0 in exact
+  // arithmetic, so all of dQ and dK is rounding noise, the GPU's dP (an FMA chain or the tensor
+  // cores) and D (a butterfly) cancelling in another order than the CPU's. It grows with sqrt(D)
+  // and the rows' count: a model of the kernels' rounding order puts it at up to 5.5e-6 for D 160
+  // and 140 rows; 1e-5 stays five orders below what a wrong mask, index or scale gives.
+  const double noise = c.window == 1 ? 1e-5 : 1e-6;
+  expect_close(got.grad_q, want.grad_q, dtype, name + ": grad_q", noise);
+  expect_close(got.grad_k, want.grad_k, dtype, name + ": grad_k", noise);
   expect_close(got.grad_v, want.grad_v, dtype, name + ": grad_v");
 }
 

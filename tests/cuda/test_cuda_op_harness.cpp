@@ -46,7 +46,7 @@ Tolerance forward_tolerance(const OpCase& c, DType dtype) {
 
 Tolerance gradient_tolerance(const OpCase& c, DType dtype) {
   const Tolerance f = forward_tolerance(c, dtype);
-  return {2 * f.rtol, 10 * f.atol_fraction};
+  return {2 * f.rtol, 10 * f.atol_fraction, c.gpu_gradient_atol};
 }
 
 // f32 first, then the case's low-precision dtypes.

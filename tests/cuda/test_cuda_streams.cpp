@@ -217,7 +217,9 @@ TEST(CudaStreams, DataLoaderBatchesCrossOnTheCopyStream) {
 // Note [Offload on the copy stream]: with the copy stream held, a checkpointed forward with
 // offloaded activations queues its copies to the pinned pool and returns (no host
 // synchronisation waits for them); released, backward brings them back on the copy stream and
-// the gradients equal those of the same run without offload bit for bit.
+// the gradients equal those of the same run without offload. Not bit for bit: attention's
+// backward adds dQ with atomicAdd, so its last bits vary from run to run with or without offload
+// (rtol 1e-4 holds that; a tensor brought back wrong or late is off by its own magnitude).
 TEST(CudaStreams, OffloadedActivationsCrossOnTheCopyStream) {
   REQUIRE_GPU();
   LlamaConfig config;
@@ -227,7 +229,7 @@ TEST(CudaStreams, OffloadedActivationsCrossOnTheCopyStream) {
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < 2 * 256; ++i) ids.push_back((i * 37 + 11) % 128);
   const Tensor input = Tensor::from_ints(ids, {2, 256}).to(kGpu);
-  std::vector<std::vector<float>> grads[2];
+  std::vector<Tensor> grads[2];
   for (int offload = 0; offload < 2; ++offload) {
     auto model = make_causal_lm(config, kGpu, /*seed=*/5);
     enable_gradient_checkpointing(*model);
@@ -248,10 +250,14 @@ TEST(CudaStreams, OffloadedActivationsCrossOnTheCopyStream) {
     }
     backward(loss);
     for (const Tensor& p : model->parameters()) {
-      grads[offload].push_back(p.grad().to(kCPU).to_float_vector());
+      grads[offload].push_back(p.grad().to(kCPU));
     }
   }
-  EXPECT_EQ(grads[0], grads[1]);
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    expect_close(grads[1][i], grads[0][i], {.rtol = 1e-4, .atol_fraction = 1e-5},
+                 str_cat("gradient of parameter ", i));
+  }
 }
 
 }  // namespace

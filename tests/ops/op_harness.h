@@ -57,6 +57,9 @@ struct OpCase {
   // DeepSeek-V3, section 3.3.2): an extra bound, as a fraction of the largest magnitude, in
   // every dtype.
   double gpu_accumulation_atol_fraction = 0.0;
+  // Gradients that are 0 in exact arithmetic and rounding noise on both devices (attention with
+  // a window of one key): an absolute bound for the GPU's against the CPU's.
+  double gpu_gradient_atol = 0.0;
 };
 
 void register_op_case(OpCase op_case);
