@@ -1,6 +1,6 @@
-// Long context on the CPU: a Llama-shaped model of about 100M parameters, QLoRA (NF4 base, LoRA
-// r 16 on all linear layers), bf16 autocast and full checkpointing, trained with the Trainer on
-// rows of --tokens tokens, with and without the tiled MLP and offloaded checkpoint inputs, side
+// Long context: a Llama-shaped model of about 100M parameters (or --model PRESET), QLoRA (NF4 base,
+// LoRA r 16 on all linear layers), bf16 autocast and full checkpointing, trained with the Trainer
+// on rows of --tokens tokens, with and without the tiled MLP and offloaded checkpoint inputs, side
 // by side from one run: the median step time and tokens/s, each run's device and host peaks
 // beside its plan's (dry_run_training, what `headroom plan` prints), the process's RSS, and the
 // losses, which must equal the first mode's (bit for bit for the first step: the tiles change
@@ -15,14 +15,24 @@
 // Run (Release build):
 //   ninja -C build long_context && build/bench/long_context [--tokens 32768] [--document 4096]
 //       [--hidden 768] [--layers 12] [--intermediate 2816] [--steps 2] [--modes all|issue]
+//       [--device cpu|cuda] [--model PRESET]
 // --modes issue runs the untiled run, offload alone and the tiled MLP with offload (the issue's
-// configuration), leaving out the tiled MLP alone.
+// configuration), leaving out the tiled MLP alone. --model takes a Llama-family preset's shape
+// (llama-3.2-1b) instead of --hidden, --layers and --intermediate.
+// On a GPU (--device cuda) offloaded checkpoint inputs cross on the copy stream while the
+// compute stream works (Note [Offload on the copy stream]); the table adds what their copies
+// would cost done one after the other (2 x the host peak, out and back, at the page-locked
+// bandwidth measured after the runs) and how much of it the step hides: 1 - (the step's extra
+// time over the same mode without offload) / that serial time.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <fcntl.h>
@@ -34,6 +44,7 @@
 #include "io/hf_config.h"
 #include "memory/device_memory.h"
 #include "memory/host_pool.h"
+#include "nn/model_presets.h"
 #include "plan/dry_run.h"
 #include "train/trainer.h"
 
@@ -48,6 +59,8 @@ struct Options {
   int64_t tokens = 32768, document = 4096, hidden = 768, layers = 12, intermediate = 2816;
   int64_t steps = 2;
   std::string modes = "all";
+  std::string device = "cpu";
+  std::string model;  // a Llama-family preset; empty: the sizes above
 };
 
 struct Mode {
@@ -68,8 +81,9 @@ std::string format_loss(double loss) {
 }
 
 Figures measure(const TrainingArguments& args) {
-  empty_cache(kCPU);
-  host_pool(kCPU).empty_cache();
+  const Device device = Device::parse(args.device);
+  empty_cache(device);
+  for (bool pinned : {false, true}) host_pool(device, pinned).empty_cache();
   Trainer trainer(args);
   // The Trainer's own report (progress, memory summary) would bury the table: stdout is quieted
   // for the run.
@@ -101,6 +115,29 @@ Figures measure(const TrainingArguments& args) {
   return f;
 }
 
+// Seconds for one copy of `bytes` from the device to page-locked host memory and one back
+// (copy_ synchronises), the faster of three; 0 on the CPU, where nothing crosses.
+std::pair<double, double> pinned_copy_seconds(Device device, int64_t bytes) {
+  if (!device.is_cuda()) return {0.0, 0.0};
+  const Tensor on_device = Tensor::zeros({bytes / 4}, DType::f32, device);
+  CachingAllocator& pool = host_pool(device, true);
+  Tensor on_host;
+  {
+    HostPoolScope scope(device, pool);
+    on_host = Tensor::zeros({bytes / 4}, DType::f32, host_pool_device(device));
+  }
+  double out = 1e30, in = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = Clock::now();
+    on_host.copy_(on_device);
+    out = std::min(out, std::chrono::duration<double>(Clock::now() - t0).count());
+    t0 = Clock::now();
+    on_device.copy_(on_host);
+    in = std::min(in, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return {out, in};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,8 +145,8 @@ int main(int argc, char** argv) {
   bench::parse_command_line(
       "long_context",
       "[--tokens N] [--document N] [--hidden N] [--layers N] [--intermediate N] [--steps N] "
-      "[--modes all|issue]",
-      argc, argv, {}, {{"--modes", &o.modes}},
+      "[--modes all|issue] [--device cpu|cuda] [--model PRESET]",
+      argc, argv, {}, {{"--modes", &o.modes}, {"--device", &o.device}, {"--model", &o.model}},
       {{"--tokens", &o.tokens},
        {"--document", &o.document},
        {"--hidden", &o.hidden},
@@ -117,23 +154,39 @@ int main(int argc, char** argv) {
        {"--intermediate", &o.intermediate},
        {"--steps", &o.steps}});
   if (o.document < 1 || o.tokens % o.document != 0 || o.steps < 1 ||
-      (o.modes != "all" && o.modes != "issue")) {
+      (o.modes != "all" && o.modes != "issue") || (o.device != "cpu" && o.device != "cuda")) {
     std::fprintf(stderr,
-                 "long_context: --document must divide --tokens, --steps be positive and --modes "
-                 "all or issue\n");
+                 "long_context: --document must divide --tokens, --steps be positive, --modes "
+                 "all or issue and --device cpu or cuda\n");
     return 2;
   }
+  if (o.device == "cuda" && !cuda_is_available()) {
+    std::printf("long_context: no CUDA device present; nothing to measure\n");
+    return 0;
+  }
+  const Device device = Device::parse(o.device == "cuda" ? "cuda:0" : "cpu");
   const std::filesystem::path root = std::filesystem::temp_directory_path() /
                                      ("headroom_long_context_bench_" + std::to_string(getpid()));
   std::filesystem::create_directories(root / "model");
   LlamaConfig config;
-  config.vocab_size = 256;  // the byte tokenizer's: one token a byte, no EOS appended
-  config.hidden_size = o.hidden;
-  config.intermediate_size = o.intermediate;
-  config.num_hidden_layers = o.layers;
-  config.num_attention_heads = std::max<int64_t>(1, o.hidden / 64);
-  config.num_key_value_heads = std::max<int64_t>(1, config.num_attention_heads / 3);
-  config.max_position_embeddings = o.tokens;
+  if (!o.model.empty()) {
+    const HfConfig preset = model_preset(o.model);
+    if (!std::holds_alternative<LlamaConfig>(preset)) {
+      std::fprintf(stderr, "long_context: --model takes a Llama-family preset\n");
+      return 2;
+    }
+    config = std::get<LlamaConfig>(preset);  // its vocabulary: the bytes are its first 256 ids
+    o.hidden = config.hidden_size, o.layers = config.num_hidden_layers;
+    o.intermediate = config.intermediate_size;
+  } else {
+    config.vocab_size = 256;  // the byte tokenizer's: one token a byte, no EOS appended
+    config.hidden_size = o.hidden;
+    config.intermediate_size = o.intermediate;
+    config.num_hidden_layers = o.layers;
+    config.num_attention_heads = std::max<int64_t>(1, o.hidden / 64);
+    config.num_key_value_heads = std::max<int64_t>(1, config.num_attention_heads / 3);
+    config.max_position_embeddings = o.tokens;
+  }
   config.bos_token_id = std::nullopt;
   config.eos_token_id = {};
   write_hf_config((root / "model").string(), config);
@@ -153,7 +206,7 @@ int main(int argc, char** argv) {
   args.model = (root / "model").string();
   args.data = (root / "rows.jsonl").string();
   args.output_dir = (root / "out").string();
-  args.device = "cpu";
+  args.device = device.str();
   args.bf16 = true;
   args.max_seq_length = o.tokens;
   args.packing = true;  // bfd: padding-free rows of whole documents
@@ -189,22 +242,25 @@ int main(int argc, char** argv) {
   std::printf(
       "long-context bench: Llama %lld layers x %lld wide (intermediate %lld, %.1fM parameters), "
       "QLoRA NF4 r 16 all-linear, bf16, checkpointing full; rows of %lld tokens (documents of "
-      "%lld packed); median of %lld step(s)%s, on the CPU (%d threads)\n",
+      "%lld packed); median of %lld step(s)%s, on %s\n",
       static_cast<long long>(o.layers), static_cast<long long>(o.hidden),
       static_cast<long long>(o.intermediate), static_cast<double>(parameters) / 1e6,
       static_cast<long long>(o.tokens), static_cast<long long>(o.document),
       static_cast<long long>(o.steps > 1 ? o.steps - 1 : 1), o.steps > 1 ? " after the first" : "",
-      omp_get_max_threads());
+      device.is_cuda() ? "cuda:0"
+                       : str_cat("the CPU (", omp_get_max_threads(), " threads)").c_str());
   std::printf("%-22s %9s %9s %8s %14s %14s %14s %14s %10s %s\n", "mode", "step s", "tokens/s",
               "cost", "device MiB", "plan MiB", "host MiB", "plan MiB", "RSS MiB", "losses");
   double baseline = 0.0;
   std::vector<double> first_losses;
+  std::map<std::string, Figures> figures;
   bool all_equal = true;
   for (const Mode& mode : modes) {
     TrainingArguments a = args;
     mode.enable(a);
     const DryRunResult plan = dry_run_training(a);
     const Figures f = measure(a);
+    figures[mode.name] = f;
     if (baseline == 0.0) baseline = f.step_seconds;
     if (first_losses.empty()) first_losses = f.losses;
     const bool planned =
@@ -230,6 +286,26 @@ int main(int argc, char** argv) {
       "device and host peaks %s the plans to the byte; '=' marks a loss equal to the "
       "first mode's bit for bit, '~' one that is not; RSS is the process's peak so far\n",
       all_equal ? "equal" : "do NOT all equal");
+  if (device.is_cuda()) {
+    // The overlap: each offload mode against the same mode without offload.
+    const auto [out_s, in_s] = pinned_copy_seconds(device, int64_t{256} << 20);
+    const double bytes = 256.0 * kMiB;
+    std::printf(
+        "\npage-locked copies of 256 MiB: %.1f GB/s to the host, %.1f GB/s back\n"
+        "%-22s %12s %14s %16s %10s\n",
+        bytes / out_s / 1e9, bytes / in_s / 1e9, "offload mode", "extra s", "host MiB",
+        "serial copies s", "hidden");
+    for (const auto& [with, without] : {std::pair<const char*, const char*>{"offload", "untiled"},
+                                        {"tiled MLP + offload", "tiled MLP"}}) {
+      if (!figures.count(with) || !figures.count(without)) continue;
+      const Figures& f = figures[with];
+      const double extra = f.step_seconds - figures[without].step_seconds;
+      const double serial = static_cast<double>(f.host_peak) / bytes * (out_s + in_s);
+      std::printf("%-22s %12.3f %14.1f %16.3f %9.0f%%\n", with, extra,
+                  static_cast<double>(f.host_peak) / kMiB, serial,
+                  serial > 0.0 ? 100.0 * (1.0 - extra / serial) : 0.0);
+    }
+  }
   std::filesystem::remove_all(root);
   return all_equal ? 0 : 1;
 }
