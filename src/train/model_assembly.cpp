@@ -114,7 +114,9 @@ AssembledModel assemble_model(const TrainingConfig& config, RankPosition positio
   // FP8, the adapters in the recipe's precision.
   if (config.fp8) {
     out.fp8 = std::make_unique<Fp8Training>(*config.fp8, args.fp8_save_original_input);
-    enable_fp8_linears(model, *out.fp8);
+    // On the compute device: with --offload_params the blocks' weights are in the host pool
+    // by now, and their FP8 states (scales, amax histories) do not move with them.
+    enable_fp8_linears(model, *out.fp8, config.device);
   }
   model.train();
   // HF's activate_neftune: the noise is the input embedding's, in training mode only, so that
