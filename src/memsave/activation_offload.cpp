@@ -4,6 +4,7 @@
 
 #include <any>
 #include <memory>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -23,6 +24,19 @@ struct OffloadedActivation {
   Tensor device;  // brought back ahead of its unpack, handed out once
   int64_t layer = 0;
   bool handed_out = false;
+  // The copy back's completion, on the copy stream, while the compute stream has not waited for
+  // it (a GPU's; none where every stream is one).
+  DeviceAllocator* queues = nullptr;
+  std::optional<EventId> back;
+
+  OffloadedActivation() = default;
+  OffloadedActivation(const OffloadedActivation&) = delete;
+  OffloadedActivation& operator=(const OffloadedActivation&) = delete;
+  ~OffloadedActivation() { forget_copy_back(); }
+  void forget_copy_back() noexcept {
+    if (back) queues->destroy_event(*back);
+    back.reset();
+  }
 };
 
 class ActivationOffloader {
@@ -67,8 +81,9 @@ class ActivationOffloader {
     // host block wait for it before they are reused.
     const StreamId compute = current_stream(compute_), copy = copy_stream(compute_);
     NoGradGuard no_grad;
-    // A queued transfer reads contiguous memory; on one stream copy_ takes t as it is.
-    const Tensor source = copy != compute && !t.is_contiguous() ? t.contiguous() : t;
+    // A queued transfer reads contiguous memory. Every device makes the same temporary (on one
+    // stream copy_ could take t as it is), so that the CPU's and the plan's peaks are the GPU's.
+    const Tensor source = t.is_contiguous() ? t : t.contiguous();
     wait_stream(compute_, copy, compute);
     {
       StreamGuard on_copy(compute_, copy);
@@ -88,15 +103,19 @@ class ActivationOffloader {
     Tensor out = entry->device.defined() ? std::move(entry->device) : fetch(*entry);
     entry->device = Tensor();
     entry->handed_out = true;
+    // The compute stream reads `out` only after its own copy, not after the prefetches queued
+    // later, which run beside this block's backward.
+    if (entry->back) {
+      entry->queues->wait_event(current_stream(compute_), *entry->back);
+      entry->forget_copy_back();
+    }
     prefetch(entry->layer - 1);
-    // The compute stream reads `out` only after its copy (and the prefetches queued before it).
-    wait_stream(compute_, current_stream(compute_), copy_stream(compute_));
     return out;
   }
 
   // The tensor back on the compute device, queued on the copy stream (Note [Offload on the copy
   // stream]); allocated from the compute stream's pool, as the plan allocates it.
-  Tensor fetch(const OffloadedActivation& entry) const {
+  Tensor fetch(OffloadedActivation& entry) const {
     MemoryCategoryScope category(MemoryCategory::activations);
     NoGradGuard no_grad;
     Tensor out = Tensor::empty(entry.host.shape(), entry.host.dtype(), compute_);
@@ -109,6 +128,9 @@ class ActivationOffloader {
     if (copy != compute) {
       out.record_stream(copy);
       entry.host.record_stream(copy);
+      entry.queues = &caching_allocator(compute_).device_allocator();
+      entry.forget_copy_back();
+      entry.back = entry.queues->record_event(copy);
     }
     return out;
   }

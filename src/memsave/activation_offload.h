@@ -31,7 +31,8 @@ namespace headroom {
 // copy stream, so the allocator reuses neither before the copy has run (Note [Streams and
 // reuse]). In backward the copies back (the prefetch of block L-1 included) are allocated from
 // the compute stream's pool, as the plan allocates them, and queued on the copy stream after the
-// compute stream's work so far; the compute stream waits for the copy stream before it reads one.
+// compute stream's work so far, each followed by an event; the compute stream waits for that
+// tensor's event before it reads it, so block L-1's prefetch runs beside block L's backward.
 // On the CPU and the meta device every stream is one: the same code copies synchronously, and
 // the bytes and the results are those the plan and the tests see.
 
