@@ -150,7 +150,7 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
       NoGradGuard no_grad;
       MemoryCategoryScope category(MemoryCategory::parameters);
       out = Tensor::empty(host.shape(), host.dtype(), compute_);
-      out.copy_(host);
+      out.copy_async_(host);  // see Note [Parameter copies in stream order]
     }
     if (auto node = make_function_node("ParameterCopyInBackward", {host})) {
       const Device compute = compute_;
@@ -173,7 +173,7 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
     MemoryCategoryScope category(MemoryCategory::parameters);
     for (const Tensor& host : block.host) {
       Tensor copy = Tensor::empty(host.shape(), host.dtype(), compute_);
-      copy.copy_(host);
+      copy.copy_async_(host);
       block.resident.push_back(copy);
     }
   }

@@ -27,6 +27,15 @@ namespace headroom {
 // pool, the layer holds device copies while the block runs, and linear_4bit saves them for
 // backward through the same handles, so a 70B QLoRA base needs one block of it on the device.
 
+// Note [Parameter copies in stream order]
+// On a GPU the copies in (forward, recompute, backward's block and its prefetch) are queued on
+// the compute stream from the page-locked pool (Tensor::copy_async_), not made with copy_, which
+// waits for the stream to drain: a QLoRA block has some 40 tensors, each a host synchronisation
+// per pass. In stream order no event is needed: the kernels that read a copy are queued after
+// it. The host leaves are not written while a copy may be pending: the optimizer writes them
+// after backward, whose gradients come back through synchronous copies that drain the stream
+// first. On the CPU and the meta device copy_async_ is copy_: the same bytes, the same plan.
+
 struct ParameterOffloadOptions {
   bool pin_memory = true;  // page-locked host pool when the compute device is a GPU
 };
