@@ -38,4 +38,9 @@ void fill_lomo_kernels(LomoKernels& kernels);                   // lomo.cu
 void fill_quantization_kernels(QuantizationKernels& kernels);   // quantization.cu
 void fill_fp8_kernels(Fp8Kernels& kernels);                     // fp8.cu
 
+// The reduction table's sum_middle, called by gemm's unfused bias gradient inside its own
+// kernel-table call (the CPU's gemm calls its column sums directly too: one call in the census).
+void sum_middle(const Tensor& x, int64_t outer, int64_t n, int64_t inner, double factor,
+                const Tensor& out);  // reduction.cu
+
 }  // namespace headroom::cuda

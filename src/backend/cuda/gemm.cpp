@@ -168,7 +168,7 @@ struct ProblemKey {
   bool trans_a, trans_b;
   int64_t m, n, k, batch;
   int64_t lda, ldb, ldc, stride_a, stride_b, stride_c;
-  DType ab_dtype, c_dtype, bias_dtype;
+  DType a_dtype, b_dtype, c_dtype, bias_dtype;  // FP8's a and b may differ
   GemmEpilogue epilogue;
   uint32_t align_a, align_b, align_c, align_bias;
   auto operator<=>(const ProblemKey&) const = default;
@@ -361,6 +361,7 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
                        mb.batch_stride,
                        mc.batch_stride,
                        a.dtype(),
+                       b.dtype(),
                        c.dtype(),
                        has_bias ? bias.dtype() : DType::f32,
                        epilogue,
@@ -389,8 +390,7 @@ void gemm(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, float al
   // of the reduced operand ([k, len], packed: gemm_problem checked it).
   gemm(trans_a, trans_b, a, b, alpha, beta, c, GemmEpilogue::none, Tensor());
   const bool of_a = epilogue == GemmEpilogue::bias_grad_a;
-  std::get<ReductionKernels>(*find_kernel_tables(DeviceType::cuda))
-      .sum_middle(of_a ? a : b, 1, k, of_a ? m : n, 1.0, bias);
+  sum_middle(of_a ? a : b, 1, k, of_a ? m : n, 1.0, bias);
 }
 
 // The FP8 GEMM (backend/gemm_kernels.h): c [m, n] = sa * sb * a [m, k] @ b [n, k]^T. Column-major,
@@ -449,8 +449,9 @@ void gemm_fp8(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                        0,
                        0,
                        a.dtype(),
+                       b.dtype(),
                        c.dtype(),
-                       has_bias ? bias.dtype() : b.dtype(),
+                       has_bias ? bias.dtype() : DType::f32,
                        has_bias ? GemmEpilogue::bias : GemmEpilogue::none,
                        alignment_of(a.data_ptr()),
                        alignment_of(b.data_ptr()),

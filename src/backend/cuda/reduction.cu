@@ -119,6 +119,8 @@ __global__ void sum_columns_kernel(const T* x, int64_t outer, int64_t n, int64_t
   }
 }
 
+}  // namespace
+
 void sum_middle(const Tensor& x, int64_t outer, int64_t n, int64_t inner, double factor,
                 const Tensor& out) {
   if (outer * inner == 0) return;
@@ -140,6 +142,8 @@ void sum_middle(const Tensor& x, int64_t outer, int64_t n, int64_t inner, double
   }
   check_launch();
 }
+
+namespace {
 
 // ---- fill_scaled: dst = factor * scalar, rounded as the CPU's fill_(g.item() * factor)
 
