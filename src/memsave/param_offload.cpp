@@ -2,12 +2,14 @@
 #include "memsave/param_offload.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "autograd/function_node.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "memory/device_memory.h"
 #include "memory/host_pool.h"
 #include "memory/memory_category.h"
 #include "memsave/saved_parameter_hooks.h"
@@ -101,18 +103,30 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
   Tensor device_weight(int64_t layer, size_t index) {
     Block& block = blocks_.at(static_cast<size_t>(layer));
     if (block.resident.empty()) {
-      bring_in(block);
+      bring_in(block, false);
       if (layer > 0) {
         Block& before = blocks_[static_cast<size_t>(layer - 1)];
-        if (before.resident.empty() && before.handles > 0) bring_in(before);
+        if (before.resident.empty() && before.handles > 0) bring_in(before, true);
       }
+    }
+    if (block.ready) {
+      // A prefetched block: the compute stream reads its copies after they have crossed.
+      queues().wait_event(current_stream(compute_), *block.ready);
+      forget_ready(block);
     }
     return block.resident.at(index);
   }
 
   void release_handle(int64_t layer) {
     Block& block = blocks_.at(static_cast<size_t>(layer));
-    if (--block.handles == 0) block.resident.clear();
+    if (--block.handles == 0) {
+      forget_ready(block);
+      block.resident.clear();
+    }
+  }
+
+  ~ParameterOffloader() {
+    for (Block& block : blocks_) forget_ready(block);
   }
 
  private:
@@ -131,7 +145,14 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
     std::vector<Tensor> host;      // the parameters themselves, then the 4-bit tensors
     std::vector<Tensor> resident;  // device copies for backward, while handles are alive
     int64_t handles = 0;           // live WeightHandles of the block
+    std::optional<EventId> ready;  // a prefetch's copies done, on a GPU's copy stream
   };
+
+  DeviceAllocator& queues() const { return caching_allocator(compute_).device_allocator(); }
+  void forget_ready(Block& block) const noexcept {
+    if (block.ready) queues().destroy_event(*block.ready);
+    block.ready.reset();
+  }
 
   // The defined tensors of a 4-bit weight, in a fixed order.
   static std::vector<Tensor*> quantized_tensors(Quant4bitWeight& w) {
@@ -168,14 +189,27 @@ class ParameterOffloader : public std::enable_shared_from_this<ParameterOffloade
     return out;
   }
 
-  void bring_in(Block& block) const {
+  // The block's device copies for backward: on the compute stream, or `ahead` (the prefetch of
+  // the block before the one backward is in) on the copy stream, beside the compute, with an
+  // event the block's first unpack waits for (Note [Parameter copies in stream order]). Allocated
+  // from the compute stream's pool either way, as the plan allocates them.
+  void bring_in(Block& block, bool ahead) const {
     NoGradGuard no_grad;
     MemoryCategoryScope category(MemoryCategory::parameters);
+    const StreamId compute = current_stream(compute_);
+    const StreamId copy = ahead ? copy_stream(compute_) : compute;
+    // The copies' memory may still be read by the compute stream's earlier kernels.
+    wait_stream(compute_, copy, compute);
     for (const Tensor& host : block.host) {
-      Tensor copy = Tensor::empty(host.shape(), host.dtype(), compute_);
-      copy.copy_async_(host);
-      block.resident.push_back(copy);
+      Tensor resident = Tensor::empty(host.shape(), host.dtype(), compute_);
+      {
+        StreamGuard on_copy(compute_, copy);
+        resident.copy_async_(host);
+      }
+      if (copy != compute) resident.record_stream(copy);
+      block.resident.push_back(resident);
     }
+    if (copy != compute) block.ready = queues().record_event(copy);
   }
 
   Device compute_;

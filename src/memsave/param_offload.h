@@ -32,7 +32,10 @@ namespace headroom {
 // the compute stream from the page-locked pool (Tensor::copy_async_), not made with copy_, which
 // waits for the stream to drain: a QLoRA block has some 40 tensors, each a host synchronisation
 // per pass. In stream order no event is needed: the kernels that read a copy are queued after
-// it. The host leaves are not written while a copy may be pending: the optimizer writes them
+// it. Backward's prefetch of the block before is queued on the copy stream instead, after the
+// compute stream's work so far, so that it crosses while this block's backward runs; the
+// block's first unpack makes the compute stream wait for its event. The host leaves are not
+// written while a copy may be pending: the optimizer writes them
 // after backward, whose gradients come back through synchronous copies that drain the stream
 // first. On the CPU and the meta device copy_async_ is copy_: the same bytes, the same plan.
 
