@@ -29,10 +29,14 @@ struct NormKernels {
   Kernel<void(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
               const Tensor& out, const Tensor& mean, const Tensor& rstd)>
       layer_norm_forward{"layer_norm_forward"};
-  // dweight / dbias are f32; dx in its own dtype.
+  // dweight / dbias are f32; dx in x's dtype. grad_residual (undefined: none) is the gradient
+  // that reached x by the residual stream, in x's dtype: dx = grad_residual + the norm's dx,
+  // added in fp32 and rounded once; dx may be grad_residual itself (the sum in place), so that
+  // the residual's two gradients cost no second pass and no buffer (Note [Residual norms] in
+  // ops/norm.h).
   Kernel<void(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
-              const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-              const Tensor& partial)>
+              const Tensor& rstd, const Tensor& grad_residual, const Tensor& dx,
+              const Tensor& dweight, const Tensor& dbias, const Tensor& partial)>
       layer_norm_backward{"layer_norm_backward"};
   // weight_offset is added to each weight as it is read in fp32: 0 (Llama's w), or 1 (Gemma's
   // (1 + w), whose weight is stored centred on 0). dweight is the same sum either way.
@@ -40,8 +44,20 @@ struct NormKernels {
               const Tensor& out, const Tensor& rstd)>
       rms_norm_forward{"rms_norm_forward"};
   Kernel<void(const Tensor& grad_out, const Tensor& x, const Tensor& weight, float weight_offset,
-              const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& partial)>
+              const Tensor& rstd, const Tensor& grad_residual, const Tensor& dx,
+              const Tensor& dweight, const Tensor& partial)>
       rms_norm_backward{"rms_norm_backward"};
+  // The residual add and the norm after it in one pass: sum = residual + branch, rounded to
+  // sum's dtype (add's result: residual's, which is branch's or f32 with a bf16 / f16 branch),
+  // then the norm of sum as layer_norm_forward / rms_norm_forward compute it from the rounded
+  // values, so that both results equal add's and the norm's bit for bit.
+  Kernel<void(const Tensor& residual, const Tensor& branch, const Tensor& weight,
+              const Tensor& bias, float eps, const Tensor& sum, const Tensor& out,
+              const Tensor& mean, const Tensor& rstd)>
+      add_layer_norm_forward{"add_layer_norm_forward"};
+  Kernel<void(const Tensor& residual, const Tensor& branch, const Tensor& weight, float eps,
+              float weight_offset, const Tensor& sum, const Tensor& out, const Tensor& rstd)>
+      add_rms_norm_forward{"add_rms_norm_forward"};
 };
 
 }  // namespace headroom

@@ -67,12 +67,15 @@ GPT2Block::GPT2Block(const GPT2Config& config, Device device, const BlockRunners
       mlp_(register_module("mlp", std::make_unique<GPT2MLP>(config, device, runners))) {}
 
 // HF's resid_dropout ends GPT2Attention and GPT2MLP; here it is fused with the residual add
-// that follows each (the same draws and values, one kernel instead of two).
+// that follows each (the same draws and values, one kernel instead of two). Each norm takes the
+// residual stream with it (Note [Residual norms] in ops/norm.h): ln_1 the block's input, ln_2
+// the attention's add, so backward adds the stream's gradients inside the norms' kernels.
 Tensor GPT2Block::forward(const Tensor& x, const SequenceBoundaries& sequences) const {
   const double p = is_training() ? config_.resid_pdrop : 0.0;
-  const Tensor h =
-      dropout_add(x, attn_.forward(ln_1_.forward(x, attn_.input_dtype()), sequences), p);
-  return dropout_add(h, mlp_.forward(ln_2_.forward(h, mlp_.input_dtype())), p);
+  const ResidualNorm in = ln_1_.add_forward(x, Tensor(), attn_.input_dtype());
+  const ResidualNorm mid = ln_2_.add_forward(in.sum, attn_.forward(in.out, sequences),
+                                             mlp_.input_dtype(), {p, true, nullptr});
+  return dropout_add(mid.sum, mlp_.forward(mid.out), p);
 }
 
 GPT2Model::GPT2Model(const GPT2Config& config, Device device, const BlockRunners* runners)

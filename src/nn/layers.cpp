@@ -137,6 +137,11 @@ Tensor LayerNorm::forward(const Tensor& x, std::optional<DType> out_dtype) const
   return layer_norm(x, weight_, bias_, eps_, out_dtype);
 }
 
+ResidualNorm LayerNorm::add_forward(const Tensor& residual, const Tensor& branch,
+                                    std::optional<DType> out_dtype, BranchDropout dropout) const {
+  return add_layer_norm(residual, branch, weight_, bias_, eps_, out_dtype, dropout);
+}
+
 RMSNorm::RMSNorm(int64_t dim, double eps, Device device, double weight_offset)
     : eps_(eps), weight_offset_(weight_offset) {
   register_parameter("weight", weight_,
@@ -146,6 +151,11 @@ RMSNorm::RMSNorm(int64_t dim, double eps, Device device, double weight_offset)
 
 Tensor RMSNorm::forward(const Tensor& x, std::optional<DType> out_dtype) const {
   return rms_norm(x, weight_, eps_, out_dtype, weight_offset_);
+}
+
+ResidualNorm RMSNorm::add_forward(const Tensor& residual, const Tensor& branch,
+                                  std::optional<DType> out_dtype) const {
+  return add_rms_norm(residual, branch, weight_, eps_, out_dtype, weight_offset_);
 }
 
 }  // namespace headroom

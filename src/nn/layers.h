@@ -10,6 +10,7 @@
 #include "nn/module.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/norm.h"
 #include "quant/fp8_linear.h"
 #include "quant/quant_4bit.h"
 
@@ -180,6 +181,11 @@ class LayerNorm : public Module {
   LayerNorm(int64_t dim, double eps, Device device);  // weight 1, bias 0
   // out_dtype: ops/norm.h's (the dtype of the projections it feeds: common_input_dtype).
   Tensor forward(const Tensor& x, std::optional<DType> out_dtype = std::nullopt) const;
+  // The residual add before the norm and the norm as one op (ops/norm.h: add_layer_norm):
+  // {residual + branch, its norm}; an undefined branch gives {residual, its norm}.
+  ResidualNorm add_forward(const Tensor& residual, const Tensor& branch,
+                           std::optional<DType> out_dtype = std::nullopt,
+                           BranchDropout dropout = {}) const;
 
  private:
   Tensor weight_, bias_;
@@ -192,6 +198,9 @@ class RMSNorm : public Module {
  public:
   RMSNorm(int64_t dim, double eps, Device device, double weight_offset = 0.0);
   Tensor forward(const Tensor& x, std::optional<DType> out_dtype = std::nullopt) const;
+  // As LayerNorm's (ops/norm.h: add_rms_norm).
+  ResidualNorm add_forward(const Tensor& residual, const Tensor& branch,
+                           std::optional<DType> out_dtype = std::nullopt) const;
   double weight_offset() const { return weight_offset_; }
 
  private:

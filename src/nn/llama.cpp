@@ -153,17 +153,20 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Device device,
 
 // Each norm before projections writes the dtype they convert it to (under autocast: one bf16
 // tensor that q, k and v share, where three casts of an fp32 one would each be kept for
-// backward). Gemma normalises each branch's output too, before the residual add.
+// backward). Gemma normalises each branch's output too, before the residual add. The norms that
+// read the residual stream take it with them (Note [Residual norms] in ops/norm.h): the first
+// the layer's input, the second the attention's add.
 Tensor LlamaDecoderLayer::forward(const Tensor& x, const SequenceBoundaries& sequences) const {
-  const Tensor attn =
-      self_attn_->forward(input_layernorm_->forward(x, self_attn_->input_dtype()), sequences);
+  const ResidualNorm in = input_layernorm_->add_forward(x, Tensor(), self_attn_->input_dtype());
+  const Tensor attn = self_attn_->forward(in.out, sequences);
   if (!pre_feedforward_layernorm_) {
-    const Tensor h = add(x, attn);
-    return add(h, mlp_->forward(post_attention_layernorm_->forward(h, mlp_->input_dtype())));
+    const ResidualNorm mid =
+        post_attention_layernorm_->add_forward(in.sum, attn, mlp_->input_dtype());
+    return add(mid.sum, mlp_->forward(mid.out));
   }
-  const Tensor h = add(x, post_attention_layernorm_->forward(attn));
-  const Tensor mlp = mlp_->forward(pre_feedforward_layernorm_->forward(h, mlp_->input_dtype()));
-  return add(h, post_feedforward_layernorm_->forward(mlp));
+  const ResidualNorm mid = pre_feedforward_layernorm_->add_forward(
+      in.sum, post_attention_layernorm_->forward(attn), mlp_->input_dtype());
+  return add(mid.sum, post_feedforward_layernorm_->forward(mlp_->forward(mid.out)));
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, Device device, const BlockRunners* runners)

@@ -51,7 +51,7 @@ TEST(KernelTables, AMissingEntryIsReportedByFamilyAndName) {
   const std::vector<std::string> missing = missing_kernels(empty);
   EXPECT_EQ(joined(missing),
             " norm.layer_norm_forward norm.layer_norm_backward norm.rms_norm_forward"
-            " norm.rms_norm_backward");
+            " norm.rms_norm_backward norm.add_layer_norm_forward norm.add_rms_norm_forward");
 }
 
 // An optional entry names what happens without it and is not reported missing.

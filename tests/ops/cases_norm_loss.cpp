@@ -2,6 +2,7 @@
 // above 32 split the norm backward into uneven row blocks; linear_cross_entropy_chunked with a
 // small chunk splits the tokens unevenly.
 #include "ops/op_harness.h"
+#include "core/generator.h"
 #include "ops/ops.h"
 
 namespace headroom::testing {
@@ -9,6 +10,19 @@ namespace headroom::testing {
 namespace {
 
 using Inputs = const std::vector<Tensor>&;
+
+// The residual norms round their sum to the dtype before the norm reads it, as add does; the
+// norm's result then carries that rounding times about rstd * weight (a few units at most).
+OpCase with_sum_rounding(OpCase c) {
+  c.rounded_intermediate_units = 8.0;
+  return c;
+}
+
+// An input that takes no part in the gradient check (a fixed scale).
+OpInput fixed(OpInput in) {
+  in.differentiable = false;
+  return in;
+}
 
 }  // namespace
 
@@ -38,6 +52,45 @@ HEADROOM_OP_CASES(norm_loss_cases) {
   register_op_case({"rms_norm/unit_offset", {normal({37, 17}), normal({17}, 0.3)}, [](Inputs in) {
                       return rms_norm(in[0], in[1], 1e-6, std::nullopt, 1.0);
                     }});
+  // The residual norms (Note [Residual norms]): both results reach the loss, the sum scaled
+  // by a fixed input so that the two gradients differ.
+  register_op_case(with_sum_rounding(
+      {"add_layer_norm/branch",
+       {normal({2, 3, 7}), normal({2, 3, 7}), positive({7}), normal({7}), fixed(normal({2, 3, 7}))},
+       [](Inputs in) {
+         const ResidualNorm r = add_layer_norm(in[0], in[1], in[2], in[3]);
+         return add(mul(r.sum, in[4]), r.out);
+       }}));
+  register_op_case(
+      with_sum_rounding({"add_layer_norm/no_branch_many_rows",
+                         {normal({130, 5}), normal({5}), normal({5}), fixed(normal({130, 5}))},
+                         [](Inputs in) {
+                           const ResidualNorm r = add_layer_norm(in[0], Tensor(), in[1], in[2]);
+                           return add(mul(r.sum, in[3]), r.out);
+                         }}));
+  register_op_case(with_sum_rounding(
+      {"add_layer_norm/dropout",
+       {normal({4, 33}), normal({4, 33}), positive({33}), normal({33}), fixed(normal({4, 33}))},
+       [](Inputs in) {
+         Generator generator(7);
+         const ResidualNorm r = add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, std::nullopt,
+                                               {0.25, true, &generator});
+         return add(mul(r.sum, in[4]), r.out);
+       }}));
+  register_op_case(with_sum_rounding(
+      {"add_rms_norm/branch_odd_dim",
+       {normal({37, 17}), normal({37, 17}), normal({17}), fixed(normal({37, 17}))},
+       [](Inputs in) {
+         const ResidualNorm r = add_rms_norm(in[0], in[1], in[2], 1e-5);
+         return add(mul(r.sum, in[3]), r.out);
+       }}));
+  register_op_case(with_sum_rounding(
+      {"add_rms_norm/no_branch_unit_offset",
+       {normal({37, 17}), normal({17}, 0.3), fixed(normal({37, 17}))},
+       [](Inputs in) {
+         const ResidualNorm r = add_rms_norm(in[0], Tensor(), in[1], 1e-6, std::nullopt, 1.0);
+         return add(mul(r.sum, in[2]), r.out);
+       }}));
   register_op_case({"cross_entropy/2d_ignored",
                     {normal({6, 11}, 2.0), ids({6}, 11, 0.3)},
                     [](Inputs in) { return cross_entropy(in[0], in[1]); }});

@@ -150,7 +150,8 @@ TEST_P(OpHarness, LowPrecisionIsFp32RoundedOnce) {
     double largest = 0.0;
     for (float v : b) largest = std::max(largest, static_cast<double>(std::abs(v)));
     for (size_t i = 0; i < a.size(); ++i) {
-      const double tol = (ulp + c.low_precision_rtol) * std::abs(b[i]) + 1e-6 * largest +
+      const double tol = (ulp + c.low_precision_rtol) * std::abs(b[i]) +
+                         (1e-6 + c.rounded_intermediate_units * ulp / 2) * largest +
                          (out_low.dtype() == DType::f32 ? 0.0 : 1e-7);
       ASSERT_NEAR(a[i], b[i], tol) << c.name << " in " << dtype_name(dtype) << ", element " << i;
     }

@@ -49,9 +49,10 @@ struct OpCase {
   std::vector<DType> low_precision = {DType::bf16, DType::f16};
   // Extra relative tolerance for ops whose low-precision path rounds intermediates.
   double low_precision_rtol = 0.0;
-  // GPU kernels that round an intermediate the fp32 CPU reference keeps (attention rounds P to
-  // the dtype before P V, as FlashAttention): an extra bound of this many unit roundoffs of the
-  // dtype times the result's largest magnitude (Note [CUDA op tolerances]).
+  // Kernels that round an intermediate the fp32 reference keeps (attention rounds P to the
+  // dtype before P V on a GPU, as FlashAttention; a residual norm rounds its sum, as add does,
+  // on every device): an extra bound of this many unit roundoffs of the dtype times the
+  // result's largest magnitude (Note [CUDA op tolerances]).
   double rounded_intermediate_units = 0.0;
   // GPU kernels that accumulate in fewer bits than fp32 (Hopper's FP8 tensor cores, about 14:
   // DeepSeek-V3, section 3.3.2): an extra bound, as a fraction of the largest magnitude, in

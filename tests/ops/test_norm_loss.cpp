@@ -295,6 +295,103 @@ TEST(Norm, BackwardIsTheSameOnAnyThreadCount) {
   EXPECT_EQ(run(1), run(3));
 }
 
+// add_layer_norm / add_rms_norm's results are add's and the norm's, bit for bit, for every
+// dtype pairing a recipe makes: f32, pure bf16, and autocast's f32 stream with a bf16 branch
+// and a bf16 result.
+TEST(ResidualNorm, ForwardEqualsAddThenNormBitForBit) {
+  struct Case {
+    DType residual, branch;
+    std::optional<DType> out;
+  };
+  for (const Case& c :
+       {Case{DType::f32, DType::f32, std::nullopt}, Case{DType::bf16, DType::bf16, std::nullopt},
+        Case{DType::f32, DType::bf16, DType::bf16}, Case{DType::f32, DType::f16, DType::f16}}) {
+    const Tensor residual = randn({37, 40}, 1).to(c.residual);
+    const Tensor branch = randn({37, 40}, 2).to(c.branch);
+    const Tensor w = randn({40}, 3), b = randn({40}, 4);
+    const Tensor sum = add(residual, branch);
+    const ResidualNorm ln = add_layer_norm(residual, branch, w, b, 1e-5, c.out);
+    EXPECT_EQ(ln.sum.dtype(), sum.dtype());
+    EXPECT_EQ(ln.sum.to_float_vector(), sum.to_float_vector());
+    EXPECT_EQ(ln.out.to_float_vector(), layer_norm(sum, w, b, 1e-5, c.out).to_float_vector());
+    const ResidualNorm rms = add_rms_norm(residual, branch, w, 1e-6, c.out, 1.0);
+    EXPECT_EQ(rms.sum.to_float_vector(), sum.to_float_vector());
+    EXPECT_EQ(rms.out.to_float_vector(), rms_norm(sum, w, 1e-6, c.out, 1.0).to_float_vector());
+    const ResidualNorm alone = add_layer_norm(residual, Tensor(), w, b, 1e-5, c.out);
+    EXPECT_EQ(alone.sum.data_ptr(), residual.data_ptr());  // the residual itself, not a copy
+    EXPECT_EQ(alone.out.to_float_vector(),
+              layer_norm(residual, w, b, 1e-5, c.out).to_float_vector());
+  }
+}
+
+// A pre-norm block's residual stream as the models run it (norm of x, a branch, the add and
+// the next norm, the add after): the fused ops give the separate ops' gradients, and backward
+// launches no accumulation of the stream's gradients and allocates no more at its peak.
+TEST(ResidualNorm, BackwardAddsTheStreamGradientInsideTheNorm) {
+  for (const bool centred : {true, false}) {
+    struct Run {
+      std::vector<std::vector<float>> grads;
+      int accumulates = 0;
+      size_t launches = 0;
+      size_t peak = 0;
+    };
+    auto run = [&](bool fused) {
+      Tensor x = randn({64, 48}, 1).set_requires_grad(true);
+      Tensor p = randn({48, 48}, 2, 0.2).set_requires_grad(true);
+      Tensor w1 = randn({48}, 3).set_requires_grad(true);
+      Tensor w2 = randn({48}, 4).set_requires_grad(true);
+      Tensor b = randn({48}, 5).set_requires_grad(true);
+      auto norm = [&](const Tensor& t, const Tensor& w) {
+        return centred ? layer_norm(t, w, b) : rms_norm(t, w);
+      };
+      auto fused_norm = [&](const Tensor& r, const Tensor& branch, const Tensor& w) {
+        return centred ? add_layer_norm(r, branch, w, b) : add_rms_norm(r, branch, w);
+      };
+      Tensor out;
+      if (fused) {
+        const ResidualNorm in = fused_norm(x, Tensor(), w1);
+        const ResidualNorm mid = fused_norm(in.sum, matmul(in.out, p), w2);
+        out = add(mid.sum, matmul(mid.out, p));
+      } else {
+        const Tensor h = add(x, matmul(norm(x, w1), p));
+        out = add(h, matmul(norm(h, w2), p));
+      }
+      Run r;
+      KernelCensus census;
+      reset_peak_memory_stats(kCPU);
+      const size_t before = memory_allocated(kCPU);
+      {
+        KernelCensusScope scope(census);
+        backward(out, randn({64, 48}, 6));
+      }
+      r.peak = max_memory_allocated(kCPU) - before;
+      for (const KernelLaunch& l : census.launches()) {
+        r.accumulates += std::string(l.entry) == "accumulate" ? 1 : 0;
+      }
+      r.launches = census.launches().size();
+      for (const Tensor* t : {&x, &p, &w1, &w2, &b}) {
+        r.grads.push_back(t->grad().defined() ? t->grad().to_float_vector() : std::vector<float>{});
+      }
+      return r;
+    };
+    const Run fused = run(true), separate = run(false);
+    SCOPED_TRACE(centred ? "layer_norm" : "rms_norm");
+    for (size_t i = 0; i < fused.grads.size(); ++i) {
+      ASSERT_EQ(fused.grads[i].empty(), !centred && i == 4);  // rms_norm has no bias
+      ASSERT_EQ(fused.grads[i].size(), separate.grads[i].size());
+      for (size_t j = 0; j < fused.grads[i].size(); ++j) {
+        EXPECT_NEAR(fused.grads[i][j], separate.grads[i][j],
+                    1e-5f * (1.0f + std::fabs(separate.grads[i][j])))
+            << "gradient " << i << " element " << j;
+      }
+    }
+    EXPECT_GT(separate.accumulates, 0);
+    EXPECT_LT(fused.accumulates, separate.accumulates);
+    EXPECT_LT(fused.launches, separate.launches);
+    EXPECT_LE(fused.peak, separate.peak);
+  }
+}
+
 // Backward of cross_entropy holds the saved logits and one gradient buffer, nothing else of
 // size tokens x vocab.
 TEST(CrossEntropy, BackwardPeakIsOneGradientBuffer) {

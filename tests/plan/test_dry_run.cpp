@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/hf_config.h"
+#include "memory/caching_allocator.h"
 #include "memory/device_memory.h"
 #include "plan/dry_run.h"
 #include "train/trainer.h"
@@ -513,7 +514,10 @@ TEST_P(DryRunGrid, PredictsTheRealRunsPeaks) {
     EXPECT_EQ(plan.peak_reserved_bytes,
               std::max(plan.no_overflow_peaks.reserved, plan.first_step_skipped_peaks.reserved));
     EXPECT_LE(plan.peak_allocated_bytes, measured_allocated * 101 / 100);
-    EXPECT_LE(plan.peak_reserved_bytes, measured_reserved * 102 / 100);
+    // The two runs may differ by one small-pool segment, more than 2% of a tiny model's.
+    EXPECT_LE(plan.peak_reserved_bytes,
+              std::max<int64_t>(measured_reserved * 102 / 100,
+                                measured_reserved + CachingAllocator::kSmallBuffer));
   } else {
     EXPECT_EQ(plan.peak_allocated_bytes, measured_allocated);
     EXPECT_EQ(plan.peak_reserved_bytes, measured_reserved);

@@ -505,9 +505,11 @@ TEST(ConfigurationSearch, FindsEightBitStatesOfBf16WeightsForLlama7B) {
 }
 
 // A 4-bit base's weights are buffers, not parameters: the dry run still counts them (for the
-// step's FLOPs) and their bytes, which are under a quarter of the bf16 weights'.
+// step's FLOPs) and their bytes, which are under a quarter of the bf16 weights'. A shape whose
+// weights outweigh its activations (on llama-tiny the two peaks are within a few KiB, and which
+// is lower depends on where backward's buffers fall).
 TEST(TrainingPlan, QloraCountsTheFourBitWeights) {
-  TrainingArguments args = preset_args("llama-tiny", 2, 64);
+  TrainingArguments args = preset_args("llama-3.2-1b", 1, 64);
   args.bf16 = true;
   args.use_peft = true;
   args.lora_target_modules = "all-linear";

@@ -46,17 +46,24 @@ HEADROOM_ROW_INLINE inline void backward_sums(const float* dy, const float* x, c
   sum_gx = c;
 }
 
-// dx = rstd * (g - mean_g - x-hat * mean_gx); with kPartial also the block's running sums of
-// dy * x-hat (pw) and dy (pb), in the same pass.
-template <bool kWeight, bool kPartial>
+// dx = rstd * (g - mean_g - x-hat * mean_gx), plus the residual's gradient res with kResidual
+// (res may be dx itself: each element is read before it is written); with kPartial also the
+// block's running sums of dy * x-hat (pw) and dy (pb), in the same pass.
+template <bool kWeight, bool kPartial, bool kResidual>
 HEADROOM_ROW_INLINE inline void backward_dx(const float* dy, const float* x, const float* weight,
                                             float shift, float rstd, float mean_g, float mean_gx,
-                                            int64_t dim, float* dx, float* pw, float* pb) {
+                                            int64_t dim, const float* res, float* dx, float* pw,
+                                            float* pb) {
 #pragma omp simd
   for (int64_t j = 0; j < dim; ++j) {
     const float g = kWeight ? dy[j] * weight[j] : dy[j];
     const float xhat = (x[j] - shift) * rstd;
-    dx[j] = rstd * (g - mean_g - xhat * mean_gx);
+    const float d = rstd * (g - mean_g - xhat * mean_gx);
+    if constexpr (kResidual) {
+      dx[j] = res[j] + d;
+    } else {
+      dx[j] = d;
+    }
     if constexpr (kPartial) {
       pw[j] += dy[j] * xhat;
       pb[j] += dy[j];
@@ -70,7 +77,8 @@ template <bool kCentred, bool kWeight>
 HEADROOM_ROW_INLINE inline void backward_block(const WidenRows& dy, const WidenRows& x,
                                                const float* weight, const float* mean,
                                                const float* rstd, int64_t begin, int64_t end,
-                                               int64_t dim, const WidenRows& dx, float* partial) {
+                                               int64_t dim, const WidenRows& res,
+                                               const WidenRows& dx, float* partial) {
   const float inv_dim = 1.0f / static_cast<float>(dim);
   float* pw = partial;
   float* pb = partial ? partial + dim : nullptr;
@@ -78,21 +86,32 @@ HEADROOM_ROW_INLINE inline void backward_block(const WidenRows& dy, const WidenR
 #pragma omp simd
     for (int64_t j = 0; j < 2 * dim; ++j) partial[j] = 0.0f;
   }
-  float* scratch = thread_scratch(3 * dim);
+  float* scratch = thread_scratch(4 * dim);
   for (int64_t r = begin; r < end; ++r) {
     const float* dyr = dy.read(r, scratch);
     const float* xr = x.read(r, scratch + dim);
     const float shift = kCentred ? mean[r] : 0.0f;
     const float rs = rstd[r];
     if (dx.defined()) {
+      // Read before dx's row is targeted: res may be dx, whose bf16 row then widens into
+      // its own buffer first.
+      const float* resr = res.read(r, scratch + 3 * dim);
       float* dxr = dx.target(r, scratch + 2 * dim);
       float sum_g, sum_gx;
       backward_sums<kWeight>(dyr, xr, weight, shift, rs, dim, sum_g, sum_gx);
       const float mean_g = kCentred ? sum_g * inv_dim : 0.0f, mean_gx = sum_gx * inv_dim;
-      if (partial) {
-        backward_dx<kWeight, true>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dxr, pw, pb);
+      const auto row = [&]<bool kPartial, bool kResidual>() HEADROOM_ROW_INLINE {
+        backward_dx<kWeight, kPartial, kResidual>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim,
+                                                  resr, dxr, pw, pb);
+      };
+      if (partial && resr) {
+        row.template operator()<true, true>();
+      } else if (partial) {
+        row.template operator()<true, false>();
+      } else if (resr) {
+        row.template operator()<false, true>();
       } else {
-        backward_dx<kWeight, false>(dyr, xr, weight, shift, rs, mean_g, mean_gx, dim, dxr, pw, pb);
+        row.template operator()<false, false>();
       }
       dx.store(r, dxr);
     } else if (partial) {
@@ -137,13 +156,14 @@ const float* widened_weight(const Tensor& weight, float offset, std::vector<floa
 
 template <bool kCentred>
 void norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                   float weight_offset, const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                   const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
+                   float weight_offset, const Tensor& mean, const Tensor& rstd,
+                   const Tensor& grad_residual, const Tensor& dx, const Tensor& dweight,
+                   const Tensor& dbias, const Tensor& partial) {
   ensure_flush_denormal();
   const int64_t dim = x.size(-1), rows = row_count(x);
   std::vector<float> weight_f32;
   const float* w = widened_weight(weight, weight_offset, weight_f32);
-  const WidenRows dys(grad_out, dim), xs(x, dim), dxs(dx, dim);
+  const WidenRows dys(grad_out, dim), xs(x, dim), res(grad_residual, dim), dxs(dx, dim);
   const float* mp = kCentred ? mean.data<float>() : nullptr;
   const float* rp = rstd.data<float>();
   float* pp = dweight.defined() || dbias.defined() ? partial.data<float>() : nullptr;
@@ -152,27 +172,53 @@ void norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight
     const int64_t begin = b * rows / blocks, end = (b + 1) * rows / blocks;
     float* block_partial = pp ? pp + b * 2 * dim : nullptr;
     if (w) {
-      backward_block<kCentred, true>(dys, xs, w, mp, rp, begin, end, dim, dxs, block_partial);
+      backward_block<kCentred, true>(dys, xs, w, mp, rp, begin, end, dim, res, dxs, block_partial);
     } else {
-      backward_block<kCentred, false>(dys, xs, w, mp, rp, begin, end, dim, dxs, block_partial);
+      backward_block<kCentred, false>(dys, xs, w, mp, rp, begin, end, dim, res, dxs, block_partial);
     }
   });
   if (pp) reduce_partials(pp, blocks, dim, data_or_null(dweight), data_or_null(dbias));
 }
 
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
-                        const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+// The rows of a norm's input: x itself, or with a residual add (add_*_norm_forward) the sum
+// residual + branch, computed in fp32, rounded into sum's row and read back as rounded, which
+// is what add's result would hold and the norm then read.
+class NormInputRows {
+ public:
+  NormInputRows(const Tensor& x, int64_t dim) : x_(x, dim), dim_(dim) {}
+  NormInputRows(const Tensor& residual, const Tensor& branch, const Tensor& sum, int64_t dim)
+      : x_(sum, dim), residual_(residual, dim), branch_(branch, dim), dim_(dim) {}
+
+  // Row r in fp32, using scratch[0, 3 * dim).
+  HEADROOM_ROW_INLINE const float* read(int64_t r, float* scratch) const {
+    if (!residual_.defined()) return x_.read(r, scratch);
+    const float* a = residual_.read(r, scratch + dim_);
+    const float* b = branch_.read(r, scratch + 2 * dim_);
+    float* s = x_.target(r, scratch);
+#pragma omp simd
+    for (int64_t j = 0; j < dim_; ++j) s[j] = a[j] + b[j];
+    x_.store(r, s);
+    return x_.read(r, scratch);
+  }
+
+ private:
+  WidenRows x_, residual_, branch_;
+  int64_t dim_;
+};
+
+void layer_norm_rows(const NormInputRows& xs, int64_t rows, int64_t dim, const Tensor& weight,
+                     const Tensor& bias, float eps, const Tensor& out, const Tensor& mean,
+                     const Tensor& rstd) {
   ensure_flush_denormal();
-  const int64_t dim = x.size(-1), rows = row_count(x);
   std::vector<float> weight_f32, bias_f32;
   const float* w = widened(weight, weight_f32);
   const float* bias_data = widened(bias, bias_f32);
-  const WidenRows xs(x, dim), ys(out, dim);
+  const WidenRows ys(out, dim);
   float* mp = mean.data<float>();
   float* rp = rstd.data<float>();
   const float inv_dim = 1.0f / static_cast<float>(dim);
   for_each_row(rows, rows * dim, [&](int64_t r) HEADROOM_ROW_INLINE {
-    float* scratch = thread_scratch(2 * dim);
+    float* scratch = thread_scratch(4 * dim);
     const float* xr = xs.read(r, scratch);
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -187,7 +233,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
     const float rs = 1.0f / std::sqrt(v * inv_dim + eps);
     mp[r] = m;
     rp[r] = rs;
-    float* yr = ys.target(r, scratch + dim);
+    float* yr = ys.target(r, scratch + 3 * dim);
     if (w && bias_data) {
       affine_row<true, true>(xr, w, bias_data, m, rs, dim, yr);
     } else if (w) {
@@ -201,30 +247,23 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   });
 }
 
-void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                         const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
-  norm_backward<true>(grad_out, x, weight, 0.0f, mean, rstd, dx, dweight, dbias, partial);
-}
-
-void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
-                      const Tensor& out, const Tensor& rstd) {
+void rms_norm_rows(const NormInputRows& xs, int64_t rows, int64_t dim, const Tensor& weight,
+                   float eps, float weight_offset, const Tensor& out, const Tensor& rstd) {
   ensure_flush_denormal();
-  const int64_t dim = x.size(-1), rows = row_count(x);
   std::vector<float> weight_f32;
   const float* w = widened_weight(weight, weight_offset, weight_f32);
-  const WidenRows xs(x, dim), ys(out, dim);
+  const WidenRows ys(out, dim);
   float* rp = rstd.data<float>();
   const float inv_dim = 1.0f / static_cast<float>(dim);
   for_each_row(rows, rows * dim, [&](int64_t r) HEADROOM_ROW_INLINE {
-    float* scratch = thread_scratch(2 * dim);
+    float* scratch = thread_scratch(4 * dim);
     const float* xr = xs.read(r, scratch);
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < dim; ++j) s += xr[j] * xr[j];
     const float rs = 1.0f / std::sqrt(s * inv_dim + eps);
     rp[r] = rs;
-    float* yr = ys.target(r, scratch + dim);
+    float* yr = ys.target(r, scratch + 3 * dim);
     if (w) {
       affine_row<true, false>(xr, w, nullptr, 0.0f, rs, dim, yr);
     } else {
@@ -234,11 +273,47 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, float we
   });
 }
 
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                        const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+  const int64_t dim = x.size(-1);
+  layer_norm_rows(NormInputRows(x, dim), row_count(x), dim, weight, bias, eps, out, mean, rstd);
+}
+
+void add_layer_norm_forward(const Tensor& residual, const Tensor& branch, const Tensor& weight,
+                            const Tensor& bias, float eps, const Tensor& sum, const Tensor& out,
+                            const Tensor& mean, const Tensor& rstd) {
+  const int64_t dim = sum.size(-1);
+  layer_norm_rows(NormInputRows(residual, branch, sum, dim), row_count(sum), dim, weight, bias, eps,
+                  out, mean, rstd);
+}
+
+void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_residual,
+                         const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                         const Tensor& partial) {
+  norm_backward<true>(grad_out, x, weight, 0.0f, mean, rstd, grad_residual, dx, dweight, dbias,
+                      partial);
+}
+
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+                      const Tensor& out, const Tensor& rstd) {
+  const int64_t dim = x.size(-1);
+  rms_norm_rows(NormInputRows(x, dim), row_count(x), dim, weight, eps, weight_offset, out, rstd);
+}
+
+void add_rms_norm_forward(const Tensor& residual, const Tensor& branch, const Tensor& weight,
+                          float eps, float weight_offset, const Tensor& sum, const Tensor& out,
+                          const Tensor& rstd) {
+  const int64_t dim = sum.size(-1);
+  rms_norm_rows(NormInputRows(residual, branch, sum, dim), row_count(sum), dim, weight, eps,
+                weight_offset, out, rstd);
+}
+
 void rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                       float weight_offset, const Tensor& rstd, const Tensor& dx,
-                       const Tensor& dweight, const Tensor& partial) {
-  norm_backward<false>(grad_out, x, weight, weight_offset, Tensor(), rstd, dx, dweight, Tensor(),
-                       partial);
+                       float weight_offset, const Tensor& rstd, const Tensor& grad_residual,
+                       const Tensor& dx, const Tensor& dweight, const Tensor& partial) {
+  norm_backward<false>(grad_out, x, weight, weight_offset, Tensor(), rstd, grad_residual, dx,
+                       dweight, Tensor(), partial);
 }
 
 }  // namespace
@@ -248,6 +323,8 @@ void fill_norm_kernels(NormKernels& kernels) {
   kernels.layer_norm_backward = layer_norm_backward;
   kernels.rms_norm_forward = rms_norm_forward;
   kernels.rms_norm_backward = rms_norm_backward;
+  kernels.add_layer_norm_forward = add_layer_norm_forward;
+  kernels.add_rms_norm_forward = add_rms_norm_forward;
 }
 
 }  // namespace headroom::cpu

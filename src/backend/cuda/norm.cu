@@ -23,13 +23,45 @@ constexpr int kBackwardWarps = kBackwardThreads / kWarpSize;
 // slice of the partial buffer in global memory (each column is owned by one thread either way).
 constexpr size_t kMaxSharedPartialBytes = 40 << 10;
 
+// The dtype of a residual add's branch: x's own, or bf16 / f16 added to an f32 residual (a
+// projection's 16-bit output under autocast), read through one warp-uniform switch.
+enum class BranchType : int { same, bf16, f16 };
+
+template <typename TX, int N>
+__device__ __forceinline__ void load_branch(const void* branch, BranchType type, int64_t pack,
+                                            float (&v)[N]) {
+  if (type == BranchType::bf16) {
+    const auto p = load_pack<__nv_bfloat16, N>(static_cast<const __nv_bfloat16*>(branch), pack);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = to_f32(p.v[i]);
+  } else if (type == BranchType::f16) {
+    const auto p = load_pack<__half, N>(static_cast<const __half*>(branch), pack);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = to_f32(p.v[i]);
+  } else {
+    const auto p = load_pack<TX, N>(static_cast<const TX*>(branch), pack);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = to_f32(p.v[i]);
+  }
+}
+
+// A residual add before a norm (add_layer_norm_forward / add_rms_norm_forward): null residual
+// for a norm of x alone.
+struct ResidualAdd {
+  const void* residual = nullptr;  // x's dtype
+  const void* branch = nullptr;
+  BranchType branch_type = BranchType::same;
+};
+
 // y = (x - mean) * rstd * (weight + weight_offset) + bias, one warp per row, rounded once into
 // y's dtype TY (x's, or bf16 / f16 from f32 x); rms_norm is the case with no mean (centred false)
-// and no bias, and Gemma's the one with weight_offset 1.
+// and no bias, and Gemma's the one with weight_offset 1. With a residual add, x is first
+// written as residual + branch rounded to TX, and the passes below read it back: each lane reads
+// only the packs it wrote, so no synchronisation is needed.
 template <typename TX, typename TW, typename TY, int N>
-__global__ void norm_forward_kernel(const TX* x, const TW* weight, float weight_offset,
-                                    const TW* bias, int64_t rows, int64_t dim, float eps,
-                                    bool centred, TY* out, float* mean, float* rstd) {
+__global__ void norm_forward_kernel(const TX* x, ResidualAdd add, const TW* weight,
+                                    float weight_offset, const TW* bias, int64_t rows, int64_t dim,
+                                    float eps, bool centred, TY* out, float* mean, float* rstd) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = int64_t{blockIdx.x} * kForwardWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // the whole warp: no block-wide synchronisation follows
@@ -37,6 +69,21 @@ __global__ void norm_forward_kernel(const TX* x, const TW* weight, float weight_
   TY* yr = out + row * dim;
   const int64_t packs = dim / N;
   const float inv_dim = 1.0f / static_cast<float>(dim);
+  if (add.residual) {
+    const TX* rr = static_cast<const TX*>(add.residual) + row * dim;
+    const void* br =
+        static_cast<const char*>(add.branch) +
+        row * dim * (add.branch_type == BranchType::same ? sizeof(TX) : sizeof(__half));
+    for (int64_t c = lane; c < packs; c += kWarpSize) {
+      const Pack<TX, N> a = load_pack<TX, N>(rr, c);
+      float b[N];
+      load_branch<TX, N>(br, add.branch_type, c, b);
+      Pack<TX, N> sum;
+#pragma unroll
+      for (int i = 0; i < N; ++i) sum.v[i] = from_f32<TX>(to_f32(a.v[i]) + b[i]);
+      store_pack<TX, N>(const_cast<TX*>(xr), c, sum);
+    }
+  }
   float m = 0.0f;
   if (centred) {
     float s = 0.0f;
@@ -109,7 +156,8 @@ template <typename TX, typename TW, int N>
 __global__ void __launch_bounds__(kBackwardThreads)
     norm_backward_kernel(const TX* dy, const TX* x, const TW* weight, float weight_offset,
                          const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                         int64_t blocks, TX* dx, float* partial, bool shared_partial) {
+                         int64_t blocks, const TX* dres, TX* dx, float* partial,
+                         bool shared_partial) {
   extern __shared__ float shared_sums[];  // [2, dim] when shared_partial
   __shared__ float reduce[2][2][kBackwardWarps];
   const int64_t b = blockIdx.x;
@@ -156,6 +204,9 @@ __global__ void __launch_bounds__(kBackwardThreads)
       const Pack<TX, N> px = load_pack<TX, N>(xr, c);
       Pack<TW, N> w{};
       if (weight && dx) w = load_pack<TW, N>(weight, c);
+      // The residual's gradient, read before dx's pack is written (dres may be dx).
+      Pack<TX, N> res{};
+      if (dres) res = load_pack<TX, N>(dres + r * dim, c);
       Pack<TX, N> out{};
 #pragma unroll
       for (int i = 0; i < N; ++i) {
@@ -163,7 +214,8 @@ __global__ void __launch_bounds__(kBackwardThreads)
         const float xhat = (to_f32(px.v[i]) - shift) * rs;
         if (dx) {
           const float g = weight ? d * (to_f32(w.v[i]) + weight_offset) : d;
-          out.v[i] = from_f32<TX>(rs * (g - mean_g - xhat * mean_gx));
+          const float d = rs * (g - mean_g - xhat * mean_gx);
+          out.v[i] = from_f32<TX>(dres ? to_f32(res.v[i]) + d : d);
         }
         if (sums) {
           sums[c * N + i] += d * xhat;
@@ -225,17 +277,20 @@ DType affine_dtype(const char* op, const Tensor& x, const Tensor& weight, const 
 }
 
 template <typename TX, typename TW, typename TY>
-void launch_forward(const Tensor& x, const Tensor& weight, float weight_offset, const Tensor& bias,
-                    float eps, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+void launch_forward(const Tensor& x, const ResidualAdd& add, const Tensor& weight,
+                    float weight_offset, const Tensor& bias, float eps, const Tensor& out,
+                    const Tensor& mean, const Tensor& rstd) {
   const auto [rows, dim] = row_shape(x);
   const TX* xp = data_or_null<const TX>(x);
   const TW* wp = data_or_null<const TW>(weight);
   const TW* bp = data_or_null<const TW>(bias);
   TY* yp = data_or_null<TY>(out);
   constexpr int kPack = kPackOf<TX>;
+  const size_t branch_size = add.branch_type == BranchType::same ? sizeof(TX) : sizeof(__half);
   const bool packed = dim % kPack == 0 && is_aligned(xp, 16) &&
                       is_aligned(yp, sizeof(TY) * kPack) && is_aligned(wp, sizeof(TW) * kPack) &&
-                      is_aligned(bp, sizeof(TW) * kPack);
+                      is_aligned(bp, sizeof(TW) * kPack) && is_aligned(add.residual, 16) &&
+                      is_aligned(add.branch, branch_size * kPack);
   const int64_t grid = (rows + kForwardWarps - 1) / kForwardWarps;
   if (grid > INT_MAX) throw ValueError(str_cat("norm forward: ", rows, " rows are too many"));
   const int threads = kForwardWarps * kWarpSize;
@@ -244,27 +299,28 @@ void launch_forward(const Tensor& x, const Tensor& weight, float weight_offset, 
   if (packed) {
     norm_forward_kernel<TX, TW, TY, kPack>
         <<<static_cast<int>(grid), threads, 0, current_stream()>>>(
-            xp, wp, weight_offset, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
+            xp, add, wp, weight_offset, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
   } else {
     norm_forward_kernel<TX, TW, TY, 1><<<static_cast<int>(grid), threads, 0, current_stream()>>>(
-        xp, wp, weight_offset, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
+        xp, add, wp, weight_offset, bp, rows, dim, eps, mean.defined(), yp, mp, rp);
   }
   check_launch();
 }
 
 template <typename TX, typename TY>
-void forward_for_weight(const char* op, DType wdtype, const Tensor& x, const Tensor& weight,
-                        float weight_offset, const Tensor& bias, float eps, const Tensor& out,
-                        const Tensor& mean, const Tensor& rstd) {
+void forward_for_weight(const char* op, DType wdtype, const Tensor& x, const ResidualAdd& add,
+                        const Tensor& weight, float weight_offset, const Tensor& bias, float eps,
+                        const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   switch (wdtype) {
     case DType::f32:
-      launch_forward<TX, float, TY>(x, weight, weight_offset, bias, eps, out, mean, rstd);
+      launch_forward<TX, float, TY>(x, add, weight, weight_offset, bias, eps, out, mean, rstd);
       break;
     case DType::bf16:
-      launch_forward<TX, __nv_bfloat16, TY>(x, weight, weight_offset, bias, eps, out, mean, rstd);
+      launch_forward<TX, __nv_bfloat16, TY>(x, add, weight, weight_offset, bias, eps, out, mean,
+                                            rstd);
       break;
     case DType::f16:
-      launch_forward<TX, __half, TY>(x, weight, weight_offset, bias, eps, out, mean, rstd);
+      launch_forward<TX, __half, TY>(x, add, weight, weight_offset, bias, eps, out, mean, rstd);
       break;
     default:
       check_kernel_dtype(op, "weight", wdtype);
@@ -272,10 +328,11 @@ void forward_for_weight(const char* op, DType wdtype, const Tensor& x, const Ten
 }
 
 // Shared by both norms: mean is undefined for rms_norm, as is bias. out is in x's dtype, or in
-// bf16 / f16 for f32 x (a norm whose result a projection converts: ops/norm.h).
-void norm_forward(const char* op, const Tensor& x, const Tensor& weight, float weight_offset,
-                  const Tensor& bias, float eps, const Tensor& out, const Tensor& mean,
-                  const Tensor& rstd) {
+// bf16 / f16 for f32 x (a norm whose result a projection converts: ops/norm.h). With `add`, x is
+// the sum the kernel writes first.
+void norm_forward(const char* op, const Tensor& x, const ResidualAdd& add, const Tensor& weight,
+                  float weight_offset, const Tensor& bias, float eps, const Tensor& out,
+                  const Tensor& mean, const Tensor& rstd) {
   const DType wdtype = affine_dtype(op, x, weight, bias);
   const bool narrowed =
       x.dtype() == DType::f32 && (out.dtype() == DType::bf16 || out.dtype() == DType::f16);
@@ -283,31 +340,34 @@ void norm_forward(const char* op, const Tensor& x, const Tensor& weight, float w
   if (row_shape(x).rows == 0) return;
   DeviceGuard guard(x.device().index);
   if (out.dtype() == DType::bf16 && narrowed) {
-    forward_for_weight<float, __nv_bfloat16>(op, wdtype, x, weight, weight_offset, bias, eps, out,
-                                             mean, rstd);
+    forward_for_weight<float, __nv_bfloat16>(op, wdtype, x, add, weight, weight_offset, bias, eps,
+                                             out, mean, rstd);
   } else if (narrowed) {
-    forward_for_weight<float, __half>(op, wdtype, x, weight, weight_offset, bias, eps, out, mean,
-                                      rstd);
+    forward_for_weight<float, __half>(op, wdtype, x, add, weight, weight_offset, bias, eps, out,
+                                      mean, rstd);
   } else {
-    HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), TX,
-                                 forward_for_weight<TX, TX>(op, wdtype, x, weight, weight_offset,
-                                                            bias, eps, out, mean, rstd));
+    HEADROOM_CUDA_DISPATCH_FLOAT(
+        x.dtype(), TX,
+        forward_for_weight<TX, TX>(op, wdtype, x, add, weight, weight_offset, bias, eps, out, mean,
+                                   rstd));
   }
 }
 
 template <typename TX, typename TW>
 void launch_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                     float weight_offset, const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                     const Tensor& partial) {
+                     float weight_offset, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& grad_residual, const Tensor& dx, const Tensor& partial) {
   const auto [rows, dim] = row_shape(x);
   const int64_t blocks = partial.defined() ? partial.size(0) : norm_backward_blocks(rows);
   const TX* gp = data_or_null<const TX>(grad_out);
   const TX* xp = data_or_null<const TX>(x);
   const TW* wp = data_or_null<const TW>(weight);
   TX* dxp = data_or_null<TX>(dx);
+  const TX* rp_grad = data_or_null<const TX>(grad_residual);
   constexpr int kPack = kPackOf<TX>;
   const bool packed = dim % kPack == 0 && is_aligned(gp, 16) && is_aligned(xp, 16) &&
-                      is_aligned(dxp, 16) && is_aligned(wp, sizeof(TW) * kPack);
+                      is_aligned(dxp, 16) && is_aligned(rp_grad, 16) &&
+                      is_aligned(wp, sizeof(TW) * kPack);
   const size_t partial_bytes = 2 * static_cast<size_t>(dim) * sizeof(float);
   const bool shared_partial = partial.defined() && partial_bytes <= kMaxSharedPartialBytes;
   const size_t shared_bytes = shared_partial ? partial_bytes : 0;
@@ -317,24 +377,29 @@ void launch_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weig
   if (packed) {
     norm_backward_kernel<TX, TW, kPack>
         <<<static_cast<int>(blocks), kBackwardThreads, shared_bytes, current_stream()>>>(
-            gp, xp, wp, weight_offset, mp, rp, rows, dim, blocks, dxp, pp, shared_partial);
+            gp, xp, wp, weight_offset, mp, rp, rows, dim, blocks, rp_grad, dxp, pp, shared_partial);
   } else {
     norm_backward_kernel<TX, TW, 1>
         <<<static_cast<int>(blocks), kBackwardThreads, shared_bytes, current_stream()>>>(
-            gp, xp, wp, weight_offset, mp, rp, rows, dim, blocks, dxp, pp, shared_partial);
+            gp, xp, wp, weight_offset, mp, rp, rows, dim, blocks, rp_grad, dxp, pp, shared_partial);
   }
   check_launch();
 }
 
 // Shared by both norms (mean and dbias undefined for rms_norm).
 void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                   float weight_offset, const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                   const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
+                   float weight_offset, const Tensor& mean, const Tensor& rstd,
+                   const Tensor& grad_residual, const Tensor& dx, const Tensor& dweight,
+                   const Tensor& dbias, const Tensor& partial) {
   const bool wants_partial = dweight.defined() || dbias.defined();
   if (!dx.defined() && !wants_partial) return;
   const auto [rows, dim] = row_shape(x);
   check_same_dtype(op, "grad_out", grad_out, x.dtype());
   check_same_dtype(op, "dx", dx, x.dtype());
+  check_same_dtype(op, "grad_residual", grad_residual, x.dtype());
+  if (grad_residual.defined() && !dx.defined()) {
+    throw ValueError(str_cat(op, ": grad_residual is given without dx to add it into"));
+  }
   check_same_dtype(op, "dweight", dweight, DType::f32);
   check_same_dtype(op, "dbias", dbias, DType::f32);
   if (wants_partial && (!partial.defined() || partial.size(0) != norm_backward_blocks(rows) ||
@@ -349,16 +414,16 @@ void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, cons
   HEADROOM_CUDA_DISPATCH_FLOAT(x.dtype(), TX, {
     switch (wdtype) {
       case DType::f32:
-        launch_backward<TX, float>(grad_out, x, weight, weight_offset, mean, rstd, dx,
-                                   used_partial);
+        launch_backward<TX, float>(grad_out, x, weight, weight_offset, mean, rstd, grad_residual,
+                                   dx, used_partial);
         break;
       case DType::bf16:
-        launch_backward<TX, __nv_bfloat16>(grad_out, x, weight, weight_offset, mean, rstd, dx,
-                                           used_partial);
+        launch_backward<TX, __nv_bfloat16>(grad_out, x, weight, weight_offset, mean, rstd,
+                                           grad_residual, dx, used_partial);
         break;
       case DType::f16:
-        launch_backward<TX, __half>(grad_out, x, weight, weight_offset, mean, rstd, dx,
-                                    used_partial);
+        launch_backward<TX, __half>(grad_out, x, weight, weight_offset, mean, rstd, grad_residual,
+                                    dx, used_partial);
         break;
       default:
         check_kernel_dtype(op, "weight", wdtype);
@@ -374,26 +439,67 @@ void norm_backward(const char* op, const Tensor& grad_out, const Tensor& x, cons
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                         const Tensor& out, const Tensor& mean, const Tensor& rstd) {
-  norm_forward("layer_norm", x, weight, 0.0f, bias, eps, out, mean, rstd);
+  norm_forward("layer_norm", x, ResidualAdd{}, weight, 0.0f, bias, eps, out, mean, rstd);
 }
 
 void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                         const Tensor& dweight, const Tensor& dbias, const Tensor& partial) {
-  norm_backward("layer_norm backward", grad_out, x, weight, 0.0f, mean, rstd, dx, dweight, dbias,
-                partial);
+                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_residual,
+                         const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                         const Tensor& partial) {
+  norm_backward("layer_norm backward", grad_out, x, weight, 0.0f, mean, rstd, grad_residual, dx,
+                dweight, dbias, partial);
 }
 
 void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
                       const Tensor& out, const Tensor& rstd) {
-  norm_forward("rms_norm", x, weight, weight_offset, Tensor(), eps, out, Tensor(), rstd);
+  norm_forward("rms_norm", x, ResidualAdd{}, weight, weight_offset, Tensor(), eps, out, Tensor(),
+               rstd);
 }
 
 void rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                       float weight_offset, const Tensor& rstd, const Tensor& dx,
-                       const Tensor& dweight, const Tensor& partial) {
-  norm_backward("rms_norm backward", grad_out, x, weight, weight_offset, Tensor(), rstd, dx,
-                dweight, Tensor(), partial);
+                       float weight_offset, const Tensor& rstd, const Tensor& grad_residual,
+                       const Tensor& dx, const Tensor& dweight, const Tensor& partial) {
+  norm_backward("rms_norm backward", grad_out, x, weight, weight_offset, Tensor(), rstd,
+                grad_residual, dx, dweight, Tensor(), partial);
+}
+
+// The residual add of sum = residual + branch: residual in sum's dtype, branch in it or, for an
+// f32 sum, bf16 / f16; all contiguous and of one shape.
+ResidualAdd residual_add(const char* op, const Tensor& residual, const Tensor& branch,
+                         const Tensor& sum) {
+  check_same_dtype(op, "residual", residual, sum.dtype());
+  ResidualAdd add{residual.data_ptr(), branch.data_ptr(), BranchType::same};
+  if (branch.dtype() != sum.dtype()) {
+    if (sum.dtype() != DType::f32 ||
+        (branch.dtype() != DType::bf16 && branch.dtype() != DType::f16))
+      throw ValueError(str_cat(op, ": branch is ", dtype_name(branch.dtype()), " and sum ",
+                               dtype_name(sum.dtype()),
+                               "; a branch of another dtype than the sum "
+                               "must be bf16 or f16 with an f32 sum"));
+    add.branch_type = branch.dtype() == DType::bf16 ? BranchType::bf16 : BranchType::f16;
+  }
+  if (residual.numel() != sum.numel() || branch.numel() != sum.numel() ||
+      !residual.is_contiguous() || !branch.is_contiguous() || !sum.is_contiguous()) {
+    throw ValueError(str_cat(op, ": residual ", residual.shape(), ", branch ", branch.shape(),
+                             " and sum ", sum.shape(), " must be contiguous and of one size"));
+  }
+  return add;
+}
+
+void add_layer_norm_forward(const Tensor& residual, const Tensor& branch, const Tensor& weight,
+                            const Tensor& bias, float eps, const Tensor& sum, const Tensor& out,
+                            const Tensor& mean, const Tensor& rstd) {
+  const char* op = "add_layer_norm";
+  norm_forward(op, sum, residual_add(op, residual, branch, sum), weight, 0.0f, bias, eps, out, mean,
+               rstd);
+}
+
+void add_rms_norm_forward(const Tensor& residual, const Tensor& branch, const Tensor& weight,
+                          float eps, float weight_offset, const Tensor& sum, const Tensor& out,
+                          const Tensor& rstd) {
+  const char* op = "add_rms_norm";
+  norm_forward(op, sum, residual_add(op, residual, branch, sum), weight, weight_offset, Tensor(),
+               eps, out, Tensor(), rstd);
 }
 
 }  // namespace
@@ -403,6 +509,8 @@ void fill_norm_kernels(NormKernels& kernels) {
   kernels.layer_norm_backward = layer_norm_backward;
   kernels.rms_norm_forward = rms_norm_forward;
   kernels.rms_norm_backward = rms_norm_backward;
+  kernels.add_layer_norm_forward = add_layer_norm_forward;
+  kernels.add_rms_norm_forward = add_rms_norm_forward;
 }
 
 }  // namespace headroom::cuda
