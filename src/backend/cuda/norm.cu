@@ -214,8 +214,8 @@ __global__ void __launch_bounds__(kBackwardThreads)
         const float xhat = (to_f32(px.v[i]) - shift) * rs;
         if (dx) {
           const float g = weight ? d * (to_f32(w.v[i]) + weight_offset) : d;
-          const float d = rs * (g - mean_g - xhat * mean_gx);
-          out.v[i] = from_f32<TX>(dres ? to_f32(res.v[i]) + d : d);
+          const float norm_dx = rs * (g - mean_g - xhat * mean_gx);
+          out.v[i] = from_f32<TX>(dres ? to_f32(res.v[i]) + norm_dx : norm_dx);
         }
         if (sums) {
           sums[c * N + i] += d * xhat;
