@@ -32,6 +32,15 @@ struct AttentionSequences {
   bool packed() const { return cu_seqlens.defined(); }
 };
 
+// Note [Attention backward workspace]
+// For a q in bf16 or f16, backward's two workspaces are one allocation of the op's
+// (ops/attention.cpp): grad_q_accum's B Hq T D floats, then delta's B Hq T, each a contiguous view
+// of it. A kernel that finds them so (adjacent, one storage) may take the pair as one workspace
+// of B Hq T (D + 1) floats: cuDNN's SDPA backward asks for exactly that much (its fp32 dQ
+// accumulator and its row sums of dO * O) and, handed it, allocates nothing, so every device, the
+// meta device included, allocates the same bytes whichever kernel runs
+// (backend/cuda/cudnn_attention.h). For an f32 q delta is the only workspace.
+
 // The kernel census's figures (Note [Kernel costs]): forward 4 B Hq T S D FLOPs (scores and
 // values), backward 2.5 times that (FlashAttention-2's count: the scores again, then dV, dP, dQ,
 // dK), half of each when causal, the visible share of the T x S pairs with a window, summed over
@@ -63,7 +72,8 @@ struct AttentionKernels {
       forward{"forward", nullptr, attention_forward_cost};
   // out (forward's) and grad_out in q's dtype, q's shape; lse as forward's; delta: f32
   // [B, Hq, T] workspace; grad_q / grad_k / grad_v in q's dtype, shaped as q / k / v;
-  // grad_q_accum: contiguous f32 [B, Hq, T, D] workspace when q is not f32, else undefined.
+  // grad_q_accum: contiguous f32 [B, Hq, T, D] workspace when q is not f32, else undefined
+  // (Note [Attention backward workspace]).
   Kernel<void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
               const Tensor& grad_out, const Tensor& lse, bool causal, int64_t window, float scale,
               float softcap, DropoutParams dropout, const Tensor& delta, const Tensor& grad_q,

@@ -216,9 +216,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         Tensor group_lse = heads(lse, group);
         if (!group_lse.is_contiguous()) group_lse = group_lse.contiguous();
         if (!delta.defined() || delta.shape() != group_lse.shape()) {
-          delta = Tensor::empty(group_lse.shape(), DType::f32, device);
-          if (dtype != DType::f32) {
-            gq_accum = Tensor::empty(heads(q, group).shape(), DType::f32, device);
+          if (dtype == DType::f32) {
+            delta = Tensor::empty(group_lse.shape(), DType::f32, device);
+          } else {
+            // One allocation, the accumulator then delta: see Note [Attention backward workspace].
+            const Shape accum_shape = heads(q, group).shape();
+            const int64_t rows = group_lse.numel(), accum = accum_shape.numel();
+            const Tensor workspace = Tensor::empty(Shape{accum + rows}, DType::f32, device);
+            gq_accum = workspace.narrow(0, 0, accum).view(accum_shape);
+            delta = workspace.narrow(0, accum, rows).view(group_lse.shape());
           }
         }
         backward(heads(qr, group), heads(kr, 1), heads(vr, 1), heads(out, group), heads(g, group),
