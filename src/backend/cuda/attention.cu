@@ -5,6 +5,10 @@
 // visible key is also its sequence's start, found in cu_seqlens, with tiles aligned to the row as
 // unpacked (the CPU aligns them to each sequence: results agree within rounding, not bit for bit).
 //
+// cuDNN's fused SDPA takes the calls it supports first (backend/cuda/cudnn_attention.h: bf16 /
+// f16 without dropout or softcap, unpacked); these kernels run the rest, and every call where
+// libcudnn cannot be opened.
+//
 // Two kernel families. bf16 / f16 with head size up to 128 run on tensor cores (nvcuda::wmma,
 // 16x16x16, fp32 accumulation), the head size padded to 64 or 128 in shared memory. f32, and
 // head sizes 129..256, run on CUDA cores (fp32 throughout). Both use the CPU kernel's exp
@@ -23,6 +27,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/backend_parts.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/exp_approx.h"
 #include "core/error.h"
 #include "core/philox.h"
@@ -973,6 +978,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
   const int64_t q_rows = q.size(0) * q.size(1) * q.size(2);
   check_attention_forward_buffers("attention_forward", q, out, lse);
   if (q_rows == 0) return;
+  if (cudnn_attention_forward(q, k, v, causal, window, scale, softcap, dropout, out, lse,
+                              sequences)) {
+    return;
+  }
   DeviceGuard guard(q.device().index);
   const Params p = make_params(q, k, v, causal, window, scale, softcap, dropout, sequences);
   HEADROOM_ATTENTION_DISPATCH(q.dtype(), p.dim, (launch_forward<T, kD>(p, out, lse)));
@@ -987,6 +996,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const bool f32 = q.dtype() == DType::f32;
   check_attention_backward_buffers("attention_backward", q, k, out, grad_out, lse, delta, grad_q,
                                    grad_k, grad_v, grad_q_accum);
+  if (cudnn_attention_backward(q, k, v, out, grad_out, lse, causal, window, scale, softcap, dropout,
+                               delta, grad_q, grad_k, grad_v, grad_q_accum, sequences)) {
+    return;
+  }
   DeviceGuard guard(q.device().index);
   cudaStream_t stream = current_stream();
   // dQ is accumulated in fp32: in grad_q itself (at its strides) for f32, else in the contiguous
