@@ -1,9 +1,10 @@
-// scaled_dot_product_attention on the GPU (backend/cuda/attention.cu) against the CPU reference
-// in fp32 on the same (rounded) inputs: outputs and gradients for f32 / bf16 / f16, head sizes on
-// the tensor-core path (<= 128) and the CUDA-core path (129..256), causal, sliding window and full,
-// GQA, dropout (the same Philox stream), strided inputs, odd and large sizes; determinism; and the
-// GPU's
-// allocations against a meta dry run. Skipped without a GPU.
+// scaled_dot_product_attention on the GPU's own kernels (backend/cuda/attention.cu; cuDNN, which
+// takes most bf16 / f16 calls first, is switched off here: test_cuda_cudnn_attention.cpp tests
+// it) against the CPU reference in fp32 on the same (rounded) inputs: outputs and gradients for
+// f32 / bf16 / f16, head sizes on the tensor-core path (<= 128) and the CUDA-core path
+// (129..256), causal, sliding window and full, GQA, dropout (the same Philox stream), strided
+// inputs, odd and large sizes; determinism; and the GPU's allocations against a meta dry run.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include <string>
 
 #include "autograd/engine.h"
+#include "backend/cuda/cudnn_attention.h"
+#include "cuda/attention_test_support.h"
 #include "cuda/cuda_test_support.h"
 #include "core/generator.h"
 #include "core/tensor.h"
@@ -36,70 +39,6 @@ std::string name_of(const Config& c, DType dtype) {
                  " D", c.d, c.causal ? " causal" : " full", " p", c.dropout_p,
                  c.transposed ? " transposed" : "",
                  c.window ? str_cat(" window ", *c.window) : std::string());
-}
-
-// Note [Attention tolerances on the GPU]
-// Per element: |gpu - cpu| <= rtol * (|cpu| + mean |cpu|) + floor * max |cpu|. rtol covers the
-// output's own rounding (one ulp of the dtype). The floor covers what the GPU rounds that the
-// fp32 CPU reference does not: as FlashAttention, the kernel rounds P to the dtype before P V and
-// dP = dO V^T, so an output carries up to a unit roundoff of the values it averages (2^-9 of |V|
-// in bf16; the first rows of a causal mask average one or two), and dS = P (dP - D) subtracts
-// D = rowsum(dO o O) of the rounded O, which cancels to noise where dQ is zero in exact
-// arithmetic (a query with one key). Four ulps of the tensor's largest magnitude: 2^-6 (bf16),
-// 2^-9 (f16); a wrong mask, index or scale is off by the largest magnitude itself. The floor is at
-// least 1e-6 absolute (inputs are of order 1): the same cancellation leaves ~2e-7 in every dtype.
-// Measured on an H200 (2026-11-28): every case's max |gpu - cpu| / max |cpu| is printed (and
-// kept in ctest's JUnit output) as "measured"; the largest over all cases were out / dQ / dK / dV
-// 3.3e-3 / 4.3e-3 / 6.1e-3 / 3.4e-3 in bf16 (floor 1.6e-2), 4.4e-4 / 5.5e-4 / 4.4e-4 / 4.2e-4 in
-// f16 (floor 2.0e-3) and below 7.3e-7 in f32.
-double tolerance_of(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return 2e-5;
-    case DType::bf16:
-      return 1e-2;
-    default:
-      return 3e-3;
-  }
-}
-
-double floor_of(DType dtype) {
-  switch (dtype) {
-    case DType::bf16:
-      return 1.0 / 64;
-    case DType::f16:
-      return 1.0 / 512;
-    default:
-      return 0.0;
-  }
-}
-
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, DType dtype,
-                  const std::string& what, double noise = 1e-6) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double tol = tolerance_of(dtype);
-  double mean_abs = 0.0, largest = 0.0, worst = 0.0;
-  for (float w : want) {
-    mean_abs += std::fabs(w);
-    largest = std::max(largest, static_cast<double>(std::fabs(w)));
-  }
-  mean_abs /= std::max<size_t>(want.size(), 1);
-  // At least `noise`: where the reference is zero throughout (dQ, dK with one key) the GPU holds
-  // rounding noise of ~2e-7 in every dtype (measured, one row of D 64).
-  const double floor = std::max(noise, floor_of(dtype) * largest);
-  size_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
-    worst = std::max(worst, diff);
-    const double bound = tol * (std::fabs(static_cast<double>(want[i])) + mean_abs) + floor;
-    if (!(diff <= bound) && ++bad <= 5) {
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << " on the GPU, " << want[i]
-                    << " on the CPU (difference " << diff << ", bound " << bound << ")";
-    }
-  }
-  std::printf("measured: %s: max |gpu - cpu| / max |cpu| = %.3g (max |cpu| %.3g)\n", what.c_str(),
-              largest > 0 ? worst / largest : worst, largest);
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements off";
 }
 
 // f32 values representable in the tested dtype; each run builds fresh tensors from them.
@@ -177,7 +116,14 @@ void check_against_cpu(const Config& c, DType dtype, uint64_t seed = 7) {
 
 const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
 
-TEST(CudaAttention, MatchesCpuOnTensorCoreHeadSizes) {
+// Every test here runs our kernels, whatever cuDNN would take.
+class CudaAttention : public ::testing::Test {
+ protected:
+  void SetUp() override { cuda::set_cudnn_attention_enabled(false); }
+  void TearDown() override { cuda::set_cudnn_attention_enabled(true); }
+};
+
+TEST_F(CudaAttention, MatchesCpuOnTensorCoreHeadSizes) {
   REQUIRE_GPU();
   for (DType dtype : kDtypes) {
     for (int64_t d : {64, 128}) {
@@ -188,7 +134,7 @@ TEST(CudaAttention, MatchesCpuOnTensorCoreHeadSizes) {
   }
 }
 
-TEST(CudaAttention, MatchesCpuOnOddSizes) {
+TEST_F(CudaAttention, MatchesCpuOnOddSizes) {
   REQUIRE_GPU();
   for (DType dtype : kDtypes) {
     check_against_cpu({1, 1, 1, 1, 1, 64, true}, dtype);
@@ -200,7 +146,7 @@ TEST(CudaAttention, MatchesCpuOnOddSizes) {
   }
 }
 
-TEST(CudaAttention, MatchesCpuOnOtherHeadSizes) {
+TEST_F(CudaAttention, MatchesCpuOnOtherHeadSizes) {
   REQUIRE_GPU();
   // Padded on the tensor-core path (to 64 or 128), or on the CUDA-core path above 128.
   for (DType dtype : kDtypes) {
@@ -211,7 +157,7 @@ TEST(CudaAttention, MatchesCpuOnOtherHeadSizes) {
   }
 }
 
-TEST(CudaAttention, DropoutUsesTheCpuStream) {
+TEST_F(CudaAttention, DropoutUsesTheCpuStream) {
   REQUIRE_GPU();
   for (DType dtype : kDtypes) {
     check_against_cpu({2, 4, 2, 100, 100, 64, true, 0.1}, dtype);
@@ -222,7 +168,7 @@ TEST(CudaAttention, DropoutUsesTheCpuStream) {
 
 // Windows shorter than a key tile, spanning several (so whole key tiles are skipped in forward and
 // whole query tiles in backward), of one key, on both kernel families, with dropout and GQA.
-TEST(CudaAttention, SlidingWindowMatchesCpu) {
+TEST_F(CudaAttention, SlidingWindowMatchesCpu) {
   REQUIRE_GPU();
   for (DType dtype : kDtypes) {
     for (int64_t d : {64, 160}) {
@@ -234,7 +180,7 @@ TEST(CudaAttention, SlidingWindowMatchesCpu) {
   }
 }
 
-TEST(CudaAttention, ReadsStridedViewsInPlace) {
+TEST_F(CudaAttention, ReadsStridedViewsInPlace) {
   REQUIRE_GPU();
   for (DType dtype : kDtypes) {
     check_against_cpu({2, 4, 2, 96, 96, 64, true, 0.0, true}, dtype);
@@ -242,7 +188,7 @@ TEST(CudaAttention, ReadsStridedViewsInPlace) {
   }
 }
 
-TEST(CudaAttention, MatchesCpuOnLargeProblems) {
+TEST_F(CudaAttention, MatchesCpuOnLargeProblems) {
   REQUIRE_GPU();
   check_against_cpu({2, 12, 12, 1024, 1024, 64, true}, DType::bf16);  // a GPT-2 124M layer
   check_against_cpu({1, 8, 2, 1024, 1024, 128, true}, DType::bf16);   // Llama-style GQA
@@ -250,7 +196,7 @@ TEST(CudaAttention, MatchesCpuOnLargeProblems) {
   check_against_cpu({1, 4, 4, 512, 512, 64, true}, DType::f32);
 }
 
-TEST(CudaAttention, ForwardAndKeyGradientsRepeatBitForBit) {
+TEST_F(CudaAttention, ForwardAndKeyGradientsRepeatBitForBit) {
   REQUIRE_GPU();
   // dQ is summed with float atomics (as FlashAttention-2) and may differ in its last bits.
   for (DType dtype : kDtypes) {
@@ -278,7 +224,7 @@ int64_t step_peak(const Config& c, DType dtype, Device device) {
   return static_cast<int64_t>(max_memory_allocated(device)) - before;
 }
 
-TEST(CudaAttention, AllocatesWhatAMetaDryRunPredicts) {
+TEST_F(CudaAttention, AllocatesWhatAMetaDryRunPredicts) {
   REQUIRE_GPU();
   for (DType dtype : kDtypes) {
     for (const Config& c :
