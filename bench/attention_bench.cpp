@@ -2,6 +2,14 @@
 // materialised softmax(QK^T)V on cpu::gemm, side by side in one run, plus the autograd op.
 // Usage: attention_bench [B H T D [reps [dtype]]]   (default 8 6 256 64 10 f32, causal; dtype:
 // f32, bf16 or f16, of the op + autograd row only)
+//
+// On a GPU: attention_bench --cuda [--gpu NAME] [reps] times the CUDA attention kernel table on
+// GPT-2's (16 x 12 heads x 1024, D 64) and Llama-3.2-1B's (4 x 32 / 8 heads x 2048, D 64)
+// causal bf16 shapes, q / k / v read from one fused projection as the models do: cuDNN's fused
+// SDPA (backend/cuda/cudnn_attention.h) and headroom's own kernels, forward and backward, each in
+// TFLOP/s (the kernel census's FLOPs: 4 B Hq T S D forward, 2.5 times that backward, halved when
+// causal) beside the roofline: the lesser of the GPU's bf16 peak and its HBM bandwidth times the
+// census's FLOPs per byte, from `headroom plan --gpu NAME`'s table (default H100-80GB).
 #include <omp.h>
 
 #include <algorithm>
@@ -15,10 +23,16 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "backend/attention_kernels.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gemm.h"
+#include "core/device_kernels.h"
 #include "core/generator.h"
 #include "ops/attention.h"
+#include "plan/gpu_specs.h"
+#ifdef HEADROOM_WITH_CUDA
+#include "backend/cuda/cudnn_attention.h"
+#endif
 
 namespace {
 
@@ -105,10 +119,150 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+#ifdef HEADROOM_WITH_CUDA
+using headroom::DType;
+using headroom::Tensor;
+
+struct GpuShape {
+  const char* name;
+  int64_t b, hq, hkv, t, d;
+};
+
+// One problem's buffers on the GPU, laid out as a model's: q, k, v heads views of one fused
+// [B, T, (Hq + 2 Hkv) D] projection, out [B, T, Hq, D] viewed as heads, the gradients views of one
+// fused buffer, and the op's backward workspace (Note [Attention backward workspace]).
+struct GpuProblem {
+  Tensor q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, delta, accum;
+};
+
+GpuProblem gpu_problem(const GpuShape& s, headroom::Device gpu) {
+  const DType bf16 = DType::bf16;
+  const int64_t width = (s.hq + 2 * s.hkv) * s.d;
+  auto heads = [&](const Tensor& x, int64_t first, int64_t count) {
+    return x.narrow(2, first * s.d, count * s.d).view({s.b, s.t, count, s.d}).transpose(1, 2);
+  };
+  headroom::Generator gen(3);
+  GpuProblem p;
+  const Tensor qkv = Tensor::randn({s.b, s.t, width}, DType::f32, headroom::kCPU, &gen).to(bf16);
+  const Tensor x = qkv.to(gpu);
+  p.q = heads(x, 0, s.hq);
+  p.k = heads(x, s.hq, s.hkv);
+  p.v = heads(x, s.hq + s.hkv, s.hkv);
+  p.out = Tensor::empty({s.b, s.t, s.hq, s.d}, bf16, gpu).transpose(1, 2);
+  p.lse = Tensor::empty({s.b, s.hq, s.t}, DType::f32, gpu);
+  p.grad_out = Tensor::randn({s.b, s.t, s.hq, s.d}, DType::f32, headroom::kCPU, &gen)
+                   .to(bf16)
+                   .to(gpu)
+                   .transpose(1, 2);
+  const Tensor grads = Tensor::empty({s.b, s.t, width}, bf16, gpu);
+  p.grad_q = heads(grads, 0, s.hq);
+  p.grad_k = heads(grads, s.hq, s.hkv);
+  p.grad_v = heads(grads, s.hq + s.hkv, s.hkv);
+  const int64_t rows = s.b * s.hq * s.t;
+  const Tensor workspace = Tensor::empty({rows * (s.d + 1)}, DType::f32, gpu);
+  p.accum = workspace.narrow(0, 0, rows * s.d).view(p.q.shape());
+  p.delta = workspace.narrow(0, rows * s.d, rows).view({s.b, s.hq, s.t});
+  return p;
+}
+
+// Mean milliseconds of fn over `reps` runs after two unrecorded ones, the GPU drained around.
+double gpu_ms(int reps, headroom::Device gpu, const std::function<void()>& fn) {
+  const headroom::DeviceKernels& kernels = headroom::device_kernels(gpu);
+  for (int r = 0; r < 2; ++r) fn();
+  kernels.synchronize(gpu.index);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) fn();
+  kernels.synchronize(gpu.index);
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::milli>(t1 - t0).count() / reps;
+}
+
+int gpu_main(int argc, char** argv) {
+  using namespace headroom;
+  std::string gpu_name = "H100-80GB";
+  int reps = 20;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--gpu" && i + 1 < argc) {
+      gpu_name = argv[++i];
+    } else {
+      reps = std::max(1, std::atoi(argv[i]));
+    }
+  }
+  if (!cuda_is_available()) {
+    std::printf("attention_bench --cuda: no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  const GpuSpec& spec = find_gpu_spec(gpu_name);
+  const Device gpu{DeviceType::cuda, 0};
+  const GpuShape shapes[] = {{"GPT-2 124M", 16, 12, 12, 1024, 64},
+                             {"Llama-3.2-1B", 4, 32, 8, 2048, 64}};
+  const auto& forward = need_kernel("attention_bench", gpu, &AttentionKernels::forward);
+  const auto& backward = need_kernel("attention_bench", gpu, &AttentionKernels::backward);
+  std::printf(
+      "attention on cuda:0 (roofline of %s: %.0f TFLOP/s bf16, %.2f TB/s), bf16, causal, "
+      "mean of %d (cuDNN: %s)\n",
+      spec.name.c_str(), spec.bf16_tflops, spec.memory_tb_per_s, reps,
+      cuda::cudnn_library_info().description.c_str());
+  std::printf("  %-14s %-9s %-8s %9s %9s %9s %9s\n", "shape", "pass", "kernel", "ms", "TFLOP/s",
+              "roofline", "of roof");
+  for (const GpuShape& s : shapes) {
+    const GpuProblem p = gpu_problem(s, gpu);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+    auto run_forward = [&] { forward(p.q, p.k, p.v, true, 0, scale, 0.0f, {}, p.out, p.lse, {}); };
+    auto run_backward = [&] {
+      backward(p.q, p.k, p.v, p.out, p.grad_out, p.lse, true, 0, scale, 0.0f, {}, p.delta, p.grad_q,
+               p.grad_k, p.grad_v, p.accum, {});
+    };
+    const KernelWork fwd_work =
+        attention_forward_cost(p.q, p.k, p.v, true, 0, scale, 0.0f, {}, p.out, p.lse, {});
+    const KernelWork bwd_work =
+        attention_backward_cost(p.q, p.k, p.v, p.out, p.grad_out, p.lse, true, 0, scale, 0.0f, {},
+                                p.delta, p.grad_q, p.grad_k, p.grad_v, p.accum, {});
+    for (bool use_cudnn : {true, false}) {
+      cuda::set_cudnn_attention_enabled(use_cudnn);
+      run_forward();  // the forward's out and lse, which backward reads
+      const cuda::CudnnAttentionStats before = cuda::cudnn_attention_stats();
+      const double fwd_ms = gpu_ms(reps, gpu, run_forward);
+      const double bwd_ms = gpu_ms(reps, gpu, run_backward);
+      const cuda::CudnnAttentionStats after = cuda::cudnn_attention_stats();
+      const char* kernel = use_cudnn ? "cuDNN" : "headroom";
+      if (use_cudnn && (after.forward == before.forward || after.backward == before.backward)) {
+        std::printf("  %-14s cuDNN declined (%s): its rows are headroom's kernels\n", s.name,
+                    after.last_declined.c_str());
+        kernel = "declined";
+      }
+      const std::pair<const char*, std::pair<double, KernelWork>> passes[] = {
+          {"forward", {fwd_ms, fwd_work}}, {"backward", {bwd_ms, bwd_work}}};
+      for (const auto& [pass, timed] : passes) {
+        const auto& [ms, work] = timed;
+        const double tflops = work.flops / (ms * 1e-3) / 1e12;
+        // FLOPs per byte times TB/s is TFLOP/s.
+        const double roof = std::min(
+            spec.bf16_tflops, work.flops / std::max<double>(static_cast<double>(work.bytes), 1.0) *
+                                  spec.memory_tb_per_s);
+        std::printf("  %-14s %-9s %-8s %9.3f %9.1f %9.0f %8.0f%%\n", s.name, pass, kernel, ms,
+                    tflops, roof, 100.0 * tflops / roof);
+      }
+    }
+    cuda::set_cudnn_attention_enabled(true);
+  }
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace headroom;
+  if (argc >= 2 && std::string(argv[1]) == "--cuda") {
+#ifdef HEADROOM_WITH_CUDA
+    return gpu_main(argc, argv);
+#else
+    std::printf("attention_bench --cuda: this build has no CUDA backend\n");
+    return 0;
+#endif
+  }
   Shape4 s{8, 6, 256, 64};
   int reps = 10;
   if (argc >= 5)
