@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "nn/module.h"
 #include "ops/embedding.h"
@@ -21,8 +22,9 @@ namespace headroom {
 // adapter, which returns the sum.
 class LinearAdapter : public Module {
  public:
-  // x [..., in], base [..., out] (the base layer's output) -> the layer's output.
-  virtual Tensor forward(const Tensor& x, const Tensor& base) const = 0;
+  // x [..., in], base [..., out] (the base layer's output, handed over: an adapter may write
+  // its branch into base's buffer when nothing else holds it) -> the layer's output.
+  virtual Tensor forward(const Tensor& x, Tensor base) const = 0;
   // True when this adapter's forward reads x only as the input of projections that autocast
   // converts as the layer's own (LoRA without dropout): AdaptableLinear::input_dtype.
   virtual bool reads_input_as_projection() const { return false; }
@@ -56,8 +58,8 @@ class AdaptableLinear : public Module {
 
  protected:
   // The layer's output: `base` (its own, for x) plus the adapter's branch when there is one.
-  Tensor with_adapter(const Tensor& x, const Tensor& base) const {
-    return adapter_ ? adapter_->forward(x, base) : base;
+  Tensor with_adapter(const Tensor& x, Tensor base) const {
+    return adapter_ ? adapter_->forward(x, std::move(base)) : base;
   }
 
  private:

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/record_function.h"
 #include "ops/autocast.h"
+#include "ops/elementwise.h"
 #include "ops/op_support.h"
 #include "ops/reduction.h"
 
@@ -90,17 +91,18 @@ GemmOperand gemm_operand(const Tensor& x, bool trans) {
   return {x.contiguous(), trans};
 }
 
-// c (fresh, contiguous) = op(a) @ op(b), with the epilogue: + bias[col], or the bias gradient
-// written to `bias` (backend/gemm_kernels.h); a, b and c 2-D or [batch, R, C] with a batch of 1
-// broadcast.
+// c (fresh, contiguous) = alpha * op(a) @ op(b), with the epilogue: + bias[col], or the bias
+// gradient written to `bias` (backend/gemm_kernels.h); a, b and c 2-D or [batch, R, C] with a
+// batch of 1 broadcast. accumulate: c += alpha * op(a) @ op(b) instead (c holds values).
 void run_gemm(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
               const Tensor& c, GemmEpilogue epilogue = GemmEpilogue::none,
-              const Tensor& bias = Tensor()) {
+              const Tensor& bias = Tensor(), float alpha = 1.0f, bool accumulate = false) {
   const GemmOperand oa = gemm_operand(a, trans_a);
   const GemmOperand ob = gemm_operand(b, trans_b);
   if (c.numel() == 0 && !is_bias_grad(epilogue)) return;
   if ((trans_a ? a.size(-2) : a.size(-1)) == 0) {
     // An empty inner dimension: the entry takes none, and the product (and a sum over it) is zero.
+    if (accumulate) return;
     if (epilogue == GemmEpilogue::bias) {
       c.copy_(bias.expand(c.shape()));
     } else {
@@ -110,8 +112,8 @@ void run_gemm(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bo
     return;
   }
   if (c.numel() == 0) return;
-  need_kernel(op, c.device(), &GemmKernels::gemm)(oa.trans, ob.trans, oa.t, ob.t, 1.0f, 0.0f, c,
-                                                  epilogue, bias);
+  need_kernel(op, c.device(), &GemmKernels::gemm)(oa.trans, ob.trans, oa.t, ob.t, alpha,
+                                                  accumulate ? 1.0f : 0.0f, c, epilogue, bias);
 }
 
 // The batched product of a [batch..., R, C] (or its transpose) and b, expanded to the batch, into
@@ -301,6 +303,80 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightL
     saved.has_bias = bias.defined();
     node->set_backward([dims, layout, saved](BackwardContext& ctx) -> std::vector<Tensor> {
       return linear_backward(ctx, layout, dims, saved);
+    });
+    node->set_outputs({out});
+  }
+  return out;
+}
+
+Tensor linear_add(Tensor base, const Tensor& x, const Tensor& weight, double alpha) {
+  RecordFunction record("linear_add", base, x, weight);
+  if (auto cast = autocast_inputs("linear", {x, weight})) {
+    return linear_add(std::move(base), (*cast)[0], (*cast)[1], alpha);
+  }
+  const char* op = "linear_add";
+  const LinearDims dims = linear_dims(x, weight, Tensor(), WeightLayout::out_in);
+  check_floating(op, "base", base);
+  check_same_device(op, {base, x});
+  std::vector<int64_t> out_dims = x.shape().to_vector();
+  out_dims.back() = dims.out;
+  if (base.shape() != Shape(out_dims)) {
+    throw ValueError(str_cat(op, ": base ", base.shape(), " must be ", Shape(out_dims), ", x ",
+                             x.shape(), " through weight ", weight.shape()));
+  }
+  const DType operands = operand_dtype(x, weight);
+  // The GEMM accumulates into a c of the operands' dtype or f32 (backend/gemm_kernels.h); any
+  // other base takes the two ops, as does an alpha that is not a float.
+  if ((base.dtype() != operands && base.dtype() != DType::f32) ||
+      static_cast<double>(static_cast<float>(alpha)) != alpha) {
+    const Tensor delta = linear(x, weight);
+    return add(base, alpha == 1.0 ? delta : scale(delta, alpha));
+  }
+  // base's buffer is the result when nothing else holds it (the base layer's fresh output, moved
+  // in): the GEMM adds into it, with no buffer and no pass of its own.
+  const bool in_place = base.is_contiguous() && base.storage().use_count() == 1;
+  auto node = make_function_node("LinearAddBackward0", {base, x, weight});
+  LinearSaved saved;
+  if (node) {
+    if (node->needs_input_grad(2)) saved.x_slot = static_cast<int>(node->save(x));
+    if (node->needs_input_grad(1)) saved.w_slot = static_cast<int>(node->save(weight));
+  }
+  Tensor out = in_place ? base.detach() : base.contiguous().clone();
+  base = Tensor();
+  const int64_t rows = leading_numel(x);
+  run_gemm(op, as_dtype(x, operands).reshape({rows, dims.in}), false, as_dtype(weight, operands),
+           true, out.view({rows, dims.out}), GemmEpilogue::none, Tensor(),
+           static_cast<float>(alpha), true);
+  if (node) {
+    saved.rows = rows;
+    saved.x_shape = x.shape();
+    saved.w_shape = weight.shape();
+    const float a = static_cast<float>(alpha);
+    // d base = g; dx = alpha g W and dW = alpha g^T x, alpha in the GEMMs (no scaled copy of g).
+    node->set_backward([dims, saved, a](BackwardContext& ctx) -> std::vector<Tensor> {
+      const Device device = ctx.grad_output().device();
+      const Tensor g = ctx.grad_output().contiguous().view({saved.rows, dims.out});
+      Tensor gx, gw;
+      if (ctx.needs_input_grad(1)) {
+        const Tensor w = ctx.saved(static_cast<size_t>(saved.w_slot));
+        const DType operands = operand_dtype(g, w);
+        const DType wanted = ctx.grad_dtype(1);
+        gx = Tensor::empty({saved.rows, dims.in}, result_dtype(operands, wanted), device);
+        run_gemm("linear_add backward", as_dtype(g, operands), false, as_dtype(w, operands), false,
+                 gx, GemmEpilogue::none, Tensor(), a);
+        gx = as_dtype(gx, wanted).view(saved.x_shape);
+      }
+      if (ctx.needs_input_grad(2)) {
+        const Tensor x = ctx.saved(static_cast<size_t>(saved.x_slot));
+        const DType operands = operand_dtype(g, x);
+        const DType wanted = ctx.grad_dtype(2);
+        gw = Tensor::empty(saved.w_shape, result_dtype(operands, wanted), device);
+        run_gemm("linear_add backward", as_dtype(g, operands), true,
+                 as_dtype(x, operands).reshape({saved.rows, dims.in}), false, gw,
+                 GemmEpilogue::none, Tensor(), a);
+        gw = as_dtype(gw, wanted);
+      }
+      return {ctx.needs_input_grad(0) ? ctx.grad_output() : Tensor(), gx, gw};
     });
     node->set_outputs({out});
   }

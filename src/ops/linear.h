@@ -17,4 +17,14 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               WeightLayout layout = WeightLayout::out_in);
 
+// base + alpha * linear(x, weight), weight [out, in], as one GEMM that adds into base's values
+// (beta 1): an adapter's branch joining its base layer's output (LoRA's B(A(x)) * scaling)
+// without the scaled copy and the add. When the caller hands base over (std::move) and nothing
+// else holds its buffer, the result is that buffer, written in place, and no memory is
+// allocated; otherwise base is copied first. Backward hands g to base and puts alpha into the
+// GEMMs of dx and dW. The GEMM rounds alpha * (x W^T) + base once, where add(base,
+// scale(linear(x, weight), alpha)) rounds three times; a base of another dtype than the
+// product's or f32 takes those ops.
+Tensor linear_add(Tensor base, const Tensor& x, const Tensor& weight, double alpha = 1.0);
+
 }  // namespace headroom

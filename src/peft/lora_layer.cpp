@@ -7,6 +7,7 @@
 #include "core/grad_mode.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
+#include "ops/linear.h"
 
 namespace headroom {
 
@@ -50,10 +51,14 @@ bool LoraLayer::reads_input_as_projection() const {
   return !(is_training() && dropout_ > 0.0) && lora_A_.input_dtype().has_value();
 }
 
-Tensor LoraLayer::forward(const Tensor& x, const Tensor& base) const {
+Tensor LoraLayer::forward(const Tensor& x, Tensor base) const {
   const Tensor in = is_training() && dropout_ > 0.0 ? dropout(x, dropout_, true) : x;
-  const Tensor delta = lora_B_.forward(lora_A_.forward(in));
-  return add(base, scaling_ == 1.0 ? delta : scale(delta, scaling_));
+  const Tensor h = lora_A_.forward(in);
+  if (lora_B_.fp8() || lora_B_.weight_4bit() || lora_B_.adapter() || lora_B_.bias().defined()) {
+    const Tensor delta = lora_B_.forward(h);
+    return add(base, scaling_ == 1.0 ? delta : scale(delta, scaling_));
+  }
+  return linear_add(std::move(base), h, lora_B_.weight(), scaling_);
 }
 
 }  // namespace headroom

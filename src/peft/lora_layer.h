@@ -15,7 +15,9 @@ class LoraLayer : public LinearAdapter {
   LoraLayer(int64_t in, int64_t out, const LoraConfig& config, Device device, DType dtype,
             Generator* generator);
   // Dropout only on the adapter's branch, and only in training, as PEFT.
-  Tensor forward(const Tensor& x, const Tensor& base) const override;
+  // The branch joins base in one GEMM (ops/linear.h: linear_add) where lora_B is a plain
+  // projection.
+  Tensor forward(const Tensor& x, Tensor base) const override;
   // Without an active dropout, x only enters lora_A, a projection converting it as the base does.
   bool reads_input_as_projection() const override;
 

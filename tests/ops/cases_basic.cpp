@@ -51,6 +51,19 @@ HEADROOM_OP_CASES(basic_cases) {
                     [](const std::vector<Tensor>& in) {
                       return linear(in[0], in[1], in[2], WeightLayout::in_out);
                     }});
+  // linear_add: into a copy of a base the case's inputs hold, and into a fresh base layer's
+  // output in place (LoRA's branch joining it; that base is rounded before the add).
+  register_op_case(
+      {"linear_add/copied_base",
+       {normal({2, 3, 5}), normal({2, 3, 4}), normal({5, 4}, 0.3)},
+       [](const std::vector<Tensor>& in) { return linear_add(in[0], in[1], in[2], 0.5); }});
+  OpCase lora{"linear_add/fresh_base_in_place",
+              {normal({6, 8}), normal({5, 8}, 0.3), normal({3, 8}, 0.3), normal({5, 3}, 0.3)},
+              [](const std::vector<Tensor>& in) {
+                return linear_add(linear(in[0], in[1]), linear(in[0], in[2]), in[3], 2.0);
+              }};
+  lora.rounded_intermediate_units = 4.0;
+  register_op_case(std::move(lora));
   register_op_case(
       {"views/reshape_transpose_permute", {normal({2, 3, 4})}, [](const std::vector<Tensor>& in) {
          Tensor t = permute(transpose(reshape(in[0], {6, 4}), 0, 1), {1, 0});
