@@ -167,18 +167,43 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     for (const Tensor& t : inputs) any_defined = any_defined || t.defined();
     std::vector<Tensor> grads;
     node->set_retains_saved(retain_graph);
+    const std::vector<Edge>& edges = node->next_edges();
+    // The sums so far of the node's inputs' gradients, for a backward to add into (Note
+    // [Partial gradients] in autograd/node.h).
+    std::vector<Tensor> partial;
     if (any_defined) {
+      for (size_t i = 0; i < edges.size(); ++i) {
+        if (!edges[i].valid()) continue;
+        auto it = buffers.find(edges[i].node.get());
+        if (it == buffers.end()) continue;
+        Tensor& slot = it->second.at(edges[i].input_nr);
+        if (slot.defined() && slot.is_contiguous() && slot.storage().use_count() == 1) {
+          partial.resize(edges.size());
+          partial[i] = std::move(slot);
+          slot = Tensor();
+        }
+      }
       RecordFunction record(RecordScope::backward_function);
       if (record.is_active()) record.before(node->name(), inputs);
-      grads = node->apply(std::move(inputs));
+      node->set_partial_gradients(partial.empty() ? nullptr : &partial);
+      try {
+        grads = node->apply(std::move(inputs));
+      } catch (...) {
+        node->set_partial_gradients(nullptr);
+        throw;
+      }
+      node->set_partial_gradients(nullptr);
     }
     inputs.clear();
     if (!retain_graph) node->release_saved();
 
-    const std::vector<Edge>& edges = node->next_edges();
     for (size_t i = 0; i < edges.size(); ++i) {
       const Edge& next = edges[i];
       if (!next.valid()) continue;
+      if (i < partial.size() && partial[i].defined()) {  // not taken: back into the sum
+        auto [it, inserted] = buffers.try_emplace(next.node.get(), next.node->num_outputs());
+        add_to_buffer(it->second, next.input_nr, std::move(partial[i]));
+      }
       if (i < grads.size() && grads[i].defined()) {
         auto [it, inserted] = buffers.try_emplace(next.node.get(), next.node->num_outputs());
         add_to_buffer(it->second, next.input_nr, std::move(grads[i]));

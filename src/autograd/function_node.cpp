@@ -24,6 +24,14 @@ bool BackwardContext::retains_saved() const { return node_.retains_saved(); }
 
 DType BackwardContext::grad_dtype(size_t i) const { return node_.grad_dtype(i); }
 
+Tensor BackwardContext::take_partial_gradient(size_t i, DType dtype, const Shape& shape) {
+  std::vector<Tensor>* partial = node_.partial_gradients();
+  if (!partial || i >= partial->size()) return Tensor();
+  Tensor& t = (*partial)[i];
+  if (!t.defined() || t.dtype() != dtype || t.shape() != shape) return Tensor();
+  return std::move(t);
+}
+
 FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& inputs)
     : name_(std::move(name)) {
   next_edges_.reserve(inputs.size());

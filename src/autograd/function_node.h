@@ -48,6 +48,10 @@ class BackwardContext {
   // gradient directly, and the cast's backward has nothing to do: one rounding and one launch
   // fewer than rounding to the narrow dtype and widening again.
   DType grad_dtype(size_t i) const;
+  // The gradient already summed for input i (Note [Partial gradients] in autograd/node.h) when
+  // it is contiguous `dtype` of `shape`, moved out to be returned with this backward's gradient
+  // added into it; undefined (and left to the engine) otherwise.
+  Tensor take_partial_gradient(size_t i, DType dtype, const Shape& shape);
 
  private:
   const FunctionNode& node_;

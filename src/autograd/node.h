@@ -42,6 +42,16 @@ class Node : public std::enable_shared_from_this<Node> {
   // apply. When it does not, a backward may reuse saved buffers in place.
   void set_retains_saved(bool retains) { retains_saved_ = retains; }
   bool retains_saved() const { return retains_saved_; }
+  // Note [Partial gradients]
+  // An input used by several ops gets a gradient from each, which the engine sums in its buffer
+  // (a kernel reading two and writing one buffer of the input's size per extra use: q, k and v
+  // sharing a norm's output, a LoRA base and its A sharing x). Before apply, the engine hands
+  // the node, per next edge, the sum so far when nothing else holds it (contiguous, its storage
+  // held once); a backward whose GEMM can add into it takes it
+  // (BackwardContext::take_partial_gradient) and returns it with its own gradient added, beta 1,
+  // so no sum is launched. What is not taken goes back to the buffer. Null outside apply.
+  void set_partial_gradients(std::vector<Tensor>* partial) { partial_gradients_ = partial; }
+  std::vector<Tensor>* partial_gradients() const { return partial_gradients_; }
 
   uint64_t sequence_nr() const { return sequence_nr_; }
   uint32_t num_outputs() const { return num_outputs_; }
@@ -51,6 +61,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges_;
   uint32_t num_outputs_ = 1;
   bool retains_saved_ = true;
+  std::vector<Tensor>* partial_gradients_ = nullptr;
 
  private:
   uint64_t sequence_nr_;

@@ -180,8 +180,13 @@ std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
     const Tensor w = ctx.saved(static_cast<size_t>(saved.w_slot));
     const DType operands = operand_dtype(g, w);
     const DType wanted = ctx.grad_dtype(0);
-    gx = Tensor::empty({rows, in}, result_dtype(operands, wanted), device);
-    run_gemm(op, as_dtype(g, operands), false, as_dtype(w, operands), !out_in, gx);
+    const DType result = result_dtype(operands, wanted);
+    // Added into the sum of x's other gradients when there is one (Note [Partial gradients]).
+    const Tensor partial =
+        result == wanted ? ctx.take_partial_gradient(0, wanted, saved.x_shape) : Tensor();
+    gx = partial.defined() ? partial.view({rows, in}) : Tensor::empty({rows, in}, result, device);
+    run_gemm(op, as_dtype(g, operands), false, as_dtype(w, operands), !out_in, gx,
+             GemmEpilogue::none, Tensor(), 1.0f, partial.defined());
     gx = as_dtype(gx, wanted).view(saved.x_shape);
   }
   const bool wants_db = saved.has_bias && ctx.needs_input_grad(2);
@@ -361,9 +366,13 @@ Tensor linear_add(Tensor base, const Tensor& x, const Tensor& weight, double alp
         const Tensor w = ctx.saved(static_cast<size_t>(saved.w_slot));
         const DType operands = operand_dtype(g, w);
         const DType wanted = ctx.grad_dtype(1);
-        gx = Tensor::empty({saved.rows, dims.in}, result_dtype(operands, wanted), device);
+        const DType result = result_dtype(operands, wanted);
+        const Tensor partial =
+            result == wanted ? ctx.take_partial_gradient(1, wanted, saved.x_shape) : Tensor();
+        gx = partial.defined() ? partial.view({saved.rows, dims.in})
+                               : Tensor::empty({saved.rows, dims.in}, result, device);
         run_gemm("linear_add backward", as_dtype(g, operands), false, as_dtype(w, operands), false,
-                 gx, GemmEpilogue::none, Tensor(), a);
+                 gx, GemmEpilogue::none, Tensor(), a, partial.defined());
         gx = as_dtype(gx, wanted).view(saved.x_shape);
       }
       if (ctx.needs_input_grad(2)) {

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <any>
+#include <cmath>
+#include <string>
 
 #include "autograd/accumulate_grad.h"
 #include "autograd/engine.h"
 #include "autograd/saved_tensor.h"
+#include "core/generator.h"
+#include "core/kernel_census.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "memory/device_memory.h"
@@ -204,6 +208,45 @@ TEST(Autograd, UnusedSplitPiecesGetZeroGradient) {
   std::vector<Tensor> parts = split(x, {1, 3}, 0);
   backward(sum(parts[1]));
   EXPECT_EQ(x.grad().to_float_vector(), (std::vector<float>{0, 1, 1, 1}));
+}
+
+}  // namespace
+}  // namespace headroom
+
+namespace headroom {
+namespace {
+
+// Note [Partial gradients]: an input read by three linears (q, k and v of one norm's output)
+// gets its gradient summed by the GEMMs themselves: no accumulation is launched, and the sum is
+// x's three products.
+TEST(Autograd, ALinearAddsItsInputGradientIntoTheSumSoFar) {
+  Generator generator(3);
+  auto randn = [&](const Shape& shape) {
+    return Tensor::randn(shape, DType::f32, kCPU, &generator);
+  };
+  Tensor x = randn({32, 16}).set_requires_grad(true);
+  const std::vector<Tensor> w = {randn({16, 16}), randn({8, 16}), randn({8, 16})};
+  const std::vector<Tensor> g = {randn({32, 16}), randn({32, 8}), randn({32, 8})};
+  const Tensor h = scale(x, 1.0);  // a non-leaf, as a norm's output
+  std::vector<Tensor> outs;
+  for (const Tensor& wi : w) outs.push_back(linear(h, wi));
+  KernelCensus census;
+  {
+    KernelCensusScope scope(census);
+    backward(outs, g);
+  }
+  int accumulates = 0;
+  for (const KernelLaunch& l : census.launches()) {
+    accumulates += std::string(l.entry) == "accumulate" ? 1 : 0;
+  }
+  EXPECT_EQ(accumulates, 0);
+  Tensor expected = matmul(g[0], w[0]);
+  for (size_t i = 1; i < w.size(); ++i) expected = add(expected, matmul(g[i], w[i]));
+  const std::vector<float> got = x.grad().to_float_vector(), want = expected.to_float_vector();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << i;
+  }
 }
 
 }  // namespace
