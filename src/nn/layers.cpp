@@ -30,8 +30,15 @@ Tensor Linear::forward(const Tensor& x) const {
 }
 
 std::optional<DType> Linear::input_dtype() const {
-  if (quant_ || fp8_) return std::nullopt;
+  if (fp8_) return std::nullopt;
   if (adapter() && !adapter()->reads_input_as_projection()) return std::nullopt;
+  if (quant_) {
+    // linear_4bit converts x to its compute dtype first (bitsandbytes' Linear4bit): when that is
+    // autocast's dtype, the norm before it writes it directly, and the output stays in it, with
+    // no cast either side of every 4-bit projection.
+    const std::optional<DType> autocast = autocast_input_dtype("linear", quant_->device());
+    return autocast == compute_dtype_ ? autocast : std::nullopt;
+  }
   return autocast_input_dtype("linear", weight_.device());
 }
 

@@ -75,8 +75,9 @@ class Linear : public AdaptableLinear {
   // Weight [out, in] (out_in, nn.Linear) or [in, out] (in_out, GPT-2's Conv1D); uninitialised.
   Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Device device);
   Tensor forward(const Tensor& x) const override;
-  // Autocast's dtype for linear, unless the weight is 4-bit or FP8 (their ops read x as it is)
-  // or the adapter reads x otherwise.
+  // Autocast's dtype for linear, unless the weight is FP8 (its op reads x as it is), 4-bit
+  // with another compute dtype (linear_4bit converts x to that), or the adapter reads x
+  // otherwise.
   std::optional<DType> input_dtype() const override;
   // Undefined for a 4-bit layer.
   const Tensor& weight() const { return weight_; }
