@@ -163,6 +163,24 @@ struct LinearSaved {
   bool has_bias = false;
 };
 
+// dx = alpha g @ op(w) [rows, in] for input `input` of the node, in its gradient dtype (its own,
+// or f32 for an autocast copy), added by the GEMM into the sum of x's other gradients when the
+// engine holds one (Note [Partial gradients] in autograd/node.h). trans_w: w is [out, in].
+Tensor input_gradient(const char* op, BackwardContext& ctx, size_t input, const Tensor& g,
+                      const Tensor& w, bool trans_w, float alpha, const LinearSaved& saved,
+                      int64_t in) {
+  const DType operands = operand_dtype(g, w);
+  const DType wanted = ctx.grad_dtype(input);
+  const DType result = result_dtype(operands, wanted);
+  const Tensor partial =
+      result == wanted ? ctx.take_partial_gradient(input, wanted, saved.x_shape) : Tensor();
+  Tensor gx = partial.defined() ? partial.view({saved.rows, in})
+                                : Tensor::empty({saved.rows, in}, result, g.device());
+  run_gemm(op, as_dtype(g, operands), false, as_dtype(w, operands), !trans_w, gx,
+           GemmEpilogue::none, Tensor(), alpha, partial.defined());
+  return as_dtype(gx, wanted).view(saved.x_shape);
+}
+
 // The gradients of a linear, each in its input's gradient dtype (its own, or fp32 for an
 // autocast copy of an fp32 tensor: BackwardContext::grad_dtype): dx = g @ W and dW = g^T @ x (or
 // x^T @ g for [in, out]) as one GEMM each over all rows, db the column sums of g, as PyTorch's
@@ -177,17 +195,8 @@ std::vector<Tensor> linear_backward(BackwardContext& ctx, WeightLayout layout,
   const Tensor g = ctx.grad_output().contiguous().view({rows, out});
   Tensor gx, gw, gb;
   if (ctx.needs_input_grad(0)) {
-    const Tensor w = ctx.saved(static_cast<size_t>(saved.w_slot));
-    const DType operands = operand_dtype(g, w);
-    const DType wanted = ctx.grad_dtype(0);
-    const DType result = result_dtype(operands, wanted);
-    // Added into the sum of x's other gradients when there is one (Note [Partial gradients]).
-    const Tensor partial =
-        result == wanted ? ctx.take_partial_gradient(0, wanted, saved.x_shape) : Tensor();
-    gx = partial.defined() ? partial.view({rows, in}) : Tensor::empty({rows, in}, result, device);
-    run_gemm(op, as_dtype(g, operands), false, as_dtype(w, operands), !out_in, gx,
-             GemmEpilogue::none, Tensor(), 1.0f, partial.defined());
-    gx = as_dtype(gx, wanted).view(saved.x_shape);
+    gx = input_gradient(op, ctx, 0, g, ctx.saved(static_cast<size_t>(saved.w_slot)), out_in, 1.0f,
+                        saved, in);
   }
   const bool wants_db = saved.has_bias && ctx.needs_input_grad(2);
   if (ctx.needs_input_grad(1)) {
@@ -363,17 +372,8 @@ Tensor linear_add(Tensor base, const Tensor& x, const Tensor& weight, double alp
       const Tensor g = ctx.grad_output().contiguous().view({saved.rows, dims.out});
       Tensor gx, gw;
       if (ctx.needs_input_grad(1)) {
-        const Tensor w = ctx.saved(static_cast<size_t>(saved.w_slot));
-        const DType operands = operand_dtype(g, w);
-        const DType wanted = ctx.grad_dtype(1);
-        const DType result = result_dtype(operands, wanted);
-        const Tensor partial =
-            result == wanted ? ctx.take_partial_gradient(1, wanted, saved.x_shape) : Tensor();
-        gx = partial.defined() ? partial.view({saved.rows, dims.in})
-                               : Tensor::empty({saved.rows, dims.in}, result, device);
-        run_gemm("linear_add backward", as_dtype(g, operands), false, as_dtype(w, operands), false,
-                 gx, GemmEpilogue::none, Tensor(), a, partial.defined());
-        gx = as_dtype(gx, wanted).view(saved.x_shape);
+        gx = input_gradient("linear_add backward", ctx, 1, g,
+                            ctx.saved(static_cast<size_t>(saved.w_slot)), true, a, saved, dims.in);
       }
       if (ctx.needs_input_grad(2)) {
         const Tensor x = ctx.saved(static_cast<size_t>(saved.x_slot));

@@ -245,6 +245,8 @@ TEST(Autograd, ALinearAddsItsInputGradientIntoTheSumSoFar) {
   const std::vector<float> got = x.grad().to_float_vector(), want = expected.to_float_vector();
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
+    // Not bit for bit: the GEMMs accumulate into the running sum (beta 1), where the reference
+    // rounds each product before adding; both are f32 sums of three 16-term products.
     EXPECT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << i;
   }
 }

@@ -20,6 +20,8 @@ Tensor randn(const Shape& shape, uint64_t seed, double scale = 1.0) {
   return scale == 1.0 ? t : headroom::scale(t, scale);
 }
 
+// Within f32 rounding, not bit for bit: linear_add's GEMM rounds alpha * x W^T + base once, the
+// separate ops round the product, its scaling and the sum.
 void expect_close(const Tensor& a, const Tensor& b) {
   const std::vector<float> x = a.to_float_vector(), y = b.to_float_vector();
   ASSERT_EQ(x.size(), y.size());
